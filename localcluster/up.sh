@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# Starts a local Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager)
+# on loopback and prints the path of its admin kubeconfig on stdout. Idempotent: when the
+# cluster recorded in the state folder is already up, it only prints the path again.
+# Progress goes to stderr. Stop it with localcluster/down.sh.
+#
+#   KUBECONFIG=$(localcluster/up.sh)
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+CACHE_ROOT="${LUAOP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/luaop}"
+STATE="${LUAOP_CLUSTER_DIR:-$CACHE_ROOT/cluster}"
+KUBECONFIG_OUT="$STATE/admin.kubeconfig"
+
+log() { printf '[localcluster] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# etcd reads every ETCD_* variable as a flag: drop whatever the caller exported.
+while IFS='=' read -r name _; do
+  case "$name" in ETCD_*) unset "$name" ;; esac
+done < <(env)
+
+ready() { # ready <port>: /readyz answers ok
+  [ -f "$STATE/ca.crt" ] && [ -f "$STATE/token" ] || return 1
+  curl -fsS --max-time 2 --cacert "$STATE/ca.crt" -H "Authorization: Bearer $(cat "$STATE/token")" \
+    "https://127.0.0.1:$1/readyz" 2>/dev/null | grep -qx ok
+}
+
+if [ -f "$STATE/apiserver.port" ] && ready "$(cat "$STATE/apiserver.port")"; then
+  log "already running at https://127.0.0.1:$(cat "$STATE/apiserver.port")"
+  echo "$KUBECONFIG_OUT"
+  exit 0
+fi
+
+command -v openssl >/dev/null || die "openssl is missing: apt-get install -y openssl"
+command -v curl >/dev/null || die "curl is missing: apt-get install -y curl"
+
+# Anything left from an earlier run (crashed, half started) goes first.
+"$here/down.sh" >/dev/null 2>&1 || true
+
+BIN="$("$here/build.sh")"
+mkdir -p "$STATE"
+rm -rf "$STATE/etcd-data" "$STATE"/*.log "$STATE"/*.pid
+cd "$STATE"
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+pick_port() {
+  local p
+  for _ in $(seq 1 50); do
+    p=$(( 20000 + RANDOM % 40000 ))
+    if port_free "$p" && port_free $((p + 1)); then echo "$p"; return; fi
+  done
+  die "no free loopback port found"
+}
+
+if [ ! -f ca.crt ] || [ ! -f apiserver.crt ] || [ ! -f sa.key ]; then
+  log "generating a CA, a serving certificate and service-account keys"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=luaop-local-ca" \
+    -keyout ca.key -out ca.crt 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" \
+    -keyout apiserver.key -out apiserver.csr 2>/dev/null
+  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\n' > apiserver.ext
+  openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+    -extfile apiserver.ext -out apiserver.crt 2>/dev/null
+  openssl genrsa -out sa.key 2048 2>/dev/null
+  openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+  head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > token
+  printf '%s,admin,admin,system:masters\n' "$(cat token)" > tokens.csv
+fi
+
+start() { # start <name> <cmd...>: in its own session, pid recorded
+  local name=$1; shift
+  setsid "$@" >"$STATE/$name.log" 2>&1 < /dev/null &
+  echo $! > "$STATE/$name.pid"
+}
+
+t0=$(date +%s)
+for attempt in 1 2 3; do
+  etcd_port=$(pick_port)
+  start etcd "$BIN/etcd" --data-dir "$STATE/etcd-data" \
+    --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
+    --listen-peer-urls "http://127.0.0.1:$((etcd_port + 1))" --initial-advertise-peer-urls "http://127.0.0.1:$((etcd_port + 1))" \
+    --initial-cluster "default=http://127.0.0.1:$((etcd_port + 1))" \
+    --unsafe-no-fsync --logger zap --log-level warn --quota-backend-bytes 8589934592
+  for _ in $(seq 1 100); do
+    curl -fsS --max-time 1 "http://127.0.0.1:$etcd_port/health" 2>/dev/null | grep -q '"health":"true"' && break
+    kill -0 "$(cat etcd.pid)" 2>/dev/null || break
+    sleep 0.1
+  done
+  if curl -fsS --max-time 1 "http://127.0.0.1:$etcd_port/health" 2>/dev/null | grep -q '"health":"true"'; then break; fi
+  log "etcd did not start on port $etcd_port (attempt $attempt): $(tail -2 etcd.log)"
+  kill "$(cat etcd.pid)" 2>/dev/null || true
+  [ "$attempt" = 3 ] && die "etcd failed to start; see $STATE/etcd.log"
+done
+log "etcd up on 127.0.0.1:$etcd_port"
+
+for attempt in 1 2 3; do
+  api_port=$(pick_port)
+  start kube-apiserver "$BIN/kube-apiserver" \
+    --etcd-servers "http://127.0.0.1:$etcd_port" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --endpoint-reconciler-type none \
+    --secure-port "$api_port" \
+    --tls-cert-file "$STATE/apiserver.crt" --tls-private-key-file "$STATE/apiserver.key" \
+    --client-ca-file "$STATE/ca.crt" --token-auth-file "$STATE/tokens.csv" \
+    --service-account-issuer https://kubernetes.default.svc \
+    --service-account-key-file "$STATE/sa.pub" --service-account-signing-key-file "$STATE/sa.key" \
+    --service-cluster-ip-range 10.0.0.0/24 --authorization-mode RBAC \
+    --disable-admission-plugins ServiceAccount \
+    --max-requests-inflight 2000 --max-mutating-requests-inflight 1000 \
+    --enable-priority-and-fairness=false
+  for _ in $(seq 1 300); do
+    ready "$api_port" && break
+    kill -0 "$(cat kube-apiserver.pid)" 2>/dev/null || break
+    sleep 0.1
+  done
+  if ready "$api_port"; then break; fi
+  log "kube-apiserver did not become ready on port $api_port (attempt $attempt): $(tail -3 kube-apiserver.log)"
+  kill "$(cat kube-apiserver.pid)" 2>/dev/null || true
+  [ "$attempt" = 3 ] && die "kube-apiserver failed to start; see $STATE/kube-apiserver.log"
+done
+echo "$api_port" > apiserver.port
+
+cat > "$KUBECONFIG_OUT" <<KC
+apiVersion: v1
+kind: Config
+clusters:
+- name: luaop-local
+  cluster:
+    server: https://127.0.0.1:$api_port
+    certificate-authority: $STATE/ca.crt
+users:
+- name: admin
+  user:
+    token: $(cat token)
+contexts:
+- name: luaop-local
+  context: {cluster: luaop-local, user: admin}
+current-context: luaop-local
+KC
+chmod 600 "$KUBECONFIG_OUT"
+
+# The garbage collector cascades owner references; the namespace controller really
+# deletes test namespaces. Nothing else is needed: no nodes run pods here.
+start kube-controller-manager "$BIN/kube-controller-manager" \
+  --kubeconfig "$KUBECONFIG_OUT" --authentication-kubeconfig "$KUBECONFIG_OUT" --authorization-kubeconfig "$KUBECONFIG_OUT" \
+  --controllers=garbagecollector,namespace,serviceaccount,serviceaccount-token \
+  --leader-elect=false --secure-port=0 \
+  --service-account-private-key-file "$STATE/sa.key" --root-ca-file "$STATE/ca.crt" \
+  --concurrent-gc-syncs 5 --concurrent-namespace-syncs 5
+
+log "kube-apiserver ready at https://127.0.0.1:$api_port in $(( $(date +%s) - t0 ))s"
+log "use it with: export KUBECONFIG=$KUBECONFIG_OUT"
+echo "$KUBECONFIG_OUT"

@@ -1,0 +1,180 @@
+// Package causes holds the vocabulary shared by the processing core and the Lua
+// binding: what happened to an object (a Cause), which handlers exist (a Spec), and how
+// a handler ended (TemporaryError, PermanentError). It is a leaf: it imports state/ and
+// apimachinery only, so both sides can depend on it without depending on each other.
+package causes
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/luaop/luaop/state"
+)
+
+// Reason is the high-level cause of a processing cycle, as kopf names them.
+type Reason string
+
+const (
+	Create Reason = "create"
+	Update Reason = "update"
+	Delete Reason = "delete"
+	Resume Reason = "resume"
+	// Informational reasons: no change handler runs for them.
+	Gone Reason = "gone" // the object disappeared from the API (DELETED event)
+	Free Reason = "free" // deletion in progress and our finalizer is already gone
+	Noop Reason = "noop" // nothing changed since the last handled state
+)
+
+// Kind tells which engine drives a handler.
+type Kind string
+
+const (
+	KindChange Kind = "change" // on.create/update/delete/resume/field
+	KindEvent  Kind = "event"  // on.event: every raw watch event, never retried
+	KindDaemon Kind = "daemon"
+	KindTimer  Kind = "timer"
+	KindIndex  Kind = "index"
+)
+
+// ErrorMode says what an arbitrary (non-Temporary, non-Permanent) error means.
+type ErrorMode string
+
+const (
+	ErrorsTemporary ErrorMode = "temporary" // retry after the backoff (default)
+	ErrorsPermanent ErrorMode = "permanent" // fail the handler for good
+	ErrorsIgnored   ErrorMode = "ignored"   // count the handler as succeeded
+)
+
+// Resource names one watched API resource.
+type Resource struct {
+	schema.GroupVersionResource
+}
+
+func (r Resource) String() string {
+	if r.Group == "" {
+		return r.Version + "/" + r.Resource
+	}
+	return r.Group + "/" + r.Version + "/" + r.Resource
+}
+
+// Spec describes one registered handler: everything processing needs to decide when
+// to run it and how to treat its outcome. Filters that need Lua (when=function,
+// label/annotation callbacks) are evaluated by the binding; the rest is data here.
+type Spec struct {
+	ID       string
+	Kind     Kind
+	Resource Resource
+	// Reasons lists the change reasons this handler serves (change handlers only).
+	Reasons []Reason
+	// Field, when set, restricts a change handler to changes of this path; it then
+	// receives old/new/diff of that field only. FieldValue, when non-nil, requires the
+	// field's new value to equal it.
+	Field []string
+	// Retries is the maximum number of attempts; 0 means unlimited.
+	Retries int
+	// Backoff is the delay after an arbitrary error. Defaults to 60s (kopf).
+	Backoff time.Duration
+	// Timeout bounds the total time since the first attempt; 0 means none.
+	Timeout time.Duration
+	Errors  ErrorMode
+	// Optional delete handlers do not require a finalizer.
+	Optional bool
+	// Deleted resume handlers also run on objects being deleted.
+	Deleted bool
+	// Timer and daemon settings.
+	Interval     time.Duration
+	InitialDelay time.Duration
+	Idle         time.Duration
+	Sharp        bool
+	// CancellationTimeout is how long a stopped daemon may take to exit before it is
+	// cancelled. Defaults to 60s.
+	CancellationTimeout time.Duration
+	// Source is "file:line" of the registration, for messages.
+	Source string
+}
+
+// RequiresFinalizer tells whether the presence of this handler must block deletion.
+func (s Spec) RequiresFinalizer() bool {
+	switch s.Kind {
+	case KindDaemon, KindTimer:
+		return true
+	case KindChange:
+		for _, r := range s.Reasons {
+			if r == Delete && !s.Optional {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Serves tells whether a change handler serves a reason.
+func (s Spec) Serves(r Reason) bool {
+	for _, x := range s.Reasons {
+		if x == r {
+			return true
+		}
+	}
+	return false
+}
+
+// Cause is one high-level reason to run handlers for one object. Body, Old and New
+// are read-only: they belong to the informer cache or the cycle, never to a handler.
+type Cause struct {
+	Reason   Reason
+	Resource Resource
+	Body     map[string]any
+	Old, New any
+	Diff     state.Diff
+	// EventType is the raw watch event type for event handlers (ADDED, MODIFIED, DELETED).
+	EventType string
+}
+
+// Call is one invocation of one handler.
+type Call struct {
+	Handler Spec
+	Cause   Cause
+	// Patch accumulates what the handler changes; the cycle applies it once.
+	Patch *state.Patch
+	// Retry is 0 on the first attempt.
+	Retry   int
+	Started time.Time
+	Runtime time.Duration
+	Logger  *slog.Logger
+	// Stopped is closed when a daemon or timer must stop (nil for other kinds).
+	Stopped <-chan struct{}
+}
+
+// TemporaryError asks for a retry after Delay (kopf TemporaryError).
+type TemporaryError struct {
+	Message string
+	Delay   time.Duration
+}
+
+func (e *TemporaryError) Error() string {
+	return fmt.Sprintf("%s (retry in %s)", e.Message, e.Delay)
+}
+
+// PermanentError fails the handler for good: retries are useless (kopf PermanentError).
+type PermanentError struct {
+	Message string
+}
+
+func (e *PermanentError) Error() string { return e.Message }
+
+// IsPermanent reports whether err is (or wraps) a PermanentError.
+func IsPermanent(err error) bool {
+	var p *PermanentError
+	return errors.As(err, &p)
+}
+
+// AsTemporary returns the TemporaryError that err is or wraps, if any.
+func AsTemporary(err error) (*TemporaryError, bool) {
+	var t *TemporaryError
+	ok := errors.As(err, &t)
+	return t, ok
+}
