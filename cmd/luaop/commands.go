@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"runtime/debug"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/luaop/luaop/operator"
+	"github.com/luaop/luaop/processing"
+	"github.com/luaop/luaop/state"
+)
+
+func newDevCommand(v *viper.Viper) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "dev DIR",
+		Short: "Run the scripts of DIR against the current cluster, for development",
+		Long: `Run the Lua scripts of DIR as an operator against the cluster of the current
+kubeconfig context (or --kubeconfig / --context), with readable logs.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := loadSettings(cmd, v)
+			if err != nil {
+				return err
+			}
+			return runOperator(cmd.Context(), s, args[0])
+		},
+	}
+	addOperatorFlags(cmd.Flags(), "plain")
+	_ = cmd.Flags().Set("health-address", "")
+	cmd.Flags().Lookup("health-address").DefValue = ""
+	return cmd
+}
+
+func newRunCommand(v *viper.Viper) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "run DIR",
+		Short: "Run the scripts of DIR as a production operator (JSON logs, health endpoint)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := loadSettings(cmd, v)
+			if err != nil {
+				return err
+			}
+			return runOperator(cmd.Context(), s, args[0])
+		},
+	}
+	addOperatorFlags(cmd.Flags(), "json")
+	return cmd
+}
+
+func newVersionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version of luaop",
+		Run: func(cmd *cobra.Command, _ []string) {
+			version := "(devel)"
+			if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" {
+				version = info.Main.Version
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "luaop", version)
+		},
+	}
+}
+
+func newLogger(s settings) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(s.LogLevel))
+	opts := &slog.HandlerOptions{Level: level}
+	if s.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}
+
+func restConfig(s settings) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if s.Kubeconfig != "" {
+		rules.ExplicitPath = s.Kubeconfig
+	}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: s.Context}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("no usable kubeconfig (%w); give --kubeconfig, set KUBECONFIG, or start a local cluster with `make cluster`", err)
+	}
+	cfg.QPS, cfg.Burst = 500, 1000
+	cfg.UserAgent = "luaop"
+	return cfg, nil
+}
+
+func runOperator(ctx context.Context, s settings, dir string) error {
+	log := newLogger(s)
+	slog.SetDefault(log)
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return fmt.Errorf("%s is not a folder of Lua scripts", dir)
+	}
+	cfg, err := restConfig(s)
+	if err != nil {
+		return err
+	}
+	if err := checkReachable(cfg); err != nil {
+		return err
+	}
+	popts := processing.Options{
+		Namespaces:         s.Namespaces,
+		Workers:            s.Workers,
+		Prefix:             s.Prefix,
+		Lifecycle:          processing.Lifecycle(s.Lifecycle),
+		ConsistencyTimeout: s.ConsistencyTimeout,
+		PostEvents:         &s.PostEvents,
+		Logger:             log,
+	}
+	if s.ProgressStorage == "status" {
+		popts.Progress = state.NewStatusProgress(s.Prefix)
+	}
+	op, err := operator.New(cfg, operator.Options{
+		ScriptsDir: dir,
+		Processing: popts,
+		Runtime:    luabindOptions(s, log),
+		Logger:     log,
+	})
+	if err != nil {
+		return err
+	}
+	if s.HealthAddress != "" {
+		go serveHealth(ctx, log, s.HealthAddress, op)
+	}
+	log.Info("starting", "scripts", dir, "server", cfg.Host)
+	return op.Start(ctx)
+}
+
+// checkReachable fails fast, with what to do, when the API server does not answer.
+func checkReachable(cfg *rest.Config) error {
+	c := rest.CopyConfig(cfg)
+	c.Timeout = 5 * time.Second
+	client, err := rest.UnversionedRESTClientFor(withCodec(c))
+	if err != nil {
+		return err
+	}
+	if err := client.Get().AbsPath("/version").Do(context.Background()).Error(); err != nil {
+		return fmt.Errorf("the cluster at %s cannot be reached: %w; is it running? (a local one: `make cluster`)", cfg.Host, err)
+	}
+	return nil
+}
+
+func serveHealth(ctx context.Context, log *slog.Logger, addr string, op *operator.Operator) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !op.Ready() {
+			http.Error(w, "not ready: scripts not loaded or initial listing not processed", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintf(w, "ok\nscripts %s\n", op.Runtime().Hash())
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		log.Error("health endpoint disabled: cannot listen", "address", addr, "error", err)
+		return
+	}
+	go func() { <-ctx.Done(); _ = srv.Close() }()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		log.Error("health endpoint stopped", "error", err)
+	}
+}

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+)
+
+// settings are every option of the operator, read through viper from flags,
+// LUAOP_* environment variables and a config file, in that order of precedence.
+type settings struct {
+	Kubeconfig         string
+	Context            string
+	Namespaces         []string
+	Workers            int
+	Shards             int
+	Prefix             string
+	ProgressStorage    string
+	Lifecycle          string
+	HandlerTimeout     time.Duration
+	ConsistencyTimeout time.Duration
+	LogFormat          string
+	LogLevel           string
+	HealthAddress      string
+	PostEvents         bool
+}
+
+func newRootCommand() *cobra.Command {
+	v := viper.New()
+	root := &cobra.Command{
+		Use:   "luaop",
+		Short: "Kubernetes operators with handlers written in Lua",
+		Long: `luaop runs Kubernetes operators whose handlers are Lua scripts, with kopf's semantics:
+create/update/delete/resume and field handlers, progress persisted on the objects,
+retries, finalizers, daemons and timers, and scripts reloaded while it runs.
+
+Every flag can also be set as a LUAOP_* environment variable (--log-format ->
+LUAOP_LOG_FORMAT) or as a key of the config file given with --config.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().String("config", "", "config file (YAML, JSON or TOML) with the same keys as the flags")
+	root.AddCommand(newDevCommand(v), newRunCommand(v), newVersionCommand())
+	return root
+}
+
+// addOperatorFlags declares the settings shared by dev and run, with their defaults.
+func addOperatorFlags(fs *pflag.FlagSet, logFormat string) {
+	fs.String("kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then in-cluster)")
+	fs.String("context", "", "kubeconfig context to use (default: its current context)")
+	fs.StringSlice("namespaces", nil, "namespaces to serve: names, globs (team-*), exclusions (!kube-*); empty means cluster-wide")
+	fs.Int("workers", 16, "objects processed at once")
+	fs.Int("shards", 0, "Lua states running handlers in parallel (0: one per CPU)")
+	fs.String("prefix", "luaop.dev", "prefix of the annotations and the finalizer this operator writes")
+	fs.String("progress-storage", "annotations", "where handler progress is kept: annotations or status")
+	fs.String("lifecycle", "asap", "handlers run per cycle: asap (one, fewest retries first), one-by-one, all-at-once")
+	fs.Duration("handler-timeout", 30*time.Second, "deadline of one Lua handler call")
+	fs.Duration("consistency-timeout", 5*time.Second, "how long change handlers wait for the operator's own last patch to come back through the watch")
+	fs.String("log-format", logFormat, "log format: plain or json")
+	fs.String("log-level", "info", "log level: debug, info, warn, error")
+	fs.String("health-address", ":8080", "address of /healthz and /readyz (empty: off)")
+	fs.Bool("post-events", true, "post Kubernetes Events for handler outcomes")
+}
+
+// loadSettings binds the flags, the environment and the config file into settings.
+func loadSettings(cmd *cobra.Command, v *viper.Viper) (settings, error) {
+	if err := v.BindPFlags(cmd.Flags()); err != nil {
+		return settings{}, err
+	}
+	v.SetEnvPrefix("LUAOP")
+	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
+	v.AutomaticEnv()
+	if path, _ := cmd.Flags().GetString("config"); path != "" {
+		v.SetConfigFile(path)
+		if err := v.ReadInConfig(); err != nil {
+			return settings{}, fmt.Errorf("reading the config file %s: %w", path, err)
+		}
+	}
+	s := settings{
+		Kubeconfig:         v.GetString("kubeconfig"),
+		Context:            v.GetString("context"),
+		Namespaces:         v.GetStringSlice("namespaces"),
+		Workers:            v.GetInt("workers"),
+		Shards:             v.GetInt("shards"),
+		Prefix:             v.GetString("prefix"),
+		ProgressStorage:    v.GetString("progress-storage"),
+		Lifecycle:          v.GetString("lifecycle"),
+		HandlerTimeout:     v.GetDuration("handler-timeout"),
+		ConsistencyTimeout: v.GetDuration("consistency-timeout"),
+		LogFormat:          v.GetString("log-format"),
+		LogLevel:           v.GetString("log-level"),
+		HealthAddress:      v.GetString("health-address"),
+		PostEvents:         v.GetBool("post-events"),
+	}
+	if s.Kubeconfig == "" {
+		s.Kubeconfig = os.Getenv("KUBECONFIG")
+	}
+	switch s.ProgressStorage {
+	case "annotations", "status":
+	default:
+		return s, fmt.Errorf("--progress-storage=%q: use annotations or status", s.ProgressStorage)
+	}
+	switch s.LogFormat {
+	case "plain", "json":
+	default:
+		return s, fmt.Errorf("--log-format=%q: use plain or json", s.LogFormat)
+	}
+	switch s.Lifecycle {
+	case "asap", "one-by-one", "all-at-once":
+	default:
+		return s, fmt.Errorf("--lifecycle=%q: use asap, one-by-one or all-at-once", s.Lifecycle)
+	}
+	return s, nil
+}

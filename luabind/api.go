@@ -1,0 +1,334 @@
+package luabind
+
+import (
+	"fmt"
+	"path"
+	"regexp"
+	"strings"
+	"time"
+
+	lua "github.com/yuin/gopher-lua"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/luaop/luaop/processing/causes"
+	"github.com/luaop/luaop/state"
+)
+
+// newModule builds the `luaop` module of a shard: registration functions, markers,
+// error constructors.
+func (s *shard) newModule() *lua.LTable {
+	L := s.L
+	mod := L.NewTable()
+	on := L.NewTable()
+	for name, reasons := range map[string][]causes.Reason{
+		"create": {causes.Create}, "update": {causes.Update}, "delete": {causes.Delete}, "resume": {causes.Resume},
+	} {
+		on.RawSetString(name, L.NewFunction(s.registerChange(name, reasons)))
+	}
+	on.RawSetString("field", L.NewFunction(s.registerField))
+	on.RawSetString("event", L.NewFunction(s.registerKind(causes.KindEvent, "event")))
+	for _, hook := range []string{"startup", "cleanup", "probe"} {
+		on.RawSetString(hook, L.NewFunction(s.registerHook(hook)))
+	}
+	mod.RawSetString("on", on)
+	mod.RawSetString("daemon", L.NewFunction(s.registerKind(causes.KindDaemon, "daemon")))
+	mod.RawSetString("timer", L.NewFunction(s.registerKind(causes.KindTimer, "timer")))
+	mod.RawSetString("index", L.NewFunction(s.registerKind(causes.KindIndex, "index")))
+	mod.RawSetString("PRESENT", presentMarker(L))
+	mod.RawSetString("ABSENT", absentMarker(L))
+	installMarkers(L, mod)
+	installErrorConstructors(L, mod)
+	return mod
+}
+
+func presentMarker(L *lua.LState) lua.LValue { return markerUserdata(L, "luaop.PRESENT") }
+func absentMarker(L *lua.LState) lua.LValue  { return markerUserdata(L, "luaop.ABSENT") }
+
+// markerUserdata returns a per-state singleton userdata used as a filter marker.
+func markerUserdata(L *lua.LState, name string) lua.LValue {
+	reg := L.Get(lua.RegistryIndex).(*lua.LTable)
+	if v := reg.RawGetString(name); v != lua.LNil {
+		return v
+	}
+	ud := L.NewUserData()
+	ud.Value = name
+	mt := L.NewTable()
+	mt.RawSetString("__tostring", L.NewFunction(func(L *lua.LState) int { L.Push(lua.LString(name)); return 1 }))
+	L.SetMetatable(ud, mt)
+	reg.RawSetString(name, ud)
+	return ud
+}
+
+// parseResource reads "group/version/plural" or "version/plural" (core group).
+func parseResource(s string) (causes.Resource, error) {
+	parts := strings.Split(s, "/")
+	switch len(parts) {
+	case 3:
+		return causes.Resource{GroupVersionResource: schema.GroupVersionResource{Group: parts[0], Version: parts[1], Resource: parts[2]}}, nil
+	case 2:
+		return causes.Resource{GroupVersionResource: schema.GroupVersionResource{Version: parts[0], Resource: parts[1]}}, nil
+	}
+	return causes.Resource{}, fmt.Errorf("resource %q: write it as \"group/version/plural\" (\"example.com/v1/widgets\") or \"v1/plural\" for the core group", s)
+}
+
+var validID = regexp.MustCompile(`^[A-Za-z0-9_][-A-Za-z0-9_./]*$`)
+
+func (s *shard) where() string {
+	return strings.TrimSuffix(strings.TrimSpace(s.L.Where(1)), ":")
+}
+
+func (s *shard) mustCollect(what string) *collected {
+	if s.collecting == nil {
+		s.L.RaiseError("%s: handlers can only be registered while the scripts load (at the top level of a script)", what)
+	}
+	return s.collecting
+}
+
+// registerChange makes on.create / on.update / on.delete / on.resume:
+//
+//	luaop.on.create("example.com/v1/widgets", function(ctx) ... end, {id = "...", retries = 3})
+func (s *shard) registerChange(name string, reasons []causes.Reason) lua.LGFunction {
+	return func(L *lua.LState) int {
+		col := s.mustCollect("luaop.on." + name)
+		res := s.checkResource(1)
+		fn := L.CheckFunction(2)
+		spec := causes.Spec{Kind: causes.KindChange, Resource: res, Reasons: reasons, Source: s.where()}
+		s.add(col, spec, fn, L.OptTable(3, nil), name)
+		return 0
+	}
+}
+
+// registerField makes on.field(resource, "spec.path", fn, opts): an update (and
+// create) handler for one field.
+func (s *shard) registerField(L *lua.LState) int {
+	col := s.mustCollect("luaop.on.field")
+	res := s.checkResource(1)
+	field := state.ParsePath(L.CheckString(2))
+	if len(field) == 0 {
+		L.ArgError(2, "a field path such as \"spec.size\" is required")
+	}
+	fn := L.CheckFunction(3)
+	spec := causes.Spec{Kind: causes.KindChange, Resource: res, Reasons: []causes.Reason{causes.Create, causes.Update}, Field: field, Source: s.where()}
+	s.add(col, spec, fn, L.OptTable(4, nil), "field_"+strings.Join(field, "_"))
+	return 0
+}
+
+func (s *shard) registerKind(kind causes.Kind, name string) lua.LGFunction {
+	return func(L *lua.LState) int {
+		col := s.mustCollect("luaop." + name)
+		res := s.checkResource(1)
+		fn := L.CheckFunction(2)
+		spec := causes.Spec{Kind: kind, Resource: res, Source: s.where()}
+		s.add(col, spec, fn, L.OptTable(3, nil), name)
+		return 0
+	}
+}
+
+func (s *shard) registerHook(name string) lua.LGFunction {
+	return func(L *lua.LState) int {
+		col := s.mustCollect("luaop.on." + name)
+		fn := L.CheckFunction(1)
+		spec := causes.Spec{Kind: causes.Kind(name), Source: s.where()}
+		s.add(col, spec, fn, L.OptTable(2, nil), name)
+		return 0
+	}
+}
+
+func (s *shard) checkResource(n int) causes.Resource {
+	res, err := parseResource(s.L.CheckString(n))
+	if err != nil {
+		s.L.ArgError(n, err.Error())
+	}
+	return res
+}
+
+// add applies the options table, checks the id and records the handler.
+func (s *shard) add(col *collected, spec causes.Spec, fn *lua.LFunction, opts *lua.LTable, suffix string) {
+	L := s.L
+	fns := &handlerFns{fn: fn, param: lua.LNil}
+	filters := &dataFilters{}
+	if opts != nil {
+		s.applyOptions(&spec, fns, filters, opts)
+	}
+	if spec.ID == "" {
+		spec.ID = defaultID(col, spec.Source, suffix)
+	}
+	if !validID.MatchString(spec.ID) {
+		L.RaiseError("handler id %q: use letters, digits, '_', '-', '.' and '/' only", spec.ID)
+	}
+	if prev, dup := col.sources[spec.ID]; dup {
+		L.RaiseError("duplicate handler id %q (first registered at %s); give one of them another id = \"...\"", spec.ID, prev)
+	}
+	col.sources[spec.ID] = spec.Source
+	fns.hasFilter = fns.when != nil || len(fns.labelFns) > 0 || len(fns.annotFns) > 0
+	filters.hasCallbacks = fns.hasFilter
+	col.fns[spec.ID] = fns
+	if !filters.empty() {
+		col.filters[spec.ID] = filters
+	}
+	switch spec.Kind {
+	case "startup", "cleanup", "probe":
+		col.hooks = append(col.hooks, spec)
+	default:
+		col.specs = append(col.specs, spec)
+	}
+}
+
+// defaultID derives a stable id from the file name and the handler kind, so that
+// progress survives edits that move lines: "widgets.lua" + create -> "widgets_create".
+func defaultID(col *collected, source, suffix string) string {
+	file := source
+	if i := strings.LastIndex(file, ":"); i > 0 {
+		file = file[:i]
+	}
+	stem := strings.TrimSuffix(path.Base(file), ".lua")
+	stem = strings.Map(func(r rune) rune {
+		if r == '-' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' {
+			return r
+		}
+		return '_'
+	}, stem)
+	id := stem + "_" + suffix
+	col.stems[id]++
+	if n := col.stems[id]; n > 1 {
+		id = fmt.Sprintf("%s_%d", id, n)
+	}
+	return id
+}
+
+var knownOptions = map[string]bool{
+	"id": true, "retries": true, "backoff": true, "timeout": true, "errors": true, "param": true,
+	"labels": true, "annotations": true, "field": true, "value": true, "when": true, "old": true, "new": true,
+	"optional": true, "deleted": true, "interval": true, "initial_delay": true, "idle": true, "sharp": true,
+	"cancellation_timeout": true,
+}
+
+func (s *shard) applyOptions(spec *causes.Spec, fns *handlerFns, f *dataFilters, opts *lua.LTable) {
+	L := s.L
+	opts.ForEach(func(k, v lua.LValue) {
+		key, ok := k.(lua.LString)
+		if !ok || !knownOptions[string(key)] {
+			L.RaiseError("unknown handler option %s; known options: id, retries, backoff, timeout, errors, param, labels, annotations, field, value, when, old, new, optional, deleted, interval, initial_delay, idle, sharp, cancellation_timeout", k.String())
+		}
+		name := string(key)
+		switch name {
+		case "id":
+			spec.ID = s.optString(name, v)
+		case "retries":
+			spec.Retries = int(s.optNumber(name, v))
+		case "backoff":
+			spec.Backoff = s.optSeconds(name, v)
+		case "timeout":
+			spec.Timeout = s.optSeconds(name, v)
+		case "errors":
+			mode := causes.ErrorMode(s.optString(name, v))
+			if mode != causes.ErrorsTemporary && mode != causes.ErrorsPermanent && mode != causes.ErrorsIgnored {
+				L.RaiseError("option errors = %q: use \"temporary\", \"permanent\" or \"ignored\"", mode)
+			}
+			spec.Errors = mode
+		case "param":
+			fns.param = v
+		case "labels", "annotations":
+			t, ok := v.(*lua.LTable)
+			if !ok {
+				L.RaiseError("option %s must be a table of name = value, luaop.PRESENT, luaop.ABSENT or function(value, ctx)", name)
+			}
+			s.metaFilters(name, t, fns, f)
+		case "field":
+			f.field = state.ParsePath(s.optString(name, v))
+		case "value":
+			f.value, f.hasValue = s.optValue(name, v), true
+		case "old":
+			f.old, f.hasOld = s.optValue(name, v), true
+		case "new":
+			f.new, f.hasNew = s.optValue(name, v), true
+		case "when":
+			fn, ok := v.(*lua.LFunction)
+			if !ok {
+				L.RaiseError("option when must be a function(ctx) returning true or false")
+			}
+			fns.when = fn
+		case "optional":
+			spec.Optional = lua.LVAsBool(v)
+		case "deleted":
+			spec.Deleted = lua.LVAsBool(v)
+		case "interval":
+			spec.Interval = s.optSeconds(name, v)
+		case "initial_delay":
+			spec.InitialDelay = s.optSeconds(name, v)
+		case "idle":
+			spec.Idle = s.optSeconds(name, v)
+		case "sharp":
+			spec.Sharp = lua.LVAsBool(v)
+		case "cancellation_timeout":
+			spec.CancellationTimeout = s.optSeconds(name, v)
+		}
+	})
+	if f.hasValue && f.field == nil && spec.Field != nil {
+		f.field = spec.Field
+	}
+}
+
+func (s *shard) optString(name string, v lua.LValue) string {
+	str, ok := v.(lua.LString)
+	if !ok {
+		s.L.RaiseError("option %s must be a string, got %s", name, v.Type())
+	}
+	return string(str)
+}
+
+func (s *shard) optNumber(name string, v lua.LValue) float64 {
+	n, ok := v.(lua.LNumber)
+	if !ok || n < 0 {
+		s.L.RaiseError("option %s must be a number >= 0, got %s", name, v.String())
+	}
+	return float64(n)
+}
+
+func (s *shard) optSeconds(name string, v lua.LValue) time.Duration {
+	return time.Duration(s.optNumber(name, v) * float64(time.Second))
+}
+
+func (s *shard) optValue(name string, v lua.LValue) any {
+	out, err := fromLua(v)
+	if err != nil {
+		s.L.RaiseError("option %s: %s", name, err.Error())
+	}
+	return out
+}
+
+func (s *shard) metaFilters(name string, t *lua.LTable, fns *handlerFns, f *dataFilters) {
+	present, absent := presentMarker(s.L), absentMarker(s.L)
+	t.ForEach(func(k, v lua.LValue) {
+		key := k.String()
+		var mf metaFilter
+		switch {
+		case v == present:
+			mf = metaFilter{key: key, mode: metaPresent}
+		case v == absent:
+			mf = metaFilter{key: key, mode: metaAbsent}
+		case v.Type() == lua.LTFunction:
+			if name == "labels" {
+				if fns.labelFns == nil {
+					fns.labelFns = map[string]*lua.LFunction{}
+				}
+				fns.labelFns[key] = v.(*lua.LFunction)
+			} else {
+				if fns.annotFns == nil {
+					fns.annotFns = map[string]*lua.LFunction{}
+				}
+				fns.annotFns[key] = v.(*lua.LFunction)
+			}
+			return
+		case v.Type() == lua.LTString:
+			mf = metaFilter{key: key, mode: metaEquals, value: v.String()}
+		default:
+			s.L.RaiseError("%s filter %q: use a string, luaop.PRESENT, luaop.ABSENT or a function(value, ctx)", name, key)
+		}
+		if name == "labels" {
+			f.labels = append(f.labels, mf)
+		} else {
+			f.annotations = append(f.annotations, mf)
+		}
+	})
+}

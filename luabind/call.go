@@ -1,0 +1,302 @@
+package luabind
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	lua "github.com/yuin/gopher-lua"
+
+	"github.com/luaop/luaop/processing/causes"
+	"github.com/luaop/luaop/state"
+)
+
+// callState is the Go side of one call's ctx table.
+type callState struct {
+	table    *lua.LTable
+	call     causes.Call
+	fns      *handlerFns
+	logger   *slog.Logger
+	patchTbl *lua.LTable
+}
+
+// invoke runs one handler with the shard's state.
+func (s *shard) invoke(ctx context.Context, call causes.Call) (result any, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fns := s.fns[call.Handler.ID]
+	if fns == nil {
+		return nil, &causes.PermanentError{Message: fmt.Sprintf("handler %s is no longer registered (removed by a script reload)", call.Handler.ID)}
+	}
+	ret, cs, err := s.call(ctx, fns.fn, call, fns)
+	if err != nil {
+		return nil, err
+	}
+	if cs.patchTbl != nil && call.Patch != nil {
+		prunePatchTable(cs.patchTbl, s.patchMT)
+		p, err := fromLua(cs.patchTbl)
+		if err != nil {
+			return nil, &causes.PermanentError{Message: fmt.Sprintf("%s: ctx.patch: %s", call.Handler.Source, err)}
+		}
+		if m, ok := p.(map[string]any); ok {
+			call.Patch.Merge(m)
+		}
+	}
+	if ret == lua.LNil {
+		return nil, nil
+	}
+	out, err := fromLua(ret)
+	if err != nil {
+		return nil, &causes.PermanentError{Message: fmt.Sprintf("%s: the handler's return value: %s", call.Handler.Source, err)}
+	}
+	return out, nil
+}
+
+// match runs a handler's filter callbacks (when, label and annotation functions).
+func (s *shard) match(ctx context.Context, spec causes.Spec, cause causes.Cause) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fns := s.fns[spec.ID]
+	if fns == nil || !fns.hasFilter {
+		return fns != nil, nil
+	}
+	call := causes.Call{Handler: spec, Cause: cause}
+	meta, _ := cause.Body["metadata"].(map[string]any)
+	for _, group := range []struct {
+		fns map[string]*lua.LFunction
+		raw any
+	}{{fns.labelFns, meta["labels"]}, {fns.annotFns, meta["annotations"]}} {
+		values, _ := group.raw.(map[string]any)
+		for key, fn := range group.fns {
+			v, ok := values[key]
+			arg := lua.LValue(lua.LNil)
+			if ok {
+				arg = toLua(s.L, v)
+			}
+			ret, _, err := s.call(ctx, fn, call, fns, arg)
+			if err != nil {
+				return false, fmt.Errorf("filter of %s on %q: %w", spec.ID, key, err)
+			}
+			if !lua.LVAsBool(ret) {
+				return false, nil
+			}
+		}
+	}
+	if fns.when != nil {
+		ret, _, err := s.call(ctx, fns.when, call, fns)
+		if err != nil {
+			return false, fmt.Errorf("when filter of %s: %w", spec.ID, err)
+		}
+		return lua.LVAsBool(ret), nil
+	}
+	return true, nil
+}
+
+// call runs fn(args..., ctx) under the handler deadline and maps Lua errors to Go
+// errors. Nothing a script does can panic the caller.
+func (s *shard) call(ctx context.Context, fn *lua.LFunction, call causes.Call, fns *handlerFns, args ...lua.LValue) (ret lua.LValue, cs *callState, err error) {
+	L := s.L
+	cs = &callState{call: call, fns: fns, logger: call.Logger}
+	cs.table = L.CreateTable(0, 8)
+	L.SetMetatable(cs.table, s.ctxMT)
+	s.current = cs
+	cctx, cancel := context.WithTimeout(ctx, s.rt.opts.HandlerTimeout)
+	L.SetContext(cctx)
+	defer func() {
+		L.RemoveContext()
+		cancel()
+		L.SetTop(0)
+		s.current = nil
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%s: internal error while running the handler: %v", call.Handler.ID, r)
+		}
+	}()
+	L.Push(fn)
+	for _, a := range args {
+		L.Push(a)
+	}
+	L.Push(cs.table)
+	if perr := L.PCall(len(args)+1, 1, nil); perr != nil {
+		if cctx.Err() != nil && ctx.Err() == nil {
+			return lua.LNil, cs, timeoutError(perr, s.rt.opts.HandlerTimeout)
+		}
+		return lua.LNil, cs, luaError(perr)
+	}
+	return L.Get(-1), cs, nil
+}
+
+// timeoutError keeps the location and makes the deadline recognisable.
+func timeoutError(err error, limit time.Duration) error {
+	mapped := luaError(err)
+	return fmt.Errorf("handler exceeded its %s deadline (an endless loop?): %w", limit, mapped)
+}
+
+// newCtxMetatable serves the lazy fields of ctx tables. A ctx kept beyond its call
+// (stored in memo) reads nil for them.
+func (s *shard) newCtxMetatable() *lua.LTable {
+	L := s.L
+	mt := L.NewTable()
+	mt.RawSetString("__index", L.NewFunction(func(L *lua.LState) int {
+		t := L.CheckTable(1)
+		key := L.CheckString(2)
+		cs := s.current
+		if cs == nil || cs.table != t {
+			return 0
+		}
+		v := s.ctxField(cs, key)
+		if v != lua.LNil {
+			t.RawSetString(key, v)
+		}
+		L.Push(v)
+		return 1
+	}))
+	return mt
+}
+
+func (s *shard) ctxField(cs *callState, key string) lua.LValue {
+	L := s.L
+	call := cs.call
+	body := call.Cause.Body
+	meta, _ := body["metadata"].(map[string]any)
+	switch key {
+	case "body":
+		return newProxy(L, body)
+	case "spec", "status":
+		if v, ok := body[key]; ok {
+			return newProxy(L, v)
+		}
+		return newProxy(L, map[string]any{})
+	case "meta", "metadata":
+		return newProxy(L, meta)
+	case "labels", "annotations":
+		if v, ok := meta[key]; ok {
+			return newProxy(L, v)
+		}
+		return newProxy(L, map[string]any{})
+	case "name", "namespace", "uid", "resourceVersion":
+		if v, ok := meta[key].(string); ok {
+			return lua.LString(v)
+		}
+		return lua.LNil
+	case "reason":
+		if call.Cause.Reason == "" {
+			return lua.LNil
+		}
+		return lua.LString(call.Cause.Reason)
+	case "type":
+		if call.Cause.EventType == "" {
+			return lua.LNil
+		}
+		return lua.LString(call.Cause.EventType)
+	case "old":
+		return newProxy(L, call.Cause.Old)
+	case "new":
+		return newProxy(L, call.Cause.New)
+	case "diff":
+		return diffToLua(L, call.Cause.Diff)
+	case "patch":
+		cs.patchTbl = L.NewTable()
+		L.SetMetatable(cs.patchTbl, s.patchMT)
+		return cs.patchTbl
+	case "memo":
+		return s.memoFor(uidOf(body))
+	case "logger":
+		return s.logger
+	case "retry":
+		return lua.LNumber(call.Retry)
+	case "started":
+		if call.Started.IsZero() {
+			return lua.LNil
+		}
+		return lua.LNumber(float64(call.Started.UnixNano()) / 1e9)
+	case "runtime":
+		return lua.LNumber(call.Runtime.Seconds())
+	case "id":
+		return lua.LString(call.Handler.ID)
+	case "param":
+		if cs.fns != nil {
+			return cs.fns.param
+		}
+	case "resource":
+		return lua.LString(call.Handler.Resource.String())
+	}
+	return lua.LNil
+}
+
+func diffToLua(L *lua.LState, d state.Diff) lua.LValue {
+	t := L.CreateTable(len(d), 0)
+	for _, item := range d {
+		e := L.CreateTable(0, 4)
+		e.RawSetString("op", lua.LString(item.Op))
+		path := L.CreateTable(len(item.Path), 0)
+		for _, p := range item.Path {
+			path.Append(lua.LString(p))
+		}
+		e.RawSetString("field", path)
+		e.RawSetString("path", lua.LString(strings.Join(item.Path, ".")))
+		e.RawSetString("old", toLua(L, item.Old))
+		e.RawSetString("new", toLua(L, item.New))
+		t.Append(e)
+	}
+	return t
+}
+
+// newPatchMetatable makes ctx.patch auto-vivifying, like kopf's patch object:
+// ctx.patch.status.phase = "Ready" works without creating status first.
+func (s *shard) newPatchMetatable() *lua.LTable {
+	L := s.L
+	mt := L.NewTable()
+	mt.RawSetString("__index", L.NewFunction(func(L *lua.LState) int {
+		t := L.CheckTable(1)
+		k := L.Get(2)
+		child := L.NewTable()
+		L.SetMetatable(child, mt)
+		t.RawSet(k, child)
+		L.Push(child)
+		return 1
+	}))
+	return mt
+}
+
+// prunePatchTable removes auto-vivified tables that stayed empty (only read through).
+func prunePatchTable(t *lua.LTable, mt *lua.LTable) bool {
+	var empty []lua.LValue
+	t.ForEach(func(k, v lua.LValue) {
+		if child, ok := v.(*lua.LTable); ok && child.Metatable == mt {
+			if prunePatchTable(child, mt) {
+				empty = append(empty, k)
+			}
+		}
+	})
+	for _, k := range empty {
+		t.RawSet(k, lua.LNil)
+	}
+	k, _ := t.Next(lua.LNil)
+	return k == lua.LNil
+}
+
+// newLogger builds ctx.logger: debug/info/warn/error write to the logger of the call
+// in progress, which is tagged with the object and the handler. Both
+// ctx.logger.info("x") and ctx.logger:info("x") work.
+func (s *shard) newLogger() *lua.LTable {
+	L := s.L
+	t := L.NewTable()
+	for name, level := range map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "warning": slog.LevelWarn, "error": slog.LevelError} {
+		level := level
+		t.RawSetString(name, L.NewFunction(func(L *lua.LState) int {
+			start := 1
+			if L.GetTop() >= 1 && L.Get(1) == t {
+				start = 2
+			}
+			var parts []string
+			for i := start; i <= L.GetTop(); i++ {
+				parts = append(parts, L.ToStringMeta(L.Get(i)).String())
+			}
+			s.log().Log(L.Context(), level, strings.Join(parts, " "))
+			return 0
+		}))
+	}
+	return t
+}

@@ -1,0 +1,682 @@
+package luabind
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+
+	lua "github.com/yuin/gopher-lua"
+)
+
+// Conversion between Kubernetes JSON values and Lua.
+//
+// Go side: the values client-go's unstructured decoding produces (map[string]any, []any,
+// string, bool, int64, float64, nil); toLua also accepts the other Go integer and float
+// types, json.Number, and (through reflection or a JSON round trip) other maps, slices
+// and structs.
+//
+// Lua side:
+//   - objects are tables with string keys; an EMPTY object carries the object marker
+//     metatable so that it stays an object when it comes back;
+//   - lists are tables with keys 1..n and always carry the array marker metatable, so an
+//     empty list stays a list and a list emptied by a handler stays a list;
+//   - JSON null is luaop.null, a per-state userdata (tostring gives "null"). It is truthy
+//     in Lua: test it with luaop.is_null(v) or v == luaop.null;
+//   - numbers are lua.LNumber (float64). On the way back an integral number with
+//     |x| <= 2^53 becomes int64, anything else float64; so an int64 beyond ±2^53 does
+//     not survive a trip through Lua exactly (it comes back as the nearest float64).
+//
+// fromLua, for tables without a marker: keys exactly 1..n (n > 0) make a list, string
+// keys make an object, and an EMPTY plain table is an OBJECT ({}): a handler that wants
+// an empty list writes luaop.array() (or luaop.array(t) to mark an existing table).
+// List indices in error paths are Lua's (1-based): "spec.items[3]" is items[3] in Lua.
+
+// cvMaxDepth bounds the nesting of values converted from Lua (and of Go values copied
+// out of proxies), so a self-similar or absurdly deep value fails instead of exhausting
+// the stack.
+const cvMaxDepth = 100
+
+// cvMaxSafeInt is 2^53: every integer up to it is exactly representable as float64.
+const cvMaxSafeInt = 1 << 53
+
+// Keys of the marker metatables. Their value says which marker it is. Forging them from
+// Lua (setmetatable(t, {__luaop_json = "array"})) is harmless: it is what luaop.array does.
+const (
+	cvMarkerKey   = "__luaop_json"
+	cvMarkArray   = lua.LString("array")
+	cvMarkObject  = lua.LString("object")
+	cvRegistryKey = "luaop.binding.state"
+)
+
+// cvNull is the Go value held by every state's null sentinel. It is a zero-size,
+// immutable type: recognising the sentinel needs no state.
+type cvNull struct{}
+
+// convCtx holds the per-LState objects of the binding: marker metatables, the null
+// sentinel, and the shared functions and metatables of proxies and raised errors. It
+// lives in the state's registry (L.G.Registry), which coroutines (NewThread) share.
+type convCtx struct {
+	null     *lua.LUserData
+	arrayMT  *lua.LTable
+	objectMT *lua.LTable
+
+	// proxies (proxy.go)
+	pxDataMT   *lua.LTable // metatable of the userdata holding a *proxyData
+	pxLen      *lua.LFunction
+	pxPairs    *lua.LFunction
+	pxIPairs   *lua.LFunction
+	pxToString *lua.LFunction
+	pxMapNext  *lua.LFunction
+	pxListNext *lua.LFunction
+
+	// raised errors (errors.go)
+	errMT *lua.LTable
+
+	iterationInstalled bool
+}
+
+// conv returns the state's convCtx, creating it on first use.
+func conv(L *lua.LState) *convCtx {
+	reg := L.G.Registry
+	if ud, ok := reg.RawGetString(cvRegistryKey).(*lua.LUserData); ok {
+		if c, ok := ud.Value.(*convCtx); ok {
+			return c
+		}
+	}
+	c := newConvCtx(L)
+	reg.RawSetString(cvRegistryKey, &lua.LUserData{Value: c, Metatable: lua.LNil})
+	return c
+}
+
+func newConvCtx(L *lua.LState) *convCtx {
+	c := &convCtx{}
+
+	nullMT := L.CreateTable(0, 4)
+	nullMT.RawSetString("__tostring", L.NewFunction(func(L *lua.LState) int {
+		L.Push(lua.LString("null"))
+		return 1
+	}))
+	nullMT.RawSetString("__index", L.NewFunction(func(L *lua.LState) int {
+		L.RaiseError("attempt to index luaop.null (JSON null) with key '%s'", L.Get(2).String())
+		return 0
+	}))
+	nullMT.RawSetString("__newindex", L.NewFunction(func(L *lua.LState) int {
+		L.RaiseError("attempt to write into luaop.null (JSON null)")
+		return 0
+	}))
+	nullMT.RawSetString("__metatable", lua.LString("null"))
+	c.null = &lua.LUserData{Value: cvNull{}, Metatable: nullMT}
+
+	c.arrayMT = L.CreateTable(0, 1)
+	c.arrayMT.RawSetString(cvMarkerKey, cvMarkArray)
+	c.objectMT = L.CreateTable(0, 1)
+	c.objectMT.RawSetString(cvMarkerKey, cvMarkObject)
+
+	c.initProxy(L)
+	c.initErrors(L)
+	return c
+}
+
+// toLua converts a Go JSON value into a fresh Lua value (an eager deep copy).
+func toLua(L *lua.LState, v any) lua.LValue {
+	return conv(L).toLua(L, v, 0)
+}
+
+func (c *convCtx) toLua(L *lua.LState, v any, depth int) lua.LValue {
+	switch x := v.(type) {
+	case nil:
+		return c.null
+	case string:
+		return lua.LString(x)
+	case bool:
+		return lua.LBool(x)
+	case int64:
+		return lua.LNumber(x)
+	case float64:
+		return lua.LNumber(x)
+	case map[string]any:
+		if x == nil {
+			return c.null // as encoding/json: a nil map is null
+		}
+		t := L.CreateTable(0, len(x))
+		if len(x) == 0 {
+			t.Metatable = c.objectMT
+			return t
+		}
+		for k, e := range x {
+			t.RawSetString(k, c.toLua(L, e, depth+1))
+		}
+		return t
+	case []any:
+		if x == nil {
+			return c.null // as encoding/json: a nil slice is null
+		}
+		t := L.CreateTable(len(x), 0)
+		for i, e := range x {
+			t.RawSetInt(i+1, c.toLua(L, e, depth+1))
+		}
+		t.Metatable = c.arrayMT
+		return t
+	case int:
+		return lua.LNumber(x)
+	case int32:
+		return lua.LNumber(x)
+	case json.Number:
+		if i, err := x.Int64(); err == nil {
+			return lua.LNumber(i)
+		}
+		if f, err := x.Float64(); err == nil {
+			return lua.LNumber(f)
+		}
+		return lua.LString(x.String())
+	case lua.LValue:
+		return x
+	}
+	return c.toLuaReflect(L, v, depth)
+}
+
+// toLuaReflect handles the Go values that client-go never produces but Go callers may
+// pass: other numeric types, typed maps and slices, pointers, structs (through JSON).
+func (c *convCtx) toLuaReflect(L *lua.LState, v any, depth int) lua.LValue {
+	if depth > cvMaxDepth {
+		return c.null
+	}
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return lua.LNumber(rv.Int())
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return lua.LNumber(rv.Uint())
+	case reflect.Float32, reflect.Float64:
+		return lua.LNumber(rv.Float())
+	case reflect.String:
+		return lua.LString(rv.String())
+	case reflect.Bool:
+		return lua.LBool(rv.Bool())
+	case reflect.Pointer, reflect.Interface:
+		if rv.IsNil() {
+			return c.null
+		}
+		if rv.Kind() == reflect.Interface || rv.Elem().Kind() != reflect.Struct {
+			return c.toLua(L, rv.Elem().Interface(), depth+1)
+		}
+	case reflect.Map:
+		if rv.IsNil() {
+			return c.null
+		}
+		if rv.Type().Key().Kind() == reflect.String {
+			t := L.CreateTable(0, rv.Len())
+			if rv.Len() == 0 {
+				t.Metatable = c.objectMT
+			}
+			it := rv.MapRange()
+			for it.Next() {
+				t.RawSetString(it.Key().String(), c.toLua(L, it.Value().Interface(), depth+1))
+			}
+			return t
+		}
+	case reflect.Slice, reflect.Array:
+		if rv.Kind() == reflect.Slice && rv.IsNil() {
+			return c.null
+		}
+		if rv.Type().Elem().Kind() != reflect.Uint8 { // []byte goes through JSON (base64)
+			t := L.CreateTable(rv.Len(), 0)
+			for i := 0; i < rv.Len(); i++ {
+				t.RawSetInt(i+1, c.toLua(L, rv.Index(i).Interface(), depth+1))
+			}
+			t.Metatable = c.arrayMT
+			return t
+		}
+	}
+	// Structs, []byte, maps with non-string keys and the like: as JSON would see them.
+	data, err := json.Marshal(v)
+	if err != nil {
+		return lua.LString(fmt.Sprint(v))
+	}
+	var out any
+	if err := cvUnmarshal(data, &out); err != nil {
+		return lua.LString(fmt.Sprint(v))
+	}
+	return c.toLua(L, out, depth+1)
+}
+
+// cvUnmarshal decodes JSON like client-go does: integers as int64, other numbers float64.
+func cvUnmarshal(data []byte, out *any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	if err := dec.Decode(out); err != nil {
+		return err
+	}
+	v, err := cvNormalize(*out, 0)
+	*out = v
+	return err
+}
+
+// fromLua converts a Lua value into a Go JSON value (a deep copy). Errors name the path
+// of the offending value, e.g. `spec.items[3]: cannot convert a function to JSON`.
+func fromLua(lv lua.LValue) (any, error) {
+	w := cvWalker{}
+	return w.from(lv, 0)
+}
+
+// cvWalker keeps the path and the tables being visited (for cycle detection).
+type cvWalker struct {
+	path  []cvStep
+	stack []*lua.LTable
+}
+
+// cvStep is one step of a path: a key of an object, or a 1-based index of a list.
+type cvStep struct {
+	key   string
+	index int
+	isKey bool
+}
+
+func (w *cvWalker) errorf(format string, args ...any) error {
+	p := cvFormatPath(w.path)
+	if p == "" {
+		p = "value"
+	}
+	return fmt.Errorf("%s: %s", p, fmt.Sprintf(format, args...))
+}
+
+// cvFormatPath renders steps as `spec.items[3]["app.kubernetes.io/name"]`.
+func cvFormatPath(steps []cvStep) string {
+	var b strings.Builder
+	for _, s := range steps {
+		cvAppendStep(&b, s)
+	}
+	return b.String()
+}
+
+func cvAppendStep(b *strings.Builder, s cvStep) {
+	if !s.isKey {
+		b.WriteByte('[')
+		b.WriteString(strconv.Itoa(s.index))
+		b.WriteByte(']')
+		return
+	}
+	if cvIsIdent(s.key) {
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(s.key)
+		return
+	}
+	b.WriteByte('[')
+	b.WriteString(strconv.Quote(s.key))
+	b.WriteByte(']')
+}
+
+func cvIsIdent(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (i > 0 && c >= '0' && c <= '9') {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+func (w *cvWalker) from(lv lua.LValue, depth int) (any, error) {
+	switch x := lv.(type) {
+	case *lua.LNilType:
+		return nil, nil
+	case lua.LBool:
+		return bool(x), nil
+	case lua.LString:
+		return string(x), nil
+	case lua.LNumber:
+		return cvNumber(float64(x), w)
+	case *lua.LTable:
+		if depth >= cvMaxDepth {
+			return nil, w.errorf("value nested deeper than %d levels", cvMaxDepth)
+		}
+		if pd := proxyDataOf(x); pd != nil {
+			v, err := cvNormalize(pd.v, depth)
+			if err != nil {
+				return nil, w.errorf("%v", err)
+			}
+			return v, nil
+		}
+		for _, t := range w.stack {
+			if t == x {
+				return nil, w.errorf("cycle: the table contains itself")
+			}
+		}
+		w.stack = append(w.stack, x)
+		v, err := w.table(x, depth)
+		w.stack = w.stack[:len(w.stack)-1]
+		return v, err
+	case *lua.LUserData:
+		if _, ok := x.Value.(cvNull); ok {
+			return nil, nil
+		}
+		return nil, w.errorf("cannot convert a userdata to JSON")
+	case *lua.LFunction:
+		return nil, w.errorf("cannot convert a function to JSON")
+	case *lua.LState:
+		return nil, w.errorf("cannot convert a coroutine to JSON")
+	case nil:
+		return nil, nil
+	default:
+		return nil, w.errorf("cannot convert a %s to JSON", lv.Type().String())
+	}
+}
+
+// cvNumber applies the number rule: integral and |x| <= 2^53 -> int64, else float64.
+func cvNumber(f float64, w *cvWalker) (any, error) {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return nil, w.errorf("number %v cannot be represented in JSON", f)
+	}
+	if f == math.Trunc(f) && f >= -cvMaxSafeInt && f <= cvMaxSafeInt {
+		return int64(f), nil
+	}
+	return f, nil
+}
+
+func cvMarkerOf(t *lua.LTable) lua.LValue {
+	mt, ok := t.Metatable.(*lua.LTable)
+	if !ok {
+		return lua.LNil
+	}
+	return mt.RawGetString(cvMarkerKey)
+}
+
+// table converts a plain or marked table.
+func (w *cvWalker) table(t *lua.LTable, depth int) (any, error) {
+	marker := cvMarkerOf(t)
+
+	// Classify the keys in one pass.
+	var (
+		nInt, maxInt, nStr int
+		badKey             lua.LValue = lua.LNil
+	)
+	t.ForEach(func(k, _ lua.LValue) {
+		switch kk := k.(type) {
+		case lua.LString:
+			nStr++
+		case lua.LNumber:
+			f := float64(kk)
+			if f >= 1 && f == math.Trunc(f) && f <= math.MaxInt32 {
+				nInt++
+				if int(f) > maxInt {
+					maxInt = int(f)
+				}
+				return
+			}
+			if badKey == lua.LNil {
+				badKey = k
+			}
+		default:
+			if badKey == lua.LNil {
+				badKey = k
+			}
+		}
+	})
+
+	switch {
+	case marker == cvMarkArray:
+		if nStr > 0 {
+			return nil, w.errorf("list has a string key %s (a list takes only indices 1..n)", strconv.Quote(w.smallestStringKey(t)))
+		}
+		if badKey != lua.LNil {
+			return nil, w.errorf("list has an invalid key %s (a list takes only indices 1..n)", cvKeyString(badKey))
+		}
+		if nInt != maxInt {
+			return nil, w.errorf("list has a hole at index %d (a list takes indices 1..n without gaps; use luaop.null for JSON null)", cvFirstHole(t, maxInt))
+		}
+		return w.list(t, maxInt, depth)
+	case marker == cvMarkObject:
+		if badKey != lua.LNil || nInt > 0 {
+			k := badKey
+			if k == lua.LNil {
+				k = lua.LNumber(w.smallestIntKey(t))
+			}
+			return nil, w.errorf("object has a non-string key %s (object keys must be strings)", cvKeyString(k))
+		}
+		return w.object(t, nStr, depth)
+	}
+
+	switch {
+	case badKey != lua.LNil:
+		return nil, w.errorf("table has a key %s that is neither a string nor a list index 1..n", cvKeyString(badKey))
+	case nInt > 0 && nStr > 0:
+		return nil, w.errorf("table mixes list indices and string keys (index %d and key %s); use either 1..n or string keys", w.smallestIntKey(t), strconv.Quote(w.smallestStringKey(t)))
+	case nInt > 0:
+		if nInt != maxInt {
+			return nil, w.errorf("table is a sparse list: hole at index %d (a list takes indices 1..n without gaps; use luaop.null for JSON null)", cvFirstHole(t, maxInt))
+		}
+		return w.list(t, maxInt, depth)
+	default:
+		// String keys, or an empty plain table: an object.
+		return w.object(t, nStr, depth)
+	}
+}
+
+func (w *cvWalker) list(t *lua.LTable, n int, depth int) (any, error) {
+	out := make([]any, n)
+	for i := 1; i <= n; i++ {
+		w.path = append(w.path, cvStep{index: i})
+		v, err := w.from(t.RawGetInt(i), depth+1)
+		w.path = w.path[:len(w.path)-1]
+		if err != nil {
+			return nil, err
+		}
+		out[i-1] = v
+	}
+	return out, nil
+}
+
+func (w *cvWalker) object(t *lua.LTable, n int, depth int) (any, error) {
+	out := make(map[string]any, n)
+	var firstErr error
+	var errKey string
+	t.ForEach(func(k, v lua.LValue) {
+		ks := string(k.(lua.LString))
+		if firstErr != nil && ks > errKey {
+			return
+		}
+		w.path = append(w.path, cvStep{key: ks, isKey: true})
+		gv, err := w.from(v, depth+1)
+		w.path = w.path[:len(w.path)-1]
+		if err != nil {
+			// Report the error under the smallest key, so messages are deterministic.
+			if firstErr == nil || ks < errKey {
+				firstErr, errKey = err, ks
+			}
+			return
+		}
+		out[ks] = gv
+	})
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	return out, nil
+}
+
+func (w *cvWalker) smallestStringKey(t *lua.LTable) string {
+	var keys []string
+	t.ForEach(func(k, _ lua.LValue) {
+		if s, ok := k.(lua.LString); ok {
+			keys = append(keys, string(s))
+		}
+	})
+	sort.Strings(keys)
+	if len(keys) == 0 {
+		return ""
+	}
+	return keys[0]
+}
+
+func (w *cvWalker) smallestIntKey(t *lua.LTable) int {
+	best := 0
+	t.ForEach(func(k, _ lua.LValue) {
+		if n, ok := k.(lua.LNumber); ok && float64(n) >= 1 && float64(n) == math.Trunc(float64(n)) {
+			if best == 0 || int(n) < best {
+				best = int(n)
+			}
+		}
+	})
+	return best
+}
+
+func cvFirstHole(t *lua.LTable, n int) int {
+	for i := 1; i <= n; i++ {
+		if t.RawGetInt(i) == lua.LNil {
+			return i
+		}
+	}
+	return n + 1
+}
+
+func cvKeyString(k lua.LValue) string {
+	switch kk := k.(type) {
+	case lua.LString:
+		return strconv.Quote(string(kk))
+	case lua.LNumber:
+		return kk.String()
+	default:
+		return "(" + k.Type().String() + ")"
+	}
+}
+
+// cvNormalize deep-copies a Go JSON value, normalising numbers to int64/float64 as
+// client-go does. It serves proxies (whose Go value fromLua must not share) and toLua's
+// JSON fallback.
+func cvNormalize(v any, depth int) (any, error) {
+	if depth > cvMaxDepth {
+		return nil, fmt.Errorf("value nested deeper than %d levels", cvMaxDepth)
+	}
+	switch x := v.(type) {
+	case nil, string, bool, int64, float64:
+		return x, nil
+	case map[string]any:
+		if x == nil {
+			return nil, nil
+		}
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			c, err := cvNormalize(e, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			out[k] = c
+		}
+		return out, nil
+	case []any:
+		if x == nil {
+			return nil, nil
+		}
+		out := make([]any, len(x))
+		for i, e := range x {
+			c, err := cvNormalize(e, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = c
+		}
+		return out, nil
+	case int:
+		return int64(x), nil
+	case int32:
+		return int64(x), nil
+	case json.Number:
+		if i, err := x.Int64(); err == nil {
+			return i, nil
+		}
+		f, err := x.Float64()
+		if err != nil {
+			return nil, fmt.Errorf("invalid number %q", x.String())
+		}
+		return f, nil
+	}
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return rv.Int(), nil
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		u := rv.Uint()
+		if u > math.MaxInt64 {
+			return float64(u), nil
+		}
+		return int64(u), nil
+	case reflect.Float32, reflect.Float64:
+		return rv.Float(), nil
+	case reflect.String:
+		return rv.String(), nil
+	case reflect.Bool:
+		return rv.Bool(), nil
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var out any
+	if err := cvUnmarshal(data, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// installMarkers sets, on the luaop module table:
+//
+//	mod.null        the JSON null sentinel of this state
+//	mod.array(t?)   marks t (or a new table) as a JSON list and returns it
+//	mod.object(t?)  marks t (or a new table) as a JSON object and returns it
+//	mod.is_null(v)  true only for mod.null (not for nil)
+//
+// Marking a read-only proxy returns a marked plain copy of it (proxies cannot carry
+// another metatable).
+func installMarkers(L *lua.LState, mod *lua.LTable) {
+	c := conv(L)
+	mod.RawSetString("null", c.null)
+	mark := func(mt *lua.LTable, wantList bool) *lua.LFunction {
+		return L.NewFunction(func(L *lua.LState) int {
+			var t *lua.LTable
+			switch v := L.Get(1).(type) {
+			case *lua.LNilType:
+				t = L.NewTable()
+			case *lua.LTable:
+				t = v
+				if pd := proxyDataOf(v); pd != nil {
+					if _, isList := pd.v.([]any); isList != wantList {
+						L.ArgError(1, "a read-only view of a "+cvKindName(isList)+" cannot become a "+cvKindName(wantList))
+					}
+					t = c.toLua(L, pd.v, 0).(*lua.LTable)
+				}
+			default:
+				L.ArgError(1, "table or nil expected, got "+v.Type().String())
+			}
+			t.Metatable = mt
+			L.Push(t)
+			return 1
+		})
+	}
+	mod.RawSetString("array", mark(c.arrayMT, true))
+	mod.RawSetString("object", mark(c.objectMT, false))
+	mod.RawSetString("is_null", L.NewFunction(func(L *lua.LState) int {
+		ud, ok := L.Get(1).(*lua.LUserData)
+		if ok {
+			_, ok = ud.Value.(cvNull)
+		}
+		L.Push(lua.LBool(ok))
+		return 1
+	}))
+}
+
+func cvKindName(list bool) string {
+	if list {
+		return "list"
+	}
+	return "object"
+}

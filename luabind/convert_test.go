@@ -1,0 +1,491 @@
+package luabind
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	lua "github.com/yuin/gopher-lua"
+	kjson "k8s.io/apimachinery/pkg/util/json"
+)
+
+// ---- helpers shared by the tests of convert, proxy, sandbox and errors ----
+
+// lbtState returns a sandboxed state with a global `luaop` holding the markers and the
+// error constructors.
+func lbtState(t testing.TB) *lua.LState {
+	t.Helper()
+	L := newSandboxState(sandboxOptions{})
+	t.Cleanup(L.Close)
+	mod := L.NewTable()
+	installMarkers(L, mod)
+	installErrorConstructors(L, mod)
+	L.SetGlobal("luaop", mod)
+	return L
+}
+
+// lbtCompile compiles code as chunk `name` (so error messages say name:line:).
+func lbtCompile(t testing.TB, L *lua.LState, name, code string) *lua.LFunction {
+	t.Helper()
+	fn, err := L.Load(strings.NewReader(code), name)
+	if err != nil {
+		t.Fatalf("compile %s: %v", name, err)
+	}
+	return fn
+}
+
+// lbtCall runs code (as handler.lua) with args and returns its first result, or the
+// raw error of PCall.
+func lbtCall(t testing.TB, L *lua.LState, code string, args ...lua.LValue) (lua.LValue, error) {
+	t.Helper()
+	fn := lbtCompile(t, L, "handler.lua", code)
+	top := L.GetTop()
+	L.Push(fn)
+	for _, a := range args {
+		L.Push(a)
+	}
+	if err := L.PCall(len(args), 1, nil); err != nil {
+		L.SetTop(top)
+		return nil, err
+	}
+	v := L.Get(-1)
+	L.SetTop(top)
+	return v, nil
+}
+
+func lbtMustCall(t testing.TB, L *lua.LState, code string, args ...lua.LValue) lua.LValue {
+	t.Helper()
+	v, err := lbtCall(t, L, code, args...)
+	if err != nil {
+		t.Fatalf("lua: %v", err)
+	}
+	return v
+}
+
+// lbtDecode decodes JSON like client-go (int64 / float64 numbers).
+func lbtDecode(t testing.TB, data []byte) any {
+	t.Helper()
+	var v any
+	if err := kjson.Unmarshal(data, &v); err != nil {
+		t.Fatalf("decode: %v", err)
+	}
+	return v
+}
+
+func lbtLoadFile(t testing.TB, name string) any {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lbtDecode(t, data)
+}
+
+// lbtSameJSON compares a value with what came back from Lua: numbers by value, and an
+// integral number within ±2^53 must come back as int64 (so JSON prints 3, not 3.0).
+func lbtSameJSON(want, got any, path string) error {
+	switch w := want.(type) {
+	case int64, float64:
+		wf := lbtFloat(w)
+		gf, ok := lbtNumber(got)
+		if !ok {
+			return fmt.Errorf("%s: want number %v, got %T %v", path, want, got, got)
+		}
+		if wf != gf {
+			return fmt.Errorf("%s: want %v, got %v", path, want, got)
+		}
+		if wf == math.Trunc(wf) && math.Abs(wf) <= 1<<53 {
+			if _, isInt := got.(int64); !isInt {
+				return fmt.Errorf("%s: want int64 %v, got %T", path, want, got)
+			}
+		}
+		return nil
+	case map[string]any:
+		g, ok := got.(map[string]any)
+		if !ok {
+			return fmt.Errorf("%s: want object, got %T", path, got)
+		}
+		if len(g) != len(w) {
+			return fmt.Errorf("%s: want %d keys, got %d", path, len(w), len(g))
+		}
+		for k, wv := range w {
+			gv, ok := g[k]
+			if !ok {
+				return fmt.Errorf("%s.%s: missing", path, k)
+			}
+			if err := lbtSameJSON(wv, gv, path+"."+k); err != nil {
+				return err
+			}
+		}
+		return nil
+	case []any:
+		g, ok := got.([]any)
+		if !ok {
+			return fmt.Errorf("%s: want list, got %T", path, got)
+		}
+		if len(g) != len(w) {
+			return fmt.Errorf("%s: want %d items, got %d", path, len(w), len(g))
+		}
+		for i := range w {
+			if err := lbtSameJSON(w[i], g[i], fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	default:
+		if !reflect.DeepEqual(want, got) {
+			return fmt.Errorf("%s: want %#v, got %#v", path, want, got)
+		}
+		return nil
+	}
+}
+
+func lbtFloat(v any) float64 {
+	f, _ := lbtNumber(v)
+	return f
+}
+
+func lbtNumber(v any) (float64, bool) {
+	switch x := v.(type) {
+	case int64:
+		return float64(x), true
+	case float64:
+		return x, true
+	}
+	return 0, false
+}
+
+// ---- conversion tests ----
+
+func TestConvertRoundTrip(t *testing.T) {
+	cases := []struct {
+		name string
+		json string
+		file string
+	}{
+		{name: "deployment", file: "deployment.json"},
+		{name: "crd instance", file: "crd-instance.json"},
+		{name: "empty object", json: `{}`},
+		{name: "empty list", json: `[]`},
+		{name: "empties at depth", json: `{"a":{},"b":[],"c":{"d":{},"e":[[],{}],"f":[{"g":[]}]}}`},
+		{name: "list of empties", json: `[[],{},[[]],[{}]]`},
+		{name: "top null", json: `null`},
+		{name: "null values", json: `{"x":null,"y":[null,1,null],"z":{"w":null}}`},
+		{name: "int", json: `{"replicas":3}`},
+		{name: "float", json: `{"ratio":2.5}`},
+		{name: "2^53", json: `{"big":9007199254740992,"neg":-9007199254740992}`},
+		{name: "integral float", json: `{"f":60.0}`},
+		{name: "small float", json: `{"f":1e-7,"g":-0.5}`},
+		{name: "large float", json: `{"f":6.02e23}`},
+		{name: "unicode", json: `{"s":"Ünïcödé ✓ 中文 🎉","k\u00e9y":"\u0000nul"}`},
+		{name: "bools", json: `[true,false]`},
+		{name: "string", json: `"just a string"`},
+	}
+	L := lbtState(t)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var orig any
+			if tc.file != "" {
+				orig = lbtLoadFile(t, tc.file)
+			} else {
+				orig = lbtDecode(t, []byte(tc.json))
+			}
+			// Directly, and through a Lua function that returns its argument.
+			got, err := fromLua(toLua(L, orig))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := lbtSameJSON(orig, got, "$"); err != nil {
+				t.Fatal(err)
+			}
+			lv := lbtMustCall(t, L, "local v = ... ; return v", toLua(L, orig))
+			got, err = fromLua(lv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := lbtSameJSON(orig, got, "$"); err != nil {
+				t.Fatal(err)
+			}
+			// JSON text is stable too.
+			a, _ := json.Marshal(orig)
+			b, _ := json.Marshal(got)
+			if tc.name != "integral float" && string(a) != string(b) {
+				t.Fatalf("JSON differs:\n%s\n%s", a, b)
+			}
+		})
+	}
+}
+
+func TestConvertIntegersStayIntegers(t *testing.T) {
+	L := lbtState(t)
+	obj := lbtLoadFile(t, "deployment.json")
+	got, err := fromLua(lbtMustCall(t, L, `
+		local d = ...
+		d.spec.replicas = d.spec.replicas + 1
+		d.spec.ratio = d.spec.replicas / 8
+		return d`, toLua(L, obj)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := got.(map[string]any)["spec"].(map[string]any)
+	if r, ok := spec["replicas"].(int64); !ok || r != 4 {
+		t.Fatalf("replicas = %#v, want int64 4", spec["replicas"])
+	}
+	if r, ok := spec["ratio"].(float64); !ok || r != 0.5 {
+		t.Fatalf("ratio = %#v, want float64 0.5", spec["ratio"])
+	}
+	data, _ := json.Marshal(spec)
+	if !strings.Contains(string(data), `"replicas":4`) {
+		t.Fatalf("JSON: %s", data)
+	}
+}
+
+func TestConvertNumbers(t *testing.T) {
+	cases := []struct {
+		lua  string
+		want any
+	}{
+		{"3", int64(3)},
+		{"-3", int64(-3)},
+		{"2.5", 2.5},
+		{"2^53", int64(1 << 53)},
+		{"-2^53", int64(-(1 << 53))},
+		{"2^53 + 2", float64(1<<53 + 2)},
+		{"1e300", 1e300},
+		{"-0.0", int64(0)},
+		{"10 / 2", int64(5)},
+		{"1 / 3", 1.0 / 3},
+	}
+	L := lbtState(t)
+	for _, tc := range cases {
+		t.Run(tc.lua, func(t *testing.T) {
+			got, err := fromLua(lbtMustCall(t, L, "return "+tc.lua))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("got %T %v, want %T %v", got, got, tc.want, tc.want)
+			}
+		})
+	}
+}
+
+func TestConvertGoTypes(t *testing.T) {
+	type small struct {
+		Name string `json:"name"`
+		N    int    `json:"n"`
+	}
+	cases := []struct {
+		name string
+		in   any
+		want any
+	}{
+		{"int", 7, int64(7)},
+		{"int32", int32(-7), int64(-7)},
+		{"uint8", uint8(200), int64(200)},
+		{"float32", float32(1.5), 1.5},
+		{"json.Number int", json.Number("12"), int64(12)},
+		{"json.Number float", json.Number("1.25"), 1.25},
+		{"[]string", []string{"a", "b"}, []any{"a", "b"}},
+		{"empty []string", []string{}, []any{}},
+		{"map[string]string", map[string]string{"a": "b"}, map[string]any{"a": "b"}},
+		{"empty map[string]int", map[string]int{}, map[string]any{}},
+		{"struct", small{"x", 2}, map[string]any{"name": "x", "n": int64(2)}},
+		{"pointer", &small{"y", 3}, map[string]any{"name": "y", "n": int64(3)}},
+		{"nil slice", []any(nil), nil},
+		{"nil map", map[string]any(nil), nil},
+		{"nested json.Number", map[string]any{"a": []any{json.Number("5")}}, map[string]any{"a": []any{int64(5)}}},
+	}
+	L := lbtState(t)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := fromLua(toLua(L, tc.in))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("got %#v, want %#v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestConvertShapes(t *testing.T) {
+	cases := []struct {
+		name string
+		lua  string
+		want string // JSON
+	}{
+		{"empty plain table is an object", `return {}`, `{}`},
+		{"luaop.array()", `return luaop.array()`, `[]`},
+		{"luaop.object()", `return luaop.object()`, `{}`},
+		{"luaop.array(t)", `return luaop.array({1, 2})`, `[1,2]`},
+		{"list", `return {1, "a", true}`, `[1,"a",true]`},
+		{"object", `return {a = 1, b = {c = "d"}}`, `{"a":1,"b":{"c":"d"}}`},
+		{"emptied list stays a list", `local l = luaop.array({1}); l[1] = nil; return {l = l}`, `{"l":[]}`},
+		{"emptied object stays an object", `local o = {a = 1}; o.a = nil; return o`, `{}`},
+		{"converted empty list stays a list", `local v = ...; return v.items`, `[]`},
+		{"converted empty object stays an object", `local v = ...; return v.labels`, `{}`},
+		{"list from Go grows", `local v = ...; table.insert(v.list, 3); return v.list`, `[1,2,3]`},
+		{"null in object", `return {x = luaop.null}`, `{"x":null}`},
+		{"null in list", `return {1, luaop.null, 3}`, `[1,null,3]`},
+		{"top nil", `return nil`, `null`},
+		{"string keys that look like numbers", `return {["1"] = "a", ["2"] = "b"}`, `{"1":"a","2":"b"}`},
+		{"proxy inside a table", `local v = ...; return {copy = v}`, `{"copy":{"items":[],"labels":{},"list":[1,2]}}`},
+	}
+	L := lbtState(t)
+	arg := map[string]any{"items": []any{}, "labels": map[string]any{}, "list": []any{int64(1), int64(2)}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var in lua.LValue = toLua(L, arg)
+			if strings.Contains(tc.name, "proxy") {
+				in = newProxy(L, arg)
+			}
+			got, err := fromLua(lbtMustCall(t, L, tc.lua, in))
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, _ := json.Marshal(got)
+			if string(data) != tc.want {
+				t.Fatalf("got %s, want %s", data, tc.want)
+			}
+		})
+	}
+}
+
+func TestFromLuaErrors(t *testing.T) {
+	cases := []struct {
+		name string
+		lua  string
+		want string
+	}{
+		{"function in list", `return {spec = {items = {1, 2, function() end}}}`, `spec.items[3]: cannot convert a function to JSON`},
+		{"quoted key", `return {metadata = {annotations = {["example.com/x"] = print}}}`, `metadata.annotations["example.com/x"]: cannot convert a function to JSON`},
+		{"mixed keys", `return {spec = {1, 2, x = 3}}`, `spec: table mixes list indices and string keys (index 1 and key "x")`},
+		{"sparse", `return {spec = {items = {[1] = 1, [3] = 3}}}`, `spec.items: table is a sparse list: hole at index 2`},
+		{"boolean key", `return {s = {[true] = 1}}`, `s: table has a key (boolean) that is neither a string nor a list index 1..n`},
+		{"fractional key", `return {s = {[1.5] = 1}}`, `s: table has a key 1.5`},
+		{"zero key", `return {s = {[0] = 1}}`, `s: table has a key 0`},
+		{"cycle", `local t = {a = {}}; t.a.b = t; return t`, `a.b: cycle: the table contains itself`},
+		{"depth", `local t = {}; local c = t; for i = 1, 150 do c.x = {}; c = c.x end; return t`, `nested deeper than 100 levels`},
+		{"userdata", `return {u = newproxy()}`, `u: cannot convert a userdata to JSON`},
+		{"NaN", `return {x = 0/0}`, `x: number NaN cannot be represented in JSON`},
+		{"Inf", `return {list = {1, 1/0}}`, `list[2]: number +Inf cannot be represented in JSON`},
+		{"array with string key", `local a = luaop.array({1, 2}); a.x = 1; return {a = a}`, `a: list has a string key "x"`},
+		{"array with hole", `local a = luaop.array({1, 2, 3}); a[2] = nil; return {a = a}`, `a: list has a hole at index 2`},
+		{"object with number key", `return {o = luaop.object({1})}`, `o: object has a non-string key 1`},
+		{"top level", `return print`, `value: cannot convert a function to JSON`},
+		{"error userdata", `return {e = luaop.permanent_error("x")}`, `e: cannot convert a userdata to JSON`},
+		{"deterministic first error", `return {b = print, a = print, c = print}`, `a: cannot convert a function to JSON`},
+	}
+	L := lbtState(t)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := fromLua(lbtMustCall(t, L, tc.lua))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q does not contain %q", err, tc.want)
+			}
+		})
+	}
+	t.Run("coroutine", func(t *testing.T) {
+		th, _ := L.NewThread()
+		tb := L.NewTable()
+		tb.RawSetString("co", th)
+		_, err := fromLua(tb)
+		if err == nil || err.Error() != "co: cannot convert a coroutine to JSON" {
+			t.Fatalf("err = %v", err)
+		}
+	})
+	t.Run("depth 100 is fine", func(t *testing.T) {
+		_, err := fromLua(lbtMustCall(t, L, `local t = {}; local c = t; for i = 1, 99 do c.x = {}; c = c.x end; return t`))
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("shared table is not a cycle", func(t *testing.T) {
+		got, err := fromLua(lbtMustCall(t, L, `local s = {1}; return {a = s, b = s}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := json.Marshal(got)
+		if string(data) != `{"a":[1],"b":[1]}` {
+			t.Fatal(string(data))
+		}
+	})
+}
+
+func TestMarkers(t *testing.T) {
+	cases := []struct {
+		name string
+		lua  string
+		want string
+	}{
+		{"tostring(null)", `return tostring(luaop.null)`, "null"},
+		{"is_null(null)", `return tostring(luaop.is_null(luaop.null))`, "true"},
+		{"is_null(nil)", `return tostring(luaop.is_null(nil))`, "false"},
+		{"is_null(false)", `return tostring(luaop.is_null(false))`, "false"},
+		{"null from Go", `local v = ...; return tostring(v.x == luaop.null)`, "true"},
+		{"null is truthy", `local v = ...; if v.x then return "truthy" end return "falsy"`, "truthy"},
+		{"type(null)", `return type(luaop.null)`, "userdata"},
+		{"index null", `local ok, e = pcall(function() return luaop.null.x end); return e`, "attempt to index luaop.null (JSON null) with key 'x'"},
+		{"array returns its argument", `local t = {}; return tostring(luaop.array(t) == t)`, "true"},
+		{"array of a non-table", `local ok, e = pcall(luaop.array, 3); return e`, "bad argument #1 to ? (table or nil expected, got number)"},
+	}
+	L := lbtState(t)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := lbtMustCall(t, L, tc.lua, toLua(L, map[string]any{"x": nil}))
+			if got.String() != tc.want {
+				t.Fatalf("got %q, want %q", got.String(), tc.want)
+			}
+		})
+	}
+}
+
+func TestConvCtxPerState(t *testing.T) {
+	L1, L2 := lbtState(t), lbtState(t)
+	if conv(L1) == conv(L2) || conv(L1).null == conv(L2).null {
+		t.Fatal("states share their convCtx")
+	}
+	if conv(L1) != conv(L1) {
+		t.Fatal("conv is not stable")
+	}
+	// Coroutines share their parent's registry, hence its null.
+	th, _ := L1.NewThread()
+	if conv(th) != conv(L1) {
+		t.Fatal("a coroutine has its own convCtx")
+	}
+	// A null from another state still converts (fromLua needs no state).
+	v, err := fromLua(conv(L2).null)
+	if err != nil || v != nil {
+		t.Fatalf("got %v, %v", v, err)
+	}
+}
+
+func BenchmarkToLuaDeployment(b *testing.B) {
+	L := lbtState(b)
+	obj := lbtLoadFile(b, "deployment.json")
+	b.ReportAllocs()
+	for b.Loop() {
+		toLua(L, obj)
+	}
+}
+
+func BenchmarkFromLua(b *testing.B) {
+	L := lbtState(b)
+	lv := toLua(L, lbtLoadFile(b, "deployment.json"))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := fromLua(lv); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,432 @@
+package luabind
+
+import (
+	"encoding/json"
+	"sort"
+	"strings"
+
+	lua "github.com/yuin/gopher-lua"
+)
+
+// Lazy read-only views of Go JSON values.
+//
+// A proxy is an empty Lua table (type() says "table") whose own metatable points at a
+// *proxyData. Reading a field converts that one child on first access and caches it in
+// the proxyData (a Go-side cache, so the proxy table itself stays empty); children that
+// are objects or lists become proxies too. A handler that reads two fields of a large
+// object converts two fields.
+//
+// What works on a proxy:
+//   - p.field, p[i], nested access, with JSON null read as luaop.null;
+//   - #p for lists (gopher-lua's # operator honours __len for tables);
+//   - pairs(p) and ipairs(p), once installIteration has replaced the global pairs and
+//     ipairs (gopher-lua follows Lua 5.1, whose pairs/ipairs ignore __pairs/__ipairs).
+//     Objects iterate in sorted key order; lists in index order;
+//   - tostring(p) renders the value as JSON;
+//   - fromLua(p) (and any proxy nested in a table given to fromLua) gives a deep copy of
+//     the Go value behind it.
+//
+// What does not: writes raise "<path> is read-only: write to ctx.patch instead";
+// next(p), rawget, rawlen-like table.getn, unpack, table.concat, table.sort, table.insert
+// and other raw accessors see an empty table (they bypass metamethods in Lua 5.1);
+// rawset(p, k, v) bypasses the read-only guard but only writes into the empty proxy
+// table, never into the Go value, and fromLua ignores such raw writes. luaop.array(p)
+// and luaop.object(p) return a plain, writable copy; so does proxyMaterialize.
+//
+// getmetatable(p) returns false (the metatable is protected), so it cannot be removed.
+
+// proxyData is the Go side of one proxy.
+type proxyData struct {
+	v    any            // map[string]any or []any, never modified
+	obj  map[string]any // v when it is an object (never nil then)
+	list []any          // v when it is a list
+
+	cache  map[string]lua.LValue // converted children of an object
+	lcache []lua.LValue          // converted children of a list (nil: not yet)
+	keys   []string              // sorted keys of an object, built by the first pairs
+
+	// The path, built only for messages.
+	parent *proxyData
+	step   cvStep
+	root   string
+}
+
+func (pd *proxyData) isList() bool { return pd.obj == nil }
+
+// path renders the proxy's path, with root as its first element when set.
+func (pd *proxyData) path(extra *cvStep) string {
+	var steps []cvStep
+	for p := pd; p.parent != nil; p = p.parent {
+		steps = append(steps, p.step)
+	}
+	var b strings.Builder
+	r := pd
+	for r.parent != nil {
+		r = r.parent
+	}
+	b.WriteString(r.root)
+	for i := len(steps) - 1; i >= 0; i-- {
+		cvAppendStep(&b, steps[i])
+	}
+	if extra != nil {
+		cvAppendStep(&b, *extra)
+	}
+	return b.String()
+}
+
+func (pd *proxyData) sortedKeys() []string {
+	if pd.keys == nil {
+		keys := make([]string, 0, len(pd.obj))
+		for k := range pd.obj {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		pd.keys = keys
+	}
+	return pd.keys
+}
+
+// newProxy returns a lazy read-only view of v when v is a map[string]any or []any, and
+// toLua(v) for anything else (scalars convert directly).
+func newProxy(L *lua.LState, v any) lua.LValue {
+	return newProxyNamed(L, v, "")
+}
+
+// newProxyNamed is newProxy with a name for the root in error messages: with root
+// "body", writing to body.spec.replicas says "body.spec.replicas is read-only: ...".
+func newProxyNamed(L *lua.LState, v any, root string) lua.LValue {
+	c := conv(L)
+	switch x := v.(type) {
+	case map[string]any:
+		if x != nil {
+			return c.newProxy(L, &proxyData{v: x, obj: x, root: root})
+		}
+	case []any:
+		if x != nil {
+			return c.newProxy(L, &proxyData{v: x, list: x, root: root})
+		}
+	}
+	return c.toLua(L, v, 0)
+}
+
+func (c *convCtx) newProxy(L *lua.LState, pd *proxyData) *lua.LTable {
+	ud := &lua.LUserData{Value: pd, Metatable: c.pxDataMT}
+	mt := L.CreateTable(0, 8)
+	// __index and __newindex point at the userdata: gopher-lua then calls the
+	// userdata's own __index/__newindex with the userdata itself, so the hot path
+	// finds its proxyData without any lookup.
+	mt.RawSetString("__index", ud)
+	mt.RawSetString("__newindex", ud)
+	if pd.isList() {
+		mt.RawSetString("__len", c.pxLen)
+	}
+	mt.RawSetString("__pairs", c.pxPairs)
+	mt.RawSetString("__ipairs", c.pxIPairs)
+	mt.RawSetString("__tostring", c.pxToString)
+	mt.RawSetString("__metatable", lua.LFalse)
+	t := L.CreateTable(0, 0)
+	t.Metatable = mt
+	return t
+}
+
+// proxyDataOf returns the proxyData behind a proxy table, or nil.
+func proxyDataOf(t *lua.LTable) *proxyData {
+	mt, ok := t.Metatable.(*lua.LTable)
+	if !ok {
+		return nil
+	}
+	ud, ok := mt.RawGetString("__index").(*lua.LUserData)
+	if !ok {
+		return nil
+	}
+	pd, _ := ud.Value.(*proxyData)
+	return pd
+}
+
+// proxyValue returns the Go value behind a proxy (not a copy: do not modify it).
+func proxyValue(lv lua.LValue) (any, bool) {
+	t, ok := lv.(*lua.LTable)
+	if !ok {
+		return nil, false
+	}
+	pd := proxyDataOf(t)
+	if pd == nil {
+		return nil, false
+	}
+	return pd.v, true
+}
+
+// proxyMaterialize returns a plain, writable deep copy of a proxy as Lua tables (with
+// the usual markers), and any other value unchanged.
+func proxyMaterialize(L *lua.LState, lv lua.LValue) lua.LValue {
+	if v, ok := proxyValue(lv); ok {
+		return toLua(L, v)
+	}
+	return lv
+}
+
+// child returns the converted child at key (objects) or index (lists), converting and
+// caching it on first access. ok is false when there is no such child.
+func (c *convCtx) child(L *lua.LState, pd *proxyData, key lua.LValue) (lua.LValue, bool) {
+	if pd.isList() {
+		n, ok := key.(lua.LNumber)
+		if !ok {
+			return lua.LNil, false
+		}
+		i := int(n)
+		if lua.LNumber(i) != n || i < 1 || i > len(pd.list) {
+			return lua.LNil, false
+		}
+		if pd.lcache == nil {
+			pd.lcache = make([]lua.LValue, len(pd.list))
+		} else if lv := pd.lcache[i-1]; lv != nil {
+			return lv, true
+		}
+		lv := c.convertChild(L, pd, cvStep{index: i}, pd.list[i-1])
+		pd.lcache[i-1] = lv
+		return lv, true
+	}
+	s, ok := key.(lua.LString)
+	if !ok {
+		return lua.LNil, false
+	}
+	k := string(s)
+	if lv, ok := pd.cache[k]; ok {
+		return lv, true
+	}
+	v, ok := pd.obj[k]
+	if !ok {
+		return lua.LNil, false
+	}
+	lv := c.convertChild(L, pd, cvStep{key: k, isKey: true}, v)
+	if pd.cache == nil {
+		pd.cache = make(map[string]lua.LValue, 4)
+	}
+	pd.cache[k] = lv
+	return lv, true
+}
+
+func (c *convCtx) convertChild(L *lua.LState, parent *proxyData, step cvStep, v any) lua.LValue {
+	switch x := v.(type) {
+	case map[string]any:
+		if x != nil {
+			return c.newProxy(L, &proxyData{v: x, obj: x, parent: parent, step: step})
+		}
+	case []any:
+		if x != nil {
+			return c.newProxy(L, &proxyData{v: x, list: x, parent: parent, step: step})
+		}
+	}
+	return c.toLua(L, v, 0)
+}
+
+// pxArg returns the proxyData of argument 1 of a metamethod: the proxy table or, for
+// __index/__newindex, the userdata.
+func pxArg(L *lua.LState) *proxyData {
+	switch x := L.Get(1).(type) {
+	case *lua.LUserData:
+		if pd, ok := x.Value.(*proxyData); ok {
+			return pd
+		}
+	case *lua.LTable:
+		if pd := proxyDataOf(x); pd != nil {
+			return pd
+		}
+	}
+	L.ArgError(1, "luaop read-only view expected")
+	return nil
+}
+
+func (c *convCtx) initProxy(L *lua.LState) {
+	c.pxDataMT = L.CreateTable(0, 3)
+	c.pxDataMT.RawSetString("__index", L.NewFunction(func(L *lua.LState) int {
+		pd := pxArg(L)
+		lv, _ := c.child(L, pd, L.Get(2))
+		L.Push(lv)
+		return 1
+	}))
+	c.pxDataMT.RawSetString("__newindex", L.NewFunction(func(L *lua.LState) int {
+		pd := pxArg(L)
+		var step cvStep
+		switch k := L.Get(2).(type) {
+		case lua.LNumber:
+			step = cvStep{index: int(k)}
+		default:
+			step = cvStep{key: lua.LVAsString(k), isKey: true}
+			if _, ok := k.(lua.LString); !ok {
+				step.key = k.String()
+			}
+		}
+		L.RaiseError("%s is read-only: write to ctx.patch instead", pd.path(&step))
+		return 0
+	}))
+	c.pxDataMT.RawSetString("__metatable", lua.LFalse)
+
+	c.pxLen = L.NewFunction(func(L *lua.LState) int {
+		pd := pxArg(L)
+		if pd.isList() {
+			L.Push(lua.LNumber(len(pd.list)))
+		} else {
+			L.Push(lua.LNumber(0))
+		}
+		return 1
+	})
+	c.pxListNext = L.NewFunction(func(L *lua.LState) int {
+		pd := pxArg(L)
+		if !pd.isList() {
+			return 0 // ipairs over an object: like a plain table, nothing
+		}
+		i := L.CheckInt(2) + 1
+		if i < 1 || i > len(pd.list) {
+			return 0
+		}
+		lv, _ := c.child(L, pd, lua.LNumber(i))
+		L.Push(lua.LNumber(i))
+		L.Push(lv)
+		return 2
+	})
+	c.pxMapNext = L.NewFunction(func(L *lua.LState) int {
+		pd := pxArg(L)
+		keys := pd.sortedKeys()
+		i := 0
+		if k := L.Get(2); k != lua.LNil {
+			ks, ok := k.(lua.LString)
+			if !ok {
+				L.RaiseError("invalid key to 'next'")
+			}
+			i = sort.SearchStrings(keys, string(ks))
+			if i == len(keys) || keys[i] != string(ks) {
+				L.RaiseError("invalid key to 'next'")
+			}
+			i++
+		}
+		if i >= len(keys) {
+			return 0
+		}
+		key := lua.LString(keys[i])
+		lv, _ := c.child(L, pd, key)
+		L.Push(key)
+		L.Push(lv)
+		return 2
+	})
+	c.pxPairs = L.NewFunction(func(L *lua.LState) int {
+		pd := pxArg(L)
+		if pd.isList() {
+			L.Push(c.pxListNext)
+			L.Push(L.Get(1))
+			L.Push(lua.LNumber(0))
+		} else {
+			L.Push(c.pxMapNext)
+			L.Push(L.Get(1))
+			L.Push(lua.LNil)
+		}
+		return 3
+	})
+	c.pxIPairs = L.NewFunction(func(L *lua.LState) int {
+		pxArg(L)
+		L.Push(c.pxListNext)
+		L.Push(L.Get(1))
+		L.Push(lua.LNumber(0))
+		return 3
+	})
+	c.pxToString = L.NewFunction(func(L *lua.LState) int {
+		pd := pxArg(L)
+		data, err := json.Marshal(pd.v)
+		if err != nil {
+			L.Push(lua.LString("read-only view: " + err.Error()))
+			return 1
+		}
+		L.Push(lua.LString(data))
+		return 1
+	})
+}
+
+// installIteration replaces the global pairs and ipairs with versions that honour a
+// __pairs / __ipairs metamethod (Lua 5.2 style: called with the value, its first three
+// results are returned) and otherwise behave exactly like the originals: they return
+// the original iterator function (the same Go function the base library uses), the
+// table and the initial key, and fail the same way on non-tables. Installing twice is a
+// no-op.
+func installIteration(L *lua.LState) {
+	c := conv(L)
+	if c.iterationInstalled {
+		return
+	}
+	c.iterationInstalled = true
+	pairsAux := pxOriginalIterator(L, "pairs")
+	if pairsAux == nil {
+		pairsAux = L.NewFunction(pxPairsAux)
+	}
+	ipairsAux := pxOriginalIterator(L, "ipairs")
+	if ipairsAux == nil {
+		ipairsAux = L.NewFunction(pxIPairsAux)
+	}
+	L.SetGlobal("pairs", L.NewClosure(func(L *lua.LState) int {
+		v := L.Get(1)
+		if mm := L.GetMetaField(v, "__pairs"); mm != lua.LNil {
+			L.Push(mm)
+			L.Push(v)
+			L.Call(1, 3)
+			return 3
+		}
+		tb := L.CheckTable(1)
+		L.Push(L.Get(lua.UpvalueIndex(1)))
+		L.Push(tb)
+		L.Push(lua.LNil)
+		return 3
+	}, pairsAux))
+	L.SetGlobal("ipairs", L.NewClosure(func(L *lua.LState) int {
+		v := L.Get(1)
+		if mm := L.GetMetaField(v, "__ipairs"); mm != lua.LNil {
+			L.Push(mm)
+			L.Push(v)
+			L.Call(1, 3)
+			return 3
+		}
+		tb := L.CheckTable(1)
+		L.Push(L.Get(lua.UpvalueIndex(1)))
+		L.Push(tb)
+		L.Push(lua.LNumber(0))
+		return 3
+	}, ipairsAux))
+}
+
+// pxOriginalIterator returns the iterator function the base library's pairs or ipairs
+// returns, by calling it once on an empty table.
+func pxOriginalIterator(L *lua.LState, name string) *lua.LFunction {
+	fn, ok := L.GetGlobal(name).(*lua.LFunction)
+	if !ok {
+		return nil
+	}
+	if err := L.CallByParam(lua.P{Fn: fn, NRet: 1, Protect: true}, L.NewTable()); err != nil {
+		return nil
+	}
+	aux, _ := L.Get(-1).(*lua.LFunction)
+	L.Pop(1)
+	return aux
+}
+
+// pxPairsAux and pxIPairsAux stand in for the base library's iterators when the base
+// library was not opened.
+func pxPairsAux(L *lua.LState) int {
+	tb := L.CheckTable(1)
+	k, v := tb.Next(L.Get(2))
+	if k == lua.LNil {
+		return 0
+	}
+	L.Push(k)
+	L.Push(v)
+	return 2
+}
+
+func pxIPairsAux(L *lua.LState) int {
+	tb := L.CheckTable(1)
+	i := L.CheckInt(2) + 1
+	v := tb.RawGetInt(i)
+	if v == lua.LNil {
+		return 0
+	}
+	L.Push(lua.LNumber(i))
+	L.Push(v)
+	return 2
+}

@@ -1,0 +1,243 @@
+package luabind
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	lua "github.com/yuin/gopher-lua"
+	"github.com/yuin/gopher-lua/parse"
+
+	"github.com/luaop/luaop/processing/causes"
+)
+
+// Options configure a Runtime. The zero value of every field means its default.
+type Options struct {
+	// Shards is the number of Lua states, each owned by one caller at a time.
+	// Defaults to GOMAXPROCS.
+	Shards int
+	// HandlerTimeout bounds every Lua call (handlers, filters, script loading), so an
+	// endless loop fails that call instead of stalling the operator. Defaults to 30s.
+	HandlerTimeout time.Duration
+	// MaxStringSize bounds strings built by string.rep and friends. Defaults to 16 MiB.
+	MaxStringSize int
+	// Logger receives script output (print, ctx.logger). Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+func (o *Options) setDefaults() {
+	if o.Shards <= 0 {
+		o.Shards = runtime.GOMAXPROCS(0)
+	}
+	if o.HandlerTimeout <= 0 {
+		o.HandlerTimeout = 30 * time.Second
+	}
+	if o.MaxStringSize <= 0 {
+		o.MaxStringSize = 16 << 20
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Script is one Lua file of the scripts folder.
+type Script struct {
+	// Name is the path relative to the scripts folder, with forward slashes
+	// ("widgets.lua", "lib/util.lua"). It names the file in every error message.
+	Name   string
+	Source []byte
+}
+
+// Runtime loads scripts and runs their handlers. It satisfies processing.Handlers.
+type Runtime struct {
+	opts   Options
+	shards []*shard
+	loadMu sync.Mutex // one load at a time
+	gen    atomic.Pointer[generation]
+}
+
+// generation is one successfully loaded script set: what every shard registered.
+type generation struct {
+	specs   []causes.Spec
+	filters map[string]*dataFilters // by handler id
+	hooks   []causes.Spec           // operator-level hooks, in registration order
+	hash    string
+	files   []string
+}
+
+// New creates the shards' Lua states; no handler exists until Load succeeds.
+func New(opts Options) *Runtime {
+	opts.setDefaults()
+	r := &Runtime{opts: opts}
+	for i := 0; i < opts.Shards; i++ {
+		r.shards = append(r.shards, newShard(r, i))
+	}
+	r.gen.Store(&generation{filters: map[string]*dataFilters{}})
+	return r
+}
+
+// Close releases the Lua states. No call may be running.
+func (r *Runtime) Close() {
+	for _, s := range r.shards {
+		s.mu.Lock()
+		s.L.Close()
+		s.mu.Unlock()
+	}
+}
+
+// LoadReport describes a successful load.
+type LoadReport struct {
+	Files    []string
+	Handlers []causes.Spec
+	Hash     string
+	Took     time.Duration
+}
+
+// Load compiles and runs the scripts in every shard and, only if all of that
+// succeeds, makes their handlers current. On error nothing changes: the previous
+// handlers keep serving. Errors name the file and line.
+func (r *Runtime) Load(ctx context.Context, scripts []Script) (LoadReport, error) {
+	start := time.Now()
+	r.loadMu.Lock()
+	defer r.loadMu.Unlock()
+
+	sorted := append([]Script(nil), scripts...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+	protos := map[string]*lua.FunctionProto{}
+	var files []string
+	hash := sha256.New()
+	for _, s := range sorted {
+		proto, err := compile(s)
+		if err != nil {
+			return LoadReport{}, err
+		}
+		protos[s.Name] = proto
+		files = append(files, s.Name)
+		fmt.Fprintf(hash, "%s\x00%d\x00", s.Name, len(s.Source))
+		hash.Write(s.Source)
+	}
+
+	// Run in every shard aside; commit only when all succeeded.
+	staged := make([]*shardGeneration, len(r.shards))
+	var first *collected
+	for i, sh := range r.shards {
+		sg, col, err := sh.stage(ctx, files, protos)
+		if err != nil {
+			return LoadReport{}, err
+		}
+		if first == nil {
+			first = col
+		} else if err := sameRegistrations(first, col); err != nil {
+			return LoadReport{}, err
+		}
+		staged[i] = sg
+	}
+	gen := &generation{specs: first.specs, filters: first.filters, hooks: first.hooks,
+		hash: hex.EncodeToString(hash.Sum(nil)), files: files}
+	for i, sh := range r.shards {
+		sh.commit(staged[i])
+	}
+	r.gen.Store(gen)
+	return LoadReport{Files: files, Handlers: append(append([]causes.Spec(nil), gen.specs...), gen.hooks...), Hash: gen.hash, Took: time.Since(start)}, nil
+}
+
+// Hash is the content hash of the loaded scripts ("" before the first load).
+func (r *Runtime) Hash() string { return r.gen.Load().hash }
+
+func compile(s Script) (*lua.FunctionProto, error) {
+	chunk, err := parse.Parse(strings.NewReader(string(s.Source)), s.Name)
+	if err != nil {
+		return nil, syntaxError(s.Name, err)
+	}
+	proto, err := lua.Compile(chunk, s.Name)
+	if err != nil {
+		return nil, &ScriptError{File: s.Name, Message: err.Error()}
+	}
+	return proto, nil
+}
+
+// syntaxError turns a parser error into a ScriptError with file and line.
+func syntaxError(file string, err error) error {
+	se := &ScriptError{File: file, Message: err.Error()}
+	if pe, ok := err.(*parse.Error); ok {
+		se.Line = pe.Pos.Line
+		se.Message = fmt.Sprintf("syntax error near '%s': %s", pe.Token, pe.Message)
+	}
+	return se
+}
+
+// sameRegistrations guards against scripts that register differently per state
+// (randomness, time): every shard must serve the same handlers.
+func sameRegistrations(a, b *collected) error {
+	if len(a.specs) != len(b.specs) || len(a.hooks) != len(b.hooks) {
+		return fmt.Errorf("the scripts registered different handlers in different Lua states; registration must not depend on time or randomness")
+	}
+	for i := range a.specs {
+		if a.specs[i].ID != b.specs[i].ID {
+			return fmt.Errorf("the scripts registered different handlers in different Lua states (%s vs %s)", a.specs[i].ID, b.specs[i].ID)
+		}
+	}
+	return nil
+}
+
+// Specs returns the resource handlers of the current generation.
+func (r *Runtime) Specs() []causes.Spec { return r.gen.Load().specs }
+
+// Hooks returns the operator-level handlers (startup, cleanup, probe).
+func (r *Runtime) Hooks() []causes.Spec { return r.gen.Load().hooks }
+
+func (r *Runtime) shardFor(uid string) *shard {
+	if len(r.shards) == 1 || uid == "" {
+		return r.shards[0]
+	}
+	h := fnv.New32a()
+	h.Write([]byte(uid))
+	return r.shards[h.Sum32()%uint32(len(r.shards))]
+}
+
+// Forget drops an object's memo.
+func (r *Runtime) Forget(uid string) {
+	if uid == "" {
+		return
+	}
+	sh := r.shardFor(uid)
+	sh.mu.Lock()
+	sh.memos.RawSetString(uid, lua.LNil)
+	sh.mu.Unlock()
+}
+
+// Match evaluates a handler's filters for a cause.
+func (r *Runtime) Match(ctx context.Context, spec causes.Spec, cause causes.Cause) (bool, error) {
+	gen := r.gen.Load()
+	f := gen.filters[spec.ID]
+	if f == nil {
+		return true, nil
+	}
+	if !f.matchData(cause) {
+		return false, nil
+	}
+	if !f.hasCallbacks {
+		return true, nil
+	}
+	return r.shardFor(uidOf(cause.Body)).match(ctx, spec, cause)
+}
+
+// Invoke runs one handler of the current generation.
+func (r *Runtime) Invoke(ctx context.Context, call causes.Call) (any, error) {
+	return r.shardFor(uidOf(call.Cause.Body)).invoke(ctx, call)
+}
+
+func uidOf(body map[string]any) string {
+	meta, _ := body["metadata"].(map[string]any)
+	uid, _ := meta["uid"].(string)
+	return uid
+}

@@ -1,0 +1,502 @@
+package luabind
+
+import (
+	"errors"
+	"io/fs"
+	"strings"
+
+	lua "github.com/yuin/gopher-lua"
+	"github.com/yuin/gopher-lua/pm"
+)
+
+// sandboxOptions configure newSandboxState. Zero fields take the defaults of
+// withDefaults, the one place defaults are decided.
+type sandboxOptions struct {
+	// CallStackSize bounds Lua call depth (deep recursion fails with "stack overflow").
+	CallStackSize int
+	// RegistrySize is the initial data stack, in slots; RegistryMaxSize the most it may
+	// grow to (it must grow: table.concat of n items needs 2n slots), by
+	// RegistryGrowStep slots at a time.
+	RegistrySize     int
+	RegistryMaxSize  int
+	RegistryGrowStep int
+	// MaxStringSize bounds, in bytes, the strings that string.rep, string.format,
+	// string.gsub and table.concat may build. Default 16 MiB.
+	MaxStringSize int
+	// Print receives what print() writes, arguments joined by tabs. Default: discard.
+	Print func(msg string)
+}
+
+const (
+	sbDefaultCallStackSize = 256
+	sbDefaultRegistrySize  = 2 * 1024
+	sbDefaultRegistryMax   = 1024 * 1024 // slots (16 bytes each): 16 MiB at most
+	sbDefaultGrowStep      = 2 * 1024
+	sbDefaultMaxString     = 16 << 20
+)
+
+func (o sandboxOptions) withDefaults() sandboxOptions {
+	if o.CallStackSize <= 0 {
+		o.CallStackSize = sbDefaultCallStackSize
+	}
+	if o.RegistrySize < 128 {
+		o.RegistrySize = sbDefaultRegistrySize
+	}
+	if o.RegistryMaxSize <= o.RegistrySize {
+		o.RegistryMaxSize = max(sbDefaultRegistryMax, 2*o.RegistrySize)
+	}
+	if o.RegistryGrowStep <= 0 {
+		o.RegistryGrowStep = max(sbDefaultGrowStep, o.RegistrySize)
+	}
+	if o.MaxStringSize <= 0 {
+		o.MaxStringSize = sbDefaultMaxString
+	}
+	if o.Print == nil {
+		o.Print = func(string) {}
+	}
+	return o
+}
+
+// newSandboxState creates an LState for operator scripts:
+//   - libraries: package (first), base, table, string, math, and a safe os holding only
+//     time, date and clock. No io, debug, coroutine or channel library.
+//   - removed: dofile, loadfile, _printregs, package.loadlib, package.path,
+//     package.cpath and the file-system loader of require (only package.preload
+//     remains until installRequire plugs in the scripts folder).
+//   - collectgarbage is a harmless function returning 0 (the real one runs a GC of the
+//     whole Go program).
+//   - print goes to opts.Print.
+//   - string.rep, string.format, string.gsub and table.concat refuse to build a string
+//     larger than MaxStringSize. The string metatable's __index is the string table, so
+//     ("x"):rep(n) and s:gsub(...) are bounded too.
+//   - pairs/ipairs honour __pairs/__ipairs (installIteration).
+//
+// The `..` operator cannot be bounded without patching gopher-lua's VM: repeated
+// doubling (s = s .. s) still grows without limit; the handler deadline (SetContext)
+// does not help there since each concatenation is one instruction.
+func newSandboxState(opts sandboxOptions) *lua.LState {
+	opts = opts.withDefaults()
+	L := lua.NewState(lua.Options{
+		CallStackSize:    opts.CallStackSize,
+		RegistrySize:     opts.RegistrySize,
+		RegistryMaxSize:  opts.RegistryMaxSize,
+		RegistryGrowStep: opts.RegistryGrowStep,
+		SkipOpenLibs:     true,
+	})
+	for _, lib := range []struct {
+		name string
+		open lua.LGFunction
+	}{
+		{lua.LoadLibName, lua.OpenPackage}, // package first: base's require uses it
+		{lua.BaseLibName, lua.OpenBase},
+		{lua.TabLibName, lua.OpenTable},
+		{lua.StringLibName, lua.OpenString},
+		{lua.MathLibName, lua.OpenMath},
+		{lua.OsLibName, lua.OpenOs},
+	} {
+		L.Push(L.NewFunction(lib.open))
+		L.Push(lua.LString(lib.name))
+		L.Call(1, 0)
+	}
+
+	g := L.G.Global
+	for _, name := range []string{"dofile", "loadfile", "_printregs"} {
+		g.RawSetString(name, lua.LNil)
+	}
+	g.RawSetString("collectgarbage", L.NewFunction(func(L *lua.LState) int {
+		L.Push(lua.LNumber(0))
+		return 1
+	}))
+	printFn := opts.Print
+	g.RawSetString("print", L.NewFunction(func(L *lua.LState) int {
+		top := L.GetTop()
+		parts := make([]string, top)
+		for i := 1; i <= top; i++ {
+			parts[i-1] = L.ToStringMeta(L.Get(i)).String()
+		}
+		printFn(strings.Join(parts, "\t"))
+		return 0
+	}))
+
+	// A safe os: time, date and clock only.
+	loaded, _ := L.G.Registry.RawGetString("_LOADED").(*lua.LTable)
+	if full, ok := g.RawGetString("os").(*lua.LTable); ok {
+		safe := L.CreateTable(0, 3)
+		for _, name := range []string{"time", "date", "clock"} {
+			safe.RawSetString(name, full.RawGetString(name))
+		}
+		g.RawSetString("os", safe)
+		if loaded != nil {
+			loaded.RawSetString("os", safe)
+		}
+	}
+
+	// package: no native libraries, no file system.
+	if pkg, ok := g.RawGetString("package").(*lua.LTable); ok {
+		for _, name := range []string{"loadlib", "path", "cpath"} {
+			pkg.RawSetString(name, lua.LNil)
+		}
+	}
+	if loaders, ok := L.G.Registry.RawGetString("_LOADERS").(*lua.LTable); ok {
+		// Keep the preload loader (index 1), drop the rest (the package.path searcher).
+		for i := loaders.Len(); i >= 2; i-- {
+			loaders.RawSetInt(i, lua.LNil)
+		}
+	}
+
+	sbBoundStrings(L, opts.MaxStringSize)
+	installIteration(L)
+	return L
+}
+
+// sbBoundStrings replaces string.rep, string.format, string.gsub and table.concat with
+// versions that refuse results larger than limit bytes.
+func sbBoundStrings(L *lua.LState, limit int) {
+	strMod, ok := L.G.Global.RawGetString("string").(*lua.LTable)
+	if ok {
+		strMod.RawSetString("rep", L.NewFunction(func(L *lua.LState) int {
+			s := L.CheckString(1)
+			n := float64(L.CheckNumber(2))
+			if n < 1 || len(s) == 0 {
+				L.Push(lua.LString(""))
+				return 1
+			}
+			if size := float64(len(s)) * n; size > float64(limit) {
+				L.RaiseError("string.rep: result too large (%.0f bytes > %d)", size, limit)
+			}
+			L.Push(lua.LString(strings.Repeat(s, int(n))))
+			return 1
+		}))
+		if orig, ok := strMod.RawGetString("format").(*lua.LFunction); ok && orig.IsG {
+			origFormat := orig.GFunction
+			strMod.RawSetString("format", L.NewFunction(func(L *lua.LState) int {
+				if est := sbFormatEstimate(L); est > limit {
+					L.RaiseError("string.format: result too large (up to %d bytes > %d)", est, limit)
+				}
+				return origFormat(L)
+			}))
+		}
+		strMod.RawSetString("gsub", L.NewFunction(func(L *lua.LState) int {
+			return sbGsub(L, limit)
+		}))
+	}
+	if tabMod, ok := L.G.Global.RawGetString("table").(*lua.LTable); ok {
+		if orig, ok := tabMod.RawGetString("concat").(*lua.LFunction); ok && orig.IsG {
+			origConcat := orig.GFunction
+			tabMod.RawSetString("concat", L.NewFunction(func(L *lua.LState) int {
+				tbl := L.CheckTable(1)
+				sep := L.OptString(2, "")
+				n := tbl.Len()
+				i := max(L.OptInt(3, 1), 1)
+				j := min(L.OptInt(4, n), n)
+				size := 0
+				for k := i; k <= j; k++ {
+					switch v := tbl.RawGetInt(k).(type) {
+					case lua.LString:
+						size += len(v)
+					case lua.LNumber:
+						size += 24
+					}
+					if k < j {
+						size += len(sep)
+					}
+					if size > limit {
+						L.RaiseError("table.concat: result too large (more than %d bytes)", limit)
+					}
+				}
+				return origConcat(L)
+			}))
+		}
+	}
+}
+
+// sbFormatEstimate bounds the length of string.format's result from above: gopher-lua
+// hands the format to Go's fmt.Sprintf, whose widths and precisions go up to 10^6 and
+// whose explicit argument indexes (%[1]s) may repeat an argument; so every verb counts
+// its width, its precision and the longest argument.
+func sbFormatEstimate(L *lua.LState) int {
+	f := L.CheckString(1)
+	longest := 0
+	for i := 2; i <= L.GetTop(); i++ {
+		n := 64
+		if s, ok := L.Get(i).(lua.LString); ok {
+			n = len(s) + 64
+		}
+		longest = max(longest, n)
+	}
+	const fmtMax = 1_000_000 // fmt refuses larger widths and precisions
+	est := len(f)
+	for i := 0; i < len(f); i++ {
+		if f[i] != '%' {
+			continue
+		}
+		i++
+		if i < len(f) && f[i] == '%' {
+			continue
+		}
+		num := func() int {
+			n := 0
+			for i < len(f) && f[i] >= '0' && f[i] <= '9' {
+				n = min(n*10+int(f[i]-'0'), fmtMax)
+				i++
+			}
+			return n
+		}
+		for i < len(f) && strings.IndexByte("-+ #0", f[i]) >= 0 {
+			i++
+		}
+		if i < len(f) && f[i] == '[' {
+			for i < len(f) && f[i] != ']' {
+				i++
+			}
+			i++
+		}
+		width := num()
+		prec := 0
+		if i < len(f) && f[i] == '.' {
+			i++
+			prec = num()
+		}
+		est += width + prec + longest
+		if i >= len(f) {
+			break
+		}
+	}
+	return est
+}
+
+// sbGsub is gopher-lua's string.gsub with the same semantics, built in linear time
+// (gopher-lua's copies the whole string once per match), finding matches in batches
+// instead of all at once, honouring the state's context between batches, and refusing a
+// result larger than limit (or than the input, when the input is already larger).
+func sbGsub(L *lua.LState, limit int) int {
+	str := L.CheckString(1)
+	pat := L.CheckString(2)
+	L.CheckTypes(3, lua.LTString, lua.LTTable, lua.LTFunction)
+	repl := L.Get(3)
+	maxN := L.OptInt(4, -1)
+
+	bound := max(limit, len(str))
+	src := []byte(str)
+	anchored := strings.HasPrefix(pat, "^")
+	const batch = 256
+
+	var out []byte
+	last := 0  // end of the part of src already copied to out
+	count := 0 // matches, as gopher-lua counts them
+	for sp := 0; sp <= len(src); {
+		want := batch
+		if maxN >= 0 {
+			want = min(batch, maxN-count)
+			if want <= 0 {
+				break
+			}
+		}
+		mds, err := pm.Find(pat, src, sp, want)
+		if err != nil {
+			L.RaiseError("%s", err.Error())
+		}
+		if len(mds) == 0 {
+			break
+		}
+		for _, md := range mds {
+			start, end := md.Capture(0), md.Capture(1)
+			rep, ok := sbGsubReplacement(L, str, repl, md)
+			if out == nil {
+				out = make([]byte, 0, len(src))
+			}
+			out = append(out, src[last:start]...)
+			if ok {
+				out = append(out, rep...)
+			} else {
+				out = append(out, src[start:end]...)
+			}
+			last = end
+			count++
+			if len(out)+len(src)-last > bound {
+				L.RaiseError("string.gsub: result too large (more than %d bytes)", bound)
+			}
+			sp = max(start+1, end)
+		}
+		if anchored || len(mds) < want {
+			break
+		}
+		if ctx := L.Context(); ctx != nil {
+			select {
+			case <-ctx.Done():
+				L.RaiseError("%s", ctx.Err().Error())
+			default:
+			}
+		}
+	}
+	if count == 0 {
+		L.Push(lua.LString(str))
+		L.Push(lua.LNumber(0))
+		return 2
+	}
+	out = append(out, src[last:]...)
+	L.Push(lua.LString(out))
+	L.Push(lua.LNumber(count))
+	return 2
+}
+
+// sbGsubReplacement computes one replacement like gopher-lua does; ok is false when the
+// match must stay as it is (a table or function gave false or nil).
+func sbGsubReplacement(L *lua.LState, str string, repl lua.LValue, md *pm.MatchData) (string, bool) {
+	switch r := repl.(type) {
+	case lua.LString:
+		rs := string(r)
+		if strings.IndexByte(rs, '%') < 0 {
+			return rs, true
+		}
+		var b strings.Builder
+		for i := 0; i < len(rs); i++ {
+			c := rs[i]
+			if c != '%' || i == len(rs)-1 {
+				b.WriteByte(c)
+				continue
+			}
+			i++
+			d := rs[i]
+			switch {
+			case d == '%':
+				b.WriteByte('%')
+			case d >= '0' && d <= '9':
+				b.WriteString(sbCaptured(L, md, str, 2*int(d-'0')))
+			default:
+				b.WriteByte('%')
+				b.WriteByte(d)
+			}
+		}
+		return b.String(), true
+	case *lua.LTable:
+		idx := 0
+		if md.CaptureLength() > 2 {
+			idx = 2
+		}
+		var v lua.LValue
+		if md.IsPosCapture(idx) {
+			v = L.GetTable(r, lua.LNumber(md.Capture(idx)))
+		} else {
+			v = L.GetField(r, str[md.Capture(idx):md.Capture(idx+1)])
+		}
+		if lua.LVIsFalse(v) {
+			return "", false
+		}
+		return lua.LVAsString(v), true
+	case *lua.LFunction:
+		L.Push(r)
+		nargs := 0
+		if md.CaptureLength() > 2 {
+			for i := 2; i < md.CaptureLength(); i += 2 {
+				if md.IsPosCapture(i) {
+					L.Push(lua.LNumber(md.Capture(i)))
+				} else {
+					L.Push(lua.LString(str[md.Capture(i):md.Capture(i+1)]))
+				}
+				nargs++
+			}
+		} else {
+			L.Push(lua.LString(str[md.Capture(0):md.Capture(1)]))
+			nargs++
+		}
+		L.Call(nargs, 1)
+		v := L.Get(-1)
+		L.Pop(1)
+		if lua.LVIsFalse(v) {
+			return "", false
+		}
+		return lua.LVAsString(v), true
+	}
+	return "", false
+}
+
+func sbCaptured(L *lua.LState, md *pm.MatchData, str string, idx int) string {
+	if idx > 2 && idx >= md.CaptureLength() {
+		L.RaiseError("invalid capture index")
+	}
+	if idx >= md.CaptureLength() && idx == 2 {
+		idx = 0
+	}
+	if md.IsPosCapture(idx) {
+		return lua.LNumber(md.Capture(idx)).String()
+	}
+	return str[md.Capture(idx):md.Capture(idx+1)]
+}
+
+// installRequire makes require(name) load modules of the scripts folder: load returns
+// the compiled chunk of module name and its chunk name (file name). A module runs once
+// per state, with (name, chunk name) as arguments; its result (or true when it returns
+// nothing) is cached in package.loaded. package.preload still takes precedence, so
+// modules registered with L.PreloadModule keep working.
+//
+// load reports "not found" by returning a nil proto and a nil error, or an error that
+// wraps fs.ErrNotExist; require then raises "module 'x' not found in the scripts
+// folder". Other errors are raised as "error loading module 'x': <err>". A module that
+// fails while running is not cached: a later require runs it again. A module that
+// requires itself (directly or not) fails with "loop requiring module 'x'".
+func installRequire(L *lua.LState, load func(name string) (*lua.FunctionProto, string, error)) {
+	loading := map[string]bool{}
+	L.SetGlobal("require", L.NewFunction(func(L *lua.LState) int {
+		name := L.CheckString(1)
+		loaded, ok := L.G.Registry.RawGetString("_LOADED").(*lua.LTable)
+		if !ok {
+			loaded = L.NewTable()
+			L.G.Registry.RawSetString("_LOADED", loaded)
+		}
+		if lv := loaded.RawGetString(name); lua.LVAsBool(lv) {
+			L.Push(lv)
+			return 1
+		}
+		if loading[name] {
+			L.RaiseError("loop requiring module '%s'", name)
+		}
+
+		var fn *lua.LFunction
+		chunk := name
+		if pkg, ok := L.GetGlobal("package").(*lua.LTable); ok {
+			if pre, ok := pkg.RawGetString("preload").(*lua.LTable); ok {
+				fn, _ = pre.RawGetString(name).(*lua.LFunction)
+			}
+		}
+		if fn == nil {
+			proto, chunkName, err := load(name)
+			switch {
+			case err != nil && errors.Is(err, fs.ErrNotExist), err == nil && proto == nil:
+				L.RaiseError("module '%s' not found in the scripts folder", name)
+			case err != nil:
+				L.RaiseError("error loading module '%s': %v", name, err)
+			}
+			fn = L.NewFunctionFromProto(proto)
+			if chunkName != "" {
+				chunk = chunkName
+			}
+		}
+
+		loading[name] = true
+		L.Push(fn)
+		L.Push(lua.LString(name))
+		L.Push(lua.LString(chunk))
+		err := L.PCall(2, 1, nil)
+		delete(loading, name)
+		if err != nil {
+			var ae *lua.ApiError
+			if errors.As(err, &ae) {
+				L.Error(ae.Object, 0) // re-raise the module's own error value
+			}
+			L.RaiseError("%s", err.Error())
+		}
+		ret := L.Get(-1)
+		L.Pop(1)
+		if ret == lua.LNil {
+			if lv := loaded.RawGetString(name); lv != lua.LNil {
+				ret = lv // the module filled package.loaded itself
+			} else {
+				ret = lua.LTrue
+			}
+		}
+		loaded.RawSetString(name, ret)
+		L.Push(ret)
+		return 1
+	}))
+}

@@ -1,0 +1,198 @@
+package luabind
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path"
+	"strings"
+	"sync"
+
+	lua "github.com/yuin/gopher-lua"
+
+	"github.com/luaop/luaop/processing/causes"
+)
+
+// shard owns one Lua state. Every use of L happens with mu held.
+type shard struct {
+	rt  *Runtime
+	idx int
+
+	mu    sync.Mutex
+	L     *lua.LState
+	memos *lua.LTable // object uid -> memo table; survives reloads
+	// opMemo is the memo of operator-level hooks (startup, cleanup, probe).
+	opMemo *lua.LTable
+	module *lua.LTable // the `luaop` module of this state
+	fns    map[string]*handlerFns
+	env    *lua.LTable
+	// collecting is set while scripts load: registrations go there.
+	collecting *collected
+	// current is the call in progress (its logger, its ctx table).
+	current *callState
+
+	ctxMT, patchMT *lua.LTable
+	logger         *lua.LTable
+}
+
+// handlerFns are the Lua values of one handler in one shard.
+type handlerFns struct {
+	fn        *lua.LFunction
+	when      *lua.LFunction
+	labelFns  map[string]*lua.LFunction
+	annotFns  map[string]*lua.LFunction
+	param     lua.LValue
+	hasFilter bool
+}
+
+// collected is what one run of the scripts registered.
+type collected struct {
+	specs   []causes.Spec
+	hooks   []causes.Spec
+	filters map[string]*dataFilters
+	fns     map[string]*handlerFns
+	sources map[string]string // id -> file:line, for duplicate errors
+	stems   map[string]int    // default-id counters
+}
+
+// shardGeneration is a staged load, committed when every shard succeeded.
+type shardGeneration struct {
+	fns map[string]*handlerFns
+	env *lua.LTable
+}
+
+func newShard(rt *Runtime, idx int) *shard {
+	s := &shard{rt: rt, idx: idx}
+	s.L = newSandboxState(sandboxOptions{
+		MaxStringSize: rt.opts.MaxStringSize,
+		Print: func(msg string) {
+			s.log().Info(msg)
+		},
+	})
+	installIteration(s.L)
+	s.memos = s.L.NewTable()
+	s.opMemo = s.L.NewTable()
+	s.module = s.newModule()
+	s.ctxMT = s.newCtxMetatable()
+	s.patchMT = s.newPatchMetatable()
+	s.logger = s.newLogger()
+	s.fns = map[string]*handlerFns{}
+	return s
+}
+
+// log is the logger of the call in progress, or the runtime's.
+func (s *shard) log() *slog.Logger {
+	if s.current != nil && s.current.logger != nil {
+		return s.current.logger
+	}
+	return s.rt.opts.Logger
+}
+
+// moduleName maps a script path to its require() name: "lib/util.lua" -> "lib.util",
+// "lib/init.lua" -> "lib".
+func moduleName(file string) string {
+	name := strings.TrimSuffix(file, path.Ext(file))
+	name = strings.TrimSuffix(name, "/init")
+	return strings.ReplaceAll(name, "/", ".")
+}
+
+// stage runs the scripts into a fresh global environment of this state. Top-level
+// files are the handler scripts, run in name order; files in subfolders are modules
+// that only run when required. Globals of the previous load are not visible.
+func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lua.FunctionProto) (*shardGeneration, *collected, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	L := s.L
+	env := L.NewTable()
+	envMT := L.NewTable()
+	envMT.RawSetString("__index", L.Get(lua.GlobalsIndex))
+	L.SetMetatable(env, envMT)
+	env.RawSetString("_G", env)
+
+	byModule := map[string]string{}
+	for _, f := range files {
+		byModule[moduleName(f)] = f
+	}
+	loaded := map[string]lua.LValue{}
+	loading := map[string]bool{}
+	var run func(file string) (lua.LValue, error)
+	run = func(file string) (lua.LValue, error) {
+		mod := moduleName(file)
+		if v, ok := loaded[mod]; ok {
+			return v, nil
+		}
+		if loading[mod] {
+			return nil, fmt.Errorf("%s: require loop: module '%s' requires itself", file, mod)
+		}
+		loading[mod] = true
+		defer delete(loading, mod)
+		fn := L.NewFunctionFromProto(protos[file])
+		fn.Env = env
+		L.Push(fn)
+		if err := L.PCall(0, 1, nil); err != nil {
+			return nil, luaError(err)
+		}
+		v := L.Get(-1)
+		L.Pop(1)
+		if v == lua.LNil {
+			v = lua.LTrue
+		}
+		loaded[mod] = v
+		return v, nil
+	}
+	env.RawSetString("require", L.NewFunction(func(L *lua.LState) int {
+		name := L.CheckString(1)
+		if name == "luaop" {
+			L.Push(s.module)
+			return 1
+		}
+		file, ok := byModule[name]
+		if !ok {
+			L.RaiseError("module '%s' not found in the scripts folder (looked for %s.lua and %s/init.lua)", name,
+				strings.ReplaceAll(name, ".", "/"), strings.ReplaceAll(name, ".", "/"))
+		}
+		v, err := run(file)
+		if err != nil {
+			L.RaiseError("%s", err.Error())
+		}
+		L.Push(v)
+		return 1
+	}))
+
+	col := &collected{filters: map[string]*dataFilters{}, fns: map[string]*handlerFns{}, sources: map[string]string{}, stems: map[string]int{}}
+	s.collecting = col
+	defer func() { s.collecting = nil }()
+	cctx, cancel := context.WithTimeout(ctx, s.rt.opts.HandlerTimeout)
+	defer cancel()
+	L.SetContext(cctx)
+	defer L.RemoveContext()
+	defer L.SetTop(0)
+	for _, f := range files {
+		if strings.Contains(f, "/") {
+			continue
+		}
+		if _, err := run(f); err != nil {
+			return nil, nil, err
+		}
+	}
+	return &shardGeneration{fns: col.fns, env: env}, col, nil
+}
+
+func (s *shard) commit(g *shardGeneration) {
+	s.mu.Lock()
+	s.fns, s.env = g.fns, g.env
+	s.mu.Unlock()
+}
+
+// memoFor returns the memo table of an object, creating it on first use.
+func (s *shard) memoFor(uid string) *lua.LTable {
+	if uid == "" {
+		return s.opMemo
+	}
+	if m, ok := s.memos.RawGetString(uid).(*lua.LTable); ok {
+		return m
+	}
+	m := s.L.NewTable()
+	s.memos.RawSetString(uid, m)
+	return m
+}

@@ -1,0 +1,120 @@
+package processing
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// apply sends the cycle's patch: one merge patch of /status when status is a
+// subresource (first, so a crash between the two re-runs a handler rather than
+// losing its result), then one of the object. It remembers the version the last
+// patch produced, so the next change handlers wait for it.
+func (c *cycle) apply(ctx context.Context) error {
+	if c.patch.IsEmpty() {
+		return nil
+	}
+	o := c.op
+	main := c.patch.Map()
+	var status map[string]any
+	if c.info.statusSubresource {
+		main, status = c.patch.Split()
+	}
+	client := o.dynamic.Resource(c.info.gvr).Namespace(c.key.namespace)
+	var last *unstructured.Unstructured
+	if len(status) > 0 {
+		resp, err := c.send(ctx, func(data []byte) (*unstructured.Unstructured, error) {
+			return client.Patch(ctx, c.key.name, types.MergePatchType, data, metav1.PatchOptions{}, "status")
+		}, status)
+		if err != nil || resp == nil {
+			return err
+		}
+		c.checkPruning(status, resp)
+		last = resp
+	}
+	if len(main) > 0 {
+		resp, err := c.send(ctx, func(data []byte) (*unstructured.Unstructured, error) {
+			return client.Patch(ctx, c.key.name, types.MergePatchType, data, metav1.PatchOptions{})
+		}, main)
+		if err != nil || resp == nil {
+			return err
+		}
+		if !c.info.statusSubresource {
+			c.checkPruning(main, resp)
+		}
+		last = resp
+	}
+	if last != nil {
+		o.expectVersion(c.key, last.GetResourceVersion())
+	}
+	return nil
+}
+
+// send marshals and sends one patch. A vanished object is not an error (nil, nil).
+func (c *cycle) send(ctx context.Context, do func([]byte) (*unstructured.Unstructured, error), patch map[string]any) (*unstructured.Unstructured, error) {
+	data, err := json.Marshal(patch)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the patch of %s: %w", c.key, err)
+	}
+	resp, err := do(data)
+	switch {
+	case err == nil:
+		return resp, nil
+	case apierrors.IsNotFound(err):
+		c.log.Debug("object vanished before the patch; nothing to do")
+		return nil, nil
+	case apierrors.IsInvalid(err), apierrors.IsConflict(err):
+		return nil, fmt.Errorf("the server rejected the patch of %s (%s): %w; the patch was %s", c.key, apierrors.ReasonForError(err), err, truncate(string(data), 500))
+	default:
+		return nil, fmt.Errorf("patching %s: %w", c.key, err)
+	}
+}
+
+// checkPruning reports, once per field, a status field that the server dropped: the
+// CRD's schema does not declare it, so it is pruned. Retrying would loop forever
+// (kopf's "patching failed with inconsistencies"); the fix is in the schema.
+func (c *cycle) checkPruning(sent map[string]any, resp *unstructured.Unstructured) {
+	status, _ := sent["status"].(map[string]any)
+	got, _, _ := unstructured.NestedMap(resp.Object, "status")
+	for field, v := range status {
+		if v == nil {
+			continue
+		}
+		if _, ok := got[field]; ok {
+			continue
+		}
+		key := c.key.resource.String() + " status." + field
+		if _, seen := c.op.pruned.LoadOrStore(key, struct{}{}); seen {
+			continue
+		}
+		msg := fmt.Sprintf("the server dropped status.%s of %s: the CRD schema prunes unknown fields; "+
+			"declare it in the CRD's openAPIV3Schema, or add `x-kubernetes-preserve-unknown-fields: true` under status", field, c.info.kind)
+		c.log.Error(msg)
+		c.post("Warning", "StatusPruned", msg)
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+// expectVersion records the version our patch produced, unless the watch already
+// delivered it (notifications can be faster than the patch's response).
+func (o *Operator) expectVersion(key objectKey, rv string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	mem, ok := o.objects[key]
+	if !ok || rv == "" || !versionOlder(mem.lastSeenVersion, rv) {
+		return
+	}
+	mem.expectedVersion = rv
+	mem.consistencyDeadline = o.opts.Now().Add(o.opts.ConsistencyTimeout)
+}

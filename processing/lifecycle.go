@@ -1,0 +1,73 @@
+package processing
+
+import (
+	"sort"
+	"time"
+
+	"github.com/luaop/luaop/processing/causes"
+	"github.com/luaop/luaop/state"
+)
+
+// Lifecycle chooses which of the ready handlers of a cause run in this cycle.
+type Lifecycle string
+
+const (
+	// LifecycleAsap runs one handler per cycle, the one with the fewest retries first
+	// (kopf's default): every outcome is persisted before the next handler starts.
+	LifecycleAsap Lifecycle = "asap"
+	// LifecycleAllAtOnce runs every ready handler in one cycle.
+	LifecycleAllAtOnce Lifecycle = "all-at-once"
+	// LifecycleOneByOne runs one handler per cycle in registration order.
+	LifecycleOneByOne Lifecycle = "one-by-one"
+)
+
+// handlerState pairs a handler with its persisted progress for the current cause.
+type handlerState struct {
+	spec   causes.Spec
+	record state.HandlerRecord
+	found  bool
+}
+
+// selectToRun returns the handlers to run now: awake (not finished, not delayed into
+// the future), chosen by the lifecycle. Order of the input is registration order.
+func selectToRun(lifecycle Lifecycle, handlers []handlerState, now time.Time) []handlerState {
+	var awake []handlerState
+	for _, h := range handlers {
+		if h.record.Awake(now) {
+			awake = append(awake, h)
+		}
+	}
+	if len(awake) == 0 {
+		return nil
+	}
+	switch lifecycle {
+	case LifecycleAllAtOnce:
+		return awake
+	case LifecycleOneByOne:
+		return awake[:1]
+	default:
+		sort.SliceStable(awake, func(i, j int) bool { return awake[i].record.Retries < awake[j].record.Retries })
+		return awake[:1]
+	}
+}
+
+// allFinished tells whether every handler of the cause has succeeded or failed for good.
+func allFinished(handlers []handlerState) bool {
+	for _, h := range handlers {
+		if !h.record.Finished() {
+			return false
+		}
+	}
+	return true
+}
+
+// earliestWakeup returns the soonest Delayed time among sleeping handlers.
+func earliestWakeup(handlers []handlerState, now time.Time) (time.Time, bool) {
+	var best time.Time
+	for _, h := range handlers {
+		if h.record.Sleeping(now) && (best.IsZero() || h.record.Delayed.Before(best)) {
+			best = *h.record.Delayed
+		}
+	}
+	return best, !best.IsZero()
+}

@@ -1,0 +1,82 @@
+package processing
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/luaop/luaop/state"
+)
+
+// Options configure an Operator. The zero value of every field means its default.
+type Options struct {
+	// Namespaces selects where to watch namespaced resources: exact names, glob
+	// patterns ("team-*") and exclusions ("!kube-*"). Empty means cluster-wide.
+	Namespaces []string
+	// Workers bounds how many objects are processed at once. Defaults to 16.
+	Workers int
+	// Prefix is the annotation and finalizer prefix of this operator. Defaults to
+	// "luaop.dev". Two operators handling the same objects need different prefixes.
+	Prefix string
+	// Progress stores per-handler progress. Defaults to annotations under Prefix.
+	Progress state.ProgressStorage
+	// Lifecycle picks the handlers run per cycle. Defaults to LifecycleAsap.
+	Lifecycle Lifecycle
+	// ConsistencyTimeout is how long change handlers of an object wait for the watch
+	// to deliver the version the operator's own last patch produced. Defaults to 5s.
+	ConsistencyTimeout time.Duration
+	// PostEvents posts Kubernetes Events for handler outcomes. Defaults to true.
+	PostEvents *bool
+	// Logger receives framework and handler logs. Defaults to slog.Default().
+	Logger *slog.Logger
+	// OnHandlerRun, when set, is told about every handler run (live views, metrics).
+	// It is called from worker goroutines and must return quickly.
+	OnHandlerRun func(HandlerRun)
+	// ResyncPeriod re-delivers every object to the queue periodically as a safety net.
+	// Defaults to 0 (off): causes come from events, and delays live in the queue.
+	ResyncPeriod time.Duration
+	// Now is the clock. Defaults to time.Now.
+	Now func() time.Time
+}
+
+// HandlerRun describes one finished handler attempt.
+type HandlerRun struct {
+	Resource  string
+	Namespace string
+	Name      string
+	HandlerID string
+	Reason    string
+	Outcome   Outcome
+	Duration  time.Duration
+	Err       error
+}
+
+func (o *Options) setDefaults() {
+	if o.Workers <= 0 {
+		o.Workers = 16
+	}
+	if o.Prefix == "" {
+		o.Prefix = "luaop.dev"
+	}
+	if o.Progress == nil {
+		o.Progress = state.NewAnnotationsProgress(o.Prefix)
+	}
+	if o.Lifecycle == "" {
+		o.Lifecycle = LifecycleAsap
+	}
+	if o.ConsistencyTimeout <= 0 {
+		o.ConsistencyTimeout = 5 * time.Second
+	}
+	if o.PostEvents == nil {
+		t := true
+		o.PostEvents = &t
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// Finalizer is the finalizer this operator puts on objects that need it.
+func (o *Options) finalizer() string { return o.Prefix + "/finalizer" }

@@ -1,0 +1,375 @@
+package processing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/luaop/luaop/processing/causes"
+	"github.com/luaop/luaop/state"
+)
+
+// process runs one cycle for one object. It returns when to look at the object again
+// without a new event (0: only on the next event), or an error of the framework
+// itself (API failures), which the caller throttles.
+func (o *Operator) process(ctx context.Context, key objectKey) (time.Duration, error) {
+	o.mu.Lock()
+	mem, ok := o.objects[key]
+	if !ok {
+		o.mu.Unlock()
+		return 0, nil
+	}
+	events := mem.pending
+	mem.pending = nil
+	latest, gone, uid := mem.latest, mem.gone, mem.uid
+	expected, deadline := mem.expectedVersion, mem.consistencyDeadline
+	facts := objectFacts{noticedByListing: mem.noticedByListing, resumeIsHandled: mem.resumeIsHandled}
+	o.mu.Unlock()
+
+	specs := o.specsFor(key.resource)
+	log := o.log.With("resource", key.resource.String(), "object", objectName(key))
+
+	// Raw event handlers see every event in order, never retried, errors only logged.
+	// They do not wait for consistency: they report what the watch said.
+	for _, ev := range events {
+		o.runEventHandlers(ctx, log, key, specs, ev)
+	}
+
+	if gone {
+		o.mu.Lock()
+		if cur := o.objects[key]; cur == mem && cur.gone && len(cur.pending) == 0 {
+			delete(o.objects, key)
+		}
+		o.mu.Unlock()
+		o.handlers.Forget(uid)
+		return 0, nil
+	}
+	if latest == nil {
+		return 0, nil
+	}
+
+	now := o.opts.Now()
+	if expected != "" {
+		if now.Before(deadline) {
+			// The body is older than our own last patch: change handlers would see
+			// stale data. The next event wakes us earlier than this.
+			return deadline.Sub(now), nil
+		}
+		log.Warn("the watch did not deliver the operator's own last patch in time; handling the newest body seen",
+			"expectedVersion", expected, "timeout", o.opts.ConsistencyTimeout)
+		o.mu.Lock()
+		mem.expectedVersion = ""
+		o.mu.Unlock()
+	}
+
+	info := o.resourceInfo(key.resource)
+	if info == nil {
+		return 0, nil
+	}
+	c := &cycle{op: o, key: key, info: info, body: latest, log: log, now: now, patch: state.NewPatch(), specs: specs}
+	requeue, err := c.run(ctx, facts)
+	if err != nil {
+		return 0, err
+	}
+	if c.resumeIsHandled {
+		o.mu.Lock()
+		mem.resumeIsHandled = true
+		o.mu.Unlock()
+	}
+	return requeue, nil
+}
+
+func objectName(k objectKey) string {
+	if k.namespace == "" {
+		return k.name
+	}
+	return k.namespace + "/" + k.name
+}
+
+func (o *Operator) specsFor(r causes.Resource) []causes.Spec {
+	var out []causes.Spec
+	for _, s := range o.handlers.Specs() {
+		if s.Resource == r {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (o *Operator) runEventHandlers(ctx context.Context, log *slog.Logger, key objectKey, specs []causes.Spec, ev rawEvent) {
+	cause := causes.Cause{Resource: key.resource, Body: ev.object.Object, EventType: ev.eventType}
+	for _, spec := range specs {
+		if spec.Kind != causes.KindEvent {
+			continue
+		}
+		if ok, err := o.handlers.Match(ctx, spec, cause); err != nil || !ok {
+			if err != nil {
+				log.Error("event handler filter failed", "handler", spec.ID, "error", err)
+			}
+			continue
+		}
+		start := time.Now()
+		_, err := o.handlers.Invoke(ctx, causes.Call{Handler: spec, Cause: cause, Patch: state.NewPatch(), Started: start, Logger: log})
+		outcome := OutcomeSuccess
+		if err != nil {
+			outcome = OutcomeIgnored
+			log.Error("event handler failed (event handlers are never retried)", "handler", spec.ID, "event", ev.eventType, "error", err)
+		}
+		o.observe(key, spec.ID, "event", outcome, time.Since(start), err)
+	}
+}
+
+func (o *Operator) observe(key objectKey, id, reason string, outcome Outcome, d time.Duration, err error) {
+	if o.opts.OnHandlerRun == nil {
+		return
+	}
+	o.opts.OnHandlerRun(HandlerRun{Resource: key.resource.String(), Namespace: key.namespace, Name: key.name,
+		HandlerID: id, Reason: reason, Outcome: outcome, Duration: d, Err: err})
+}
+
+// cycle is one pass of change handling over one body of one object.
+type cycle struct {
+	op    *Operator
+	key   objectKey
+	info  *resourceInfo
+	body  *unstructured.Unstructured
+	specs []causes.Spec
+	log   *slog.Logger
+	now   time.Time
+	patch *state.Patch
+
+	resumeIsHandled bool
+}
+
+func (c *cycle) run(ctx context.Context, facts objectFacts) (time.Duration, error) {
+	o := c.op
+	body := c.body.Object
+	finalizer := o.opts.finalizer()
+	detected := detectChangeCause(body, o.opts.Prefix, finalizer, facts)
+	if detected.diffBaseProblem != nil {
+		c.log.Warn(detected.diffBaseProblem.Error())
+	}
+	base := causes.Cause{Reason: detected.reason, Resource: c.key.resource, Body: body, Old: detected.old, New: detected.new, Diff: detected.diff}
+
+	switch detected.reason {
+	case causes.Free:
+		return 0, nil
+	case causes.Delete:
+		return c.handle(ctx, base)
+	}
+
+	// The finalizer is added or removed in a cycle of its own, before handlers run:
+	// an object deleted right after a create handler ran must still be held for its
+	// delete handlers.
+	needed, err := c.finalizerNeeded(ctx, base)
+	if err != nil {
+		return 0, err
+	}
+	if needed != hasFinalizer(body, finalizer) {
+		c.patch.Set([]string{"metadata", "finalizers"}, finalizersWith(body, finalizer, needed))
+		return 0, c.apply(ctx)
+	}
+	if detected.reason == causes.Noop {
+		return 0, nil
+	}
+	return c.handle(ctx, base)
+}
+
+// finalizerNeeded: some matching handler must block deletion (a non-optional delete
+// handler, a daemon or a timer).
+func (c *cycle) finalizerNeeded(ctx context.Context, cause causes.Cause) (bool, error) {
+	for _, spec := range c.specs {
+		if !spec.RequiresFinalizer() {
+			continue
+		}
+		ok, err := c.op.handlers.Match(ctx, spec, cause)
+		if err != nil {
+			c.log.Error("handler filter failed; keeping the finalizer to be safe", "handler", spec.ID, "error", err)
+			return true, nil
+		}
+		if ok {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// selectHandlers returns the change handlers that serve this cause, with the cause
+// each receives (field handlers get old/new/diff of their field only).
+func (c *cycle) selectHandlers(ctx context.Context, cause causes.Cause) ([]causes.Spec, []causes.Cause) {
+	var specs []causes.Spec
+	var perHandler []causes.Cause
+	for _, spec := range c.specs {
+		if spec.Kind != causes.KindChange || !spec.Serves(cause.Reason) {
+			continue
+		}
+		hc := cause
+		if len(spec.Field) > 0 {
+			if cause.Reason != causes.Create && cause.Reason != causes.Update {
+				continue
+			}
+			hc.Diff = cause.Diff.Reduce(spec.Field)
+			if len(hc.Diff) == 0 {
+				continue
+			}
+			hc.Old, _ = state.Resolve(cause.Old, spec.Field)
+			hc.New, _ = state.Resolve(cause.New, spec.Field)
+		}
+		ok, err := c.op.handlers.Match(ctx, spec, hc)
+		if err != nil {
+			c.log.Error("handler filter failed; skipping the handler for this cause", "handler", spec.ID, "error", err)
+			continue
+		}
+		if ok {
+			specs = append(specs, spec)
+			perHandler = append(perHandler, hc)
+		}
+	}
+	return specs, perHandler
+}
+
+func (c *cycle) hasChangeHandlers() bool {
+	for _, s := range c.specs {
+		if s.Kind == causes.KindChange {
+			return true
+		}
+	}
+	return false
+}
+
+// handle runs the change handlers of a cause, persists their progress and, once all
+// are finished, the diff-base; then applies the cycle's patch.
+func (c *cycle) handle(ctx context.Context, cause causes.Cause) (time.Duration, error) {
+	o := c.op
+	body := c.body.Object
+	specs, perHandler := c.selectHandlers(ctx, cause)
+	states := make([]handlerState, len(specs))
+	for i, spec := range specs {
+		rec, found := o.opts.Progress.Fetch(body, spec.ID)
+		if found && rec.Purpose != "" && rec.Purpose != string(cause.Reason) {
+			// A record left by another cause (an update arrived while a create
+			// was retrying): this cause starts fresh.
+			rec, found = state.HandlerRecord{}, false
+		}
+		states[i] = handlerState{spec: spec, record: rec, found: found}
+	}
+
+	for _, h := range selectToRun(o.opts.Lifecycle, states, c.now) {
+		i := indexOf(states, h.spec.ID)
+		states[i].record = c.runChangeHandler(ctx, h, perHandler[i], cause.Reason)
+	}
+
+	if allFinished(states) {
+		c.finishCause(cause, states)
+		if err := c.apply(ctx); err != nil {
+			return 0, err
+		}
+		return 0, nil
+	}
+	for _, h := range states {
+		if h.found || h.record.Started != nil {
+			o.opts.Progress.Store(body, c.patch, h.spec.ID, h.record)
+		}
+	}
+	if err := c.apply(ctx); err != nil {
+		return 0, err
+	}
+	// Handlers still awake run on the event our patch causes; sleeping ones need a
+	// wake-up from the queue.
+	for _, h := range states {
+		if h.record.Awake(c.now) {
+			return 0, nil
+		}
+	}
+	if at, ok := earliestWakeup(states, c.now); ok {
+		return at.Sub(c.now), nil
+	}
+	return 0, nil
+}
+
+// finishCause stores the diff-base (the essence now handled), purges progress records,
+// and releases the finalizer after delete handlers.
+func (c *cycle) finishCause(cause causes.Cause, states []handlerState) {
+	o := c.op
+	body := c.body.Object
+	for _, h := range states {
+		o.opts.Progress.Purge(body, c.patch, h.spec.ID)
+	}
+	if cause.Reason == causes.Delete {
+		if hasFinalizer(body, o.opts.finalizer()) {
+			c.patch.Set([]string{"metadata", "finalizers"}, finalizersWith(body, o.opts.finalizer(), false))
+		}
+		return
+	}
+	c.resumeIsHandled = true
+	if !c.hasChangeHandlers() {
+		return
+	}
+	if cause.Reason == causes.Resume {
+		// Nothing changed, so the stored diff-base is already right.
+		return
+	}
+	essence, _ := cause.New.(map[string]any)
+	if err := state.StoreEssence(body, c.patch, o.opts.Prefix, essence); err != nil {
+		c.log.Error("cannot store the diff-base: the next change will be seen as a creation again; "+
+			"keep big data out of the spec or use a custom storage", "error", err)
+	}
+}
+
+func indexOf(states []handlerState, id string) int {
+	for i, s := range states {
+		if s.spec.ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// runChangeHandler makes one attempt of one handler and returns its new record.
+func (c *cycle) runChangeHandler(ctx context.Context, h handlerState, cause causes.Cause, reason causes.Reason) state.HandlerRecord {
+	o := c.op
+	rec := h.record
+	rec.Purpose = string(reason)
+	if msg, ex := exhausted(h.spec, rec, c.now); ex {
+		rec.Failure, rec.Stopped, rec.Delayed, rec.Message = true, &c.now, nil, msg
+		c.log.Error("handler failed for good", "handler", h.spec.ID, "reason", msg)
+		c.post("Warning", "HandlerFailed", msg)
+		o.observe(c.key, h.spec.ID, string(reason), OutcomeFailure, 0, errors.New(msg))
+		return rec
+	}
+	started := c.now
+	if rec.Started != nil {
+		started = *rec.Started
+	}
+	call := causes.Call{
+		Handler: h.spec, Cause: cause, Patch: c.patch, Retry: rec.Retries,
+		Started: started, Runtime: c.now.Sub(started),
+		Logger: c.log.With("handler", h.spec.ID),
+	}
+	t0 := time.Now()
+	result, err := o.handlers.Invoke(ctx, call)
+	took := time.Since(t0)
+	if err == nil && result != nil {
+		c.patch.Set([]string{"status", h.spec.ID}, result)
+	}
+	rec, outcome := foldOutcome(h.spec, rec, c.now, err)
+	switch outcome {
+	case OutcomeSuccess:
+		c.log.Info("handler succeeded", "handler", h.spec.ID, "reason", string(reason), "took", took)
+		c.post("Normal", "HandlerSucceeded", fmt.Sprintf("Handler %s succeeded (%s).", h.spec.ID, reason))
+	case OutcomeRetry:
+		c.log.Warn("handler will be retried", "handler", h.spec.ID, "retry", rec.Retries, "at", rec.Delayed.Format(time.RFC3339), "error", err)
+		c.post("Warning", "HandlerRetrying", fmt.Sprintf("Handler %s failed, retry %d: %s", h.spec.ID, rec.Retries, err))
+	case OutcomeFailure:
+		c.log.Error("handler failed for good", "handler", h.spec.ID, "error", err)
+		c.post("Warning", "HandlerFailed", fmt.Sprintf("Handler %s failed permanently: %s", h.spec.ID, err))
+	case OutcomeIgnored:
+		c.log.Warn("handler failed; ignored as configured (errors=ignored)", "handler", h.spec.ID, "error", err)
+	}
+	o.observe(c.key, h.spec.ID, string(reason), outcome, took, err)
+	return rec
+}

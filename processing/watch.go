@@ -1,0 +1,219 @@
+package processing
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/luaop/luaop/processing/causes"
+)
+
+// resourceInfo is what discovery tells about a watched resource.
+type resourceInfo struct {
+	gvr               schema.GroupVersionResource
+	kind              string
+	namespaced        bool
+	statusSubresource bool
+}
+
+// watcher runs the informers of one resource. Informers (reflectors) list, then watch
+// from the list's resourceVersion with bookmarks, re-list on 410 Gone, and end every
+// watch request after a few minutes so a silently dead stream is replaced.
+type watcher struct {
+	op       *Operator
+	resource causes.Resource
+	info     atomic.Pointer[resourceInfo]
+	syncedFn []cache.InformerSynced
+	mu       sync.Mutex
+	ready    atomic.Bool
+	done     chan struct{}
+}
+
+func newWatcher(op *Operator, r causes.Resource) *watcher {
+	return &watcher{op: op, resource: r, done: make(chan struct{})}
+}
+
+func (w *watcher) wait() { <-w.done }
+
+func (w *watcher) synced() bool {
+	if !w.ready.Load() {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, f := range w.syncedFn {
+		if !f() {
+			return false
+		}
+	}
+	return true
+}
+
+func (w *watcher) run(ctx context.Context) {
+	defer close(w.done)
+	info, err := w.discover(ctx)
+	if err != nil {
+		return // ctx cancelled
+	}
+	w.info.Store(info)
+	log := w.op.log.With("resource", w.resource.String())
+
+	namespaces := []string{metav1.NamespaceAll}
+	if info.namespaced {
+		if exact := w.op.filter.exactNamespaces(); exact != nil {
+			namespaces = exact
+		}
+	}
+	var informers []cache.SharedIndexInformer
+	for _, ns := range namespaces {
+		inf := dynamicinformer.NewFilteredDynamicInformer(w.op.dynamic, info.gvr, ns, w.op.opts.ResyncPeriod, cache.Indexers{}, nil).Informer()
+		if _, err := inf.AddEventHandler(w); err != nil {
+			log.Error("cannot watch", "error", err)
+			return
+		}
+		_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+			log.Warn("watch interrupted; re-listing", "namespace", ns, "error", err)
+		})
+		informers = append(informers, inf)
+		w.mu.Lock()
+		w.syncedFn = append(w.syncedFn, inf.HasSynced)
+		w.mu.Unlock()
+	}
+	w.ready.Store(true)
+	log.Info("watching", "namespaces", strings.Join(namespacesForLog(namespaces), ","), "statusSubresource", info.statusSubresource)
+	var running sync.WaitGroup
+	for _, inf := range informers {
+		running.Add(1)
+		go func() { defer running.Done(); inf.RunWithContext(ctx) }()
+	}
+	running.Wait()
+}
+
+func namespacesForLog(ns []string) []string {
+	if len(ns) == 1 && ns[0] == "" {
+		return []string{"(all)"}
+	}
+	return ns
+}
+
+// discover resolves the resource as registered (plural, singular, kind or short name)
+// on the server, waiting while it does not exist: a CRD installed after the operator
+// started is picked up without a restart.
+func (w *watcher) discover(ctx context.Context) (*resourceInfo, error) {
+	warned := false
+	for {
+		info, err := w.lookup()
+		if err == nil {
+			if warned {
+				w.op.log.Info("resource appeared on the server", "resource", w.resource.String())
+			}
+			return info, nil
+		}
+		if !warned {
+			w.op.log.Warn("waiting for the resource to exist on the server; is its CRD installed? (kubectl get crd)",
+				"resource", w.resource.String(), "reason", err)
+			warned = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+func (w *watcher) lookup() (*resourceInfo, error) {
+	gv := schema.GroupVersion{Group: w.resource.Group, Version: w.resource.Version}
+	list, err := w.op.disco.ServerResourcesForGroupVersion(gv.String())
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("group/version %s is not served", gv)
+		}
+		return nil, fmt.Errorf("discovery of %s: %w", gv, err)
+	}
+	want := strings.ToLower(w.resource.Resource)
+	var found *metav1.APIResource
+	for i := range list.APIResources {
+		r := &list.APIResources[i]
+		if strings.Contains(r.Name, "/") {
+			continue
+		}
+		if r.Name == want || strings.ToLower(r.SingularName) == want || strings.ToLower(r.Kind) == want || contains(r.ShortNames, want) {
+			found = r
+			break
+		}
+	}
+	if found == nil {
+		return nil, fmt.Errorf("%s serves no resource named %q", gv, w.resource.Resource)
+	}
+	info := &resourceInfo{gvr: gv.WithResource(found.Name), kind: found.Kind, namespaced: found.Namespaced}
+	for _, r := range list.APIResources {
+		if r.Name == found.Name+"/status" {
+			info.statusSubresource = true
+		}
+	}
+	return info, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if strings.ToLower(x) == s {
+			return true
+		}
+	}
+	return false
+}
+
+// The watcher is the informers' event handler: it only records and queues, since
+// informer notifications must be processed promptly.
+
+func (w *watcher) OnAdd(obj any, isInInitialList bool) { w.notify("ADDED", obj, isInInitialList) }
+func (w *watcher) OnUpdate(_, obj any)                 { w.notify("MODIFIED", obj, false) }
+func (w *watcher) OnDelete(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	w.notify("DELETED", obj, false)
+}
+
+func (w *watcher) notify(eventType string, obj any, initial bool) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return
+	}
+	ns := u.GetNamespace()
+	if ns != "" && !w.op.filter.allows(ns) {
+		return
+	}
+	key := objectKey{resource: w.resource, namespace: ns, name: u.GetName()}
+	w.op.record(key, eventType, u, initial, w.op.hasEventHandlers(w.resource))
+}
+
+func (o *Operator) hasEventHandlers(r causes.Resource) bool {
+	for _, s := range o.handlers.Specs() {
+		if s.Resource == r && s.Kind == causes.KindEvent {
+			return true
+		}
+	}
+	return false
+}
+
+func (o *Operator) resourceInfo(r causes.Resource) *resourceInfo {
+	o.mu.Lock()
+	w := o.watchers[r]
+	o.mu.Unlock()
+	if w == nil {
+		return nil
+	}
+	return w.info.Load()
+}

@@ -1,0 +1,11 @@
+// Package state holds the pure data rules by which luaop decides what changed in an object and
+// records what it has done about it: merge patches, the essence and its stored diff-base,
+// kopf-style diffs, and the per-handler progress records.
+//
+// Nothing here performs I/O. Objects are the map[string]any trees produced by client-go's
+// unstructured JSON decoding, so every function tolerates the numeric types that decoding (or a
+// Lua conversion) may yield: int64, float64, int, json.Number and the other Go numeric kinds all
+// compare by value. A nil value inside an object means JSON null, which in a merge patch is a
+// deletion and in a diff is the same as an absent key; keeping those two views aligned is what
+// lets a diff be replayed as a patch (Diff.MergePatch).
+package state

@@ -1,0 +1,158 @@
+package state
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// lastAppliedAnnotation is rewritten by every `kubectl apply`, even when nothing else changes.
+const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
+
+// maxAnnotationsSize is Kubernetes' limit on the total size (keys plus values) of all
+// annotations of one object.
+const maxAnnotationsSize = 256 * 1024
+
+// ErrDiffBaseTooLarge is returned by StoreEssence when the diff-base annotation would push the
+// object's annotations over the Kubernetes size limit; the API server would reject the whole
+// patch, losing the progress that travels with it.
+var ErrDiffBaseTooLarge = errors.New("the diff-base does not fit into the annotations size limit")
+
+// LastHandledKey is the annotation holding the essence last handled successfully (the diff-base).
+func LastHandledKey(prefix string) string { return prefix + "/last-handled-configuration" }
+
+// Essence is the part of an object whose changes are "real" changes (kopf's essence): the object
+// without apiVersion, kind, status and metadata, but keeping metadata.labels and
+// metadata.annotations, minus the annotations under "<prefix>/" and kubectl's last-applied
+// annotation. Those are excluded because the operator itself, or kubectl, rewrites them all the
+// time; counting them would make the operator react to its own writes. Empty labels, annotations
+// and metadata are dropped so that "no labels" equals "empty labels", and so are top-level nils.
+// The result is a deep copy.
+func Essence(obj map[string]any, prefix string) map[string]any {
+	out := make(map[string]any, len(obj))
+	for k, v := range obj {
+		switch k {
+		case "apiVersion", "kind", "status", "metadata":
+			continue
+		}
+		if isNull(v) {
+			continue
+		}
+		out[k] = DeepCopyValue(v)
+	}
+	meta, _ := obj["metadata"].(map[string]any)
+	essMeta := map[string]any{}
+	if labels, ok := meta["labels"].(map[string]any); ok && len(labels) > 0 {
+		essMeta["labels"] = DeepCopyValue(labels)
+	}
+	if annotations, ok := meta["annotations"].(map[string]any); ok {
+		own := prefix + "/"
+		kept := map[string]any{}
+		for k, v := range annotations {
+			if k == lastAppliedAnnotation || strings.HasPrefix(k, own) {
+				continue
+			}
+			kept[k] = v
+		}
+		if len(kept) > 0 {
+			essMeta["annotations"] = kept
+		}
+	}
+	if len(essMeta) > 0 {
+		out["metadata"] = essMeta
+	}
+	return out
+}
+
+// EncodeEssence encodes an essence as canonical JSON (sorted keys, no HTML escaping), so that
+// equal essences give byte-equal annotations and re-storing an unchanged one is a no-op.
+func EncodeEssence(essence map[string]any) (string, error) {
+	s, err := encodeJSON(essence)
+	if err != nil {
+		return "", fmt.Errorf("encoding the essence: %w", err)
+	}
+	return s, nil
+}
+
+// StoredEssence reads the diff-base annotation. A corrupt annotation is an error rather than
+// "not found": the caller must decide whether treating the object as new is acceptable.
+func StoredEssence(obj map[string]any, prefix string) (essence map[string]any, found bool, err error) {
+	key := LastHandledKey(prefix)
+	raw, ok := annotations(obj)[key]
+	if !ok || raw == nil {
+		return nil, false, nil
+	}
+	s, ok := raw.(string)
+	if !ok {
+		return nil, true, fmt.Errorf("annotation %s is a %T, not a string", key, raw)
+	}
+	m, err := decodeJSONObject(s)
+	if err != nil {
+		return nil, true, fmt.Errorf("decoding annotation %s: %w", key, err)
+	}
+	return m, true, nil
+}
+
+// StoreEssence writes the diff-base annotation into the patch. The size check counts the
+// annotations the object will have once the patch is applied (the object's, with the patch's
+// own annotation changes on top), because the server enforces the limit on that result.
+// When the essence does not fit, it returns an error wrapping ErrDiffBaseTooLarge and writes
+// nothing.
+func StoreEssence(obj map[string]any, patch *Patch, prefix string, essence map[string]any) error {
+	encoded, err := EncodeEssence(essence)
+	if err != nil {
+		return err
+	}
+	key := LastHandledKey(prefix)
+	total := len(key) + len(encoded)
+	for k, v := range annotationsAfter(obj, patch) {
+		if k != key {
+			total += len(k) + annotationLen(v)
+		}
+	}
+	if total > maxAnnotationsSize {
+		return fmt.Errorf("%w: the annotations would take %d bytes (the diff-base %d), the limit is %d",
+			ErrDiffBaseTooLarge, total, len(encoded), maxAnnotationsSize)
+	}
+	patch.SetAnnotation(key, &encoded)
+	return nil
+}
+
+func annotations(obj map[string]any) map[string]any {
+	meta, _ := obj["metadata"].(map[string]any)
+	a, _ := meta["annotations"].(map[string]any)
+	return a
+}
+
+// annotationsAfter is the object's annotations with the patch's annotation changes applied.
+func annotationsAfter(obj map[string]any, patch *Patch) map[string]any {
+	current := annotations(obj)
+	pending, present := patch.Get([]string{"metadata", "annotations"})
+	if !present {
+		return current
+	}
+	pm, ok := pending.(map[string]any)
+	if !ok {
+		return nil // the patch deletes or replaces all annotations
+	}
+	out := make(map[string]any, len(current)+len(pm))
+	for k, v := range current {
+		out[k] = v
+	}
+	for k, v := range pm {
+		if v == nil {
+			delete(out, k)
+		} else {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func annotationLen(v any) int {
+	if s, ok := v.(string); ok {
+		return len(s)
+	}
+	s, _ := encodeJSON(v)
+	return len(s)
+}
