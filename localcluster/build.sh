@@ -8,14 +8,18 @@
 # that requires them and replaces every staging module with its published version builds.
 set -euo pipefail
 
-ETCD_VERSION="${ETCD_VERSION:-v3.7.3}"
-KUBE_VERSION="${KUBE_VERSION:-v1.37.2}"
+ETCD_VERSION="${LUAOP_ETCD_VERSION:-v3.7.3}"
+KUBE_VERSION="${LUAOP_KUBE_VERSION:-v1.37.2}"
 CACHE_ROOT="${LUAOP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/luaop}"
 BIN_DIR="$CACHE_ROOT/bin/etcd-$ETCD_VERSION-kube-$KUBE_VERSION"
 
+if [ "${LUAOP_NO_BUILD:-}" = 1 ]; then
+  for b in etcd kube-apiserver kube-controller-manager kubectl; do
+    [ -x "$BIN_DIR/$b" ] || { echo "[localcluster build] $b is not built yet; run localcluster/build.sh (about 10 minutes, once)" >&2; exit 1; }
+  done
+fi
+
 export GOTOOLCHAIN=local GOFLAGS=-mod=mod
-# etcd and every tool here read ETCD_* as flags; never leak one from the caller.
-unset ETCD_VERSION_UNUSED || true
 
 log() { printf '[localcluster build] %s\n' "$*" >&2; }
 

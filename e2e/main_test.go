@@ -1,0 +1,96 @@
+// Package e2e runs luaop against a real kube-apiserver: every test starts an
+// operator in-process on its own namespace and checks what a user would see with
+// kubectl.
+package e2e
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/luaop/luaop/luabind"
+	"github.com/luaop/luaop/operator"
+	"github.com/luaop/luaop/testcluster"
+)
+
+var env *testcluster.Env
+
+func TestMain(m *testing.M) {
+	root := testcluster.RepoRoot()
+	testcluster.Main(m, &env,
+		filepath.Join(root, "scripts", "examples", "crds"),
+		filepath.Join(root, "e2e", "testdata", "crds"))
+}
+
+var (
+	widgets      = schema.GroupVersionResource{Group: "examples.luaop.dev", Version: "v1", Resource: "widgets"}
+	gadgets      = schema.GroupVersionResource{Group: "e2e.luaop.dev", Version: "v1", Resource: "gadgets"}
+	strictThings = schema.GroupVersionResource{Group: "e2e.luaop.dev", Version: "v1", Resource: "strictthings"}
+)
+
+// script is a one-file script set.
+func script(src string) []luabind.Script {
+	return []luabind.Script{{Name: "test.lua", Source: []byte(src)}}
+}
+
+func startWith(t *testing.T, ns string, opts operator.Options) *testcluster.RunningOperator {
+	t.Helper()
+	if opts.Processing.ConsistencyTimeout == 0 {
+		opts.Processing.ConsistencyTimeout = 5 * time.Second
+	}
+	return env.StartOperator(t, ns, opts)
+}
+
+func create(t *testing.T, gvr schema.GroupVersionResource, ns, yaml string) *unstructured.Unstructured {
+	t.Helper()
+	docs, err := testcluster.DecodeYAML(strings.NewReader(yaml))
+	if err != nil || len(docs) != 1 {
+		t.Fatalf("bad test YAML: %v", err)
+	}
+	obj, err := env.Dynamic.Resource(gvr).Namespace(ns).Create(context.Background(), docs[0], metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating %s: %v", docs[0].GetName(), err)
+	}
+	return obj
+}
+
+func get(t *testing.T, gvr schema.GroupVersionResource, ns, name string) *unstructured.Unstructured {
+	t.Helper()
+	obj, err := env.Dynamic.Resource(gvr).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("getting %s/%s: %v", ns, name, err)
+	}
+	return obj
+}
+
+// waitField waits until the object's field (dotted path) equals want (compared as
+// fmt %v), and returns the object.
+func waitField(t *testing.T, gvr schema.GroupVersionResource, ns, name, path string, want any) *unstructured.Unstructured {
+	t.Helper()
+	var obj *unstructured.Unstructured
+	testcluster.Eventually(t, 15*time.Second, func() (bool, string) {
+		var err error
+		obj, err = env.Dynamic.Resource(gvr).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		got, found, _ := unstructured.NestedFieldNoCopy(obj.Object, strings.Split(path, ".")...)
+		return found && sameValue(got, want), "waiting for " + path + ": have " + show(got, found)
+	})
+	return obj
+}
+
+func sameValue(a, b any) bool { return show(a, true) == show(b, true) }
+
+func show(v any, found bool) string {
+	if !found {
+		return "<absent>"
+	}
+	return strings.TrimSpace(strings.ReplaceAll(toJSON(v), "\n", ""))
+}

@@ -1,0 +1,346 @@
+// Package testcluster connects integration and end-to-end tests to a real
+// kube-apiserver (the local control plane of localcluster/, or any cluster named by
+// LUAOP_TEST_KUBECONFIG), installs CRDs, gives each test its own namespace, and runs
+// operators in-process, exactly as `luaop run` assembles them.
+//
+// It never falls back to the user's KUBECONFIG: tests create and delete objects, and
+// must not do so in a cluster that was not made for them.
+package testcluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/luaop/luaop/operator"
+)
+
+// Env is a connection to a test cluster.
+type Env struct {
+	Config  *rest.Config
+	Dynamic dynamic.Interface
+	Kube    kubernetes.Interface
+}
+
+// ErrNoCluster means no test cluster is configured and the tests were explicitly
+// allowed to skip (LUAOP_TEST_NO_CLUSTER=1).
+var ErrNoCluster = errors.New("no test cluster")
+
+// Connect finds the test cluster: LUAOP_TEST_KUBECONFIG, else the project's local
+// control plane (started if its binaries are built). With LUAOP_TEST_NO_CLUSTER=1 it
+// returns ErrNoCluster instead, so that callers skip.
+func Connect() (*Env, error) {
+	if os.Getenv("LUAOP_TEST_NO_CLUSTER") == "1" {
+		return nil, ErrNoCluster
+	}
+	path := os.Getenv("LUAOP_TEST_KUBECONFIG")
+	if path == "" {
+		var err error
+		if path, err = startLocalCluster(); err != nil {
+			return nil, err
+		}
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, fmt.Errorf("reading the test kubeconfig %s: %w", path, err)
+	}
+	cfg.QPS, cfg.Burst = 500, 1000
+	env := &Env{Config: cfg}
+	if env.Dynamic, err = dynamic.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	if env.Kube, err = kubernetes.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := env.Kube.Discovery().ServerVersion(); err != nil || ctx.Err() != nil {
+		return nil, fmt.Errorf("the test cluster at %s does not answer: %w", cfg.Host, err)
+	}
+	return env, nil
+}
+
+// RepoRoot is the folder of go.mod above the working directory.
+func RepoRoot() string {
+	dir, _ := os.Getwd()
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return ""
+		}
+		dir = parent
+	}
+}
+
+func startLocalCluster() (string, error) {
+	root := RepoRoot()
+	cmd := exec.Command(filepath.Join(root, "localcluster", "up.sh"))
+	cmd.Env = append(os.Environ(), "LUAOP_NO_BUILD=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("no test cluster: LUAOP_TEST_KUBECONFIG is not set and the local control plane did not start (%v: %s); "+
+			"run the tests with `make test`, which builds and starts it, or set LUAOP_TEST_NO_CLUSTER=1 to skip cluster tests", err, strings.TrimSpace(stderr.String()))
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// Main is TestMain for packages that need the cluster: it connects, installs the
+// CRDs found in crdPaths (files or folders of YAML), runs the tests, and exits.
+func Main(m *testing.M, env **Env, crdPaths ...string) {
+	e, err := Connect()
+	if errors.Is(err, ErrNoCluster) {
+		fmt.Println("testcluster: LUAOP_TEST_NO_CLUSTER=1: skipping the tests that need a cluster")
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testcluster:", err)
+		os.Exit(1)
+	}
+	if err := e.InstallCRDs(context.Background(), crdPaths...); err != nil {
+		fmt.Fprintln(os.Stderr, "testcluster: installing CRDs:", err)
+		os.Exit(1)
+	}
+	*env = e
+	os.Exit(m.Run())
+}
+
+var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+// InstallCRDs creates or updates the CRDs in the given YAML files or folders and
+// waits until each is Established (and past the server's 2 s warm-up for creates).
+func (e *Env) InstallCRDs(ctx context.Context, paths ...string) error {
+	var objs []*unstructured.Unstructured
+	for _, p := range paths {
+		files := []string{p}
+		if st, err := os.Stat(p); err == nil && st.IsDir() {
+			files, _ = filepath.Glob(filepath.Join(p, "*.yaml"))
+		}
+		for _, f := range files {
+			docs, err := ReadYAML(f)
+			if err != nil {
+				return err
+			}
+			objs = append(objs, docs...)
+		}
+	}
+	created := false
+	for _, crd := range objs {
+		client := e.Dynamic.Resource(crdGVR)
+		existing, err := client.Get(ctx, crd.GetName(), metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			if _, err := client.Create(ctx, crd, metav1.CreateOptions{}); err != nil {
+				return fmt.Errorf("creating CRD %s: %w", crd.GetName(), err)
+			}
+			created = true
+		case err != nil:
+			return err
+		default:
+			crd.SetResourceVersion(existing.GetResourceVersion())
+			if _, err := client.Update(ctx, crd, metav1.UpdateOptions{}); err != nil {
+				return fmt.Errorf("updating CRD %s: %w", crd.GetName(), err)
+			}
+		}
+	}
+	for _, crd := range objs {
+		if err := waitEstablished(ctx, e.Dynamic, crd.GetName()); err != nil {
+			return err
+		}
+	}
+	if created {
+		time.Sleep(2 * time.Second) // the server delays creates of a new CRD's objects
+	}
+	return nil
+}
+
+func waitEstablished(ctx context.Context, dyn dynamic.Interface, name string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		crd, err := dyn.Resource(crdGVR).Get(ctx, name, metav1.GetOptions{})
+		if err == nil {
+			conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
+			for _, c := range conds {
+				m, _ := c.(map[string]any)
+				if m["type"] == "Established" && m["status"] == "True" {
+					return nil
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("CRD %s not Established after 30s", name)
+}
+
+// ReadYAML decodes every document of a YAML file.
+func ReadYAML(path string) ([]*unstructured.Unstructured, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return DecodeYAML(f)
+}
+
+// DecodeYAML decodes a stream of YAML documents.
+func DecodeYAML(r io.Reader) ([]*unstructured.Unstructured, error) {
+	dec := utilyaml.NewYAMLOrJSONDecoder(r, 4096)
+	var out []*unstructured.Unstructured
+	for {
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			if errors.Is(err, io.EOF) {
+				return out, nil
+			}
+			return nil, err
+		}
+		if len(m) > 0 {
+			out = append(out, &unstructured.Unstructured{Object: m})
+		}
+	}
+}
+
+var unsafeNameChars = regexp.MustCompile(`[^a-z0-9-]+`)
+
+// Namespace creates a namespace for this test and deletes it when the test ends.
+func (e *Env) Namespace(t testing.TB) string {
+	t.Helper()
+	base := strings.Trim(unsafeNameChars.ReplaceAllString(strings.ToLower(t.Name()), "-"), "-")
+	if len(base) > 40 {
+		base = base[:40]
+	}
+	name := fmt.Sprintf("%s-%05d", strings.TrimRight(base, "-"), rand.IntN(100000))
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if _, err := e.Kube.CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating namespace %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		_ = e.Kube.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	return name
+}
+
+// RunningOperator is an operator started by a test, with its log captured.
+type RunningOperator struct {
+	*operator.Operator
+	Log  *LogBuffer
+	stop context.CancelFunc
+	done chan error
+}
+
+// Stop stops the operator and waits for it; it returns what Start returned.
+func (r *RunningOperator) Stop() error {
+	r.stop()
+	return <-r.done
+}
+
+// StartOperator runs an operator in-process until the test ends (or Stop). Unless
+// the options say otherwise it serves only the given namespace, posts no Events,
+// and logs into a buffer that the test can search (and that is printed on failure).
+func (e *Env) StartOperator(t testing.TB, namespace string, opts operator.Options) *RunningOperator {
+	t.Helper()
+	buf := &LogBuffer{}
+	log := slog.New(slog.NewTextHandler(io.MultiWriter(buf, testWriter{t}), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	if opts.Logger == nil {
+		opts.Logger = log
+	}
+	if opts.Processing.Namespaces == nil && namespace != "" {
+		opts.Processing.Namespaces = []string{namespace}
+	}
+	if opts.Processing.PostEvents == nil {
+		f := false
+		opts.Processing.PostEvents = &f
+	}
+	op, err := operator.New(e.Config, opts)
+	if err != nil {
+		t.Fatalf("creating the operator: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &RunningOperator{Operator: op, Log: buf, stop: cancel, done: make(chan error, 1)}
+	go func() { r.done <- op.Start(ctx) }()
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { cancel(); <-r.done }) })
+	Eventually(t, 20*time.Second, func() (bool, string) {
+		select {
+		case err := <-r.done:
+			r.done <- err
+			t.Fatalf("the operator stopped at start: %v", err)
+		default:
+		}
+		return op.Ready(), "the operator is not ready (scripts loaded, initial listing processed)"
+	})
+	return r
+}
+
+// testWriter sends log lines to t.Log, shown for failing tests or with -v.
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// LogBuffer collects log output safely across goroutines.
+type LogBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *LogBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String returns everything logged so far.
+func (b *LogBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// Eventually polls cond every 50 ms until it holds, or fails the test after timeout
+// with the last message cond gave.
+func Eventually(t testing.TB, timeout time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var msg string
+	for {
+		var ok bool
+		ok, msg = cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %s", timeout, msg)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
