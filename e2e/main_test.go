@@ -80,7 +80,7 @@ func waitField(t *testing.T, gvr schema.GroupVersionResource, ns, name, path str
 		if err != nil {
 			return false, err.Error()
 		}
-		got, found, _ := unstructured.NestedFieldNoCopy(obj.Object, strings.Split(path, ".")...)
+		got, found, _ := unstructured.NestedFieldNoCopy(obj.Object, splitPath(path)...)
 		return found && sameValue(got, want), "waiting for " + path + ": have " + show(got, found)
 	})
 	return obj
@@ -93,4 +93,24 @@ func show(v any, found bool) string {
 		return "<absent>"
 	}
 	return strings.TrimSpace(strings.ReplaceAll(toJSON(v), "\n", ""))
+}
+
+// splitPath splits a dotted path; "\\." escapes a dot inside a key
+// ("metadata.annotations.luaop\\.dev/x").
+func splitPath(path string) []string {
+	var parts []string
+	var cur strings.Builder
+	for i := 0; i < len(path); i++ {
+		switch {
+		case path[i] == '\\' && i+1 < len(path) && path[i+1] == '.':
+			cur.WriteByte('.')
+			i++
+		case path[i] == '.':
+			parts = append(parts, cur.String())
+			cur.Reset()
+		default:
+			cur.WriteByte(path[i])
+		}
+	}
+	return append(parts, cur.String())
 }

@@ -1,0 +1,88 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/luaop/luaop/operator"
+	"github.com/luaop/luaop/testcluster"
+)
+
+func mergePatch(t *testing.T, gvr schema.GroupVersionResource, ns, name, patch string) {
+	t.Helper()
+	if _, err := env.Dynamic.Resource(gvr).Namespace(ns).Patch(context.Background(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("patching %s/%s with %s: %v", ns, name, patch, err)
+	}
+}
+
+func waitGone(t *testing.T, gvr schema.GroupVersionResource, ns, name string) {
+	t.Helper()
+	testcluster.Eventually(t, 15*time.Second, func() (bool, string) {
+		_, err := env.Dynamic.Resource(gvr).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprintf("%s/%s still exists (err=%v)", ns, name, err)
+	})
+}
+
+func annotations(obj *unstructured.Unstructured) map[string]string { return obj.GetAnnotations() }
+
+// An update handler gets old, new and the diff; the operator's own status writes and
+// annotations never count as changes (no update cause from them).
+func TestUpdateHandlerGetsOldNewDiff(t *testing.T) {
+	ns := env.Namespace(t)
+	op := startWith(t, ns, operator.Options{Scripts: script(`
+		local luaop = require("luaop")
+		luaop.on.create("examples.luaop.dev/v1/widgets", function(ctx) return "created" end, { id = "made" })
+		luaop.on.update("examples.luaop.dev/v1/widgets", function(ctx)
+			local changes = {}
+			for _, d in ipairs(ctx.diff) do
+				table.insert(changes, d.op .. " " .. d.path .. " " .. tostring(d.old) .. "->" .. tostring(d.new))
+			end
+			ctx.logger.info("update seen")
+			return { old = ctx.old.spec.size, new = ctx.new.spec.size, changes = table.concat(changes, ";") }
+		end, { id = "changed" })
+	`)})
+	create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w}, spec: {size: 1}}")
+	waitField(t, widgets, ns, "w", "status.made", "created")
+	mergePatch(t, widgets, ns, "w", `{"spec":{"size":2}}`)
+	obj := waitField(t, widgets, ns, "w", "status.changed.new", int64(2))
+	got := obj.Object["status"].(map[string]any)["changed"].(map[string]any)
+	if got["old"] != int64(1) || got["changes"] != "change spec.size 1->2" {
+		t.Errorf("update handler saw %v, want old=1 and the one change spec.size 1->2", got)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if n := strings.Count(op.Log.String(), "update seen"); n != 1 {
+		t.Errorf("the update handler ran %d times, want exactly once (the operator's own writes must not be changes)", n)
+	}
+}
+
+// A field handler runs only when its field changes, with that field's old/new.
+func TestFieldHandlerRunsOnlyForItsField(t *testing.T) {
+	ns := env.Namespace(t)
+	op := startWith(t, ns, operator.Options{Scripts: script(`
+		local luaop = require("luaop")
+		luaop.on.field("examples.luaop.dev/v1/widgets", "spec.size", function(ctx)
+			ctx.logger.info("size field", tostring(ctx.old), "->", tostring(ctx.new))
+			return { old = ctx.old, new = ctx.new }
+		end, { id = "size" })
+	`)})
+	create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w}, spec: {size: 1, color: red}}")
+	waitField(t, widgets, ns, "w", "status.size.new", int64(1))
+	mergePatch(t, widgets, ns, "w", `{"spec":{"color":"blue"}}`)
+	waitField(t, widgets, ns, "w", "metadata.annotations.luaop\\.dev/last-handled-configuration", `{"spec":{"color":"blue","size":1}}`)
+	mergePatch(t, widgets, ns, "w", `{"spec":{"size":5}}`)
+	waitField(t, widgets, ns, "w", "status.size.old", int64(1))
+	waitField(t, widgets, ns, "w", "status.size.new", int64(5))
+	logs := op.Log.String()
+	if n := strings.Count(logs, "size field"); n != 2 {
+		t.Errorf("field handler ran %d times, want 2 (creation and the size change, not the color change):\n%s", n, logs)
+	}
+}
