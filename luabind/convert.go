@@ -66,7 +66,8 @@ type convCtx struct {
 	objectMT *lua.LTable
 
 	// proxies (proxy.go)
-	pxDataMT   *lua.LTable // metatable of the userdata holding a *proxyData
+	pxIndex    *lua.LFunction
+	pxNewIndex *lua.LFunction
 	pxLen      *lua.LFunction
 	pxPairs    *lua.LFunction
 	pxIPairs   *lua.LFunction
@@ -76,6 +77,9 @@ type convCtx struct {
 
 	// raised errors (errors.go)
 	errMT *lua.LTable
+
+	// modules loaded through installRequire's load function (sandbox.go)
+	requireLoaded map[string]bool
 
 	iterationInstalled bool
 }
@@ -554,15 +558,15 @@ func cvKeyString(k lua.LValue) string {
 // client-go does. It serves proxies (whose Go value fromLua must not share) and toLua's
 // JSON fallback.
 func cvNormalize(v any, depth int) (any, error) {
-	if depth > cvMaxDepth {
-		return nil, fmt.Errorf("value nested deeper than %d levels", cvMaxDepth)
-	}
 	switch x := v.(type) {
 	case nil, string, bool, int64, float64:
 		return x, nil
 	case map[string]any:
 		if x == nil {
 			return nil, nil
+		}
+		if depth >= cvMaxDepth {
+			return nil, fmt.Errorf("value nested deeper than %d levels", cvMaxDepth)
 		}
 		out := make(map[string]any, len(x))
 		for k, e := range x {
@@ -576,6 +580,9 @@ func cvNormalize(v any, depth int) (any, error) {
 	case []any:
 		if x == nil {
 			return nil, nil
+		}
+		if depth >= cvMaxDepth {
+			return nil, fmt.Errorf("value nested deeper than %d levels", cvMaxDepth)
 		}
 		out := make([]any, len(x))
 		for i, e := range x {

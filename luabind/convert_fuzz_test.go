@@ -3,6 +3,7 @@ package luabind
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 
 	lua "github.com/yuin/gopher-lua"
@@ -36,7 +37,7 @@ func FuzzRoundTrip(f *testing.F) {
 		if err := kjson.Unmarshal(data, &orig); err != nil {
 			return
 		}
-		deep := lbtDepth(orig) > cvMaxDepth-1
+		deep := lbtDepth(orig) > cvMaxDepth
 		for _, way := range []struct {
 			name string
 			lv   lua.LValue
@@ -50,6 +51,13 @@ func FuzzRoundTrip(f *testing.F) {
 			}
 			if err != nil {
 				t.Fatalf("%s: %v", way.name, err)
+			}
+			if _, isProxy := proxyValue(way.lv); isProxy {
+				// A proxy gives back a copy of the very Go value.
+				if !reflect.DeepEqual(orig, got) {
+					t.Fatalf("%s: got %#v\ninput: %s", way.name, got, data)
+				}
+				continue
 			}
 			if err := lbtSameJSON(orig, got, "$"); err != nil {
 				t.Fatalf("%s: %v\ninput: %s", way.name, err, data)

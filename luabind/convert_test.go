@@ -435,15 +435,15 @@ func TestMarkers(t *testing.T) {
 		{"null from Go", `local v = ...; return tostring(v.x == luaop.null)`, "true"},
 		{"null is truthy", `local v = ...; if v.x then return "truthy" end return "falsy"`, "truthy"},
 		{"type(null)", `return type(luaop.null)`, "userdata"},
-		{"index null", `local ok, e = pcall(function() return luaop.null.x end); return e`, "attempt to index luaop.null (JSON null) with key 'x'"},
+		{"index null", `local ok, e = pcall(function() return luaop.null.x end); return e`, "handler.lua:1: attempt to index luaop.null (JSON null) with key 'x'"},
 		{"array returns its argument", `local t = {}; return tostring(luaop.array(t) == t)`, "true"},
-		{"array of a non-table", `local ok, e = pcall(luaop.array, 3); return e`, "bad argument #1 to ? (table or nil expected, got number)"},
+		{"array of a non-table", `local ok, e = pcall(luaop.array, 3); return e`, "handler.lua:1: bad argument #1 to (anonymous) (table or nil expected, got number)"},
 	}
 	L := lbtState(t)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			got := lbtMustCall(t, L, tc.lua, toLua(L, map[string]any{"x": nil}))
-			if got.String() != tc.want {
+			if !strings.HasSuffix(got.String(), tc.want) {
 				t.Fatalf("got %q, want %q", got.String(), tc.want)
 			}
 		})

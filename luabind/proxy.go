@@ -10,11 +10,17 @@ import (
 
 // Lazy read-only views of Go JSON values.
 //
-// A proxy is an empty Lua table (type() says "table") whose own metatable points at a
-// *proxyData. Reading a field converts that one child on first access and caches it in
-// the proxyData (a Go-side cache, so the proxy table itself stays empty); children that
-// are objects or lists become proxies too. A handler that reads two fields of a large
-// object converts two fields.
+// A proxy is an empty Lua table (type() says "table"). Reading a field converts that
+// one child on first access and caches it in the proxy's proxyData (a Go-side cache, so
+// the proxy table itself stays empty); children that are objects or lists become
+// proxies too. A handler that reads two fields of a large object converts two fields.
+//
+// All proxies of one tree (one newProxy call and the children reached from it) share
+// two metatables (objects, lists) holding the tree; the tree maps each proxy table to
+// its proxyData. gopher-lua tables are costly to fill (every string key allocates), so
+// a child proxy costs two small allocations and a map entry instead of a metatable of
+// its own. The tree lives exactly as long as any of its proxies: the map only holds
+// tables that the parents' caches hold anyway.
 //
 // What works on a proxy:
 //   - p.field, p[i], nested access, with JSON null read as luaop.null;
@@ -29,14 +35,29 @@ import (
 // What does not: writes raise "<path> is read-only: write to ctx.patch instead";
 // next(p), rawget, rawlen-like table.getn, unpack, table.concat, table.sort, table.insert
 // and other raw accessors see an empty table (they bypass metamethods in Lua 5.1);
-// rawset(p, k, v) bypasses the read-only guard but only writes into the empty proxy
-// table, never into the Go value, and fromLua ignores such raw writes. luaop.array(p)
+// rawset(p, k, v) and table.insert(p, v) bypass the read-only guard: they write into
+// the (otherwise empty) proxy table, never into the Go value; such a raw entry then
+// shadows the field of the same key when read, and fromLua ignores it. luaop.array(p)
 // and luaop.object(p) return a plain, writable copy; so does proxyMaterialize.
 //
 // getmetatable(p) returns false (the metatable is protected), so it cannot be removed.
 
+// pxTree is shared by the proxies of one tree.
+type pxTree struct {
+	pds    map[*lua.LTable]*proxyData
+	objMT  *lua.LTable // metatable of the tree's object proxies, made on first use
+	listMT *lua.LTable // metatable of the tree's list proxies, made on first use
+	self   *lua.LUserData
+	root   string // name of the root in messages ("" or e.g. "body")
+}
+
+// pxTreeKey is the metatable field holding the tree (a userdata). getmetatable is
+// protected, so scripts cannot reach it.
+const pxTreeKey = "__luaop_tree"
+
 // proxyData is the Go side of one proxy.
 type proxyData struct {
+	tree *pxTree
 	v    any            // map[string]any or []any, never modified
 	obj  map[string]any // v when it is an object (never nil then)
 	list []any          // v when it is a list
@@ -48,7 +69,6 @@ type proxyData struct {
 	// The path, built only for messages.
 	parent *proxyData
 	step   cvStep
-	root   string
 }
 
 func (pd *proxyData) isList() bool { return pd.obj == nil }
@@ -60,11 +80,7 @@ func (pd *proxyData) path(extra *cvStep) string {
 		steps = append(steps, p.step)
 	}
 	var b strings.Builder
-	r := pd
-	for r.parent != nil {
-		r = r.parent
-	}
-	b.WriteString(r.root)
+	b.WriteString(pd.tree.root)
 	for i := len(steps) - 1; i >= 0; i-- {
 		cvAppendStep(&b, steps[i])
 	}
@@ -99,34 +115,52 @@ func newProxyNamed(L *lua.LState, v any, root string) lua.LValue {
 	switch x := v.(type) {
 	case map[string]any:
 		if x != nil {
-			return c.newProxy(L, &proxyData{v: x, obj: x, root: root})
+			tree := &pxTree{pds: make(map[*lua.LTable]*proxyData, 4), root: root}
+			return c.newProxy(L, &proxyData{tree: tree, v: x, obj: x})
 		}
 	case []any:
 		if x != nil {
-			return c.newProxy(L, &proxyData{v: x, list: x, root: root})
+			tree := &pxTree{pds: make(map[*lua.LTable]*proxyData, 4), root: root}
+			return c.newProxy(L, &proxyData{tree: tree, v: x, list: x})
 		}
 	}
 	return c.toLua(L, v, 0)
 }
 
 func (c *convCtx) newProxy(L *lua.LState, pd *proxyData) *lua.LTable {
-	ud := &lua.LUserData{Value: pd, Metatable: c.pxDataMT}
-	mt := L.CreateTable(0, 8)
-	// __index and __newindex point at the userdata: gopher-lua then calls the
-	// userdata's own __index/__newindex with the userdata itself, so the hot path
-	// finds its proxyData without any lookup.
-	mt.RawSetString("__index", ud)
-	mt.RawSetString("__newindex", ud)
-	if pd.isList() {
-		mt.RawSetString("__len", c.pxLen)
+	t := L.CreateTable(0, 0)
+	t.Metatable = c.treeMT(L, pd.tree, pd.isList())
+	pd.tree.pds[t] = pd
+	return t
+}
+
+// treeMT returns the tree's metatable for objects or lists, making it on first use.
+func (c *convCtx) treeMT(L *lua.LState, tree *pxTree, list bool) *lua.LTable {
+	if list && tree.listMT != nil {
+		return tree.listMT
 	}
+	if !list && tree.objMT != nil {
+		return tree.objMT
+	}
+	if tree.self == nil {
+		tree.self = &lua.LUserData{Value: tree, Metatable: lua.LNil}
+	}
+	mt := L.CreateTable(0, 8)
+	mt.RawSetString("__index", c.pxIndex)
+	mt.RawSetString("__newindex", c.pxNewIndex)
 	mt.RawSetString("__pairs", c.pxPairs)
-	mt.RawSetString("__ipairs", c.pxIPairs)
 	mt.RawSetString("__tostring", c.pxToString)
 	mt.RawSetString("__metatable", lua.LFalse)
-	t := L.CreateTable(0, 0)
-	t.Metatable = mt
-	return t
+	mt.RawSetString(pxTreeKey, tree.self)
+	if list {
+		mt.RawSetString("__len", c.pxLen)
+		mt.RawSetString("__ipairs", c.pxIPairs)
+		tree.listMT = mt
+	} else {
+		// No __len and no __ipairs: # and ipairs of an empty table give 0 and nothing.
+		tree.objMT = mt
+	}
+	return mt
 }
 
 // proxyDataOf returns the proxyData behind a proxy table, or nil.
@@ -135,12 +169,15 @@ func proxyDataOf(t *lua.LTable) *proxyData {
 	if !ok {
 		return nil
 	}
-	ud, ok := mt.RawGetString("__index").(*lua.LUserData)
+	ud, ok := mt.RawGetString(pxTreeKey).(*lua.LUserData)
 	if !ok {
 		return nil
 	}
-	pd, _ := ud.Value.(*proxyData)
-	return pd
+	tree, ok := ud.Value.(*pxTree)
+	if !ok {
+		return nil
+	}
+	return tree.pds[t]
 }
 
 // proxyValue returns the Go value behind a proxy (not a copy: do not modify it).
@@ -210,26 +247,20 @@ func (c *convCtx) convertChild(L *lua.LState, parent *proxyData, step cvStep, v 
 	switch x := v.(type) {
 	case map[string]any:
 		if x != nil {
-			return c.newProxy(L, &proxyData{v: x, obj: x, parent: parent, step: step})
+			return c.newProxy(L, &proxyData{tree: parent.tree, v: x, obj: x, parent: parent, step: step})
 		}
 	case []any:
 		if x != nil {
-			return c.newProxy(L, &proxyData{v: x, list: x, parent: parent, step: step})
+			return c.newProxy(L, &proxyData{tree: parent.tree, v: x, list: x, parent: parent, step: step})
 		}
 	}
 	return c.toLua(L, v, 0)
 }
 
-// pxArg returns the proxyData of argument 1 of a metamethod: the proxy table or, for
-// __index/__newindex, the userdata.
+// pxArg returns the proxyData of argument 1 of a metamethod: the proxy table.
 func pxArg(L *lua.LState) *proxyData {
-	switch x := L.Get(1).(type) {
-	case *lua.LUserData:
-		if pd, ok := x.Value.(*proxyData); ok {
-			return pd
-		}
-	case *lua.LTable:
-		if pd := proxyDataOf(x); pd != nil {
+	if t, ok := L.Get(1).(*lua.LTable); ok {
+		if pd := proxyDataOf(t); pd != nil {
 			return pd
 		}
 	}
@@ -238,14 +269,13 @@ func pxArg(L *lua.LState) *proxyData {
 }
 
 func (c *convCtx) initProxy(L *lua.LState) {
-	c.pxDataMT = L.CreateTable(0, 3)
-	c.pxDataMT.RawSetString("__index", L.NewFunction(func(L *lua.LState) int {
+	c.pxIndex = L.NewFunction(func(L *lua.LState) int {
 		pd := pxArg(L)
 		lv, _ := c.child(L, pd, L.Get(2))
 		L.Push(lv)
 		return 1
-	}))
-	c.pxDataMT.RawSetString("__newindex", L.NewFunction(func(L *lua.LState) int {
+	})
+	c.pxNewIndex = L.NewFunction(func(L *lua.LState) int {
 		pd := pxArg(L)
 		var step cvStep
 		switch k := L.Get(2).(type) {
@@ -259,8 +289,7 @@ func (c *convCtx) initProxy(L *lua.LState) {
 		}
 		L.RaiseError("%s is read-only: write to ctx.patch instead", pd.path(&step))
 		return 0
-	}))
-	c.pxDataMT.RawSetString("__metatable", lua.LFalse)
+	})
 
 	c.pxLen = L.NewFunction(func(L *lua.LState) int {
 		pd := pxArg(L)

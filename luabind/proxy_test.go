@@ -98,7 +98,7 @@ func TestProxyAccess(t *testing.T) {
 		{"pairs empty", `local n = 0; for k in pairs(o.spec.template.spec.tolerations) do n = n + 1 end; return n`, "0"},
 		{"next sees nothing", `return tostring(next(o.spec))`, "nil"},
 		{"getmetatable protected", `return tostring(getmetatable(o))`, "false"},
-		{"setmetatable refused", `local ok, e = pcall(setmetatable, o, nil); return e`, "cannot change a protected metatable"},
+		{"setmetatable refused", `local ok, e = pcall(setmetatable, o, nil); return e`, "handler.lua:1: cannot change a protected metatable"},
 		{"tostring JSON", `return tostring(o.spec.selector)`, `{"matchLabels":{"app.kubernetes.io/name":"web-frontend"}}`},
 		{"array(proxy) copies", `local c = luaop.array(o.spec.template.spec.containers); c[3] = "x"; return #c .. type(c[1].name)`, "3string"},
 		{"object(list proxy) refused", `local ok, e = pcall(luaop.object, o.spec.template.spec.containers); return tostring(ok)`, "false"},
@@ -328,4 +328,33 @@ func BenchmarkProxyReadTwoFields(b *testing.B) {
 			L.Pop(2)
 		}
 	})
+}
+
+// BenchmarkPairsPlainTable compares the replaced pairs/ipairs with the originals on a
+// plain table of 100 entries.
+func BenchmarkPairsPlainTable(b *testing.B) {
+	code := `local t = {}; for i = 1, 50 do t[i] = i; t["k" .. i] = i end
+		return function() local n = 0; for k, v in pairs(t) do n = n + 1 end; for i, v in ipairs(t) do n = n + 1 end; return n end`
+	for _, bc := range []struct {
+		name string
+		L    func() *lua.LState
+	}{
+		{"original", func() *lua.LState { return lua.NewState() }},
+		{"replaced", func() *lua.LState { return newSandboxState(sandboxOptions{}) }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			L := bc.L()
+			defer L.Close()
+			L.Push(lbtCompile(b, L, "bench.lua", code))
+			L.Call(0, 1)
+			fn := L.Get(-1)
+			L.Pop(1)
+			b.ReportAllocs()
+			for b.Loop() {
+				L.Push(fn)
+				L.Call(0, 1)
+				L.Pop(1)
+			}
+		})
+	}
 }

@@ -189,20 +189,29 @@ func sbBoundStrings(L *lua.LState, limit int) {
 				n := tbl.Len()
 				i := max(L.OptInt(3, 1), 1)
 				j := min(L.OptInt(4, n), n)
-				size := 0
-				for k := i; k <= j; k++ {
-					switch v := tbl.RawGetInt(k).(type) {
-					case lua.LString:
-						size += len(v)
-					case lua.LNumber:
-						size += 24
+				// A quick upper bound (numbers count 24 bytes) and, only when it
+				// exceeds the limit, the exact size.
+				size := func(exact bool) int {
+					size := 0
+					for k := i; k <= j && size <= limit; k++ {
+						switch v := tbl.RawGetInt(k).(type) {
+						case lua.LString:
+							size += len(v)
+						case lua.LNumber:
+							if exact {
+								size += len(v.String())
+							} else {
+								size += 24
+							}
+						}
+						if k < j {
+							size += len(sep)
+						}
 					}
-					if k < j {
-						size += len(sep)
-					}
-					if size > limit {
-						L.RaiseError("table.concat: result too large (more than %d bytes)", limit)
-					}
+					return size
+				}
+				if size(false) > limit && size(true) > limit {
+					L.RaiseError("table.concat: result too large (more than %d bytes)", limit)
 				}
 				return origConcat(L)
 			}))
@@ -435,15 +444,24 @@ func sbCaptured(L *lua.LState, md *pm.MatchData, str string, idx int) string {
 // folder". Other errors are raised as "error loading module 'x': <err>". A module that
 // fails while running is not cached: a later require runs it again. A module that
 // requires itself (directly or not) fails with "loop requiring module 'x'".
+//
+// Calling installRequire again on the same state (a reload) forgets the modules the
+// previous load function provided, so the next require runs the new code; modules
+// from package.preload and the standard libraries stay.
 func installRequire(L *lua.LState, load func(name string) (*lua.FunctionProto, string, error)) {
+	c := conv(L)
+	loaded, ok := L.G.Registry.RawGetString("_LOADED").(*lua.LTable)
+	if !ok {
+		loaded = L.NewTable()
+		L.G.Registry.RawSetString("_LOADED", loaded)
+	}
+	for name := range c.requireLoaded {
+		loaded.RawSetString(name, lua.LNil)
+	}
+	c.requireLoaded = map[string]bool{}
 	loading := map[string]bool{}
 	L.SetGlobal("require", L.NewFunction(func(L *lua.LState) int {
 		name := L.CheckString(1)
-		loaded, ok := L.G.Registry.RawGetString("_LOADED").(*lua.LTable)
-		if !ok {
-			loaded = L.NewTable()
-			L.G.Registry.RawSetString("_LOADED", loaded)
-		}
 		if lv := loaded.RawGetString(name); lua.LVAsBool(lv) {
 			L.Push(lv)
 			return 1
@@ -471,6 +489,7 @@ func installRequire(L *lua.LState, load func(name string) (*lua.FunctionProto, s
 			if chunkName != "" {
 				chunk = chunkName
 			}
+			c.requireLoaded[name] = true
 		}
 
 		loading[name] = true

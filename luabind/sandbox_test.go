@@ -38,7 +38,7 @@ func TestSandboxLibraries(t *testing.T) {
 		{"os.time table", `return os.time({year = 2026, month = 1, day = 2, hour = 12})> 0`, "true"},
 		{"os.date", `return tostring(#os.date("%Y-%m-%d") == 10)`, "true"},
 		{"os.clock", `return type(os.clock())`, "number"},
-		{"string lib", `return ("Hello"):upper() .. string.format("%s-%d", "a", 3)`, "HELLO-a-3"},
+		{"string lib", `return ("Hello"):upper() .. string.format("%s-%d", "a", 3)`, "HELLOa-3"},
 		{"math lib", `return math.max(1, 5, 3)`, "5"},
 		{"table lib", `local t = {3, 1, 2}; table.sort(t); return table.concat(t, ",")`, "1,2,3"},
 		{"table.concat 10000 items", `local t = {}; for i = 1, 10000 do t[i] = "x" end; return #table.concat(t, ",")`, "19999"},
@@ -297,6 +297,21 @@ func TestSandboxRequire(t *testing.T) {
 			t.Fatalf("err = %v", luaError(err))
 		}
 	})
+}
+
+func TestSandboxRequireReload(t *testing.T) {
+	L := lbtState(t)
+	installRequire(L, lbtModules(t, map[string]string{"version": `return "v1"`}))
+	if got := lbtMustCall(t, L, `return require("version")`); got.String() != "v1" {
+		t.Fatal(got)
+	}
+	L.PreloadModule("pre", func(L *lua.LState) int { L.Push(lua.LString("pre")); return 1 })
+	lbtMustCall(t, L, `return require("pre")`)
+	installRequire(L, lbtModules(t, map[string]string{"version": `return "v2"`}))
+	got := lbtMustCall(t, L, `return require("version") .. tostring(package.loaded.pre) .. tostring(package.loaded.string == string)`)
+	if got.String() != "v2pretrue" {
+		t.Fatalf("after reload: %q", got)
+	}
 }
 
 func TestSandboxRequireDoesNotReadFiles(t *testing.T) {

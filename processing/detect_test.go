@@ -110,6 +110,9 @@ func TestDetectChangeCause(t *testing.T) {
 	fresh := widget()
 	base := handled(t, fresh)
 	progress := state.NewAnnotationsProgress(testPrefix)
+	// A creation's diff is one item: the whole essence added at the root.
+	createDiff := []string{`add .: {"metadata":{"annotations":{"team":"blue"},"labels":{"app":"demo"}},` +
+		`"spec":{"image":"nginx:1.25","ports":[80,443],"replicas":3,"tuning":{"enabled":true,"ratio":0.5}}}`}
 
 	tests := []struct {
 		name  string
@@ -165,25 +168,25 @@ func TestDetectChangeCause(t *testing.T) {
 
 		// Creation: no diff-base yet.
 		{
-			name:     "no diff-base is create, the whole essence added",
-			body:     fresh,
-			want:     causes.Create,
-			wantDiff: []string{`add .: {"metadata":{"annotations":{"team":"blue"},"labels":{"app":"demo"}},"spec":{"image":"nginx:1.25","ports":[80,443],"replicas":3,"tuning":{"enabled":true,"ratio":0.5}}}`},
+			name:         "no diff-base is create, the whole essence added",
+			body:         fresh,
+			want:         causes.Create,
+			wantDiff:     createDiff,
 			wantOldIsNil: true, wantNewReplicas: int64(3),
 		},
 		{
-			name:     "no diff-base is create even when noticed at startup (creation never mixes with resume)",
-			body:     fresh,
-			facts:    objectFacts{noticedByListing: true},
-			want:     causes.Create,
-			wantDiff: []string{`add .: {"metadata":{"annotations":{"team":"blue"},"labels":{"app":"demo"}},"spec":{"image":"nginx:1.25","ports":[80,443],"replicas":3,"tuning":{"enabled":true,"ratio":0.5}}}`},
+			name:         "no diff-base is create even when noticed at startup (creation never mixes with resume)",
+			body:         fresh,
+			facts:        objectFacts{noticedByListing: true},
+			want:         causes.Create,
+			wantDiff:     createDiff,
 			wantOldIsNil: true,
 		},
 		{
 			name:         "our finalizer without a diff-base is still create",
 			body:         edit(fresh, withFinalizers(testFinalizer)),
 			want:         causes.Create,
-			wantDiff:     []string{`add .: {"metadata":{"annotations":{"team":"blue"},"labels":{"app":"demo"}},"spec":{"image":"nginx:1.25","ports":[80,443],"replicas":3,"tuning":{"enabled":true,"ratio":0.5}}}`},
+			wantDiff:     createDiff,
 			wantOldIsNil: true,
 		},
 
@@ -362,7 +365,7 @@ func TestDetectChangeCause(t *testing.T) {
 				at(b, "metadata", "annotations")[state.LastHandledKey(testPrefix)] = `{"spec": {"replicas": 3`
 			}),
 			want: causes.Create, wantProblem: true, wantOldIsNil: true, wantNewReplicas: int64(3),
-			wantDiff: []string{`add .: {"metadata":{"annotations":{"team":"blue"},"labels":{"app":"demo"}},"spec":{"image":"nginx:1.25","ports":[80,443],"replicas":3,"tuning":{"enabled":true,"ratio":0.5}}}`},
+			wantDiff: createDiff,
 		},
 		{
 			name: "diff-base that is not a JSON object is create with a problem",
@@ -371,7 +374,7 @@ func TestDetectChangeCause(t *testing.T) {
 			}),
 			facts: objectFacts{noticedByListing: true},
 			want:  causes.Create, wantProblem: true, wantOldIsNil: true,
-			wantDiff: []string{`add .: {"metadata":{"annotations":{"team":"blue"},"labels":{"app":"demo"}},"spec":{"image":"nginx:1.25","ports":[80,443],"replicas":3,"tuning":{"enabled":true,"ratio":0.5}}}`},
+			wantDiff: createDiff,
 		},
 	}
 

@@ -250,15 +250,21 @@ func (e *Env) Namespace(t testing.TB) string {
 // RunningOperator is an operator started by a test, with its log captured.
 type RunningOperator struct {
 	*operator.Operator
-	Log  *LogBuffer
-	stop context.CancelFunc
-	done chan error
+	Log      *LogBuffer
+	stop     context.CancelFunc
+	done     chan error
+	stopOnce sync.Once
+	result   error
 }
 
-// Stop stops the operator and waits for it; it returns what Start returned.
+// Stop stops the operator and waits for it; it returns what Start returned. It may
+// be called more than once (the test's cleanup calls it too).
 func (r *RunningOperator) Stop() error {
-	r.stop()
-	return <-r.done
+	r.stopOnce.Do(func() {
+		r.stop()
+		r.result = <-r.done
+	})
+	return r.result
 }
 
 // StartOperator runs an operator in-process until the test ends (or Stop). Unless
@@ -285,8 +291,7 @@ func (e *Env) StartOperator(t testing.TB, namespace string, opts operator.Option
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &RunningOperator{Operator: op, Log: buf, stop: cancel, done: make(chan error, 1)}
 	go func() { r.done <- op.Start(ctx) }()
-	var once sync.Once
-	t.Cleanup(func() { once.Do(func() { cancel(); <-r.done }) })
+	t.Cleanup(func() { _ = r.Stop() })
 	Eventually(t, 20*time.Second, func() (bool, string) {
 		select {
 		case err := <-r.done:

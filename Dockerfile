@@ -1,0 +1,27 @@
+# luaop image: a static binary on distroless, with the example scripts as a default
+# /scripts (the kustomize base in deploy/ mounts the luaop-scripts ConfigMap over it).
+#
+#   docker build -t luaop:latest .
+#   docker buildx build --platform linux/amd64,linux/arm64 -t REGISTRY/luaop:TAG .
+#
+# The build stage needs only the Go module proxy (GOPROXY, default proxy.golang.org).
+
+FROM --platform=$BUILDPLATFORM golang:1.26 AS build
+WORKDIR /src
+ENV CGO_ENABLED=0 GOTOOLCHAIN=local
+# Modules first: this layer is reused until go.mod or go.sum change.
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+# Cross-compiles for the target platform of buildx (empty: the build platform).
+ARG TARGETOS
+ARG TARGETARCH
+RUN GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -ldflags "-s -w" -o /luaop ./cmd/luaop
+
+FROM gcr.io/distroless/static:nonroot
+COPY --from=build /luaop /luaop
+# Only the handlers: luaop loads *.lua, the example CRDs and objects are not needed.
+COPY scripts/examples/*.lua /scripts/
+USER 65532:65532
+ENTRYPOINT ["/luaop"]
+CMD ["run", "/scripts"]
