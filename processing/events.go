@@ -11,10 +11,10 @@ import (
 // newEventRecorder posts Kubernetes Events through client-go's broadcaster, whose
 // correlator aggregates repeats and rate-limits each object's events (a burst of 25,
 // then one per 5 minutes), so a retry loop cannot flood the API server.
-func newEventRecorder(core kubernetes.Interface) record.EventRecorder {
+func newEventRecorder(core kubernetes.Interface) (record.EventRecorder, func()) {
 	b := record.NewBroadcaster()
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: core.CoreV1().Events("")})
-	return b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "luaop"})
+	return b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "luaop"}), b.Shutdown
 }
 
 func (c *cycle) post(eventType, reason, message string) {

@@ -56,7 +56,7 @@ func foldOutcome(spec causes.Spec, rec state.HandlerRecord, now time.Time, err e
 		rec.Failure, rec.Stopped, rec.Delayed = true, &now, nil
 		return rec, OutcomeFailure
 	case causes.ErrorsIgnored:
-		rec.Success, rec.Stopped, rec.Delayed = true, &now, nil
+		rec.Success, rec.Stopped, rec.Delayed, rec.Message = true, &now, nil, ""
 		return rec, OutcomeIgnored
 	}
 	backoff := spec.Backoff

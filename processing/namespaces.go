@@ -1,6 +1,7 @@
 package processing
 
 import (
+	"fmt"
 	"path"
 	"strings"
 )
@@ -11,21 +12,33 @@ type namespaceFilter struct {
 	include, exclude []string
 }
 
-func newNamespaceFilter(patterns []string) namespaceFilter {
+func newNamespaceFilter(patterns []string) (namespaceFilter, error) {
 	var f namespaceFilter
+	seen := map[string]bool{}
 	for _, p := range patterns {
 		p = strings.TrimSpace(p)
-		switch {
-		case p == "" || p == "*":
-			// cluster-wide: no include restriction
-			f.include = append(f.include, "*")
-		case strings.HasPrefix(p, "!"):
-			f.exclude = append(f.exclude, p[1:])
-		default:
+		exclude := strings.HasPrefix(p, "!")
+		if exclude {
+			p = strings.TrimSpace(p[1:])
+		}
+		if p == "" {
+			p = "*" // cluster-wide: no include restriction
+		}
+		if _, err := path.Match(p, ""); err != nil {
+			return f, fmt.Errorf("namespace pattern %q: %w", p, err)
+		}
+		key := fmt.Sprint(exclude, p)
+		if seen[key] {
+			continue // the same namespace watched twice would deliver every event twice
+		}
+		seen[key] = true
+		if exclude {
+			f.exclude = append(f.exclude, p)
+		} else {
 			f.include = append(f.include, p)
 		}
 	}
-	return f
+	return f, nil
 }
 
 func (f namespaceFilter) allows(ns string) bool {

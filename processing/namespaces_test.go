@@ -52,10 +52,17 @@ func TestNamespaceFilter(t *testing.T) {
 			allowed: []string{"default", "team-a"}, denied: []string{"kube-system", "openshift-monitoring"}},
 		{name: "star with an exact name is still cluster-wide", patterns: []string{"*", "team-a"},
 			allowed: []string{"default", "team-a"}},
+		{name: "a name given twice is watched once", patterns: []string{"team-a", " team-a", "team-a"},
+			allowed: []string{"team-a"}, denied: []string{"team-b"}, wantExact: []string{"team-a"}},
+		{name: "a space after ! still excludes", patterns: []string{"! kube-system"},
+			allowed: []string{"default"}, denied: []string{"kube-system"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := newNamespaceFilter(tt.patterns)
+			f, err := newNamespaceFilter(tt.patterns)
+			if err != nil {
+				t.Fatal(err)
+			}
 			for _, ns := range tt.allowed {
 				if !f.allows(ns) {
 					t.Errorf("allows(%q) = false, want true", ns)
@@ -71,5 +78,11 @@ func TestNamespaceFilter(t *testing.T) {
 				t.Errorf("exactNamespaces = %#v, want %#v", got, tt.wantExact)
 			}
 		})
+	}
+}
+
+func TestNamespaceFilterRejectsBadGlobs(t *testing.T) {
+	if _, err := newNamespaceFilter([]string{"team-["}); err == nil {
+		t.Fatal("an invalid glob must be refused at start, not silently match nothing")
 	}
 }

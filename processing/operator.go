@@ -67,6 +67,7 @@ type Operator struct {
 	handlers Handlers
 	dynamic  dynamic.Interface
 	disco    discovery.DiscoveryInterface
+	events   kubernetes.Interface // nil when events are off
 	recorder record.EventRecorder
 	log      *slog.Logger
 	filter   namespaceFilter
@@ -85,6 +86,10 @@ type Operator struct {
 // New prepares an Operator; nothing runs until Start.
 func New(cfg *rest.Config, handlers Handlers, opts Options) (*Operator, error) {
 	opts.setDefaults()
+	cfg = rest.CopyConfig(cfg)
+	// Server warnings (such as "unknown field status.x" when a schema prunes) go to
+	// the operator's log, not to klog's stderr; pruning is reported on its own.
+	cfg.WarningHandlerWithContext = warningLogger{opts.Logger}
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating the dynamic client: %w", err)
@@ -93,22 +98,24 @@ func New(cfg *rest.Config, handlers Handlers, opts Options) (*Operator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the discovery client: %w", err)
 	}
+	filter, err := newNamespaceFilter(opts.Namespaces)
+	if err != nil {
+		return nil, err
+	}
 	o := &Operator{
 		opts:     opts,
 		handlers: handlers,
 		dynamic:  dyn,
 		disco:    disco,
 		log:      opts.Logger,
-		filter:   newNamespaceFilter(opts.Namespaces),
+		filter:   filter,
 		objects:  map[objectKey]*objectMemory{},
 		watchers: map[causes.Resource]*watcher{},
 	}
 	if *opts.PostEvents {
-		core, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
+		if o.events, err = kubernetes.NewForConfig(cfg); err != nil {
 			return nil, fmt.Errorf("creating the events client: %w", err)
 		}
-		o.recorder = newEventRecorder(core)
 	}
 	return o, nil
 }
@@ -124,22 +131,43 @@ func (o *Operator) Start(ctx context.Context) error {
 		workqueue.NewTypedItemExponentialFailureRateLimiter[objectKey](time.Second, 5*time.Minute),
 		workqueue.TypedRateLimitingQueueConfig[objectKey]{Name: "luaop"},
 	)
+	if o.events != nil {
+		var shutdown func()
+		o.recorder, shutdown = newEventRecorder(o.events)
+		defer shutdown()
+	}
 	o.mu.Lock()
 	o.ctx = ctx
 	o.mu.Unlock()
 	o.Refresh()
 
+	// Workers get a context that outlives ctx by up to the shutdown grace period:
+	// cycles in flight finish their patches instead of losing them to a cancelled
+	// request (their handlers' progress would be lost, and they would run again).
+	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
 	var workers sync.WaitGroup
 	for i := 0; i < o.opts.Workers; i++ {
 		workers.Add(1)
 		go func() {
 			defer workers.Done()
-			for o.processNext(ctx) {
+			for o.processNext(work) {
 			}
 		}()
 	}
 	<-ctx.Done()
-	o.queue.ShutDownWithDrain()
+	o.log.Info("stopping: finishing the cycles in flight", "grace", o.opts.ShutdownGracePeriod)
+	stopped := make(chan struct{})
+	go func() { workers.Wait(); close(stopped) }()
+	// Queued but not yet started objects are left for the next start: their
+	// causes are rebuilt from the objects.
+	o.queue.ShutDown()
+	select {
+	case <-stopped:
+	case <-time.After(o.opts.ShutdownGracePeriod):
+		o.log.Warn("shutdown grace period over: cancelling the cycles still running")
+		cancelWork()
+	}
 	workers.Wait()
 	o.mu.Lock()
 	for _, w := range o.watchers {
@@ -246,4 +274,11 @@ func (o *Operator) processNext(ctx context.Context) bool {
 		o.queue.Forget(key)
 	}
 	return true
+}
+
+// warningLogger passes API server warnings to the operator's log at debug level.
+type warningLogger struct{ log *slog.Logger }
+
+func (w warningLogger) HandleWarningHeaderWithContext(ctx context.Context, code int, agent string, text string) {
+	w.log.Debug("API server warning", "warning", text)
 }

@@ -34,6 +34,9 @@ type Options struct {
 	// ResyncPeriod re-delivers every object to the queue periodically as a safety net.
 	// Defaults to 0 (off): causes come from events, and delays live in the queue.
 	ResyncPeriod time.Duration
+	// ShutdownGracePeriod is how long cycles in flight may take to finish after the
+	// context of Start is done, before they are cancelled. Defaults to 20s.
+	ShutdownGracePeriod time.Duration
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
 }
@@ -72,6 +75,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.ShutdownGracePeriod <= 0 {
+		o.ShutdownGracePeriod = 20 * time.Second
 	}
 	if o.Now == nil {
 		o.Now = time.Now

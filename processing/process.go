@@ -159,7 +159,7 @@ func (c *cycle) run(ctx context.Context, facts objectFacts) (time.Duration, erro
 	case causes.Free:
 		return 0, nil
 	case causes.Delete:
-		return c.handle(ctx, base)
+		return c.handle(ctx, base, facts)
 	}
 
 	// The finalizer is added or removed in a cycle of its own, before handlers run:
@@ -176,7 +176,7 @@ func (c *cycle) run(ctx context.Context, facts objectFacts) (time.Duration, erro
 	if detected.reason == causes.Noop {
 		return 0, nil
 	}
-	return c.handle(ctx, base)
+	return c.handle(ctx, base, facts)
 }
 
 // finalizerNeeded: some matching handler must block deletion (a non-optional delete
@@ -200,11 +200,11 @@ func (c *cycle) finalizerNeeded(ctx context.Context, cause causes.Cause) (bool, 
 
 // selectHandlers returns the change handlers that serve this cause, with the cause
 // each receives (field handlers get old/new/diff of their field only).
-func (c *cycle) selectHandlers(ctx context.Context, cause causes.Cause) ([]causes.Spec, []causes.Cause) {
+func (c *cycle) selectHandlers(ctx context.Context, cause causes.Cause, facts objectFacts) ([]causes.Spec, []causes.Cause) {
 	var specs []causes.Spec
 	var perHandler []causes.Cause
 	for _, spec := range c.specs {
-		if spec.Kind != causes.KindChange || !spec.Serves(cause.Reason) {
+		if spec.Kind != causes.KindChange || !servesCause(spec, cause.Reason, facts) {
 			continue
 		}
 		hc := cause
@@ -232,6 +232,26 @@ func (c *cycle) selectHandlers(ctx context.Context, cause causes.Cause) ([]cause
 	return specs, perHandler
 }
 
+// servesCause tells whether a change handler takes part in a cause. Resume handlers
+// are kopf's "initial" handlers: they join whatever cause the first cycle of an
+// object found at startup has (create, update or resume), and a deletion only when
+// registered with deleted = true.
+func servesCause(spec causes.Spec, reason causes.Reason, facts objectFacts) bool {
+	if spec.Serves(reason) {
+		return true
+	}
+	if !spec.Serves(causes.Resume) || !facts.noticedByListing || facts.resumeIsHandled {
+		return false
+	}
+	switch reason {
+	case causes.Create, causes.Update:
+		return true
+	case causes.Delete:
+		return spec.Deleted
+	}
+	return false
+}
+
 func (c *cycle) hasChangeHandlers() bool {
 	for _, s := range c.specs {
 		if s.Kind == causes.KindChange {
@@ -243,10 +263,10 @@ func (c *cycle) hasChangeHandlers() bool {
 
 // handle runs the change handlers of a cause, persists their progress and, once all
 // are finished, the diff-base; then applies the cycle's patch.
-func (c *cycle) handle(ctx context.Context, cause causes.Cause) (time.Duration, error) {
+func (c *cycle) handle(ctx context.Context, cause causes.Cause, facts objectFacts) (time.Duration, error) {
 	o := c.op
 	body := c.body.Object
-	specs, perHandler := c.selectHandlers(ctx, cause)
+	specs, perHandler := c.selectHandlers(ctx, cause, facts)
 	states := make([]handlerState, len(specs))
 	for i, spec := range specs {
 		rec, found := o.opts.Progress.Fetch(body, spec.ID)
