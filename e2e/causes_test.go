@@ -86,3 +86,41 @@ func TestFieldHandlerRunsOnlyForItsField(t *testing.T) {
 		t.Errorf("field handler ran %d times, want 2 (creation and the size change, not the color change):\n%s", n, logs)
 	}
 }
+
+// Subhandlers: each has its own persisted progress; a failing one is retried without
+// re-running the succeeded ones, and the parent finishes when all of them have.
+func TestSubhandlersKeepTheirOwnProgress(t *testing.T) {
+	ns := env.Namespace(t)
+	op := startWith(t, ns, operator.Options{Scripts: script(`
+		local luaop = require("luaop")
+		luaop.on.create("examples.luaop.dev/v1/widgets", function(ctx)
+			for _, step in ipairs({"a", "b", "c"}) do
+				ctx.subhandler(function(sub)
+					sub.logger.info("step", step, "retry", sub.retry)
+					if step == "b" and sub.retry == 0 then
+						error(luaop.temporary_error("b needs a second try", 0.3))
+					end
+					sub.patch.status.steps[step] = "done"
+				end, { id = step })
+			end
+		end, { id = "steps" })
+	`)})
+	create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w}, spec: {size: 1}}")
+	waitField(t, widgets, ns, "w", "status.steps", map[string]any{"a": "done", "b": "done", "c": "done"})
+	testcluster.Eventually(t, 10*time.Second, func() (bool, string) {
+		ann := get(t, widgets, ns, "w").GetAnnotations()
+		for k := range ann {
+			if strings.HasPrefix(k, "luaop.dev/steps") {
+				return false, "progress of steps still stored: " + k
+			}
+		}
+		_, handled := ann["luaop.dev/last-handled-configuration"]
+		return handled, "waiting for the cause to complete"
+	})
+	logs := op.Log.String()
+	for _, want := range []string{"step a retry 0", "step b retry 0", "step b retry 1", "step c retry 0"} {
+		if n := strings.Count(logs, want); n != 1 {
+			t.Errorf("%q logged %d times, want once:\n%s", want, n, logs)
+		}
+	}
+}

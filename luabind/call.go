@@ -20,38 +20,62 @@ type callState struct {
 	fns      *handlerFns
 	logger   *slog.Logger
 	patchTbl *lua.LTable
+	subs     []causes.Spec
+	subFns   map[string]*handlerFns
+}
+
+// lookup finds a handler's functions: registered by the scripts, or a subhandler
+// registered by its parent's last call on this object.
+func (s *shard) lookup(id, uid string) *handlerFns {
+	if fns := s.fns[id]; fns != nil {
+		return fns
+	}
+	return s.subFns[uid][id]
 }
 
 // invoke runs one handler with the shard's state.
-func (s *shard) invoke(ctx context.Context, call causes.Call) (result any, err error) {
+func (s *shard) invoke(ctx context.Context, call causes.Call) (causes.Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	fns := s.fns[call.Handler.ID]
+	uid := uidOf(call.Cause.Body)
+	fns := s.lookup(call.Handler.ID, uid)
 	if fns == nil {
-		return nil, &causes.PermanentError{Message: fmt.Sprintf("handler %s is no longer registered (removed by a script reload)", call.Handler.ID)}
+		return causes.Result{}, &causes.PermanentError{Message: fmt.Sprintf("handler %s is no longer registered (removed by a script reload)", call.Handler.ID)}
 	}
 	ret, cs, err := s.call(ctx, fns.fn, call, fns)
 	if err != nil {
-		return nil, err
+		return causes.Result{}, err
+	}
+	if len(cs.subs) > 0 {
+		objSubs := s.subFns[uid]
+		if objSubs == nil {
+			objSubs = map[string]*handlerFns{}
+			s.subFns[uid] = objSubs
+		}
+		for id, f := range cs.subFns {
+			objSubs[id] = f
+		}
 	}
 	if cs.patchTbl != nil && call.Patch != nil {
 		prunePatchTable(cs.patchTbl, s.patchMT)
 		p, err := fromLua(cs.patchTbl)
 		if err != nil {
-			return nil, &causes.PermanentError{Message: fmt.Sprintf("%s: ctx.patch: %s", call.Handler.Source, err)}
+			return causes.Result{}, &causes.PermanentError{Message: fmt.Sprintf("%s: ctx.patch: %s", call.Handler.Source, err)}
 		}
 		if m, ok := p.(map[string]any); ok {
 			call.Patch.Merge(m)
 		}
 	}
+	result := causes.Result{Subhandlers: cs.subs}
 	if ret == lua.LNil {
-		return nil, nil
+		return result, nil
 	}
 	out, err := fromLua(ret)
 	if err != nil {
-		return nil, &causes.PermanentError{Message: fmt.Sprintf("%s: the handler's return value: %s", call.Handler.Source, err)}
+		return causes.Result{}, &causes.PermanentError{Message: fmt.Sprintf("%s: the handler's return value: %s", call.Handler.Source, err)}
 	}
-	return out, nil
+	result.Value = out
+	return result, nil
 }
 
 // match runs a handler's filter callbacks (when, label and annotation functions).
@@ -221,6 +245,11 @@ func (s *shard) ctxField(cs *callState, key string) lua.LValue {
 		}
 	case "resource":
 		return lua.LString(call.Handler.Resource.String())
+	case "subhandler":
+		if call.Handler.Kind != causes.KindChange {
+			return lua.LNil
+		}
+		return L.NewFunction(func(L *lua.LState) int { return s.registerSubhandler(L, cs) })
 	}
 	return lua.LNil
 }
@@ -299,4 +328,38 @@ func (s *shard) newLogger() *lua.LTable {
 		}))
 	}
 	return t
+}
+
+// registerSubhandler is ctx.subhandler(fn, {id = "...", retries = ..., ...}): a child
+// handler of the running one, with its own persisted progress, run after it.
+func (s *shard) registerSubhandler(L *lua.LState, cs *callState) int {
+	if s.current != cs {
+		L.RaiseError("ctx.subhandler can only be called while its handler runs")
+	}
+	fn := L.CheckFunction(1)
+	opts := L.OptTable(2, nil)
+	parent := cs.call.Handler
+	spec := causes.Spec{Kind: causes.KindChange, Resource: parent.Resource, Reasons: parent.Reasons, Field: parent.Field, Source: s.where()}
+	fns := &handlerFns{fn: fn, param: lua.LNil}
+	if opts != nil {
+		s.applyOptions(&spec, fns, &dataFilters{}, opts)
+	}
+	if spec.ID == "" {
+		spec.ID = fmt.Sprintf("sub%d", len(cs.subs)+1)
+	}
+	if !validID.MatchString(spec.ID) || strings.Contains(spec.ID, "/") {
+		L.RaiseError("subhandler id %q: use letters, digits, '_', '-' and '.' only", spec.ID)
+	}
+	spec.ID = parent.ID + "/" + spec.ID
+	for _, prev := range cs.subs {
+		if prev.ID == spec.ID {
+			L.RaiseError("duplicate subhandler id %q", spec.ID)
+		}
+	}
+	if cs.subFns == nil {
+		cs.subFns = map[string]*handlerFns{}
+	}
+	cs.subs = append(cs.subs, spec)
+	cs.subFns[spec.ID] = fns
+	return 0
 }

@@ -212,6 +212,7 @@ func (r *Runtime) Forget(uid string) {
 	sh := r.shardFor(uid)
 	sh.mu.Lock()
 	sh.memos.RawSetString(uid, lua.LNil)
+	delete(sh.subFns, uid)
 	sh.mu.Unlock()
 }
 
@@ -232,7 +233,7 @@ func (r *Runtime) Match(ctx context.Context, spec causes.Spec, cause causes.Caus
 }
 
 // Invoke runs one handler of the current generation.
-func (r *Runtime) Invoke(ctx context.Context, call causes.Call) (any, error) {
+func (r *Runtime) Invoke(ctx context.Context, call causes.Call) (causes.Result, error) {
 	return r.shardFor(uidOf(call.Cause.Body)).invoke(ctx, call)
 }
 

@@ -25,6 +25,9 @@ type shard struct {
 	opMemo *lua.LTable
 	module *lua.LTable // the `luaop` module of this state
 	fns    map[string]*handlerFns
+	// subFns are the subhandlers registered by the last call of their parents, per
+	// object uid: closures live only as long as the parent's registration.
+	subFns map[string]map[string]*handlerFns
 	env    *lua.LTable
 	// collecting is set while scripts load: registrations go there.
 	collecting *collected
@@ -77,6 +80,7 @@ func newShard(rt *Runtime, idx int) *shard {
 	s.patchMT = s.newPatchMetatable()
 	s.logger = s.newLogger()
 	s.fns = map[string]*handlerFns{}
+	s.subFns = map[string]map[string]*handlerFns{}
 	return s
 }
 

@@ -16,10 +16,10 @@ type Handlers interface {
 	// annotation and `when` callbacks). Data-only filters are evaluated there too, so
 	// that one place decides.
 	Match(ctx context.Context, spec causes.Spec, cause causes.Cause) (bool, error)
-	// Invoke runs one handler. The returned result, when not nil, is stored in
+	// Invoke runs one handler. The result's value, when not nil, is stored in
 	// status.<handler id>. Errors classify as *causes.TemporaryError,
 	// *causes.PermanentError or anything else (retried per the handler's error mode).
-	Invoke(ctx context.Context, call causes.Call) (result any, err error)
+	Invoke(ctx context.Context, call causes.Call) (causes.Result, error)
 	// Forget drops the per-object memory (memo) of an object that is gone.
 	Forget(uid string)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -142,6 +143,9 @@ type cycle struct {
 	now   time.Time
 	patch *state.Patch
 
+	// subhandlerIDs are the subhandlers that ran or were registered in this cycle;
+	// their records are purged with their parents'.
+	subhandlerIDs   []string
 	resumeIsHandled bool
 }
 
@@ -318,6 +322,10 @@ func (c *cycle) finishCause(cause causes.Cause, states []handlerState) {
 	body := c.body.Object
 	for _, h := range states {
 		o.opts.Progress.Purge(body, c.patch, h.spec.ID)
+		c.purgeSubrefs(h.record.Subrefs, 0)
+	}
+	for _, id := range c.subhandlerIDs {
+		o.opts.Progress.Purge(body, c.patch, id)
 	}
 	if cause.Reason == causes.Delete {
 		if hasFinalizer(body, o.opts.finalizer()) {
@@ -340,6 +348,19 @@ func (c *cycle) finishCause(cause causes.Cause, states []handlerState) {
 	}
 }
 
+// purgeSubrefs purges the records of subhandlers (and theirs) named by a record.
+func (c *cycle) purgeSubrefs(ids []string, depth int) {
+	if depth > maxSubhandlerDepth {
+		return
+	}
+	for _, id := range ids {
+		if rec, ok := c.op.opts.Progress.Fetch(c.body.Object, id); ok {
+			c.purgeSubrefs(rec.Subrefs, depth+1)
+		}
+		c.op.opts.Progress.Purge(c.body.Object, c.patch, id)
+	}
+}
+
 func indexOf(states []handlerState, id string) int {
 	for i, s := range states {
 		if s.spec.ID == id {
@@ -349,7 +370,10 @@ func indexOf(states []handlerState, id string) int {
 	return -1
 }
 
-// runChangeHandler makes one attempt of one handler and returns its new record.
+// runChangeHandler makes one attempt of one handler and returns its new record. A
+// handler that registers subhandlers is finished only when they all are: they run
+// (per the lifecycle) right after it, each with its own persisted progress, and the
+// parent runs again next cycle to register them again (closures live per call).
 func (c *cycle) runChangeHandler(ctx context.Context, h handlerState, cause causes.Cause, reason causes.Reason) state.HandlerRecord {
 	o := c.op
 	rec := h.record
@@ -373,23 +397,95 @@ func (c *cycle) runChangeHandler(ctx context.Context, h handlerState, cause caus
 	t0 := time.Now()
 	result, err := o.handlers.Invoke(ctx, call)
 	took := time.Since(t0)
-	if err == nil && result != nil {
-		c.patch.Set([]string{"status", h.spec.ID}, result)
+	if err == nil && result.Value != nil {
+		c.patch.Set([]string{"status", h.spec.ID}, result.Value)
+	}
+	if err == nil && len(result.Subhandlers) > 0 {
+		return c.runSubhandlers(ctx, h.spec, rec, result.Subhandlers, cause, reason)
 	}
 	rec, outcome := foldOutcome(h.spec, rec, c.now, err)
+	c.report(h.spec.ID, reason, rec, outcome, took, err)
+	return rec
+}
+
+// maxSubhandlerDepth stops a handler that registers itself again and again.
+const maxSubhandlerDepth = 8
+
+func (c *cycle) runSubhandlers(ctx context.Context, parent causes.Spec, rec state.HandlerRecord, subs []causes.Spec, cause causes.Cause, reason causes.Reason) state.HandlerRecord {
+	o := c.op
+	body := c.body.Object
+	if rec.Started == nil {
+		rec.Started = &c.now
+	}
+	if strings.Count(parent.ID, "/") >= maxSubhandlerDepth {
+		rec.Failure, rec.Stopped, rec.Message = true, &c.now, fmt.Sprintf("subhandlers nested deeper than %d levels", maxSubhandlerDepth)
+		return rec
+	}
+	children := make([]handlerState, len(subs))
+	rec.Subrefs = rec.Subrefs[:0]
+	for i, sub := range subs {
+		child, found := o.opts.Progress.Fetch(body, sub.ID)
+		if found && child.Purpose != "" && child.Purpose != string(reason) {
+			child, found = state.HandlerRecord{}, false
+		}
+		children[i] = handlerState{spec: sub, record: child, found: found}
+		rec.Subrefs = append(rec.Subrefs, sub.ID)
+	}
+	for _, h := range selectToRun(o.opts.Lifecycle, children, c.now) {
+		i := indexOf(children, h.spec.ID)
+		children[i].record = c.runChangeHandler(ctx, h, cause, reason)
+	}
+	for _, ch := range children {
+		if ch.found || ch.record.Started != nil {
+			o.opts.Progress.Store(body, c.patch, ch.spec.ID, ch.record)
+		}
+		c.subhandlerIDs = append(c.subhandlerIDs, ch.spec.ID)
+	}
+	if !allFinished(children) {
+		rec.Delayed = nil
+		if !anyAwake(children, c.now) {
+			if at, ok := earliestWakeup(children, c.now); ok {
+				rec.Delayed = &at
+			}
+		}
+		return rec
+	}
+	rec.Stopped, rec.Delayed = &c.now, nil
+	for _, ch := range children {
+		if ch.record.Failure {
+			rec.Failure, rec.Message = true, fmt.Sprintf("subhandler %s failed: %s", ch.spec.ID, ch.record.Message)
+			c.report(parent.ID, reason, rec, OutcomeFailure, 0, errors.New(rec.Message))
+			return rec
+		}
+	}
+	rec.Success, rec.Message = true, ""
+	c.report(parent.ID, reason, rec, OutcomeSuccess, 0, nil)
+	return rec
+}
+
+func anyAwake(states []handlerState, now time.Time) bool {
+	for _, h := range states {
+		if h.record.Awake(now) {
+			return true
+		}
+	}
+	return false
+}
+
+// report logs, posts and observes one handler outcome.
+func (c *cycle) report(id string, reason causes.Reason, rec state.HandlerRecord, outcome Outcome, took time.Duration, err error) {
 	switch outcome {
 	case OutcomeSuccess:
-		c.log.Info("handler succeeded", "handler", h.spec.ID, "reason", string(reason), "took", took)
-		c.post("Normal", "HandlerSucceeded", fmt.Sprintf("Handler %s succeeded (%s).", h.spec.ID, reason))
+		c.log.Info("handler succeeded", "handler", id, "reason", string(reason), "took", took)
+		c.post("Normal", "HandlerSucceeded", fmt.Sprintf("Handler %s succeeded (%s).", id, reason))
 	case OutcomeRetry:
-		c.log.Warn("handler will be retried", "handler", h.spec.ID, "retry", rec.Retries, "at", rec.Delayed.Format(time.RFC3339), "error", err)
-		c.post("Warning", "HandlerRetrying", fmt.Sprintf("Handler %s failed, retry %d: %s", h.spec.ID, rec.Retries, err))
+		c.log.Warn("handler will be retried", "handler", id, "retry", rec.Retries, "at", rec.Delayed.Format(time.RFC3339), "error", err)
+		c.post("Warning", "HandlerRetrying", fmt.Sprintf("Handler %s failed, retry %d: %s", id, rec.Retries, err))
 	case OutcomeFailure:
-		c.log.Error("handler failed for good", "handler", h.spec.ID, "error", err)
-		c.post("Warning", "HandlerFailed", fmt.Sprintf("Handler %s failed permanently: %s", h.spec.ID, err))
+		c.log.Error("handler failed for good", "handler", id, "error", err)
+		c.post("Warning", "HandlerFailed", fmt.Sprintf("Handler %s failed permanently: %s", id, err))
 	case OutcomeIgnored:
-		c.log.Warn("handler failed; ignored as configured (errors=ignored)", "handler", h.spec.ID, "error", err)
+		c.log.Warn("handler failed; ignored as configured (errors=ignored)", "handler", id, "error", err)
 	}
-	o.observe(c.key, h.spec.ID, string(reason), outcome, took, err)
-	return rec
+	c.op.observe(c.key, id, string(reason), outcome, took, err)
 }

@@ -149,6 +149,16 @@ type Call struct {
 	Stopped <-chan struct{}
 }
 
+// Result is what one handler call produced.
+type Result struct {
+	// Value, when not nil, is stored in status.<handler id>.
+	Value any
+	// Subhandlers the handler registered during this call (kopf's subhandlers). Their
+	// ids are "<parent id>/<child id>"; each has its own persisted progress, and the
+	// parent counts as finished only when all of them are.
+	Subhandlers []Spec
+}
+
 // TemporaryError asks for a retry after Delay (kopf TemporaryError).
 type TemporaryError struct {
 	Message string
