@@ -16,6 +16,8 @@ import (
 
 	"github.com/luaop/luaop/luabind"
 	"github.com/luaop/luaop/operator"
+	"github.com/luaop/luaop/processing"
+	"github.com/luaop/luaop/state"
 	"github.com/luaop/luaop/testcluster"
 )
 
@@ -113,4 +115,24 @@ func splitPath(path string) []string {
 		}
 	}
 	return append(parts, cur.String())
+}
+
+func mustYAML(t *testing.T, y string) *unstructured.Unstructured {
+	t.Helper()
+	docs, err := testcluster.DecodeYAML(strings.NewReader(y))
+	if err != nil || len(docs) != 1 {
+		t.Fatalf("bad YAML %q: %v", y, err)
+	}
+	return docs[0]
+}
+
+func processingWith(progress state.ProgressStorage) processing.Options {
+	return processing.Options{Progress: progress}
+}
+
+// startWithoutWaiting starts an operator without waiting for readiness (its
+// resources may not exist yet).
+func startWithoutWaiting(t *testing.T, ns string, opts operator.Options) *testcluster.RunningOperator {
+	t.Helper()
+	return env.StartOperatorAsync(t, ns, opts)
 }

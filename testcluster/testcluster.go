@@ -272,6 +272,22 @@ func (r *RunningOperator) Stop() error {
 // and logs into a buffer that the test can search (and that is printed on failure).
 func (e *Env) StartOperator(t testing.TB, namespace string, opts operator.Options) *RunningOperator {
 	t.Helper()
+	r := e.StartOperatorAsync(t, namespace, opts)
+	Eventually(t, 20*time.Second, func() (bool, string) {
+		select {
+		case err := <-r.done:
+			r.done <- err
+			t.Fatalf("the operator stopped at start: %v", err)
+		default:
+		}
+		return r.Ready(), "the operator is not ready (scripts loaded, initial listing processed)"
+	})
+	return r
+}
+
+// StartOperatorAsync is StartOperator without waiting for readiness.
+func (e *Env) StartOperatorAsync(t testing.TB, namespace string, opts operator.Options) *RunningOperator {
+	t.Helper()
 	buf := &LogBuffer{}
 	log := slog.New(slog.NewTextHandler(io.MultiWriter(buf, testWriter{t}), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	if opts.Logger == nil {
@@ -292,15 +308,6 @@ func (e *Env) StartOperator(t testing.TB, namespace string, opts operator.Option
 	r := &RunningOperator{Operator: op, Log: buf, stop: cancel, done: make(chan error, 1)}
 	go func() { r.done <- op.Start(ctx) }()
 	t.Cleanup(func() { _ = r.Stop() })
-	Eventually(t, 20*time.Second, func() (bool, string) {
-		select {
-		case err := <-r.done:
-			r.done <- err
-			t.Fatalf("the operator stopped at start: %v", err)
-		default:
-		}
-		return op.Ready(), "the operator is not ready (scripts loaded, initial listing processed)"
-	})
 	return r
 }
 
