@@ -38,6 +38,8 @@ func (s *shard) newModule() *lua.LTable {
 	mod.RawSetString("ABSENT", absentMarker(L))
 	installMarkers(L, mod)
 	installErrorConstructors(L, mod)
+	s.installKube(mod)
+	s.runPrelude(mod)
 	return mod
 }
 

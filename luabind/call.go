@@ -214,10 +214,15 @@ func (s *shard) ctxField(cs *callState, key string) lua.LValue {
 			return lua.LNil
 		}
 		return lua.LString(call.Cause.EventType)
-	case "old":
-		return newProxy(L, call.Cause.Old)
-	case "new":
-		return newProxy(L, call.Cause.New)
+	case "old", "new":
+		v := call.Cause.Old
+		if key == "new" {
+			v = call.Cause.New
+		}
+		if v == nil {
+			return lua.LNil // absent (a creation's old value): plain nil, not luaop.null
+		}
+		return newProxy(L, v)
 	case "diff":
 		return diffToLua(L, call.Cause.Diff)
 	case "patch":

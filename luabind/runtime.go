@@ -32,6 +32,8 @@ type Options struct {
 	MaxStringSize int
 	// Logger receives script output (print, ctx.logger). Defaults to slog.Default().
 	Logger *slog.Logger
+	// Kube serves luaop.kube and the event helpers. Without it they raise an error.
+	Kube Kube
 }
 
 func (o *Options) setDefaults() {

@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
+	"github.com/luaop/luaop/kubeclient"
 	"github.com/luaop/luaop/luabind"
 	"github.com/luaop/luaop/processing"
 )
@@ -53,6 +54,13 @@ func New(cfg *rest.Config, opts Options) (*Operator, error) {
 	}
 	if opts.Processing.Logger == nil {
 		opts.Processing.Logger = opts.Logger
+	}
+	if opts.Runtime.Kube == nil {
+		kube, err := kubeclient.New(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("creating the scripts' cluster client: %w", err)
+		}
+		opts.Runtime.Kube = kube
 	}
 	rt := luabind.New(opts.Runtime)
 	proc, err := processing.New(cfg, rt, opts.Processing)

@@ -1,0 +1,212 @@
+package luabind
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	lua "github.com/yuin/gopher-lua"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
+	"sigs.k8s.io/yaml"
+)
+
+// Kube is the cluster access that scripts get as luaop.kube and the event helpers.
+// kubeclient.Client implements it; objects are JSON maps.
+type Kube interface {
+	Get(ctx context.Context, apiVersion, kind, namespace, name string) (map[string]any, error)
+	List(ctx context.Context, apiVersion, kind, namespace, selector string) ([]map[string]any, error)
+	Create(ctx context.Context, obj map[string]any) (map[string]any, error)
+	Patch(ctx context.Context, apiVersion, kind, namespace, name string, patch any, patchType string) (map[string]any, error)
+	Delete(ctx context.Context, apiVersion, kind, namespace, name string) error
+	Apply(ctx context.Context, obj map[string]any, force bool) (map[string]any, error)
+	Event(ctx context.Context, obj map[string]any, eventType, reason, message string) error
+}
+
+// installKube adds luaop.kube, the event helpers, json, yaml and sleep to the module.
+// Failures the script can expect (not found, conflict) come back as values, the way
+// Lua's io functions do: nil, message, reason ("NotFound", "AlreadyExists", ...).
+func (s *shard) installKube(mod *lua.LTable) {
+	L := s.L
+	kube := L.NewTable()
+	fns := map[string]lua.LGFunction{
+		"get": func(L *lua.LState) int {
+			obj, err := s.kube().Get(s.callContext(), L.CheckString(1), L.CheckString(2), L.OptString(3, ""), L.CheckString(4))
+			return s.pushObject(obj, err)
+		},
+		"list": func(L *lua.LState) int {
+			selector := ""
+			switch v := L.Get(4).(type) {
+			case lua.LString:
+				selector = string(v)
+			case *lua.LTable:
+				selector = lua.LVAsString(v.RawGetString("selector"))
+			}
+			items, err := s.kube().List(s.callContext(), L.CheckString(1), L.CheckString(2), L.OptString(3, ""), selector)
+			if err != nil {
+				return s.pushError(err)
+			}
+			t := L.CreateTable(len(items), 0)
+			for _, it := range items {
+				t.Append(toLua(L, it))
+			}
+			L.SetMetatable(t, conv(L).arrayMT)
+			L.Push(t)
+			return 1
+		},
+		"create": func(L *lua.LState) int {
+			obj := s.checkObject(1)
+			created, err := s.kube().Create(s.callContext(), obj)
+			return s.pushObject(created, err)
+		},
+		"patch": func(L *lua.LState) int {
+			patch, err := fromLua(L.CheckAny(5))
+			if err != nil {
+				L.ArgError(5, err.Error())
+			}
+			out, err := s.kube().Patch(s.callContext(), L.CheckString(1), L.CheckString(2), L.OptString(3, ""), L.CheckString(4), patch, L.OptString(6, "merge"))
+			return s.pushObject(out, err)
+		},
+		"delete": func(L *lua.LState) int {
+			if err := s.kube().Delete(s.callContext(), L.CheckString(1), L.CheckString(2), L.OptString(3, ""), L.CheckString(4)); err != nil {
+				return s.pushError(err)
+			}
+			L.Push(lua.LTrue)
+			return 1
+		},
+		"apply": func(L *lua.LState) int {
+			obj := s.checkObject(1)
+			force := true
+			if opts := L.OptTable(2, nil); opts != nil {
+				if v := opts.RawGetString("force"); v != lua.LNil {
+					force = lua.LVAsBool(v)
+				}
+			}
+			out, err := s.kube().Apply(s.callContext(), obj, force)
+			return s.pushObject(out, err)
+		},
+	}
+	for name, fn := range fns {
+		kube.RawSetString(name, L.NewFunction(fn))
+	}
+	mod.RawSetString("kube", kube)
+
+	for name, eventType := range map[string]string{"info": "Normal", "warn": "Warning", "exception": "Warning"} {
+		eventType := eventType
+		mod.RawSetString(name, L.NewFunction(func(L *lua.LState) int {
+			obj := s.checkObject(1)
+			reason, message := L.CheckString(2), L.OptString(3, "")
+			if err := s.kube().Event(s.callContext(), obj, eventType, reason, message); err != nil {
+				return s.pushError(err)
+			}
+			L.Push(lua.LTrue)
+			return 1
+		}))
+	}
+
+	jsonMod := L.NewTable()
+	jsonMod.RawSetString("encode", L.NewFunction(func(L *lua.LState) int {
+		v, err := fromLua(L.CheckAny(1))
+		if err != nil {
+			L.ArgError(1, err.Error())
+		}
+		data, err := json.Marshal(v)
+		if err != nil {
+			L.RaiseError("json.encode: %s", err)
+		}
+		L.Push(lua.LString(data))
+		return 1
+	}))
+	jsonMod.RawSetString("decode", L.NewFunction(func(L *lua.LState) int {
+		var v any
+		if err := utiljson.Unmarshal([]byte(L.CheckString(1)), &v); err != nil {
+			L.Push(lua.LNil)
+			L.Push(lua.LString("json.decode: " + err.Error()))
+			return 2
+		}
+		L.Push(toLua(L, v))
+		return 1
+	}))
+	mod.RawSetString("json", jsonMod)
+
+	yamlMod := L.NewTable()
+	yamlMod.RawSetString("decode", L.NewFunction(func(L *lua.LState) int {
+		data, err := yaml.YAMLToJSON([]byte(L.CheckString(1)))
+		var v any
+		if err == nil {
+			err = utiljson.Unmarshal(data, &v)
+		}
+		if err != nil {
+			L.Push(lua.LNil)
+			L.Push(lua.LString("yaml.decode: " + err.Error()))
+			return 2
+		}
+		L.Push(toLua(L, v))
+		return 1
+	}))
+	mod.RawSetString("yaml", yamlMod)
+
+	// sleep(seconds) waits, and returns false early when the call's context ends
+	// (deadline, shutdown, or a daemon asked to stop).
+	mod.RawSetString("sleep", L.NewFunction(func(L *lua.LState) int {
+		d := time.Duration(float64(L.CheckNumber(1)) * float64(time.Second))
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			L.Push(lua.LTrue)
+		case <-s.callContext().Done():
+			L.Push(lua.LFalse)
+		}
+		return 1
+	}))
+}
+
+func (s *shard) kube() Kube {
+	if s.rt.opts.Kube == nil {
+		s.L.RaiseError("luaop.kube is not available: the runtime has no cluster client")
+	}
+	return s.rt.opts.Kube
+}
+
+// callContext is the context of the Lua call in progress (its deadline).
+func (s *shard) callContext() context.Context {
+	if ctx := s.L.Context(); ctx != nil {
+		return ctx
+	}
+	return context.Background()
+}
+
+func (s *shard) checkObject(n int) map[string]any {
+	v, err := fromLua(s.L.CheckAny(n))
+	if err != nil {
+		s.L.ArgError(n, err.Error())
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		s.L.ArgError(n, "a Kubernetes object (a table with apiVersion, kind and metadata) expected")
+	}
+	return obj
+}
+
+func (s *shard) pushObject(obj map[string]any, err error) int {
+	if err != nil {
+		return s.pushError(err)
+	}
+	s.L.Push(toLua(s.L, obj))
+	return 1
+}
+
+// pushError returns nil, message, reason; a deadline is raised instead, so that a
+// stuck API call fails the handler like any timeout.
+func (s *shard) pushError(err error) int {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		s.L.RaiseError("API call interrupted: %s", err)
+	}
+	s.L.Push(lua.LNil)
+	s.L.Push(lua.LString(err.Error()))
+	s.L.Push(lua.LString(fmt.Sprint(apierrors.ReasonForError(err))))
+	return 3
+}

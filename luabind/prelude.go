@@ -1,0 +1,34 @@
+package luabind
+
+import (
+	_ "embed"
+
+	lua "github.com/yuin/gopher-lua"
+)
+
+// prelude.lua defines the object helpers (owner references, adopt, label) in Lua:
+// they only shuffle tables, which is clearer there than through the Go API.
+//
+//go:embed prelude.lua
+var preludeSource string
+
+func (s *shard) runPrelude(mod *lua.LTable) {
+	L := s.L
+	fn, err := L.LoadString(preludeSource)
+	if err != nil {
+		panic("luabind: the embedded prelude does not compile: " + err.Error())
+	}
+	current := L.NewFunction(func(L *lua.LState) int {
+		if s.current == nil || s.current.call.Cause.Body == nil {
+			return 0
+		}
+		L.Push(newProxy(L, s.current.call.Cause.Body))
+		return 1
+	})
+	L.Push(fn)
+	L.Push(mod)
+	L.Push(current)
+	if err := L.PCall(2, 0, nil); err != nil {
+		panic("luabind: the embedded prelude fails: " + err.Error())
+	}
+}
