@@ -238,6 +238,11 @@ func (s *shard) applyOptions(spec *causes.Spec, fns *handlerFns, f *dataFilters,
 			s.metaFilters(name, t, fns, f)
 		case "field":
 			f.field = state.ParsePath(s.optString(name, v))
+			if spec.Kind == causes.KindChange {
+				// kopf: on.update(field=...) serves changes of that field only,
+				// with old/new/diff of the field.
+				spec.Field = f.field
+			}
 		case "value":
 			f.value, f.hasValue = s.optValue(name, v), true
 		case "old":
@@ -268,6 +273,9 @@ func (s *shard) applyOptions(spec *causes.Spec, fns *handlerFns, f *dataFilters,
 	})
 	if f.hasValue && f.field == nil && spec.Field != nil {
 		f.field = spec.Field
+	}
+	if f.hasValue && f.field == nil {
+		L.RaiseError("option value needs a field: {field = \"spec.mode\", value = ...}")
 	}
 }
 

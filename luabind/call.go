@@ -22,6 +22,9 @@ type callState struct {
 	patchTbl *lua.LTable
 	subs     []causes.Spec
 	subFns   map[string]*handlerFns
+	// daemon calls outlive their first body: ctx fields are not cached, so each
+	// access reads the newest body.
+	daemon bool
 }
 
 // lookup finds a handler's functions: registered by the scripts, or a subhandler
@@ -170,7 +173,7 @@ func (s *shard) newCtxMetatable() *lua.LTable {
 			return 0
 		}
 		v := s.ctxField(cs, key)
-		if v != lua.LNil {
+		if v != lua.LNil && !(cs.daemon && key != "logger" && key != "memo" && key != "stopped") {
 			t.RawSetString(key, v)
 		}
 		L.Push(v)
@@ -179,26 +182,38 @@ func (s *shard) newCtxMetatable() *lua.LTable {
 	return mt
 }
 
+// ctxRoots name the read-only views of ctx in error messages ("ctx.spec.size is
+// read-only: ..."), as constants so that naming them costs nothing per call.
+var ctxRoots = map[string]string{
+	"body": "ctx.body", "spec": "ctx.spec", "status": "ctx.status", "meta": "ctx.meta", "metadata": "ctx.metadata",
+	"labels": "ctx.labels", "annotations": "ctx.annotations", "old": "ctx.old", "new": "ctx.new",
+}
+
 func (s *shard) ctxField(cs *callState, key string) lua.LValue {
 	L := s.L
 	call := cs.call
 	body := call.Cause.Body
+	if cs.daemon && call.Latest != nil {
+		if latest := call.Latest(); latest != nil {
+			body = latest
+		}
+	}
 	meta, _ := body["metadata"].(map[string]any)
 	switch key {
 	case "body":
-		return newProxy(L, body)
+		return newProxyNamed(L, body, ctxRoots[key])
 	case "spec", "status":
 		if v, ok := body[key]; ok {
-			return newProxy(L, v)
+			return newProxyNamed(L, v, ctxRoots[key])
 		}
-		return newProxy(L, map[string]any{})
+		return newProxyNamed(L, map[string]any{}, ctxRoots[key])
 	case "meta", "metadata":
-		return newProxy(L, meta)
+		return newProxyNamed(L, meta, ctxRoots[key])
 	case "labels", "annotations":
 		if v, ok := meta[key]; ok {
-			return newProxy(L, v)
+			return newProxyNamed(L, v, ctxRoots[key])
 		}
-		return newProxy(L, map[string]any{})
+		return newProxyNamed(L, map[string]any{}, ctxRoots[key])
 	case "name", "namespace", "uid", "resourceVersion":
 		if v, ok := meta[key].(string); ok {
 			return lua.LString(v)
@@ -222,13 +237,28 @@ func (s *shard) ctxField(cs *callState, key string) lua.LValue {
 		if v == nil {
 			return lua.LNil // absent (a creation's old value): plain nil, not luaop.null
 		}
-		return newProxy(L, v)
+		return newProxyNamed(L, v, ctxRoots[key])
 	case "diff":
 		return diffToLua(L, call.Cause.Diff)
 	case "patch":
-		cs.patchTbl = L.NewTable()
-		L.SetMetatable(cs.patchTbl, s.patchMT)
+		if cs.patchTbl == nil {
+			cs.patchTbl = L.CreateTable(0, 4)
+			L.SetMetatable(cs.patchTbl, s.patchMT)
+		}
 		return cs.patchTbl
+	case "stopped":
+		stopped := call.Stopped
+		return L.NewFunction(func(L *lua.LState) int {
+			select {
+			case <-stopped:
+				L.Push(lua.LTrue)
+			default:
+				L.Push(lua.LFalse)
+			}
+			return 1
+		})
+	case "indexes":
+		return s.indexesTable(call)
 	case "memo":
 		return s.memoFor(uidOf(body))
 	case "logger":
@@ -285,7 +315,7 @@ func (s *shard) newPatchMetatable() *lua.LTable {
 	mt.RawSetString("__index", L.NewFunction(func(L *lua.LState) int {
 		t := L.CheckTable(1)
 		k := L.Get(2)
-		child := L.NewTable()
+		child := L.CreateTable(0, 4)
 		L.SetMetatable(child, mt)
 		t.RawSet(k, child)
 		L.Push(child)
@@ -367,4 +397,33 @@ func (s *shard) registerSubhandler(L *lua.LState, cs *callState) int {
 	cs.subs = append(cs.subs, spec)
 	cs.subFns[spec.ID] = fns
 	return 0
+}
+
+// indexesTable is ctx.indexes: ctx.indexes.<name>[key] is the list of values the
+// objects put under key. Each index is read when first touched in the call.
+func (s *shard) indexesTable(call causes.Call) lua.LValue {
+	L := s.L
+	t := L.NewTable()
+	mt := L.NewTable()
+	mt.RawSetString("__index", L.NewFunction(func(L *lua.LState) int {
+		name := L.CheckString(2)
+		if call.Indexes == nil {
+			L.RaiseError("index %q: no indexes are registered", name)
+		}
+		entries, ok := call.Indexes.Lookup(name)
+		if !ok {
+			L.RaiseError("index %q is not registered (luaop.index(resource, fn, {id = %q}))", name, name)
+		}
+		m := make(map[string]any, len(entries))
+		for k, v := range entries {
+			list := make([]any, len(v))
+			copy(list, v)
+			m[k] = list
+		}
+		v := newProxy(L, m)
+		L.Push(v)
+		return 1
+	}))
+	L.SetMetatable(t, mt)
+	return t
 }

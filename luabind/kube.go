@@ -151,7 +151,13 @@ func (s *shard) installKube(mod *lua.LTable) {
 	// sleep(seconds) waits, and returns false early when the call's context ends
 	// (deadline, shutdown, or a daemon asked to stop).
 	mod.RawSetString("sleep", L.NewFunction(func(L *lua.LState) int {
-		d := time.Duration(float64(L.CheckNumber(1)) * float64(time.Second))
+		seconds := L.CheckNumber(1)
+		if L != s.L && s.current != nil && s.current.daemon {
+			// In a daemon's coroutine: yield to RunDaemon, which waits without
+			// holding the shard and resumes with true, or false when stopped.
+			return L.Yield(seconds)
+		}
+		d := time.Duration(float64(seconds) * float64(time.Second))
 		t := time.NewTimer(d)
 		defer t.Stop()
 		select {

@@ -173,6 +173,10 @@ func syntaxError(file string, err error) error {
 	if pe, ok := err.(*parse.Error); ok {
 		se.Line = pe.Pos.Line
 		se.Message = fmt.Sprintf("syntax error near '%s': %s", pe.Token, pe.Message)
+		if pe.Pos.Line == parse.EOF { // unexpected end of file: no line, no token
+			se.Line = 0
+			se.Message = "syntax error at end of file (a block or function not closed with 'end'?): " + pe.Message
+		}
 	}
 	return se
 }

@@ -127,7 +127,7 @@ func rttMustInvoke(t testing.TB, rt *Runtime, id string, cause causes.Cause) cau
 	return res
 }
 
-// rttCheckErr asserts err is a *ScriptError at file:line (line 0: any) whose text
+// rttCheckErr asserts err is a *ScriptError at file:line (line 0: any, -1: none) whose text
 // contains every want.
 func rttCheckErr(t *testing.T, err error, file string, line int, want ...string) {
 	t.Helper()
@@ -140,6 +140,9 @@ func rttCheckErr(t *testing.T, err error, file string, line int, want ...string)
 	}
 	if file != "" && se.File != file {
 		t.Errorf("File = %q, want %q (error %q)", se.File, file, err)
+	}
+	if line < 0 && se.Line != 0 {
+		t.Errorf("Line = %d, want 0 (no line) (error %q)", se.Line, err)
 	}
 	if line > 0 && se.Line != line {
 		t.Errorf("Line = %d, want %d (error %q)", se.Line, line, err)
@@ -172,7 +175,7 @@ luaop.on.create("example.com/v1/widgets", function(ctx) return 1 end, {id = "ok"
 		{
 			name:    "syntax error at end of file",
 			scripts: []string{"broken.lua", "local luaop = require('luaop')\nfunction f()\n"},
-			file:    "broken.lua", want: []string{"broken.lua"},
+			file:    "broken.lua", line: -1, want: []string{"broken.lua: syntax error at end of file"},
 		},
 		{
 			name:    "calling nil at top level",
@@ -255,7 +258,7 @@ luaop.on.create("example.com/v1/widgets", function(ctx) return 1 end, {id = "ok"
 			want: []string{"lib.a", "loop"},
 		},
 		{
-			name:    "registering from a handler at call time is refused at load? (top-level ok)",
+			name:    "hook is not a function",
 			scripts: []string{"hook.lua", "local luaop = require('luaop')\nluaop.on.startup('not a function')\n"},
 			want:    []string{"hook.lua:2", "function"},
 		},
@@ -789,13 +792,15 @@ func TestInvokeReadOnly(t *testing.T) {
 		code string
 		want []string
 	}{
-		{"spec field", "ctx.spec.size = 1", []string{"size", "read-only", "ctx.patch"}},
-		{"nested spec", "ctx.spec.items[1] = 'z'", []string{"items[1]", "read-only"}},
-		{"body", "ctx.body.spec.size = 1", []string{"spec.size", "read-only"}},
-		{"labels", "ctx.labels.app = 'y'", []string{"app", "read-only"}},
-		{"meta", "ctx.meta.name = 'y'", []string{"name", "read-only"}},
-		{"old", "ctx.old.size = 1", []string{"size", "read-only"}},
-		{"new key", "ctx.status.brand_new = 1", []string{"brand_new", "read-only"}},
+		{"spec field", "ctx.spec.size = 1", []string{"ctx.spec.size is read-only", "ctx.patch"}},
+		{"nested spec", "ctx.spec.items[1] = 'z'", []string{"ctx.spec.items[1] is read-only"}},
+		{"body", "ctx.body.spec.size = 1", []string{"ctx.body.spec.size is read-only"}},
+		{"labels", "ctx.labels.app = 'y'", []string{"ctx.labels.app is read-only"}},
+		{"annotations", "ctx.annotations['example.com/note'] = 'y'", []string{`ctx.annotations["example.com/note"] is read-only`}},
+		{"meta", "ctx.meta.name = 'y'", []string{"ctx.meta.name is read-only"}},
+		{"old", "ctx.old.size = 1", []string{"ctx.old.size is read-only"}},
+		{"new key", "ctx.status.brand_new = 1", []string{"ctx.status.brand_new is read-only"}},
+		{"missing part", "ctx.status.conditions[1] = 1", []string{"attempt to index"}},
 		{"rawset on a proxy", "rawset(ctx.spec, 'size', 1); return ctx.spec.size", nil},
 	}
 	var b strings.Builder
@@ -819,11 +824,10 @@ func TestInvokeReadOnly(t *testing.T) {
 			}
 			t.Logf("error: %v", err)
 			rttCheckErr(t, err, "ro.lua", i+2, tc.want...)
+			if !reflect.DeepEqual(cause.Body, rttObject("u1")) {
+				t.Errorf("the Go object changed: %#v", cause.Body)
+			}
 		})
-	}
-	// The original object is untouched by any of this.
-	if !reflect.DeepEqual(rttObject("u1"), rttCause("u1").Body) {
-		t.Error("unreachable")
 	}
 }
 
@@ -868,7 +872,7 @@ end, {id = "write_old_patch"})
 		if got := count("b"); got != int64(2) {
 			t.Errorf("Forget(a) dropped b's memo: %#v", got)
 		}
-		rt.Forget("")         // harmless
+		rt.Forget("")           // harmless
 		rt.Forget("never-seen") // harmless
 	})
 	t.Run("kept across reload", func(t *testing.T) {
@@ -966,6 +970,9 @@ func TestInvokeErrors(t *testing.T) {
 		}},
 		{"calling a nil global", `undefined_function()`, func(t *testing.T, err error, line int) {
 			rttCheckErr(t, err, "err.lua", line)
+		}},
+		{"registering at call time", `luaop.on.create("v1/pods", function() end)`, func(t *testing.T, err error, line int) {
+			rttCheckErr(t, err, "err.lua", line, "only be registered while the scripts load")
 		}},
 		{"error in a sibling module function", `require_util_fail()`, func(t *testing.T, err error, line int) {
 			rttCheckErr(t, err, "lib/fail.lua", 2, "from module")
@@ -1219,6 +1226,12 @@ luaop.on.create(R, function(ctx)
   ctx.memo.saved_sub(function() end, {id = "late"})
 end, {id = "late"})
 luaop.on.event(R, function(ctx) return type(ctx.subhandler) end, {id = "event"})
+luaop.on.create(R, function(ctx)
+  ctx.subhandler(function(child)
+    child.subhandler(function(grandchild) return grandchild.id end, {id = "g"})
+    return "child"
+  end, {id = "c"})
+end, {id = "nest"})
 `)
 	res, _, err := rttInvoke(t, rt, "parent", rttCause("obj-1"))
 	if err != nil {
@@ -1300,6 +1313,20 @@ luaop.on.event(R, function(ctx) return type(ctx.subhandler) end, {id = "event"})
 		_, _, err := rttInvoke(t, rt, "late", rttCause("obj-4"))
 		rttCheckErr(t, err, "sub.lua", 0, "while its handler runs")
 	})
+	t.Run("nested", func(t *testing.T) {
+		r := rttMustInvoke(t, rt, "nest", rttCause("obj-6"))
+		if len(r.Subhandlers) != 1 {
+			t.Fatalf("subhandlers = %v", rttIDs(r.Subhandlers))
+		}
+		child, err := rt.Invoke(context.Background(), causes.Call{Handler: r.Subhandlers[0], Cause: rttCause("obj-6")})
+		if err != nil || child.Value != "child" || len(child.Subhandlers) != 1 || child.Subhandlers[0].ID != "nest/c/g" {
+			t.Fatalf("child = %+v, %v; want value child and subhandler nest/c/g", child, err)
+		}
+		g, err := rt.Invoke(context.Background(), causes.Call{Handler: child.Subhandlers[0], Cause: rttCause("obj-6")})
+		if err != nil || g.Value != "nest/c/g" {
+			t.Errorf("grandchild = %+v, %v", g, err)
+		}
+	})
 	t.Run("no subhandlers for event handlers", func(t *testing.T) {
 		if r := rttMustInvoke(t, rt, "event", rttCause("obj-5")); r.Value != "nil" {
 			t.Errorf("type(ctx.subhandler) in an event handler = %#v", r.Value)
@@ -1339,10 +1366,12 @@ luaop.on.update("example.com/v1/widgets", function() end, {id = "filtered", when
 	errs := make(chan error, goroutines*objects*rounds)
 	stop := make(chan struct{})
 	var reloads sync.WaitGroup
+	reloadCount := 0
 	reloads.Add(1)
 	go func() { // reload now and then: memos must survive
 		defer reloads.Done()
 		for i := 0; ; i++ {
+			reloadCount = i
 			select {
 			case <-stop:
 				return
@@ -1390,6 +1419,7 @@ luaop.on.update("example.com/v1/widgets", function() end, {id = "filtered", when
 	for err := range errs {
 		t.Fatal(err)
 	}
+	t.Logf("%d calls, %d reloads in between", goroutines*objects*rounds, reloadCount)
 	want := make([]int64, goroutines*rounds)
 	for i := range want {
 		want[i] = int64(i + 1)

@@ -29,10 +29,12 @@ type sandboxOptions struct {
 
 const (
 	sbDefaultCallStackSize = 256
-	sbDefaultRegistrySize  = 2 * 1024
-	sbDefaultRegistryMax   = 1024 * 1024 // slots (16 bytes each): 16 MiB at most
-	sbDefaultGrowStep      = 2 * 1024
-	sbDefaultMaxString     = 16 << 20
+	// Small initial stacks: every daemon is a coroutine with a data stack and a call
+	// stack of its own (lua.Options are shared by threads); both grow on demand.
+	sbDefaultRegistrySize = 256
+	sbDefaultRegistryMax  = 1024 * 1024 // slots (16 bytes each): 16 MiB at most
+	sbDefaultGrowStep     = 1024
+	sbDefaultMaxString    = 16 << 20
 )
 
 func (o sandboxOptions) withDefaults() sandboxOptions {
@@ -77,11 +79,12 @@ func (o sandboxOptions) withDefaults() sandboxOptions {
 func newSandboxState(opts sandboxOptions) *lua.LState {
 	opts = opts.withDefaults()
 	L := lua.NewState(lua.Options{
-		CallStackSize:    opts.CallStackSize,
-		RegistrySize:     opts.RegistrySize,
-		RegistryMaxSize:  opts.RegistryMaxSize,
-		RegistryGrowStep: opts.RegistryGrowStep,
-		SkipOpenLibs:     true,
+		CallStackSize:       opts.CallStackSize,
+		RegistrySize:        opts.RegistrySize,
+		RegistryMaxSize:     opts.RegistryMaxSize,
+		RegistryGrowStep:    opts.RegistryGrowStep,
+		MinimizeStackMemory: true,
+		SkipOpenLibs:        true,
 	})
 	for _, lib := range []struct {
 		name string

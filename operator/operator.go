@@ -10,12 +10,14 @@ import (
 	"fmt"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"k8s.io/client-go/rest"
 
 	"github.com/luaop/luaop/kubeclient"
 	"github.com/luaop/luaop/luabind"
 	"github.com/luaop/luaop/processing"
+	"github.com/luaop/luaop/processing/causes"
 )
 
 // Options configure an Operator. The zero value of every field means its default.
@@ -114,5 +116,48 @@ func (o *Operator) Start(ctx context.Context) error {
 	for _, h := range report.Handlers {
 		o.log.Debug("handler", "id", h.ID, "kind", string(h.Kind), "resource", h.Resource.String(), "at", h.Source)
 	}
-	return o.proc.Start(ctx)
+	if err := o.runHooks(ctx, "startup"); err != nil {
+		return fmt.Errorf("%w; the operator does not start: fix the startup handler, or what it checks", err)
+	}
+	err = o.proc.Start(ctx)
+	// Cleanup runs after the last cycle, with a fresh deadline of its own.
+	cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if cerr := o.runHooks(cleanupCtx, "cleanup"); cerr != nil {
+		o.log.Error("cleanup handler failed", "error", cerr)
+	}
+	return err
+}
+
+// runHooks runs the operator-level handlers of one kind (startup, cleanup) in
+// registration order; the first failure stops the run.
+func (o *Operator) runHooks(ctx context.Context, kind string) error {
+	for _, h := range o.runtime.Hooks() {
+		if string(h.Kind) != kind {
+			continue
+		}
+		o.log.Info("running "+kind+" handler", "handler", h.ID)
+		if _, err := o.runtime.Invoke(ctx, causes.Call{Handler: h, Started: time.Now(), Logger: o.log.With("handler", h.ID)}); err != nil {
+			return fmt.Errorf("%s handler %s failed: %w", kind, h.ID, err)
+		}
+	}
+	return nil
+}
+
+// Probe runs the on.probe handlers and returns their results by handler id; a failed
+// probe gives its error message.
+func (o *Operator) Probe(ctx context.Context) map[string]any {
+	out := map[string]any{}
+	for _, h := range o.runtime.Hooks() {
+		if h.Kind != "probe" {
+			continue
+		}
+		res, err := o.runtime.Invoke(ctx, causes.Call{Handler: h, Started: time.Now(), Logger: o.log.With("handler", h.ID)})
+		if err != nil {
+			out[h.ID] = map[string]any{"error": err.Error()}
+			continue
+		}
+		out[h.ID] = res.Value
+	}
+	return out
 }

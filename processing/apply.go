@@ -9,6 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/luaop/luaop/state"
 )
 
 // apply sends the cycle's patch: one merge patch of /status when status is a
@@ -25,6 +27,8 @@ func (c *cycle) apply(ctx context.Context) error {
 	if c.info.statusSubresource {
 		main, status = c.patch.Split()
 	}
+	// What is written after this point goes into a patch of its own.
+	c.patch = state.NewPatch()
 	client := o.dynamic.Resource(c.info.gvr).Namespace(c.key.namespace)
 	var last *unstructured.Unstructured
 	if len(status) > 0 {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/luaop/luaop/processing/causes"
+	"github.com/luaop/luaop/state"
 )
 
 // objectKey identifies one object of one watched resource; the resource is the one
@@ -59,6 +60,18 @@ type objectMemory struct {
 	// delivers it; consistencyDeadline bounds the wait.
 	expectedVersion     string
 	consistencyDeadline time.Time
+
+	// Background engines (engines.go).
+	daemons            map[string]*daemonRun
+	timers             map[string]*timerState
+	daemonPatch        map[string]any // handed over by daemons, applied by the next cycle
+	lastChangeAt       time.Time      // the last essential change, for idle timers
+	essenceHash        [32]byte
+	indexedVersion     string
+	countedForIndexing bool
+	indexed            bool
+	// initialPending: found by the initial listing, not through a cycle yet.
+	initialPending bool
 }
 
 // Operator watches the resources the handlers are registered for and runs them.
@@ -77,6 +90,16 @@ type Operator struct {
 	mu       sync.Mutex
 	objects  map[objectKey]*objectMemory
 	watchers map[causes.Resource]*watcher
+
+	indexes *state.Indexes
+	// pendingIndexing counts objects of the initial listings not indexed yet.
+	pendingIndexing int
+	// pendingInitial counts objects of the initial listings not processed yet.
+	pendingInitial int
+	// daemonCtx is cancelled when the operator stops: every daemon ends.
+	daemonCtx    context.Context
+	stopDaemons  context.CancelFunc
+	daemonsGroup sync.WaitGroup
 
 	ctx     context.Context // set by Start; watchers started later use it
 	started atomic.Bool
@@ -110,6 +133,7 @@ func New(cfg *rest.Config, handlers Handlers, opts Options) (*Operator, error) {
 		log:      opts.Logger,
 		filter:   filter,
 		objects:  map[objectKey]*objectMemory{},
+		indexes:  state.NewIndexes(),
 		watchers: map[causes.Resource]*watcher{},
 	}
 	if *opts.PostEvents {
@@ -146,6 +170,9 @@ func (o *Operator) Start(ctx context.Context) error {
 	// request (their handlers' progress would be lost, and they would run again).
 	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
+	o.mu.Lock()
+	o.daemonCtx, o.stopDaemons = context.WithCancel(work)
+	o.mu.Unlock()
 	var workers sync.WaitGroup
 	for i := 0; i < o.opts.Workers; i++ {
 		workers.Add(1)
@@ -162,11 +189,21 @@ func (o *Operator) Start(ctx context.Context) error {
 	// Queued but not yet started objects are left for the next start: their
 	// causes are rebuilt from the objects.
 	o.queue.ShutDown()
-	select {
-	case <-stopped:
-	case <-time.After(o.opts.ShutdownGracePeriod):
-		o.log.Warn("shutdown grace period over: cancelling the cycles still running")
-		cancelWork()
+	o.stopAllDaemons()
+	daemonsDone := make(chan struct{})
+	go func() { o.daemonsGroup.Wait(); close(daemonsDone) }()
+	grace := time.After(o.opts.ShutdownGracePeriod)
+	for stopped != nil || daemonsDone != nil {
+		select {
+		case <-stopped:
+			stopped = nil
+		case <-daemonsDone:
+			daemonsDone = nil
+		case <-grace:
+			o.log.Warn("shutdown grace period over: cancelling the cycles and daemons still running")
+			cancelWork()
+			grace = nil
+		}
 	}
 	workers.Wait()
 	o.mu.Lock()
@@ -206,7 +243,17 @@ func (o *Operator) Synced() bool {
 			return false
 		}
 	}
-	return o.queue != nil && o.queue.Len() == 0
+	return o.pendingInitial == 0
+}
+
+// initialDone marks an object of the initial listing as processed once.
+func (o *Operator) initialDone(mem *objectMemory) {
+	o.mu.Lock()
+	if mem.initialPending {
+		mem.initialPending = false
+		o.pendingInitial--
+	}
+	o.mu.Unlock()
 }
 
 // record is called by watchers for every notification; it only remembers and queues.
@@ -224,7 +271,18 @@ func (o *Operator) record(key objectKey, eventType string, obj *unstructured.Uns
 		*mem = objectMemory{uid: uid}
 	}
 	if initial {
+		if !mem.noticedByListing {
+			mem.initialPending = true
+			o.pendingInitial++
+		}
 		mem.noticedByListing = true
+		if !mem.countedForIndexing && o.hasKind(key.resource, causes.KindIndex) {
+			mem.countedForIndexing = true
+			o.pendingIndexing++
+		}
+	}
+	if mem.lastChangeAt.IsZero() {
+		mem.lastChangeAt = o.opts.Now()
 	}
 	if keepEvents {
 		mem.pending = append(mem.pending, rawEvent{eventType: eventType, object: obj})

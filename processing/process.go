@@ -27,6 +27,7 @@ func (o *Operator) process(ctx context.Context, key objectKey) (time.Duration, e
 	events := mem.pending
 	mem.pending = nil
 	latest, gone, uid := mem.latest, mem.gone, mem.uid
+	initialPending := mem.initialPending
 	expected, deadline := mem.expectedVersion, mem.consistencyDeadline
 	facts := objectFacts{noticedByListing: mem.noticedByListing, resumeIsHandled: mem.resumeIsHandled}
 	o.mu.Unlock()
@@ -41,19 +42,24 @@ func (o *Operator) process(ctx context.Context, key objectKey) (time.Duration, e
 	}
 
 	if gone {
-		o.mu.Lock()
-		if cur := o.objects[key]; cur == mem && cur.gone && len(cur.pending) == 0 {
-			delete(o.objects, key)
-		}
-		o.mu.Unlock()
-		o.handlers.Forget(uid)
+		o.initialDone(mem)
+		o.forgetObject(key, mem, uid)
 		return 0, nil
 	}
 	if latest == nil {
 		return 0, nil
 	}
-
+	info := o.resourceInfo(key.resource)
+	if info == nil {
+		return 0, nil
+	}
 	now := o.opts.Now()
+	c := &cycle{op: o, key: key, info: info, body: latest, log: log, now: now, patch: state.NewPatch(), specs: specs, mem: mem}
+
+	// Indexes and daemons follow the newest body at once; they need no consistency.
+	c.updateIndexes(ctx)
+	c.adjustDaemons(ctx)
+
 	if expected != "" {
 		if now.Before(deadline) {
 			// The body is older than our own last patch: change handlers would see
@@ -66,14 +72,30 @@ func (o *Operator) process(ctx context.Context, key objectKey) (time.Duration, e
 		mem.expectedVersion = ""
 		o.mu.Unlock()
 	}
-
-	info := o.resourceInfo(key.resource)
-	if info == nil {
-		return 0, nil
+	if !o.indexesReady() {
+		// kopf: change handlers wait until the initial listing is indexed, so that
+		// lookups see every object.
+		return 100 * time.Millisecond, nil
 	}
-	c := &cycle{op: o, key: key, info: info, body: latest, log: log, now: now, patch: state.NewPatch(), specs: specs}
+
+	// Patches that daemons handed over are applied here, in order with this
+	// object's other writes: no lost update between a daemon and a handler.
+	o.mu.Lock()
+	if mem.daemonPatch != nil {
+		c.patch.Merge(mem.daemonPatch)
+		mem.daemonPatch = nil
+	}
+	o.mu.Unlock()
+
 	requeue, err := c.run(ctx, facts)
 	if err != nil {
+		return 0, err
+	}
+	timersWake := c.runTimers(ctx)
+	if initialPending {
+		o.initialDone(mem)
+	}
+	if err := c.apply(ctx); err != nil { // what timers (or daemons) wrote
 		return 0, err
 	}
 	if c.resumeIsHandled {
@@ -81,7 +103,41 @@ func (o *Operator) process(ctx context.Context, key objectKey) (time.Duration, e
 		mem.resumeIsHandled = true
 		o.mu.Unlock()
 	}
-	return requeue, nil
+	return soonest(requeue, timersWake), nil
+}
+
+// soonest returns the smaller positive duration (0 means none).
+func soonest(a, b time.Duration) time.Duration {
+	switch {
+	case a <= 0:
+		return b
+	case b <= 0:
+		return a
+	case a < b:
+		return a
+	}
+	return b
+}
+
+// forgetObject drops everything known about an object that is gone: memo, index
+// entries, daemons (cancelled at once: the object no longer exists).
+func (o *Operator) forgetObject(key objectKey, mem *objectMemory, uid string) {
+	o.mu.Lock()
+	if cur := o.objects[key]; cur == mem && cur.gone && len(cur.pending) == 0 {
+		delete(o.objects, key)
+	}
+	daemons := mem.daemons
+	mem.daemons = nil
+	if mem.countedForIndexing && !mem.indexed {
+		mem.indexed = true
+		o.pendingIndexing--
+	}
+	o.mu.Unlock()
+	for _, d := range daemons {
+		d.stop(0)
+	}
+	o.indexes.Remove(key.String())
+	o.handlers.Forget(uid)
 }
 
 func objectName(k objectKey) string {
@@ -114,7 +170,7 @@ func (o *Operator) runEventHandlers(ctx context.Context, log *slog.Logger, key o
 			continue
 		}
 		start := time.Now()
-		_, err := o.handlers.Invoke(ctx, causes.Call{Handler: spec, Cause: cause, Patch: state.NewPatch(), Started: start, Logger: log})
+		_, err := o.handlers.Invoke(ctx, causes.Call{Handler: spec, Cause: cause, Patch: state.NewPatch(), Started: start, Logger: log, Indexes: o.indexes})
 		outcome := OutcomeSuccess
 		if err != nil {
 			outcome = OutcomeIgnored
@@ -143,6 +199,8 @@ type cycle struct {
 	now   time.Time
 	patch *state.Patch
 
+	mem *objectMemory
+
 	// subhandlerIDs are the subhandlers that ran or were registered in this cycle;
 	// their records are purged with their parents'.
 	subhandlerIDs   []string
@@ -163,6 +221,11 @@ func (c *cycle) run(ctx context.Context, facts objectFacts) (time.Duration, erro
 	case causes.Free:
 		return 0, nil
 	case causes.Delete:
+		if c.op.daemonsRunning(c.mem) {
+			// Daemons stop first (they were asked to); delete handlers run once
+			// they exited. Their goroutines wake this object when they end.
+			return time.Second, nil
+		}
 		return c.handle(ctx, base, facts)
 	}
 
@@ -392,7 +455,7 @@ func (c *cycle) runChangeHandler(ctx context.Context, h handlerState, cause caus
 	call := causes.Call{
 		Handler: h.spec, Cause: cause, Patch: c.patch, Retry: rec.Retries,
 		Started: started, Runtime: c.now.Sub(started),
-		Logger: c.log.With("handler", h.spec.ID),
+		Logger: c.log.With("handler", h.spec.ID), Indexes: o.indexes,
 	}
 	t0 := time.Now()
 	result, err := o.handlers.Invoke(ctx, call)

@@ -199,6 +199,15 @@ func (w *watcher) notify(eventType string, obj any, initial bool) {
 	w.op.record(key, eventType, u, initial, w.op.hasEventHandlers(w.resource))
 }
 
+func (o *Operator) hasKind(r causes.Resource, kind causes.Kind) bool {
+	for _, s := range o.handlers.Specs() {
+		if s.Resource == r && s.Kind == kind {
+			return true
+		}
+	}
+	return false
+}
+
 func (o *Operator) hasEventHandlers(r causes.Resource) bool {
 	for _, s := range o.handlers.Specs() {
 		if s.Resource == r && s.Kind == causes.KindEvent {

@@ -257,6 +257,20 @@ type RunningOperator struct {
 	result   error
 }
 
+// Wait waits up to timeout for the operator to end by itself (a failed start) and
+// returns what Start returned; it fails the test when it does not end.
+func (r *RunningOperator) Wait(t testing.TB, timeout time.Duration) error {
+	t.Helper()
+	select {
+	case err := <-r.done:
+		r.done <- err
+		return err
+	case <-time.After(timeout):
+		t.Fatalf("the operator did not end by itself within %s", timeout)
+		return nil
+	}
+}
+
 // Stop stops the operator and waits for it; it returns what Start returned. It may
 // be called more than once (the test's cleanup calls it too).
 func (r *RunningOperator) Stop() error {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -154,7 +155,13 @@ func checkReachable(cfg *rest.Config) error {
 
 func serveHealth(ctx context.Context, log *slog.Logger, addr string, op *operator.Operator) {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	// /healthz answers with the on.probe handlers' results (kopf's liveness probes).
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(op.Probe(ctx))
+	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !op.Ready() {
 			http.Error(w, "not ready: scripts not loaded or initial listing not processed", http.StatusServiceUnavailable)

@@ -145,8 +145,16 @@ type Call struct {
 	Started time.Time
 	Runtime time.Duration
 	Logger  *slog.Logger
-	// Stopped is closed when a daemon or timer must stop (nil for other kinds).
+	// Stopped is closed when a daemon must stop (nil for other kinds).
 	Stopped <-chan struct{}
+	// Latest returns the newest body of a daemon's object (nil for other kinds):
+	// a daemon outlives the body it started with.
+	Latest func() map[string]any
+	// Flush hands what a daemon wrote into ctx.patch to the object's worker, which
+	// applies it in order with the change handlers' patches (nil for other kinds).
+	Flush func(patch map[string]any)
+	// Indexes are the operator-wide indexes, readable by every handler.
+	Indexes *state.Indexes
 }
 
 // Result is what one handler call produced.

@@ -1,0 +1,215 @@
+package e2e
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/luaop/luaop/operator"
+	"github.com/luaop/luaop/testcluster"
+)
+
+// A daemon starts with its object, patches it while it runs, stops on deletion, and
+// the finalizer holds the deletion until it has exited.
+func TestDaemonStartsWithObjectAndStopsOnDeletion(t *testing.T) {
+	ns := env.Namespace(t)
+	op := startWith(t, ns, operator.Options{Scripts: script(`
+		local luaop = require("luaop")
+		luaop.daemon("examples.luaop.dev/v1/widgets", function(ctx)
+			local beats = 0
+			while not ctx.stopped() do
+				beats = beats + 1
+				ctx.patch.status.beats = beats
+				luaop.sleep(0.2)
+			end
+			ctx.logger.info("daemon saw the stop flag after", beats, "beats")
+		end, { id = "heart" })
+	`)})
+	create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w}, spec: {size: 1}}")
+	testcluster.Eventually(t, 10*time.Second, func() (bool, string) {
+		st, _ := get(t, widgets, ns, "w").Object["status"].(map[string]any)
+		b, _ := st["beats"].(int64)
+		return b >= 3, fmt.Sprintf("waiting for 3 heartbeats, status %v", st)
+	})
+	if f := get(t, widgets, ns, "w").GetFinalizers(); len(f) != 1 {
+		t.Fatalf("finalizers = %v: a daemon needs the finalizer", f)
+	}
+	deleteObject(t, ns, "w")
+	waitGone(t, widgets, ns, "w")
+	if !strings.Contains(op.Log.String(), "daemon saw the stop flag") {
+		t.Errorf("the daemon did not exit through its stop flag before the object went:\n%s", op.Log.String())
+	}
+}
+
+// A daemon that returns is not restarted; one that fails is, with its backoff.
+func TestDaemonReturnIsFinalFailureRestarts(t *testing.T) {
+	ns := env.Namespace(t)
+	op := startWith(t, ns, operator.Options{Scripts: script(`
+		local luaop = require("luaop")
+		luaop.daemon("examples.luaop.dev/v1/widgets", function(ctx)
+			ctx.logger.info("once-daemon ran")
+		end, { id = "once" })
+		luaop.daemon("examples.luaop.dev/v1/widgets", function(ctx)
+			ctx.memo.runs = (ctx.memo.runs or 0) + 1
+			ctx.logger.info("flaky-daemon run", ctx.memo.runs)
+			if ctx.memo.runs < 3 then error("crash " .. ctx.memo.runs) end
+			while not ctx.stopped() do luaop.sleep(1) end
+		end, { id = "flaky", backoff = 0.2 })
+	`)})
+	create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w}, spec: {size: 1}}")
+	testcluster.Eventually(t, 10*time.Second, func() (bool, string) {
+		return strings.Contains(op.Log.String(), "flaky-daemon run 3"), "waiting for the third run of the failing daemon"
+	})
+	mergePatch(t, widgets, ns, "w", `{"spec":{"size":2}}`) // new cycles must not restart "once"
+	time.Sleep(500 * time.Millisecond)
+	logs := op.Log.String()
+	if n := strings.Count(logs, "once-daemon ran"); n != 1 {
+		t.Errorf("a daemon that returned ran %d times, want once", n)
+	}
+	if n := strings.Count(logs, "flaky-daemon run 4"); n != 0 {
+		t.Errorf("the daemon was restarted although it is running")
+	}
+}
+
+// Timers: a cadence, idle (only after N s without an essential change), and sharp
+// (aligned to the schedule, no drift from the run's own duration).
+func TestTimerCadenceIdleAndSharp(t *testing.T) {
+	ns := env.Namespace(t)
+	op := startWith(t, ns, operator.Options{Scripts: script(`
+		local luaop = require("luaop")
+		local function recorder(name)
+			return function(ctx)
+				ctx.memo[name] = ctx.memo[name] or {}
+				table.insert(ctx.memo[name], ctx.started)
+				luaop.sleep(0.2) -- the run takes time: sharp timers do not drift by it
+				ctx.logger.info(name .. " tick", #ctx.memo[name])
+				if #ctx.memo[name] >= 2 then
+					local t = ctx.memo[name]
+					local total = t[#t] - t[1]
+					ctx.patch.status[name] = { runs = #t, mean = total / (#t - 1) }
+				end
+			end
+		end
+		luaop.timer("examples.luaop.dev/v1/widgets", recorder("sharp"), { id = "sharp", interval = 0.5, sharp = true })
+		luaop.timer("examples.luaop.dev/v1/widgets", recorder("drifting"), { id = "drifting", interval = 0.5 })
+		luaop.timer("e2e.luaop.dev/v1/gadgets", function(ctx)
+			ctx.logger.info("idle timer ran for", ctx.name)
+			return "quiet now"
+		end, { id = "idle", interval = 0.2, idle = 1.2 })
+	`)})
+	create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w}, spec: {size: 1}}")
+	create(t, gadgets, ns, "{apiVersion: e2e.luaop.dev/v1, kind: Gadget, metadata: {name: g}, spec: {n: 0}}")
+	// Keep changing the gadget for 1.5 s: its idle timer must not run meanwhile.
+	for i := 1; i <= 6; i++ {
+		time.Sleep(250 * time.Millisecond)
+		mergePatch(t, gadgets, ns, "g", fmt.Sprintf(`{"spec":{"n":%d}}`, i))
+	}
+	if strings.Contains(op.Log.String(), "idle timer ran") {
+		t.Errorf("the idle timer ran while the object kept changing")
+	}
+	waitField(t, gadgets, ns, "g", "status.idle", "quiet now")
+
+	testcluster.Eventually(t, 15*time.Second, func() (bool, string) {
+		st, _ := get(t, widgets, ns, "w").Object["status"].(map[string]any)
+		s, _ := st["sharp"].(map[string]any)
+		d, _ := st["drifting"].(map[string]any)
+		sr, _ := s["runs"].(int64)
+		dr, _ := d["runs"].(int64)
+		return sr >= 5 && dr >= 5, fmt.Sprintf("waiting for 5 runs of each timer: %v", st)
+	})
+	st := get(t, widgets, ns, "w").Object["status"].(map[string]any)
+	sharp := toFloat(st["sharp"].(map[string]any)["mean"])
+	drifting := toFloat(st["drifting"].(map[string]any)["mean"])
+	if sharp < 0.45 || sharp > 0.6 {
+		t.Errorf("sharp timer: mean interval %.3fs, want about 0.5s", sharp)
+	}
+	if drifting < 0.65 {
+		t.Errorf("non-sharp timer: mean interval %.3fs, want about 0.7s (interval after each 0.2s run)", drifting)
+	}
+	if strings.Contains(op.Log.String(), "timer failed") {
+		t.Errorf("a timer failed:\n%s", op.Log.String())
+	}
+}
+
+func toFloat(v any) float64 {
+	switch x := v.(type) {
+	case float64:
+		return x
+	case int64:
+		return float64(x)
+	}
+	return -1
+}
+
+// An index built from one resource is read by another resource's handler.
+func TestIndexLookupFromAnotherHandler(t *testing.T) {
+	ns := env.Namespace(t)
+	create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: red1}, spec: {color: red}}")
+	create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: blue1}, spec: {color: blue}}")
+	startWith(t, ns, operator.Options{Scripts: script(`
+		local luaop = require("luaop")
+		luaop.index("examples.luaop.dev/v1/widgets", function(ctx)
+			return { [ctx.spec.color] = ctx.name }
+		end, { id = "by_color" })
+		luaop.on.create("e2e.luaop.dev/v1/gadgets", function(ctx)
+			local names = {}
+			for _, n in ipairs(ctx.indexes.by_color[ctx.spec.color] or {}) do table.insert(names, n) end
+			return table.concat(names, ",")
+		end, { id = "same_color" })
+	`)})
+	create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: red2}, spec: {color: red}}")
+	time.Sleep(300 * time.Millisecond)
+	create(t, gadgets, ns, "{apiVersion: e2e.luaop.dev/v1, kind: Gadget, metadata: {name: g}, spec: {color: red}}")
+	waitField(t, gadgets, ns, "g", "status.same_color", "red1,red2")
+}
+
+// A failing on.startup stops the start with a clear message.
+func TestFailingStartupStopsTheStart(t *testing.T) {
+	ns := env.Namespace(t)
+	op := env.StartOperatorAsync(t, ns, operator.Options{Scripts: script(`
+		local luaop = require("luaop")
+		luaop.on.startup(function(ctx) error("the license server is unreachable") end, { id = "check" })
+		luaop.on.create("examples.luaop.dev/v1/widgets", function(ctx) end)
+	`)})
+	err := op.Wait(t, 10*time.Second)
+	if err == nil || !strings.Contains(err.Error(), "startup handler check failed") || !strings.Contains(err.Error(), "license server is unreachable") {
+		t.Fatalf("Start returned %v; want the startup handler's failure", err)
+	}
+}
+
+// SIGTERM-like stop while daemons run: daemons stop, cleanup runs, nothing is left.
+func TestCleanShutdownWhileDaemonsRun(t *testing.T) {
+	ns := env.Namespace(t)
+	before := runtime.NumGoroutine()
+	op := startWith(t, ns, operator.Options{Scripts: script(`
+		local luaop = require("luaop")
+		luaop.daemon("examples.luaop.dev/v1/widgets", function(ctx)
+			while luaop.sleep(30) do end
+			ctx.logger.info("daemon leaving", ctx.name)
+		end, { id = "sleeper" })
+		luaop.on.cleanup(function(ctx) ctx.logger.info("cleanup ran") end)
+	`)})
+	for i := 0; i < 5; i++ {
+		create(t, widgets, ns, fmt.Sprintf("{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w%d}}", i))
+	}
+	testcluster.Eventually(t, 10*time.Second, func() (bool, string) {
+		return strings.Count(op.Log.String(), "daemon started") == 5, "waiting for 5 daemons"
+	})
+	t0 := time.Now()
+	if err := op.Stop(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	if took := time.Since(t0); took > 5*time.Second {
+		t.Errorf("stopping took %s with sleeping daemons; they must wake on stop", took)
+	}
+	logs := op.Log.String()
+	if n := strings.Count(logs, "daemon leaving"); n != 5 || !strings.Contains(logs, "cleanup ran") {
+		t.Errorf("want 5 daemons leaving and the cleanup handler; log:\n%s", logs)
+	}
+	testcluster.Eventually(t, 5*time.Second, func() (bool, string) {
+		n := runtime.NumGoroutine()
+		return n <= before+5, fmt.Sprintf("%d goroutines left, %d before the operator", n, before)
+	})
+}
