@@ -22,7 +22,9 @@ import (
 
 // Defaults of [WatcherOptions].
 const (
-	DefaultDebounce     = 100 * time.Millisecond
+	// 30 ms: editors and ConfigMap swaps settle within a few ms, and a reload should
+	// be live well under 50 ms after the save.
+	DefaultDebounce     = 30 * time.Millisecond
 	DefaultPollInterval = 2 * time.Second
 )
 
@@ -33,7 +35,7 @@ const maxWaitFactor = 10
 
 // WatcherOptions configures [Watch]. The zero value gives the defaults.
 type WatcherOptions struct {
-	// Debounce is the quiet time that ends a burst of events; default 100ms.
+	// Debounce is the quiet time that ends a burst of events; default 30ms.
 	Debounce time.Duration
 	// PollInterval is the period of the polling fallback, used when fsnotify cannot
 	// be set up (inotify limits, file systems without events) or when ForcePolling is

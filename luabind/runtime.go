@@ -89,6 +89,8 @@ func New(opts Options) *Runtime {
 
 // Close releases the Lua states. No call may be running.
 func (r *Runtime) Close() {
+	r.loadMu.Lock() // a reload in flight finishes first
+	defer r.loadMu.Unlock()
 	for _, s := range r.shards {
 		s.mu.Lock()
 		s.L.Close()
@@ -142,6 +144,13 @@ func (r *Runtime) Load(ctx context.Context, scripts []Script) (LoadReport, error
 			return LoadReport{}, err
 		}
 		staged[i] = sg
+	}
+	sources := map[string][]byte{}
+	for _, sc := range sorted {
+		sources[sc.Name] = sc.Source
+	}
+	for i := range first.specs {
+		first.specs[i].CodeHash = codeHash(first.specs[i], first.fns[first.specs[i].ID], sources)
 	}
 	gen := &generation{specs: first.specs, filters: first.filters, hooks: first.hooks,
 		hash: hex.EncodeToString(hash.Sum(nil)), files: files}
@@ -247,4 +256,22 @@ func uidOf(body map[string]any) string {
 	meta, _ := body["metadata"].(map[string]any)
 	uid, _ := meta["uid"].(string)
 	return uid
+}
+
+// codeHash identifies a handler's code and options: the source lines of its function
+// (so edits elsewhere in the file, even ones that move it, leave it unchanged) and
+// its spec. Reloads restart a daemon only when this changes.
+func codeHash(spec causes.Spec, fns *handlerFns, sources map[string][]byte) string {
+	h := sha256.New()
+	spec.Source, spec.CodeHash = "", ""
+	fmt.Fprintf(h, "%+v\x00", spec)
+	if fns != nil && fns.fn != nil && fns.fn.Proto != nil {
+		p := fns.fn.Proto
+		lines := strings.Split(string(sources[p.SourceName]), "\n")
+		from, to := max(p.LineDefined-1, 0), min(p.LastLineDefined, len(lines))
+		if from < to {
+			h.Write([]byte(strings.Join(lines[from:to], "\n")))
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
 }

@@ -92,6 +92,13 @@ func (o *Operator) Load(ctx context.Context) (luabind.LoadReport, error) {
 			return luabind.LoadReport{}, err
 		}
 	}
+	return o.LoadScripts(ctx, scripts)
+}
+
+// LoadScripts makes a new script set current (a reload), atomically: if any file
+// fails, nothing changes. Memos, running daemons with unchanged code, timers and
+// handler progress are kept; the new handlers serve the next causes at once.
+func (o *Operator) LoadScripts(ctx context.Context, scripts []luabind.Script) (luabind.LoadReport, error) {
 	if len(scripts) == 0 {
 		return luabind.LoadReport{}, fmt.Errorf("no *.lua files in %s", o.opts.ScriptsDir)
 	}
@@ -108,18 +115,20 @@ func (o *Operator) Load(ctx context.Context) (luabind.LoadReport, error) {
 // the start: there is nothing to serve yet.
 func (o *Operator) Start(ctx context.Context) error {
 	defer o.runtime.Close()
-	report, err := o.Load(ctx)
-	if err != nil {
-		return fmt.Errorf("loading the scripts: %w", err)
-	}
-	o.log.Info("scripts loaded", "files", len(report.Files), "handlers", len(report.Handlers), "took", report.Took)
-	for _, h := range report.Handlers {
-		o.log.Debug("handler", "id", h.ID, "kind", string(h.Kind), "resource", h.Resource.String(), "at", h.Source)
+	if !o.loaded.Load() {
+		report, err := o.Load(ctx)
+		if err != nil {
+			return fmt.Errorf("loading the scripts: %w", err)
+		}
+		o.log.Info("scripts loaded", "files", len(report.Files), "handlers", len(report.Handlers), "took", report.Took)
+		for _, h := range report.Handlers {
+			o.log.Debug("handler", "id", h.ID, "kind", string(h.Kind), "resource", h.Resource.String(), "at", h.Source)
+		}
 	}
 	if err := o.runHooks(ctx, "startup"); err != nil {
 		return fmt.Errorf("%w; the operator does not start: fix the startup handler, or what it checks", err)
 	}
-	err = o.proc.Start(ctx)
+	err := o.proc.Start(ctx)
 	// Cleanup runs after the last cycle, with a fresh deadline of its own.
 	cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()

@@ -102,12 +102,17 @@ func (c *cycle) adjustDaemons(ctx context.Context) {
 			}
 			c.mem.daemons[spec.ID] = d
 		case !wanted && d != nil && !d.stopping() && !d.exited():
-			timeout := spec.CancellationTimeout
-			if timeout <= 0 {
-				timeout = defaultCancellationTimeout
-			}
 			c.log.Info("stopping daemon", "handler", spec.ID, "deleting", deleting)
-			d.stop(timeout)
+			d.stop(cancellationTimeout(spec))
+		case wanted && d != nil && d.spec.CodeHash != spec.CodeHash && !d.stopping() && !d.exited():
+			// Its code changed in a reload: stop it gracefully; the next cycle
+			// (its exit wakes one) starts the new code, with the same memo.
+			c.log.Info("restarting daemon with its new code", "handler", spec.ID)
+			d.stop(cancellationTimeout(spec))
+		case wanted && d != nil && d.returned.Load() && d.spec.CodeHash != spec.CodeHash:
+			// A daemon that had returned runs again when its code changed.
+			delete(c.mem.daemons, spec.ID)
+			c.mem.daemons[spec.ID] = o.startDaemon(runner, c.key, c.mem, spec)
 		}
 		o.mu.Unlock()
 	}
@@ -119,6 +124,13 @@ func (c *cycle) adjustDaemons(ctx context.Context) {
 		}
 	}
 	o.mu.Unlock()
+}
+
+func cancellationTimeout(spec causes.Spec) time.Duration {
+	if spec.CancellationTimeout > 0 {
+		return spec.CancellationTimeout
+	}
+	return defaultCancellationTimeout
 }
 
 func hasSpec(specs []causes.Spec, id string) bool {
@@ -269,6 +281,13 @@ func (c *cycle) runTimers(ctx context.Context) time.Duration {
 	deleting := deletionInProgress(body)
 	var wake time.Duration
 	essenceChecked := false
+	o.mu.Lock()
+	for id := range c.mem.timers {
+		if !hasSpec(c.specs, id) {
+			delete(c.mem.timers, id) // removed by a reload
+		}
+	}
+	o.mu.Unlock()
 	for _, spec := range c.specs {
 		if spec.Kind != causes.KindTimer || spec.Interval <= 0 {
 			continue

@@ -215,13 +215,17 @@ func (o *Operator) Start(ctx context.Context) error {
 }
 
 // Refresh starts watching resources that handlers were registered for since the last
-// call (after a script reload). Watchers of resources no longer used keep running:
-// their objects are simply not handled, and a later reload may need them again.
+// call (after a script reload), and gives every known object a cycle, so that daemons
+// and timers follow the new handlers. Watchers of resources no longer used keep
+// running: their objects are simply not handled, and a later reload may need them.
 func (o *Operator) Refresh() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.ctx == nil {
 		return
+	}
+	for key := range o.objects {
+		o.queue.Add(key)
 	}
 	for _, spec := range o.handlers.Specs() {
 		if _, ok := o.watchers[spec.Resource]; ok {

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/luaop/luaop/devloop"
 	"github.com/luaop/luaop/operator"
 	"github.com/luaop/luaop/processing"
 	"github.com/luaop/luaop/state"
@@ -34,7 +35,7 @@ kubeconfig context (or --kubeconfig / --context), with readable logs.`,
 			if err != nil {
 				return err
 			}
-			return runOperator(cmd.Context(), s, args[0])
+			return runOperator(cmd.Context(), s, args[0], true)
 		},
 	}
 	addOperatorFlags(cmd.Flags(), "plain")
@@ -53,7 +54,7 @@ func newRunCommand(v *viper.Viper) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return runOperator(cmd.Context(), s, args[0])
+			return runOperator(cmd.Context(), s, args[0], false)
 		},
 	}
 	addOperatorFlags(cmd.Flags(), "json")
@@ -98,8 +99,15 @@ func restConfig(s settings) (*rest.Config, error) {
 	return cfg, nil
 }
 
-func runOperator(ctx context.Context, s settings, dir string) error {
+func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(s.LogLevel))
 	log := newLogger(s)
+	var view *devloop.View
+	if dev {
+		view = devloop.NewView(os.Stderr, level)
+		log = slog.New(view.Handler())
+	}
 	slog.SetDefault(log)
 	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
 		return fmt.Errorf("%s is not a folder of Lua scripts", dir)
@@ -132,10 +140,49 @@ func runOperator(ctx context.Context, s settings, dir string) error {
 	if err != nil {
 		return err
 	}
+
+	// Watch first, so that no save between the first read and the watch is missed.
+	initial, changes, err := devloop.Watch(ctx, dir, devloop.WatcherOptions{Logger: log})
+	if err != nil {
+		return fmt.Errorf("watching %s: %w", dir, err)
+	}
+	report, err := op.LoadScripts(ctx, initial.Scripts)
+	for err != nil {
+		if !dev {
+			return fmt.Errorf("loading the scripts of %s: %w", dir, err)
+		}
+		// In development a broken first load waits for the fix instead of exiting.
+		view.Reloaded(devloop.ReloadEvent{Files: initial.Files, Err: err})
+		select {
+		case <-ctx.Done():
+			return nil
+		case ch, ok := <-changes:
+			if !ok {
+				return nil
+			}
+			initial = ch
+			report, err = op.LoadScripts(ctx, ch.Scripts)
+		}
+	}
+	if dev {
+		view.Loaded(dir, report)
+	} else {
+		log.Info("scripts loaded", "files", len(report.Files), "handlers", len(report.Handlers), "hash", report.Hash)
+	}
+	go devloop.Reload(ctx, changes, op.LoadScripts, func(ev devloop.ReloadEvent) {
+		switch {
+		case dev:
+			view.Reloaded(ev)
+		case ev.Err != nil:
+			log.Error("reload failed; the previous scripts keep running", "files", ev.Files, "error", ev.Err)
+		default:
+			log.Info("scripts reloaded", "files", ev.Files, "handlers", len(ev.Report.Handlers), "hash", ev.Report.Hash, "latency", ev.Latency)
+		}
+	})
 	if s.HealthAddress != "" {
 		go serveHealth(ctx, log, s.HealthAddress, op)
 	}
-	log.Info("starting", "scripts", dir, "server", cfg.Host)
+	log.Info("watching the cluster", "server", cfg.Host, "scripts", dir)
 	return op.Start(ctx)
 }
 

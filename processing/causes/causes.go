@@ -95,6 +95,9 @@ type Spec struct {
 	CancellationTimeout time.Duration
 	// Source is "file:line" of the registration, for messages.
 	Source string
+	// CodeHash identifies the handler's code and options: a reload restarts a
+	// daemon only when it changes.
+	CodeHash string
 }
 
 // RequiresFinalizer tells whether the presence of this handler must block deletion.
