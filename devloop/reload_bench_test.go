@@ -1,0 +1,77 @@
+package devloop
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/luaop/luaop/luabind"
+)
+
+// BenchmarkReloadLatency measures the time from a script file write to the new
+// handler being active in the runtime (watch, debounce, read, compile, run in every
+// shard), with 1 and with 50 script files. It reports p50 and p99 as custom metrics.
+func BenchmarkReloadLatency(b *testing.B) {
+	for _, files := range []int{1, 50} {
+		b.Run(fmt.Sprintf("files=%d", files), func(b *testing.B) {
+			dir := b.TempDir()
+			script := func(i, version int) []byte {
+				return []byte(fmt.Sprintf(`local luaop = require("luaop")
+luaop.on.create("example.com/v1/things%d", function(ctx) return %d end, { id = "h%d_v%d" })
+`, i, version, i, version))
+			}
+			for i := 0; i < files; i++ {
+				if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("s%02d.lua", i)), script(i, 0), 0o644); err != nil {
+					b.Fatal(err)
+				}
+			}
+			rt := luabind.New(luabind.Options{})
+			defer rt.Close()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			initial, changes, err := Watch(ctx, dir, WatcherOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := rt.Load(ctx, initial.Scripts); err != nil {
+				b.Fatal(err)
+			}
+			loaded := make(chan ReloadEvent, 1)
+			go Reload(ctx, changes, rt.Load, func(ev ReloadEvent) { loaded <- ev })
+			var latencies []time.Duration
+			b.ResetTimer()
+			for n := 1; n <= b.N; n++ {
+				start := time.Now()
+				if err := os.WriteFile(filepath.Join(dir, "s00.lua"), script(0, n), 0o644); err != nil {
+					b.Fatal(err)
+				}
+				ev := <-loaded
+				if ev.Err != nil {
+					b.Fatal(ev.Err)
+				}
+				want := fmt.Sprintf("h0_v%d", n)
+				if !hasHandler(rt, want) {
+					b.Fatalf("handler %s not active after the reload", want)
+				}
+				latencies = append(latencies, time.Since(start))
+			}
+			b.StopTimer()
+			sort.Slice(latencies, func(i, j int) bool { return latencies[i] < latencies[j] })
+			b.ReportMetric(float64(latencies[len(latencies)/2].Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(latencies[len(latencies)*99/100].Microseconds())/1000, "p99-ms")
+		})
+	}
+}
+
+func hasHandler(rt *luabind.Runtime, id string) bool {
+	for _, s := range rt.Specs() {
+		if s.ID == id {
+			return true
+		}
+	}
+	return false
+}
