@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/luaop/luaop/operator"
+	"github.com/luaop/luaop/processing"
 	"github.com/luaop/luaop/testcluster"
 )
 
@@ -209,5 +210,35 @@ func TestEventHandlerSeesEveryEvent(t *testing.T) {
 		logs := op.Log.String()
 		return strings.Contains(logs, "event ADDED 1") && strings.Contains(logs, "event MODIFIED 2") && strings.Contains(logs, "event DELETED 2"),
 			"want ADDED 1, MODIFIED 2 and DELETED 2 in the log"
+	})
+}
+
+// Handler outcomes are posted as Kubernetes Events on the object.
+func TestHandlerOutcomesArePostedAsEvents(t *testing.T) {
+	ns := env.Namespace(t)
+	post := true
+	startWith(t, ns, operator.Options{
+		Processing: processing.Options{PostEvents: &post},
+		Scripts: script(`
+		local luaop = require("luaop")
+		luaop.on.create("examples.luaop.dev/v1/widgets", function(ctx)
+			if ctx.retry == 0 then error(luaop.temporary_error("warming up", 0.2)) end
+			luaop.info(ctx.body, "Custom", "hello from the script")
+		end, { id = "evented" })
+	`)})
+	create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w}, spec: {size: 1}}")
+	testcluster.Eventually(t, 15*time.Second, func() (bool, string) {
+		list, err := env.Kube.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		seen := map[string]bool{}
+		for _, e := range list.Items {
+			if e.InvolvedObject.Name == "w" {
+				seen[e.Reason] = true
+			}
+		}
+		return seen["HandlerRetrying"] && seen["HandlerSucceeded"] && seen["Custom"],
+			fmt.Sprintf("events seen: %v; want HandlerRetrying, HandlerSucceeded and Custom", seen)
 	})
 }

@@ -120,13 +120,14 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 		return err
 	}
 	popts := processing.Options{
-		Namespaces:         s.Namespaces,
-		Workers:            s.Workers,
-		Prefix:             s.Prefix,
-		Lifecycle:          processing.Lifecycle(s.Lifecycle),
-		ConsistencyTimeout: s.ConsistencyTimeout,
-		PostEvents:         &s.PostEvents,
-		Logger:             log,
+		Namespaces:          s.Namespaces,
+		Workers:             s.Workers,
+		Prefix:              s.Prefix,
+		Lifecycle:           processing.Lifecycle(s.Lifecycle),
+		ConsistencyTimeout:  s.ConsistencyTimeout,
+		PostEvents:          &s.PostEvents,
+		ShutdownGracePeriod: s.ShutdownGrace,
+		Logger:              log,
 	}
 	if s.ProgressStorage == "status" {
 		popts.Progress = state.NewStatusProgress(s.Prefix)

@@ -28,6 +28,7 @@ type settings struct {
 	LogLevel           string
 	HealthAddress      string
 	PostEvents         bool
+	ShutdownGrace      time.Duration
 }
 
 func newRootCommand() *cobra.Command {
@@ -65,6 +66,7 @@ func addOperatorFlags(fs *pflag.FlagSet, logFormat string) {
 	fs.String("log-level", "info", "log level: debug, info, warn, error")
 	fs.String("health-address", ":8080", "address of /healthz and /readyz (empty: off)")
 	fs.Bool("post-events", true, "post Kubernetes Events for handler outcomes")
+	fs.Duration("shutdown-grace-period", 20*time.Second, "on SIGTERM, how long running handlers and daemons may take to finish before they are cancelled")
 }
 
 // loadSettings binds the flags, the environment and the config file into settings.
@@ -96,6 +98,7 @@ func loadSettings(cmd *cobra.Command, v *viper.Viper) (settings, error) {
 		LogLevel:           v.GetString("log-level"),
 		HealthAddress:      v.GetString("health-address"),
 		PostEvents:         v.GetBool("post-events"),
+		ShutdownGrace:      v.GetDuration("shutdown-grace-period"),
 	}
 	if s.Kubeconfig == "" {
 		s.Kubeconfig = os.Getenv("KUBECONFIG")
