@@ -78,3 +78,46 @@ func TestStatusProgressStorageAndShortNames(t *testing.T) {
 		}
 	}
 }
+
+// With progress and diff-base both in status, handling a creation costs one /status
+// patch: the object changes exactly once after it was created.
+func TestStatusStorageMakesOnePatchPerCreation(t *testing.T) {
+	ns := env.Namespace(t)
+	opts := processingWith(state.NewStatusProgress("luaop"))
+	opts.DiffBase = state.NewStatusDiffBase("luaop")
+	startWith(t, ns, operator.Options{Processing: opts, Scripts: script(`
+		local luaop = require("luaop")
+		luaop.on.create("examples.luaop.dev/v1/widgets", function(ctx) return "done" end, { id = "once" })
+	`)})
+	obj := create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w}, spec: {size: 1}}")
+	w, err := env.Dynamic.Resource(widgets).Namespace(ns).Watch(context.Background(), metav1.ListOptions{
+		FieldSelector: "metadata.name=w", ResourceVersion: obj.GetResourceVersion()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	modified := 0
+	timeout := time.After(2 * time.Second)
+	for done := false; !done; {
+		select {
+		case ev := <-w.ResultChan():
+			if ev.Type == "MODIFIED" {
+				modified++
+			}
+		case <-timeout:
+			done = true
+		}
+	}
+	got := get(t, widgets, ns, "w")
+	st, _ := got.Object["status"].(map[string]any)
+	if st["once"] != "done" {
+		t.Fatalf("status = %v, want the handler's result", st)
+	}
+	if modified != 1 {
+		t.Errorf("the object was modified %d times after its creation, want once (one /status patch)", modified)
+	}
+	// And the diff-base works from status: a spec change is an update, not a creation.
+	if _, ok := st["luaop"].(map[string]any)["last-handled-configuration"]; !ok {
+		t.Errorf("no diff-base in status: %v", st)
+	}
+}

@@ -33,6 +33,11 @@ type detectedCause struct {
 // no stored diff-base -> create; no diff and noticed at startup and not handled since
 // -> resume; no diff -> noop; else update.
 func detectChangeCause(body map[string]any, prefix, finalizer string, facts objectFacts) detectedCause {
+	return detectChangeCauseWith(body, prefix, finalizer, state.NewAnnotationsDiffBase(prefix), facts)
+}
+
+// detectChangeCauseWith is detectChangeCause with the diff-base read from a storage.
+func detectChangeCauseWith(body map[string]any, prefix, finalizer string, diffBase state.DiffBaseStorage, facts objectFacts) detectedCause {
 	if deletionInProgress(body) {
 		if !hasFinalizer(body, finalizer) {
 			return detectedCause{reason: causes.Free}
@@ -40,10 +45,10 @@ func detectChangeCause(body map[string]any, prefix, finalizer string, facts obje
 		return detectedCause{reason: causes.Delete}
 	}
 	essence := state.Essence(body, prefix)
-	stored, found, err := state.StoredEssence(body, prefix)
+	stored, found, err := diffBase.Fetch(body)
 	if err != nil {
 		return detectedCause{reason: causes.Create, new: essence, diff: state.Compare(nil, essence),
-			diffBaseProblem: fmt.Errorf("the stored diff-base %s is unreadable, handling the object as new: %w", state.LastHandledKey(prefix), err)}
+			diffBaseProblem: fmt.Errorf("the stored diff-base is unreadable, handling the object as new: %w", err)}
 	}
 	if !found {
 		return detectedCause{reason: causes.Create, new: essence, diff: state.Compare(nil, essence)}

@@ -19,6 +19,9 @@ type Options struct {
 	Prefix string
 	// Progress stores per-handler progress. Defaults to annotations under Prefix.
 	Progress state.ProgressStorage
+	// DiffBase stores the last handled essence. Defaults to the annotation
+	// <Prefix>/last-handled-configuration.
+	DiffBase state.DiffBaseStorage
 	// Lifecycle picks the handlers run per cycle. Defaults to LifecycleAsap.
 	Lifecycle Lifecycle
 	// ConsistencyTimeout is how long change handlers of an object wait for the watch
@@ -62,6 +65,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.Progress == nil {
 		o.Progress = state.NewAnnotationsProgress(o.Prefix)
+	}
+	if o.DiffBase == nil {
+		o.DiffBase = state.NewAnnotationsDiffBase(o.Prefix)
 	}
 	if o.Lifecycle == "" {
 		o.Lifecycle = LifecycleAsap

@@ -211,7 +211,7 @@ func (c *cycle) run(ctx context.Context, facts objectFacts) (time.Duration, erro
 	o := c.op
 	body := c.body.Object
 	finalizer := o.opts.finalizer()
-	detected := detectChangeCause(body, o.opts.Prefix, finalizer, facts)
+	detected := detectChangeCauseWith(body, o.opts.Prefix, finalizer, o.opts.DiffBase, facts)
 	if detected.diffBaseProblem != nil {
 		c.log.Warn(detected.diffBaseProblem.Error())
 	}
@@ -405,7 +405,7 @@ func (c *cycle) finishCause(cause causes.Cause, states []handlerState) {
 		return
 	}
 	essence, _ := cause.New.(map[string]any)
-	if err := state.StoreEssence(body, c.patch, o.opts.Prefix, essence); err != nil {
+	if err := o.opts.DiffBase.Store(body, c.patch, essence); err != nil {
 		c.log.Error("cannot store the diff-base: the next change will be seen as a creation again; "+
 			"keep big data out of the spec or use a custom storage", "error", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -130,7 +131,10 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 		Logger:              log,
 	}
 	if s.ProgressStorage == "status" {
-		popts.Progress = state.NewStatusProgress(s.Prefix)
+		popts.Progress = state.NewStatusProgress(statusField(s.Prefix))
+	}
+	if s.DiffBaseStorage == "status" {
+		popts.DiffBase = state.NewStatusDiffBase(statusField(s.Prefix))
 	}
 	op, err := operator.New(cfg, operator.Options{
 		ScriptsDir: dir,
@@ -228,3 +232,7 @@ func serveHealth(ctx context.Context, log *slog.Logger, addr string, op *operato
 		log.Error("health endpoint stopped", "error", err)
 	}
 }
+
+// statusField is the status field of the operator's bookkeeping with status storage:
+// "luaop.dev" -> status.luaop_dev (dots would make nested fields).
+func statusField(prefix string) string { return strings.ReplaceAll(prefix, ".", "_") }

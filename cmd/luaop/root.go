@@ -21,6 +21,7 @@ type settings struct {
 	Shards             int
 	Prefix             string
 	ProgressStorage    string
+	DiffBaseStorage    string
 	Lifecycle          string
 	HandlerTimeout     time.Duration
 	ConsistencyTimeout time.Duration
@@ -59,6 +60,7 @@ func addOperatorFlags(fs *pflag.FlagSet, logFormat string) {
 	fs.Int("shards", 0, "Lua states running handlers in parallel (0: one per CPU)")
 	fs.String("prefix", "luaop.dev", "prefix of the annotations and the finalizer this operator writes")
 	fs.String("progress-storage", "annotations", "where handler progress is kept: annotations or status")
+	fs.String("diffbase-storage", "annotations", "where the last handled state is kept: annotations or status (status and status progress make one /status patch per cycle)")
 	fs.String("lifecycle", "asap", "handlers run per cycle: asap (one, fewest retries first), one-by-one, all-at-once")
 	fs.Duration("handler-timeout", 30*time.Second, "deadline of one Lua handler call")
 	fs.Duration("consistency-timeout", 5*time.Second, "how long change handlers wait for the operator's own last patch to come back through the watch")
@@ -91,6 +93,7 @@ func loadSettings(cmd *cobra.Command, v *viper.Viper) (settings, error) {
 		Shards:             v.GetInt("shards"),
 		Prefix:             v.GetString("prefix"),
 		ProgressStorage:    v.GetString("progress-storage"),
+		DiffBaseStorage:    v.GetString("diffbase-storage"),
 		Lifecycle:          v.GetString("lifecycle"),
 		HandlerTimeout:     v.GetDuration("handler-timeout"),
 		ConsistencyTimeout: v.GetDuration("consistency-timeout"),
@@ -103,10 +106,10 @@ func loadSettings(cmd *cobra.Command, v *viper.Viper) (settings, error) {
 	if s.Kubeconfig == "" {
 		s.Kubeconfig = os.Getenv("KUBECONFIG")
 	}
-	switch s.ProgressStorage {
-	case "annotations", "status":
-	default:
-		return s, fmt.Errorf("--progress-storage=%q: use annotations or status", s.ProgressStorage)
+	for flag, value := range map[string]string{"progress-storage": s.ProgressStorage, "diffbase-storage": s.DiffBaseStorage} {
+		if value != "annotations" && value != "status" {
+			return s, fmt.Errorf("--%s=%q: use annotations or status", flag, value)
+		}
 	}
 	switch s.LogFormat {
 	case "plain", "json":
