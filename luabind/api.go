@@ -158,6 +158,9 @@ func (s *shard) add(col *collected, spec causes.Spec, fn *lua.LFunction, opts *l
 	if !validID.MatchString(spec.ID) {
 		L.RaiseError("handler id %q: use letters, digits, '_', '-', '.' and '/' only", spec.ID)
 	}
+	if spec.Kind == causes.KindTimer && spec.Interval <= 0 {
+		L.RaiseError("timer %q needs an interval in seconds: {interval = 60}", spec.ID)
+	}
 	if prev, dup := col.sources[spec.ID]; dup {
 		L.RaiseError("duplicate handler id %q (first registered at %s); give one of them another id = \"...\"", spec.ID, prev)
 	}

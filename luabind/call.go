@@ -300,8 +300,14 @@ func diffToLua(L *lua.LState, d state.Diff) lua.LValue {
 		}
 		e.RawSetString("field", path)
 		e.RawSetString("path", lua.LString(strings.Join(item.Path, ".")))
-		e.RawSetString("old", toLua(L, item.Old))
-		e.RawSetString("new", toLua(L, item.New))
+		// An added field has no old value and a removed one no new value: plain nil
+		// (as ctx.old on a creation), not luaop.null.
+		if item.Old != nil {
+			e.RawSetString("old", toLua(L, item.Old))
+		}
+		if item.New != nil {
+			e.RawSetString("new", toLua(L, item.New))
+		}
 		t.Append(e)
 	}
 	return t

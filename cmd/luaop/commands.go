@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/luaop/luaop/devloop"
+	"github.com/luaop/luaop/luabind"
 	"github.com/luaop/luaop/operator"
 	"github.com/luaop/luaop/processing"
 	"github.com/luaop/luaop/state"
@@ -236,3 +237,24 @@ func serveHealth(ctx context.Context, log *slog.Logger, addr string, op *operato
 // statusField is the status field of the operator's bookkeeping with status storage:
 // "luaop.dev" -> status.luaop_dev (dots would make nested fields).
 func statusField(prefix string) string { return strings.ReplaceAll(prefix, ".", "_") }
+
+func newStubsCommand() *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "stubs",
+		Short: "Write the Lua Language Server definitions of the luaop API (completion and types in editors)",
+		Long: `Write a ---@meta definitions file for the Lua Language Server. Keep it outside the
+scripts folder (a .lua file there would be loaded as a handler script) and list its
+folder in your editor's Lua.workspace.library setting.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output == "" || output == "-" {
+				_, err := fmt.Fprint(cmd.OutOrStdout(), luabind.Stubs())
+				return err
+			}
+			return os.WriteFile(output, []byte(luabind.Stubs()), 0o644)
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "", "file to write (default: standard output)")
+	return cmd
+}
