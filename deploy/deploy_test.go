@@ -237,8 +237,11 @@ func checkDeployment(t *testing.T, objs []unstructured.Unstructured) {
 	cm := scriptsConfigMap(t, objs)
 	spec := d.Spec.Template.Spec
 
-	if d.Spec.Replicas == nil || *d.Spec.Replicas != 1 {
-		t.Errorf("replicas: want 1 (until leader election), got %v", d.Spec.Replicas)
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
+		t.Errorf("replicas: want 2 (a leader and a standby), got %v", d.Spec.Replicas)
+	}
+	if !hasEnv(&d, "LUAOP_LEADER_ELECT", "true") {
+		t.Errorf("several replicas need leader election (LUAOP_LEADER_ELECT=true)")
 	}
 	if spec.ServiceAccountName != serviceAccount {
 		t.Errorf("serviceAccountName: want %q, got %q", serviceAccount, spec.ServiceAccountName)
@@ -564,4 +567,15 @@ func serverDryRun(t *testing.T, kubectlPath string, manifests []byte) {
 	if !strings.Contains(out, "deployment.apps/luaop") {
 		t.Errorf("the dry run did not report the Deployment:\n%s", out)
 	}
+}
+
+func hasEnv(d *appsv1.Deployment, name, value string) bool {
+	for _, c := range d.Spec.Template.Spec.Containers {
+		for _, e := range c.Env {
+			if e.Name == name && e.Value == value {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -32,7 +32,7 @@ func (c *cycle) apply(ctx context.Context) error {
 	client := o.dynamic.Resource(c.info.gvr).Namespace(c.key.namespace)
 	var last *unstructured.Unstructured
 	if len(status) > 0 {
-		resp, err := c.send(ctx, func(data []byte) (*unstructured.Unstructured, error) {
+		resp, err := c.send(ctx, "status", func(data []byte) (*unstructured.Unstructured, error) {
 			return client.Patch(ctx, c.key.name, types.MergePatchType, data, metav1.PatchOptions{}, "status")
 		}, status)
 		if err != nil || resp == nil {
@@ -42,7 +42,7 @@ func (c *cycle) apply(ctx context.Context) error {
 		last = resp
 	}
 	if len(main) > 0 {
-		resp, err := c.send(ctx, func(data []byte) (*unstructured.Unstructured, error) {
+		resp, err := c.send(ctx, "", func(data []byte) (*unstructured.Unstructured, error) {
 			return client.Patch(ctx, c.key.name, types.MergePatchType, data, metav1.PatchOptions{})
 		}, main)
 		if err != nil || resp == nil {
@@ -60,12 +60,15 @@ func (c *cycle) apply(ctx context.Context) error {
 }
 
 // send marshals and sends one patch. A vanished object is not an error (nil, nil).
-func (c *cycle) send(ctx context.Context, do func([]byte) (*unstructured.Unstructured, error), patch map[string]any) (*unstructured.Unstructured, error) {
+func (c *cycle) send(ctx context.Context, subresource string, do func([]byte) (*unstructured.Unstructured, error), patch map[string]any) (*unstructured.Unstructured, error) {
 	data, err := json.Marshal(patch)
 	if err != nil {
 		return nil, fmt.Errorf("encoding the patch of %s: %w", c.key, err)
 	}
 	resp, err := do(data)
+	if obs := c.op.opts.Observer; obs != nil {
+		obs.PatchSent(c.key.resource.String(), subresource, patchResult(err))
+	}
 	switch {
 	case err == nil:
 		return resp, nil
@@ -121,4 +124,18 @@ func (o *Operator) expectVersion(key objectKey, rv string) {
 	}
 	mem.expectedVersion = rv
 	mem.consistencyDeadline = o.opts.Now().Add(o.opts.ConsistencyTimeout)
+}
+
+func patchResult(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case apierrors.IsNotFound(err):
+		return "not_found"
+	case apierrors.IsConflict(err):
+		return "conflict"
+	case apierrors.IsInvalid(err):
+		return "invalid"
+	}
+	return "error"
 }

@@ -153,7 +153,7 @@ func (o *Operator) Start(ctx context.Context) error {
 	// The queue is made here, not in New: client-go queues start goroutines at once.
 	o.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[objectKey](time.Second, 5*time.Minute),
-		workqueue.TypedRateLimitingQueueConfig[objectKey]{Name: "luaop"},
+		workqueue.TypedRateLimitingQueueConfig[objectKey]{Name: "luaop", MetricsProvider: o.opts.QueueMetrics},
 	)
 	if o.events != nil {
 		var shutdown func()

@@ -4,6 +4,8 @@ import (
 	"log/slog"
 	"time"
 
+	"k8s.io/client-go/util/workqueue"
+
 	"github.com/luaop/luaop/state"
 )
 
@@ -34,6 +36,11 @@ type Options struct {
 	// OnHandlerRun, when set, is told about every handler run (live views, metrics).
 	// It is called from worker goroutines and must return quickly.
 	OnHandlerRun func(HandlerRun)
+	// Observer, when set, is told about watch notifications and patches (metrics).
+	// It is called from informer and worker goroutines and must return quickly.
+	Observer Observer
+	// QueueMetrics, when set, receives the work queue's metrics.
+	QueueMetrics workqueue.MetricsProvider
 	// ResyncPeriod re-delivers every object to the queue periodically as a safety net.
 	// Defaults to 0 (off): causes come from events, and delays live in the queue.
 	ResyncPeriod time.Duration
@@ -42,6 +49,12 @@ type Options struct {
 	ShutdownGracePeriod time.Duration
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
+}
+
+// Observer is told about what crosses the API boundary (metrics.Metrics implements it).
+type Observer interface {
+	EventReceived(resource, eventType string)
+	PatchSent(resource, subresource, result string)
 }
 
 // HandlerRun describes one finished handler attempt.

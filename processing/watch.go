@@ -195,6 +195,9 @@ func (w *watcher) notify(eventType string, obj any, initial bool) {
 	if ns != "" && !w.op.filter.allows(ns) {
 		return
 	}
+	if obs := w.op.opts.Observer; obs != nil {
+		obs.EventReceived(w.resource.String(), eventType)
+	}
 	key := objectKey{resource: w.resource, namespace: ns, name: u.GetName()}
 	w.op.record(key, eventType, u, initial, w.op.hasEventHandlers(w.resource))
 }

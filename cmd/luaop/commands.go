@@ -19,7 +19,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/luaop/luaop/devloop"
+	"github.com/luaop/luaop/leader"
 	"github.com/luaop/luaop/luabind"
+	"github.com/luaop/luaop/metrics"
 	"github.com/luaop/luaop/operator"
 	"github.com/luaop/luaop/processing"
 	"github.com/luaop/luaop/state"
@@ -121,7 +123,14 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	if err := checkReachable(cfg); err != nil {
 		return err
 	}
+	m := metrics.New()
 	popts := processing.Options{
+		Observer:     m,
+		QueueMetrics: m.WorkqueueProvider(),
+		OnHandlerRun: func(r processing.HandlerRun) {
+			var se *luabind.ScriptError
+			m.HandlerRun(r.Resource, r.HandlerID, r.Reason, string(r.Outcome), r.Duration, errors.As(r.Err, &se))
+		},
 		Namespaces:          s.Namespaces,
 		Workers:             s.Workers,
 		Prefix:              s.Prefix,
@@ -146,6 +155,12 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	if err != nil {
 		return err
 	}
+	var elector *leader.Elector
+	if s.LeaderElect {
+		if elector, err = leader.New(cfg, leader.Options{Namespace: s.LeaderNamespace, Name: s.LeaderName, Logger: log}); err != nil {
+			return fmt.Errorf("leader election: %w; give --leader-election-namespace when running outside a pod", err)
+		}
+	}
 
 	// Watch first, so that no save between the first read and the watch is missed.
 	initial, changes, err := devloop.Watch(ctx, dir, devloop.WatcherOptions{Logger: log})
@@ -153,6 +168,7 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 		return fmt.Errorf("watching %s: %w", dir, err)
 	}
 	report, err := op.LoadScripts(ctx, initial.Scripts)
+	m.Reload(err == nil)
 	for err != nil {
 		if !dev {
 			return fmt.Errorf("loading the scripts of %s: %w", dir, err)
@@ -168,6 +184,7 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 			}
 			initial = ch
 			report, err = op.LoadScripts(ctx, ch.Scripts)
+			m.Reload(err == nil)
 		}
 	}
 	if dev {
@@ -176,6 +193,7 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 		log.Info("scripts loaded", "files", len(report.Files), "handlers", len(report.Handlers), "hash", report.Hash)
 	}
 	go devloop.Reload(ctx, changes, op.LoadScripts, func(ev devloop.ReloadEvent) {
+		m.Reload(ev.Err == nil)
 		switch {
 		case dev:
 			view.Reloaded(ev)
@@ -186,7 +204,12 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 		}
 	})
 	if s.HealthAddress != "" {
-		go serveHealth(ctx, log, s.HealthAddress, op)
+		go serveHealth(ctx, log, s.HealthAddress, op, m, elector)
+	}
+	if elector != nil {
+		// Only the leader watches and handles; ErrLeadershipLost ends the process
+		// with an error, and Kubernetes restarts it as a standby.
+		return elector.Run(ctx, op.Start)
 	}
 	log.Info("watching the cluster", "server", cfg.Host, "scripts", dir)
 	return op.Start(ctx)
@@ -206,8 +229,9 @@ func checkReachable(cfg *rest.Config) error {
 	return nil
 }
 
-func serveHealth(ctx context.Context, log *slog.Logger, addr string, op *operator.Operator) {
+func serveHealth(ctx context.Context, log *slog.Logger, addr string, op *operator.Operator, m *metrics.Metrics, elector *leader.Elector) {
 	mux := http.NewServeMux()
+	mux.Handle("/metrics", m.Handler())
 	// /healthz answers with the on.probe handlers' results (kopf's liveness probes).
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
@@ -216,6 +240,12 @@ func serveHealth(ctx context.Context, log *slog.Logger, addr string, op *operato
 		_ = json.NewEncoder(w).Encode(op.Probe(ctx))
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if elector != nil && !elector.IsLeader() {
+			// A standby is ready: it holds the scripts and waits for the lease; a
+			// rollout must not stall on it.
+			fmt.Fprintf(w, "ok (standby)\nscripts %s\n", op.Runtime().Hash())
+			return
+		}
 		if !op.Ready() {
 			http.Error(w, "not ready: scripts not loaded or initial listing not processed", http.StatusServiceUnavailable)
 			return

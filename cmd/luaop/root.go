@@ -30,6 +30,9 @@ type settings struct {
 	HealthAddress      string
 	PostEvents         bool
 	ShutdownGrace      time.Duration
+	LeaderElect        bool
+	LeaderNamespace    string
+	LeaderName         string
 }
 
 func newRootCommand() *cobra.Command {
@@ -68,6 +71,9 @@ func addOperatorFlags(fs *pflag.FlagSet, logFormat string) {
 	fs.String("log-level", "info", "log level: debug, info, warn, error")
 	fs.String("health-address", ":8080", "address of /healthz and /readyz (empty: off)")
 	fs.Bool("post-events", true, "post Kubernetes Events for handler outcomes")
+	fs.Bool("leader-elect", false, "run several replicas: only the holder of a coordination.k8s.io Lease handles objects, the others stand by")
+	fs.String("leader-election-namespace", "", "namespace of the Lease (default: the pod's own namespace)")
+	fs.String("leader-election-name", "luaop", "name of the Lease; operators sharing one take turns")
 	fs.Duration("shutdown-grace-period", 20*time.Second, "on SIGTERM, how long running handlers and daemons may take to finish before they are cancelled")
 }
 
@@ -102,6 +108,9 @@ func loadSettings(cmd *cobra.Command, v *viper.Viper) (settings, error) {
 		HealthAddress:      v.GetString("health-address"),
 		PostEvents:         v.GetBool("post-events"),
 		ShutdownGrace:      v.GetDuration("shutdown-grace-period"),
+		LeaderElect:        v.GetBool("leader-elect"),
+		LeaderNamespace:    v.GetString("leader-election-namespace"),
+		LeaderName:         v.GetString("leader-election-name"),
 	}
 	if s.Kubeconfig == "" {
 		s.Kubeconfig = os.Getenv("KUBECONFIG")

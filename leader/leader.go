@@ -1,0 +1,396 @@
+// Package leader runs one active instance among several replicas of an operator:
+// leader election on a coordination.k8s.io/v1 Lease, with client-go's
+// tools/leaderelection.
+//
+// The pattern is the safe one of Kubernetes controllers: an instance works only
+// while it holds the lease, standbys wait, and an instance that loses the lease
+// stops working and exits (Run returns ErrLeadershipLost), to be restarted as a
+// fresh standby. An instance that is stopped (its context is cancelled) keeps the
+// lease renewed until its work has returned, then releases it, so a standby takes
+// over at once, and never while the previous leader still runs handlers.
+package leader
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
+)
+
+// ErrLeadershipLost is returned by Run when the lease could not be renewed: the
+// work was stopped, and the process should exit (and be restarted as a standby).
+var ErrLeadershipLost = errors.New("leadership lost")
+
+// Defaults of Options.
+const (
+	DefaultName          = "luaop"
+	DefaultLeaseDuration = 15 * time.Second
+	DefaultRenewDeadline = 10 * time.Second
+	DefaultRetryPeriod   = 2 * time.Second
+)
+
+// serviceAccountNamespace holds the namespace of the Pod the process runs in.
+const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// Options configure the election. The zero value of every field means its default.
+type Options struct {
+	// Namespace of the Lease. Defaults to the namespace of the Pod the process runs
+	// in (its service account's); outside a Pod it must be given.
+	Namespace string
+	// Name of the Lease. Defaults to "luaop". Instances with the same Namespace and
+	// Name compete; give each operator (each scripts folder) a name of its own.
+	Name string
+	// Identity of this instance in the Lease (holderIdentity). Defaults to the host
+	// name (the Pod name in a Pod), "_", and a random suffix, unique per process.
+	Identity string
+	// LeaseDuration is how long standbys wait, after the last renewal they saw,
+	// before taking the lease over. Defaults to 15s. The Lease stores it in whole
+	// seconds, so it must be a whole number of seconds, at least 1s.
+	LeaseDuration time.Duration
+	// RenewDeadline is how long the leader retries renewing before it gives up the
+	// leadership. Defaults to 10s; must be less than LeaseDuration, so that the
+	// leader stops before a standby may start.
+	RenewDeadline time.Duration
+	// RetryPeriod is the interval between tries to acquire or renew. Defaults to
+	// 2s; RenewDeadline must exceed 1.2 × RetryPeriod (the jitter of client-go).
+	RetryPeriod time.Duration
+	// KeepLeaseOnStop does not release the lease when Run's context is cancelled:
+	// standbys take over only once it expires, as after a crash. For tests.
+	KeepLeaseOnStop bool
+	// Logger receives the transitions. Defaults to slog.Default(). client-go's own
+	// messages go there too, one level lower (info becomes debug).
+	Logger *slog.Logger
+}
+
+// withDefaults fills the defaults in and validates.
+func (o Options) withDefaults() (Options, error) {
+	if o.Namespace == "" {
+		data, err := os.ReadFile(serviceAccountNamespace)
+		if ns := strings.TrimSpace(string(data)); err == nil && ns != "" {
+			o.Namespace = ns
+		} else {
+			return o, errors.New("leader election needs the namespace of its Lease: not running in a Pod, so give it")
+		}
+	}
+	if o.Name == "" {
+		o.Name = DefaultName
+	}
+	if o.Identity == "" {
+		host, err := os.Hostname()
+		if err != nil || host == "" {
+			host = "luaop"
+		}
+		b := make([]byte, 4)
+		_, _ = rand.Read(b)
+		o.Identity = host + "_" + hex.EncodeToString(b)
+	}
+	if o.LeaseDuration == 0 {
+		o.LeaseDuration = DefaultLeaseDuration
+	}
+	if o.RenewDeadline == 0 {
+		o.RenewDeadline = DefaultRenewDeadline
+	}
+	if o.RetryPeriod == 0 {
+		o.RetryPeriod = DefaultRetryPeriod
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	switch {
+	case o.LeaseDuration < time.Second || o.LeaseDuration%time.Second != 0:
+		return o, fmt.Errorf("lease duration %s: must be a whole number of seconds, at least 1s (the Lease stores seconds)", o.LeaseDuration)
+	case o.RenewDeadline <= 0 || o.RetryPeriod <= 0:
+		return o, fmt.Errorf("renew deadline %s and retry period %s must be positive", o.RenewDeadline, o.RetryPeriod)
+	case o.RenewDeadline >= o.LeaseDuration:
+		return o, fmt.Errorf("renew deadline %s must be less than the lease duration %s: the leader must stop before a standby may take over", o.RenewDeadline, o.LeaseDuration)
+	case float64(o.RenewDeadline) <= leaderelection.JitterFactor*float64(o.RetryPeriod):
+		return o, fmt.Errorf("renew deadline %s must exceed %.1f × the retry period %s", o.RenewDeadline, leaderelection.JitterFactor, o.RetryPeriod)
+	}
+	return o, nil
+}
+
+// Elector takes part in the election of one Lease.
+type Elector struct {
+	opts    Options
+	leases  coordinationv1client.LeasesGetter
+	log     *slog.Logger
+	klog    logr.Logger
+	leading atomic.Bool
+	running atomic.Bool
+}
+
+// New validates the options and prepares an Elector; nothing runs until Run. The
+// Lease is written through a client of its own (its own rate limit: the
+// operator's requests cannot delay the renewals), with a request timeout of
+// RenewDeadline.
+func New(cfg *rest.Config, opts Options) (*Elector, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	cfg = rest.AddUserAgent(rest.CopyConfig(cfg), "leader-election")
+	if cfg.Timeout == 0 || cfg.Timeout > opts.RenewDeadline {
+		cfg.Timeout = opts.RenewDeadline
+	}
+	client, err := coordinationv1client.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating the lease client: %w", err)
+	}
+	return newElector(client, opts), nil
+}
+
+func newElector(leases coordinationv1client.LeasesGetter, opts Options) *Elector {
+	log := opts.Logger.With("lease", opts.Namespace+"/"+opts.Name, "identity", opts.Identity)
+	return &Elector{opts: opts, leases: leases, log: log, klog: logr.FromSlogHandler(quieter{log.Handler()})}
+}
+
+// Identity is this instance's holder identity.
+func (e *Elector) Identity() string { return e.opts.Identity }
+
+// IsLeader tells whether lead is running (this instance holds the lease).
+func (e *Elector) IsLeader() bool { return e.leading.Load() }
+
+// Run validates the options, then runs the election until ctx is done; see
+// (*Elector).Run.
+func Run(ctx context.Context, cfg *rest.Config, opts Options, lead func(ctx context.Context) error) error {
+	e, err := New(cfg, opts)
+	if err != nil {
+		return err
+	}
+	return e.Run(ctx, lead)
+}
+
+// Run blocks: it waits as a standby until it acquires the lease, then calls lead
+// with a context that is cancelled when ctx is done or the leadership is lost;
+// lead must return soon after (an operator's Start does). Run returns only after
+// lead has returned:
+//   - ctx done: the lease, renewed until then, is released (unless
+//     KeepLeaseOnStop) and Run returns nil, or what lead returned if it is not a
+//     context cancellation;
+//   - leadership lost: ErrLeadershipLost (joined with lead's error, if any); exit
+//     the process;
+//   - lead returned on its own: the lease is released and Run returns what lead
+//     returned.
+//
+// lead is called at most once per Run.
+func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context) error) error {
+	if !e.running.CompareAndSwap(false, true) {
+		return errors.New("leader: this Elector is already running")
+	}
+	defer e.running.Store(false)
+
+	lock := &trackingLock{LeaseLock: &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: e.opts.Namespace, Name: e.opts.Name},
+		Client:     e.leases,
+		LockConfig: resourcelock.ResourceLockConfig{Identity: e.opts.Identity},
+	}}
+	// The election does not end with ctx while leading: the lease stays renewed
+	// until lead has returned, so no standby starts while this instance still works.
+	electCtx, stopElection := context.WithCancel(klog.NewContext(context.WithoutCancel(ctx), e.klog))
+	defer stopElection()
+
+	var (
+		mu          sync.Mutex
+		stopping    bool // ctx is done
+		started     bool // OnStartedLeading ran
+		finished    bool // Run is returning: no more logs
+		leadErr     error
+		endedItself bool // lead returned while leading, with ctx not done
+		leadDone    = make(chan struct{})
+	)
+	stopWatch := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopping = true
+		if !started {
+			stopElection() // a standby just leaves
+		}
+	})
+	defer stopWatch()
+
+	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:          lock,
+		Name:          e.opts.Name,
+		LeaseDuration: e.opts.LeaseDuration,
+		RenewDeadline: e.opts.RenewDeadline,
+		RetryPeriod:   e.opts.RetryPeriod,
+		// Released below, once lead has returned: client-go would release it as soon
+		// as the renewals stop, while lead may still be finishing its work.
+		ReleaseOnCancel: false,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(leaderCtx context.Context) {
+				defer close(leadDone)
+				defer stopElection()
+				mu.Lock()
+				started = true
+				stop := stopping
+				mu.Unlock()
+				if stop {
+					return // acquired just as ctx was cancelled: nothing to lead
+				}
+				workCtx, cancel := context.WithCancel(leaderCtx)
+				defer cancel()
+				unwatch := context.AfterFunc(ctx, cancel)
+				defer unwatch()
+				e.leading.Store(true)
+				e.log.Info("became leader")
+				err := lead(workCtx)
+				e.leading.Store(false)
+				mu.Lock()
+				leadErr = err
+				endedItself = leaderCtx.Err() == nil && ctx.Err() == nil
+				mu.Unlock()
+			},
+			OnStoppedLeading: func() {},
+			OnNewLeader: func(identity string) {
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case finished || identity == e.opts.Identity:
+				case identity == "":
+					e.log.Debug("the lease is free")
+				case started:
+					e.log.Warn("the lease is now held by "+identity, "leader", identity)
+				default:
+					e.log.Info("standing by; leader is "+identity, "leader", identity)
+				}
+			},
+		},
+	})
+	if err != nil {
+		return err
+	}
+	e.log.Debug("joining the election", "leaseDuration", e.opts.LeaseDuration, "renewDeadline", e.opts.RenewDeadline, "retryPeriod", e.opts.RetryPeriod)
+	elector.Run(electCtx)
+	// An acquired lease means OnStartedLeading was started (it may not have run
+	// yet): wait for lead.
+	if lock.acquired.Load() {
+		<-leadDone
+	}
+	mu.Lock()
+	finished = true
+	err, ended := leadErr, endedItself
+	mu.Unlock()
+
+	switch {
+	case !lock.acquired.Load():
+		e.log.Info("left the election without leading")
+		return nil
+	case ended || ctx.Err() != nil:
+		if e.opts.KeepLeaseOnStop {
+			e.log.Info("stopped leading; the lease is kept until it expires")
+		} else {
+			e.release(lock.LeaseLock)
+		}
+		if ended || (err != nil && !errors.Is(err, context.Canceled)) {
+			return err
+		}
+		return nil
+	default:
+		e.log.Error("leadership lost: the lease could not be renewed; stopped leading")
+		if err != nil && !errors.Is(err, context.Canceled) {
+			return errors.Join(ErrLeadershipLost, err)
+		}
+		return ErrLeadershipLost
+	}
+}
+
+// release gives the lease up if this instance still holds it, so that a standby
+// takes over at its next try instead of after LeaseDuration. The election has
+// ended: nothing else uses the lock.
+func (e *Elector) release(lock *resourcelock.LeaseLock) {
+	ctx, cancel := context.WithTimeout(context.Background(), e.opts.RenewDeadline)
+	defer cancel()
+	for range 3 {
+		rec, _, err := lock.Get(ctx)
+		if err != nil {
+			e.log.Warn("could not release the lease; standbys take over when it expires", "error", err)
+			return
+		}
+		if rec.HolderIdentity != e.opts.Identity {
+			e.log.Info("stopped leading; the lease is held by another instance", "leader", rec.HolderIdentity)
+			return
+		}
+		now := metav1.NewTime(time.Now())
+		err = lock.Update(ctx, resourcelock.LeaderElectionRecord{
+			LeaderTransitions:    rec.LeaderTransitions,
+			LeaseDurationSeconds: 1,
+			RenewTime:            now,
+			AcquireTime:          now,
+		})
+		if err == nil {
+			e.log.Info("stopped leading; released the lease")
+			return
+		}
+		if !apierrors.IsConflict(err) {
+			e.log.Warn("could not release the lease; standbys take over when it expires", "error", err)
+			return
+		}
+	}
+	e.log.Warn("could not release the lease (conflicts); standbys take over when it expires")
+}
+
+// trackingLock tells whether the lease was acquired: client-go writes the lease
+// with this instance as holder only in a successful acquisition or renewal, and
+// starts OnStartedLeading right after the first one.
+type trackingLock struct {
+	*resourcelock.LeaseLock
+	acquired atomic.Bool
+}
+
+func (l *trackingLock) Create(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
+	err := l.LeaseLock.Create(ctx, r)
+	if err == nil && r.HolderIdentity == l.Identity() {
+		l.acquired.Store(true)
+	}
+	return err
+}
+
+func (l *trackingLock) Update(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
+	err := l.LeaseLock.Update(ctx, r)
+	if err == nil && r.HolderIdentity == l.Identity() {
+		l.acquired.Store(true)
+	}
+	return err
+}
+
+// quieter lowers client-go's messages one level: its info (attempting to acquire,
+// acquired) is debug here, its errors (a conflict while competing for a free
+// lease, a failed renewal that is retried) warnings; the transitions that matter
+// are logged by Run.
+type quieter struct{ h slog.Handler }
+
+func lower(l slog.Level) slog.Level {
+	switch {
+	case l >= slog.LevelError:
+		return slog.LevelWarn
+	case l >= slog.LevelWarn:
+		return l
+	default:
+		return l - 4
+	}
+}
+
+func (q quieter) Enabled(ctx context.Context, l slog.Level) bool { return q.h.Enabled(ctx, lower(l)) }
+func (q quieter) Handle(ctx context.Context, r slog.Record) error {
+	r.Level = lower(r.Level)
+	return q.h.Handle(ctx, r)
+}
+func (q quieter) WithAttrs(a []slog.Attr) slog.Handler { return quieter{q.h.WithAttrs(a)} }
+func (q quieter) WithGroup(n string) slog.Handler      { return quieter{q.h.WithGroup(n)} }

@@ -1,0 +1,342 @@
+package leader
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+)
+
+// fakeLeases is an in-memory Lease store with the server's optimistic concurrency.
+type fakeLeases struct {
+	coordinationv1client.LeaseInterface // nil: only Get, Create and Update are used
+	mu                                  sync.Mutex
+	lease                               *coordinationv1.Lease
+	version                             int
+}
+
+var leasesResource = schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}
+
+func (f *fakeLeases) Leases(string) coordinationv1client.LeaseInterface { return f }
+
+func (f *fakeLeases) Get(_ context.Context, name string, _ metav1.GetOptions) (*coordinationv1.Lease, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.lease == nil {
+		return nil, apierrors.NewNotFound(leasesResource, name)
+	}
+	return f.lease.DeepCopy(), nil
+}
+
+func (f *fakeLeases) Create(_ context.Context, l *coordinationv1.Lease, _ metav1.CreateOptions) (*coordinationv1.Lease, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.lease != nil {
+		return nil, apierrors.NewAlreadyExists(leasesResource, l.Name)
+	}
+	return f.store(l), nil
+}
+
+func (f *fakeLeases) Update(_ context.Context, l *coordinationv1.Lease, _ metav1.UpdateOptions) (*coordinationv1.Lease, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.lease == nil {
+		return nil, apierrors.NewNotFound(leasesResource, l.Name)
+	}
+	if l.ResourceVersion != f.lease.ResourceVersion {
+		return nil, apierrors.NewConflict(leasesResource, l.Name, errors.New("the object has been modified"))
+	}
+	return f.store(l), nil
+}
+
+func (f *fakeLeases) store(l *coordinationv1.Lease) *coordinationv1.Lease {
+	f.version++
+	f.lease = l.DeepCopy()
+	f.lease.ResourceVersion = strconv.Itoa(f.version)
+	return f.lease.DeepCopy()
+}
+
+func (f *fakeLeases) holder() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.lease == nil || f.lease.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *f.lease.Spec.HolderIdentity
+}
+
+// steal makes another instance the holder of a lease that stays valid for a while.
+func (f *fakeLeases) steal(identity string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l := f.lease.DeepCopy()
+	d := int32(60)
+	now := metav1.NewMicroTime(time.Now())
+	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = &identity, &d, &now
+	f.version++
+	l.ResourceVersion = strconv.Itoa(f.version)
+	f.lease = l
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func fastOptions(identity string, log *syncBuffer) Options {
+	return Options{
+		Namespace: "ns", Name: "test", Identity: identity,
+		LeaseDuration: time.Second, RenewDeadline: 500 * time.Millisecond, RetryPeriod: 100 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}
+}
+
+func newTestElector(t *testing.T, leases *fakeLeases, opts Options) *Elector {
+	t.Helper()
+	opts, err := opts.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newElector(leases, opts)
+}
+
+// candidate runs an Elector in the background; its lead waits for its context and
+// records when it ran.
+type candidate struct {
+	e        *Elector
+	cancel   context.CancelFunc
+	started  chan struct{}
+	done     chan error
+	mu       sync.Mutex
+	leadEnd  time.Time
+	holderAt string // the lease holder when lead returned
+}
+
+func startCandidate(t *testing.T, leases *fakeLeases, opts Options) *candidate {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &candidate{e: newTestElector(t, leases, opts), cancel: cancel, started: make(chan struct{}), done: make(chan error, 1)}
+	go func() {
+		c.done <- c.e.Run(ctx, func(ctx context.Context) error {
+			close(c.started)
+			<-ctx.Done()
+			time.Sleep(300 * time.Millisecond) // finishing the work in flight
+			c.mu.Lock()
+			c.leadEnd, c.holderAt = time.Now(), leases.holder()
+			c.mu.Unlock()
+			return nil
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-c.done:
+		case <-time.After(5 * time.Second):
+			t.Error("Run did not return")
+		}
+	})
+	return c
+}
+
+func waitFor(t *testing.T, ch <-chan struct{}, timeout time.Duration, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(timeout):
+		t.Fatalf("after %s: %s", timeout, what)
+	}
+}
+
+func waitRun(t *testing.T, c *candidate) error {
+	t.Helper()
+	select {
+	case err := <-c.done:
+		c.done <- err
+		return err
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return")
+		return nil
+	}
+}
+
+func TestOptions(t *testing.T) {
+	o, err := Options{Namespace: "ns"}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Name != "luaop" || o.LeaseDuration != 15*time.Second || o.RenewDeadline != 10*time.Second || o.RetryPeriod != 2*time.Second || o.Logger == nil {
+		t.Errorf("defaults: %+v", o)
+	}
+	if host, _ := os.Hostname(); !strings.HasPrefix(o.Identity, host+"_") || len(o.Identity) != len(host)+9 {
+		t.Errorf("identity %q: want %s_xxxxxxxx", o.Identity, host)
+	}
+	if o2, _ := (Options{Namespace: "ns"}).withDefaults(); o2.Identity == o.Identity {
+		t.Errorf("two processes on one host got the same identity %q", o.Identity)
+	}
+
+	bad := []struct {
+		opts Options
+		want string
+	}{
+		{Options{Namespace: "ns", LeaseDuration: 1500 * time.Millisecond, RenewDeadline: time.Second, RetryPeriod: 100 * time.Millisecond}, "whole number of seconds"},
+		{Options{Namespace: "ns", LeaseDuration: 10 * time.Second, RenewDeadline: 10 * time.Second}, "less than the lease duration"},
+		{Options{Namespace: "ns", LeaseDuration: 5 * time.Second}, "less than the lease duration"}, // default renew deadline 10s
+		{Options{Namespace: "ns", RenewDeadline: 2 * time.Second}, "must exceed 1.2"},
+		{Options{Namespace: "ns", RetryPeriod: -time.Second}, "must be positive"},
+	}
+	for _, b := range bad {
+		if _, err := b.opts.withDefaults(); err == nil || !strings.Contains(err.Error(), b.want) {
+			t.Errorf("%+v: error %v, want %q", b.opts, err, b.want)
+		}
+	}
+	if _, statErr := os.Stat(serviceAccountNamespace); statErr != nil {
+		if _, err := (Options{}).withDefaults(); err == nil || !strings.Contains(err.Error(), "namespace") {
+			t.Errorf("no namespace outside a Pod: error %v", err)
+		}
+	}
+}
+
+// The leader works until stopped, keeps the lease while its work finishes, then
+// releases it; the standby takes over at once.
+func TestStopReleasesAfterWorkAndStandbyTakesOver(t *testing.T) {
+	leases := &fakeLeases{}
+	logA, logB := &syncBuffer{}, &syncBuffer{}
+	a := startCandidate(t, leases, fastOptions("a", logA))
+	waitFor(t, a.started, 3*time.Second, "a did not lead")
+	b := startCandidate(t, leases, fastOptions("b", logB))
+	time.Sleep(400 * time.Millisecond)
+	select {
+	case <-b.started:
+		t.Fatal("the standby leads while the leader holds the lease")
+	default:
+	}
+	if !a.e.IsLeader() || b.e.IsLeader() {
+		t.Errorf("IsLeader: a %v, b %v", a.e.IsLeader(), b.e.IsLeader())
+	}
+	if !strings.Contains(logB.String(), "standing by; leader is a") {
+		t.Errorf("the standby did not log the leader:\n%s", logB.String())
+	}
+
+	a.cancel()
+	if err := waitRun(t, a); err != nil {
+		t.Errorf("Run of a stopped leader: %v, want nil", err)
+	}
+	a.mu.Lock()
+	if a.holderAt != "a" {
+		t.Errorf("the lease was held by %q while the leader was finishing its work", a.holderAt)
+	}
+	stoppedAt := a.leadEnd
+	a.mu.Unlock()
+	waitFor(t, b.started, 2*time.Second, "the standby did not take over after the release")
+	if took := time.Since(stoppedAt); took > 700*time.Millisecond {
+		t.Errorf("the takeover after a release took %s, want about one retry period", took)
+	}
+	if !strings.Contains(logA.String(), "became leader") || !strings.Contains(logA.String(), "released the lease") {
+		t.Errorf("log of a:\n%s", logA.String())
+	}
+	t.Logf("log of a:\n%s\nlog of b:\n%s", logA.String(), logB.String())
+}
+
+// With KeepLeaseOnStop the standby waits for the lease to expire, as after a crash.
+func TestKeepLeaseOnStopWaitsForExpiry(t *testing.T) {
+	leases := &fakeLeases{}
+	optsA := fastOptions("a", &syncBuffer{})
+	optsA.KeepLeaseOnStop = true
+	a := startCandidate(t, leases, optsA)
+	waitFor(t, a.started, 3*time.Second, "a did not lead")
+	b := startCandidate(t, leases, fastOptions("b", &syncBuffer{}))
+	time.Sleep(200 * time.Millisecond)
+	a.cancel()
+	if err := waitRun(t, a); err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	if h := leases.holder(); h != "a" {
+		t.Errorf("holder after a stop that keeps the lease: %q", h)
+	}
+	a.mu.Lock()
+	stoppedAt := a.leadEnd
+	a.mu.Unlock()
+	waitFor(t, b.started, 3*time.Second, "the standby did not take over after the expiry")
+	if took := time.Since(stoppedAt); took < 500*time.Millisecond {
+		t.Errorf("the standby took over %s after the stop, before the lease expired", took)
+	}
+}
+
+// A leader whose lease is taken stops its work, and Run says so after the work
+// returned.
+func TestLeadershipLost(t *testing.T) {
+	leases := &fakeLeases{}
+	log := &syncBuffer{}
+	a := startCandidate(t, leases, fastOptions("a", log))
+	waitFor(t, a.started, 3*time.Second, "a did not lead")
+	leases.steal("intruder")
+	err := waitRun(t, a)
+	if !errors.Is(err, ErrLeadershipLost) {
+		t.Fatalf("Run: %v, want ErrLeadershipLost", err)
+	}
+	a.mu.Lock()
+	if a.leadEnd.IsZero() {
+		t.Error("Run returned before lead")
+	}
+	a.mu.Unlock()
+	if h := leases.holder(); h != "intruder" {
+		t.Errorf("holder %q: the lost lease was written", h)
+	}
+	if !strings.Contains(log.String(), "leadership lost") {
+		t.Errorf("log:\n%s", log.String())
+	}
+}
+
+// lead returning on its own ends Run with its error, and frees the lease.
+func TestLeadReturns(t *testing.T) {
+	leases := &fakeLeases{}
+	boom := errors.New("boom")
+	e := newTestElector(t, leases, fastOptions("a", &syncBuffer{}))
+	err := e.Run(context.Background(), func(context.Context) error { return boom })
+	if !errors.Is(err, boom) {
+		t.Errorf("Run: %v, want boom", err)
+	}
+	if h := leases.holder(); h != "" {
+		t.Errorf("holder %q after lead returned", h)
+	}
+}
+
+// A standby whose context ends leaves without calling lead.
+func TestStandbyStops(t *testing.T) {
+	leases := &fakeLeases{}
+	a := startCandidate(t, leases, fastOptions("a", &syncBuffer{}))
+	waitFor(t, a.started, 3*time.Second, "a did not lead")
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	called := false
+	err := newTestElector(t, leases, fastOptions("b", &syncBuffer{})).Run(ctx, func(context.Context) error { called = true; return nil })
+	if err != nil || called {
+		t.Errorf("Run of a standby: %v, lead called %v", err, called)
+	}
+	if h := leases.holder(); h != "a" {
+		t.Errorf("holder %q", h)
+	}
+}

@@ -1,0 +1,160 @@
+package metrics
+
+import (
+	"io"
+	"math"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/util/workqueue"
+)
+
+// scrape fetches the text exposition of m through its HTTP handler.
+func scrape(t *testing.T, m *Metrics) string {
+	t.Helper()
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
+}
+
+func wantLines(t *testing.T, text string, lines ...string) {
+	t.Helper()
+	have := map[string]bool{}
+	for _, l := range strings.Split(text, "\n") {
+		have[l] = true
+	}
+	for _, l := range lines {
+		if !have[l] {
+			t.Errorf("missing line %q", l)
+		}
+	}
+	if t.Failed() {
+		t.Logf("exposition:\n%s", text)
+	}
+}
+
+// value finds the value of one series in a text exposition.
+func value(t *testing.T, text, series string) float64 {
+	t.Helper()
+	for _, l := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(l, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", l, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("no series %s in:\n%s", series, text)
+	return 0
+}
+
+func TestRecordedSeries(t *testing.T) {
+	m := New()
+	m.HandlerRun("examples.luaop.dev/v1/widgets", "greet", "create", "success", 30*time.Millisecond, false)
+	m.HandlerRun("examples.luaop.dev/v1/widgets", "greet", "create", "success", 2*time.Second, false)
+	m.HandlerRun("examples.luaop.dev/v1/widgets", "greet", "update", "retry", 400*time.Microsecond, true)
+	m.EventReceived("examples.luaop.dev/v1/widgets", "ADDED")
+	m.EventReceived("examples.luaop.dev/v1/widgets", "ADDED")
+	m.EventReceived("examples.luaop.dev/v1/widgets", "DELETED")
+	m.PatchSent("examples.luaop.dev/v1/widgets", "status", "ok")
+	m.PatchSent("examples.luaop.dev/v1/widgets", "", "conflict")
+	m.Reload(true)
+	m.Reload(true)
+	m.Reload(false)
+
+	text := scrape(t, m)
+	const w = `resource="examples.luaop.dev/v1/widgets"`
+	wantLines(t, text,
+		`luaop_handler_runs_total{handler="greet",outcome="success",reason="create",`+w+`} 2`,
+		`luaop_handler_runs_total{handler="greet",outcome="retry",reason="update",`+w+`} 1`,
+		`luaop_handler_duration_seconds_count{handler="greet",`+w+`} 3`,
+		`luaop_handler_duration_seconds_bucket{handler="greet",`+w+`,le="0.0005"} 1`,
+		`luaop_handler_duration_seconds_bucket{handler="greet",`+w+`,le="0.05"} 2`,
+		`luaop_handler_duration_seconds_bucket{handler="greet",`+w+`,le="2.5"} 3`,
+		`luaop_lua_errors_total{handler="greet"} 1`,
+		`luaop_events_received_total{`+w+`,type="ADDED"} 2`,
+		`luaop_events_received_total{`+w+`,type="DELETED"} 1`,
+		`luaop_patches_total{`+w+`,result="ok",subresource="status"} 1`,
+		`luaop_patches_total{`+w+`,result="conflict",subresource=""} 1`,
+		`luaop_reloads_total{result="ok"} 2`,
+		`luaop_reloads_total{result="error"} 1`,
+		`luaop_queue_depth 0`,
+	)
+	if sum := value(t, text, `luaop_handler_duration_seconds_sum{handler="greet",`+w+`}`); math.Abs(sum-2.0304) > 1e-9 {
+		t.Errorf("duration sum %v, want 2.0304", sum)
+	}
+	for _, name := range []string{"go_goroutines", "go_memstats_alloc_bytes", "process_start_time_seconds"} {
+		if !strings.Contains(text, "\n"+name+" ") {
+			t.Errorf("the runtime and process collectors are missing %s", name)
+		}
+	}
+}
+
+func TestReloadsStartAtZero(t *testing.T) {
+	wantLines(t, scrape(t, New()),
+		`luaop_reloads_total{result="ok"} 0`,
+		`luaop_reloads_total{result="error"} 0`,
+	)
+}
+
+func TestWorkqueueProvider(t *testing.T) {
+	m := New()
+	q := workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Hour, time.Hour),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "luaop", MetricsProvider: m.WorkqueueProvider()},
+	)
+	defer q.ShutDown()
+	q.Add("a")
+	q.Add("b")
+	q.Add("a") // already queued: neither an add nor in the depth
+	item, _ := q.Get()
+	q.Done(item)
+	q.AddRateLimited("c") // waits an hour: a retry, not in the depth
+
+	text := scrape(t, m)
+	wantLines(t, text,
+		`workqueue_depth{name="luaop"} 1`,
+		`luaop_queue_depth 1`,
+		`workqueue_adds_total{name="luaop"} 2`,
+		`workqueue_retries_total{name="luaop"} 1`,
+		`workqueue_queue_duration_seconds_count{name="luaop"} 1`,
+		`workqueue_work_duration_seconds_count{name="luaop"} 1`,
+		`workqueue_unfinished_work_seconds{name="luaop"} 0`,
+		`workqueue_longest_running_processor_seconds{name="luaop"} 0`,
+	)
+}
+
+// Two Metrics live side by side, and the global default registry stays untouched.
+func TestOwnRegistries(t *testing.T) {
+	a, b := New(), New()
+	a.Reload(true)
+	if strings.Contains(scrape(t, b), `luaop_reloads_total{result="ok"} 1`) {
+		t.Error("a reload recorded in one Metrics shows in another")
+	}
+	families, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if strings.HasPrefix(f.GetName(), "luaop_") || strings.HasPrefix(f.GetName(), "workqueue_") {
+			t.Errorf("%s is registered in the global default registry", f.GetName())
+		}
+	}
+}
