@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -91,4 +93,64 @@ func TestExampleWidgetSizeFieldHandler(t *testing.T) {
 	if st["size"].(map[string]any)["from"] != int64(1) || st["resized"] != int64(1) {
 		t.Errorf("status = %v: want size from 1 to 4 and resized once", st)
 	}
+}
+
+var (
+	monitors = schema.GroupVersionResource{Group: "examples.luaop.dev", Version: "v1", Resource: "monitors"}
+	quotas   = schema.GroupVersionResource{Group: "examples.luaop.dev", Version: "v1", Resource: "quotas"}
+	teams    = schema.GroupVersionResource{Group: "examples.luaop.dev", Version: "v1", Resource: "teams"}
+)
+
+// examples/monitors.lua: the daemon follows the newest spec, reports while it runs,
+// and stops with its Monitor.
+func TestExampleMonitorDaemon(t *testing.T) {
+	ns := env.Namespace(t)
+	op := startExamples(t, ns)
+	create(t, monitors, ns, "{apiVersion: examples.luaop.dev/v1, kind: Monitor, metadata: {name: m}, spec: {configmap: target, period: 0.2}}")
+	waitField(t, monitors, ns, "m", "status.found", false)
+	if _, err := env.Kube.CoreV1().ConfigMaps(ns).Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "target"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitField(t, monitors, ns, "m", "status.found", true)
+	if err := env.Dynamic.Resource(monitors).Namespace(ns).Delete(context.Background(), "m", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, monitors, ns, "m")
+	if !strings.Contains(op.Log.String(), "monitor stopped after") {
+		t.Errorf("the daemon did not stop through its flag:\n%s", op.Log.String())
+	}
+}
+
+// examples/quotas.lua: the timer reports the namespace's ConfigMap usage.
+func TestExampleQuotaTimer(t *testing.T) {
+	ns := env.Namespace(t)
+	startExamples(t, ns)
+	for _, name := range []string{"a", "b"} {
+		if _, err := env.Kube.CoreV1().ConfigMaps(ns).Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create(t, quotas, ns, "{apiVersion: examples.luaop.dev/v1, kind: Quota, metadata: {name: q}, spec: {maxConfigMaps: 1}}")
+	// kube-root-ca.crt is published in every namespace by the controller manager,
+	// so count what is there rather than assume.
+	obj := waitField(t, quotas, ns, "q", "status.usage.over", true)
+	used := obj.Object["status"].(map[string]any)["usage"].(map[string]any)["used"].(int64)
+	list, _ := env.Kube.CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{})
+	if used < 2 || used > int64(len(list.Items)) {
+		t.Errorf("usage.used = %d, the namespace has %d ConfigMaps", used, len(list.Items))
+	}
+}
+
+// examples/teams.lua: a Team lists the Tenants indexed under its name.
+func TestExampleTeamIndex(t *testing.T) {
+	ns := env.Namespace(t)
+	for _, tenant := range []string{"zeta", "alpha"} {
+		create(t, tenants, ns, fmt.Sprintf("{apiVersion: examples.luaop.dev/v1, kind: Tenant, metadata: {name: %s}, spec: {registry: %s, team: core}}", tenant, ns))
+	}
+	create(t, tenants, ns, fmt.Sprintf("{apiVersion: examples.luaop.dev/v1, kind: Tenant, metadata: {name: other}, spec: {registry: %s, team: web}}", ns))
+	startExamples(t, ns)
+	create(t, teams, ns, "{apiVersion: examples.luaop.dev/v1, kind: Team, metadata: {name: core}}")
+	waitField(t, teams, ns, "core", "status.roster.members", []any{"alpha", "zeta"})
+	create(t, teams, ns, "{apiVersion: examples.luaop.dev/v1, kind: Team, metadata: {name: empty}}")
+	waitField(t, teams, ns, "empty", "status.roster.members", []any{})
 }

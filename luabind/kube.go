@@ -33,8 +33,8 @@ func (s *shard) installKube(mod *lua.LTable) {
 	kube := L.NewTable()
 	fns := map[string]lua.LGFunction{
 		"get": func(L *lua.LState) int {
-			obj, err := s.kube().Get(s.callContext(), L.CheckString(1), L.CheckString(2), L.OptString(3, ""), L.CheckString(4))
-			return s.pushObject(obj, err)
+			obj, err := s.kube(L).Get(s.callContext(L), L.CheckString(1), L.CheckString(2), L.OptString(3, ""), L.CheckString(4))
+			return s.pushObject(L, obj, err)
 		},
 		"list": func(L *lua.LState) int {
 			selector := ""
@@ -44,9 +44,9 @@ func (s *shard) installKube(mod *lua.LTable) {
 			case *lua.LTable:
 				selector = lua.LVAsString(v.RawGetString("selector"))
 			}
-			items, err := s.kube().List(s.callContext(), L.CheckString(1), L.CheckString(2), L.OptString(3, ""), selector)
+			items, err := s.kube(L).List(s.callContext(L), L.CheckString(1), L.CheckString(2), L.OptString(3, ""), selector)
 			if err != nil {
-				return s.pushError(err)
+				return s.pushError(L, err)
 			}
 			t := L.CreateTable(len(items), 0)
 			for _, it := range items {
@@ -57,35 +57,35 @@ func (s *shard) installKube(mod *lua.LTable) {
 			return 1
 		},
 		"create": func(L *lua.LState) int {
-			obj := s.checkObject(1)
-			created, err := s.kube().Create(s.callContext(), obj)
-			return s.pushObject(created, err)
+			obj := s.checkObject(L, 1)
+			created, err := s.kube(L).Create(s.callContext(L), obj)
+			return s.pushObject(L, created, err)
 		},
 		"patch": func(L *lua.LState) int {
 			patch, err := fromLua(L.CheckAny(5))
 			if err != nil {
 				L.ArgError(5, err.Error())
 			}
-			out, err := s.kube().Patch(s.callContext(), L.CheckString(1), L.CheckString(2), L.OptString(3, ""), L.CheckString(4), patch, L.OptString(6, "merge"))
-			return s.pushObject(out, err)
+			out, err := s.kube(L).Patch(s.callContext(L), L.CheckString(1), L.CheckString(2), L.OptString(3, ""), L.CheckString(4), patch, L.OptString(6, "merge"))
+			return s.pushObject(L, out, err)
 		},
 		"delete": func(L *lua.LState) int {
-			if err := s.kube().Delete(s.callContext(), L.CheckString(1), L.CheckString(2), L.OptString(3, ""), L.CheckString(4)); err != nil {
-				return s.pushError(err)
+			if err := s.kube(L).Delete(s.callContext(L), L.CheckString(1), L.CheckString(2), L.OptString(3, ""), L.CheckString(4)); err != nil {
+				return s.pushError(L, err)
 			}
 			L.Push(lua.LTrue)
 			return 1
 		},
 		"apply": func(L *lua.LState) int {
-			obj := s.checkObject(1)
+			obj := s.checkObject(L, 1)
 			force := true
 			if opts := L.OptTable(2, nil); opts != nil {
 				if v := opts.RawGetString("force"); v != lua.LNil {
 					force = lua.LVAsBool(v)
 				}
 			}
-			out, err := s.kube().Apply(s.callContext(), obj, force)
-			return s.pushObject(out, err)
+			out, err := s.kube(L).Apply(s.callContext(L), obj, force)
+			return s.pushObject(L, out, err)
 		},
 	}
 	for name, fn := range fns {
@@ -96,10 +96,10 @@ func (s *shard) installKube(mod *lua.LTable) {
 	for name, eventType := range map[string]string{"info": "Normal", "warn": "Warning", "exception": "Warning"} {
 		eventType := eventType
 		mod.RawSetString(name, L.NewFunction(func(L *lua.LState) int {
-			obj := s.checkObject(1)
+			obj := s.checkObject(L, 1)
 			reason, message := L.CheckString(2), L.OptString(3, "")
-			if err := s.kube().Event(s.callContext(), obj, eventType, reason, message); err != nil {
-				return s.pushError(err)
+			if err := s.kube(L).Event(s.callContext(L), obj, eventType, reason, message); err != nil {
+				return s.pushError(L, err)
 			}
 			L.Push(lua.LTrue)
 			return 1
@@ -163,56 +163,60 @@ func (s *shard) installKube(mod *lua.LTable) {
 		select {
 		case <-t.C:
 			L.Push(lua.LTrue)
-		case <-s.callContext().Done():
+		case <-s.callContext(L).Done():
 			L.Push(lua.LFalse)
 		}
 		return 1
 	}))
 }
 
-func (s *shard) kube() Kube {
+func (s *shard) kube(L *lua.LState) Kube {
 	if s.rt.opts.Kube == nil {
-		s.L.RaiseError("luaop.kube is not available: the runtime has no cluster client")
+		L.RaiseError("luaop.kube is not available: the runtime has no cluster client")
 	}
 	return s.rt.opts.Kube
 }
 
-// callContext is the context of the Lua call in progress (its deadline).
-func (s *shard) callContext() context.Context {
-	if ctx := s.L.Context(); ctx != nil {
+// callContext is the context of the Lua call in progress (its deadline); for a
+// daemon's thread, the thread's own.
+func (s *shard) callContext(L *lua.LState) context.Context {
+	if ctx := L.Context(); ctx != nil {
 		return ctx
 	}
 	return context.Background()
 }
 
-func (s *shard) checkObject(n int) map[string]any {
-	v, err := fromLua(s.L.CheckAny(n))
+// The helpers below take the calling state: in a daemon that is the coroutine's
+// thread, not the shard's main state, and values must go on its stack.
+
+func (s *shard) checkObject(L *lua.LState, n int) map[string]any {
+	v, err := fromLua(L.CheckAny(n))
 	if err != nil {
-		s.L.ArgError(n, err.Error())
+		L.ArgError(n, err.Error())
 	}
 	obj, ok := v.(map[string]any)
 	if !ok {
-		s.L.ArgError(n, "a Kubernetes object (a table with apiVersion, kind and metadata) expected")
+		L.ArgError(n, "a Kubernetes object (a table with apiVersion, kind and metadata) expected")
 	}
 	return obj
 }
 
-func (s *shard) pushObject(obj map[string]any, err error) int {
+func (s *shard) pushObject(L *lua.LState, obj map[string]any, err error) int {
 	if err != nil {
-		return s.pushError(err)
+		return s.pushError(L, err)
 	}
-	s.L.Push(toLua(s.L, obj))
+	L.Push(toLua(L, obj))
 	return 1
 }
 
 // pushError returns nil, message, reason; a deadline is raised instead, so that a
 // stuck API call fails the handler like any timeout.
-func (s *shard) pushError(err error) int {
+func (s *shard) pushError(L *lua.LState, err error) int {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		s.L.RaiseError("API call interrupted: %s", err)
+		L.RaiseError("API call interrupted: %s", err)
 	}
-	s.L.Push(lua.LNil)
-	s.L.Push(lua.LString(err.Error()))
-	s.L.Push(lua.LString(fmt.Sprint(apierrors.ReasonForError(err))))
+	L.Push(lua.LNil)
+	L.Push(lua.LString(err.Error()))
+	L.Push(lua.LString(fmt.Sprint(apierrors.ReasonForError(err))))
 	return 3
 }

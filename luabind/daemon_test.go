@@ -1,0 +1,92 @@
+package luabind
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/luaop/luaop/processing/causes"
+)
+
+// notFoundKube answers every read with an error, as a cluster without the object.
+type notFoundKube struct{ Kube }
+
+func (notFoundKube) Get(context.Context, string, string, string, string) (map[string]any, error) {
+	return nil, errors.New(`configmaps "x" not found`)
+}
+
+// A daemon runs as a coroutine: Go functions that return several values (here
+// nil, message, reason) must push them on the coroutine's stack, sleeps yield, and
+// ctx.patch is flushed at every sleep.
+func TestDaemonCoroutineCallsAndFlushes(t *testing.T) {
+	rt := New(Options{Shards: 1, Kube: notFoundKube{}, HandlerTimeout: time.Second})
+	defer rt.Close()
+	_, err := rt.Load(context.Background(), []Script{{Name: "d.lua", Source: []byte(`
+		local luaop = require("luaop")
+		luaop.daemon("example.com/v1/things", function(ctx)
+			for i = 1, 3 do
+				local obj, err, reason = luaop.kube.get("v1", "ConfigMap", "ns", "x")
+				ctx.patch.status.round = i
+				ctx.patch.status.missing = obj == nil and err ~= nil
+				if not luaop.sleep(0.01) then return end
+			end
+			ctx.logger.info("daemon done")
+		end, { id = "d" })
+	`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var flushed []map[string]any
+	body := map[string]any{"metadata": map[string]any{"uid": "u1", "name": "a", "namespace": "ns"}}
+	err = rt.RunDaemon(context.Background(), causes.Call{
+		Handler: rt.Specs()[0], Cause: causes.Cause{Body: body}, Logger: slog.Default(),
+		Stopped: make(chan struct{}), Latest: func() map[string]any { return body },
+		Flush: func(p map[string]any) { mu.Lock(); flushed = append(flushed, p); mu.Unlock() },
+	})
+	if err != nil {
+		t.Fatalf("the daemon failed: %v", err)
+	}
+	if len(flushed) != 3 {
+		t.Fatalf("flushed %d patches, want one per sleep (3): %v", len(flushed), flushed)
+	}
+	last := flushed[2]["status"].(map[string]any)
+	if last["round"] != int64(3) || last["missing"] != true {
+		t.Errorf("last flush %v: want round 3 and missing = true", last)
+	}
+}
+
+// Stopping wakes a sleeping daemon at once with false.
+func TestDaemonStopWakesSleep(t *testing.T) {
+	rt := New(Options{Shards: 1})
+	defer rt.Close()
+	if _, err := rt.Load(context.Background(), []Script{{Name: "d.lua", Source: []byte(`
+		local luaop = require("luaop")
+		luaop.daemon("example.com/v1/things", function(ctx)
+			while luaop.sleep(3600) do end
+			return
+		end, { id = "sleeper" })
+	`)}}); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	body := map[string]any{"metadata": map[string]any{"uid": "u1"}}
+	done := make(chan error, 1)
+	go func() {
+		done <- rt.RunDaemon(context.Background(), causes.Call{Handler: rt.Specs()[0], Cause: causes.Cause{Body: body},
+			Logger: slog.Default(), Stopped: stop, Latest: func() map[string]any { return body }})
+	}()
+	time.Sleep(50 * time.Millisecond)
+	close(stop)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("daemon: %v", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the sleeping daemon did not wake on stop")
+	}
+}
