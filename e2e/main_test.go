@@ -5,6 +5,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -117,11 +118,10 @@ func splitPath(path string) []string {
 	return append(parts, cur.String())
 }
 
-func mustYAML(t *testing.T, y string) *unstructured.Unstructured {
-	t.Helper()
+func mustYAML(t testing.TB, y string) *unstructured.Unstructured {
 	docs, err := testcluster.DecodeYAML(strings.NewReader(y))
 	if err != nil || len(docs) != 1 {
-		t.Fatalf("bad YAML %q: %v", y, err)
+		panic(fmt.Sprintf("bad test YAML %q: %v", y, err))
 	}
 	return docs[0]
 }
