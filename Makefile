@@ -4,7 +4,7 @@ CACHE ?= $(or $(LUAOP_CACHE),$(HOME)/.cache/luaop)
 BIN := $(CURDIR)/bin
 GO_TEST_FLAGS ?= -race -count=1 -timeout 40m
 
-.PHONY: dev test unit cluster cluster-down build stubs bench
+.PHONY: dev test unit cluster cluster-down build bench bench-daemons
 
 build:
 	go build -o $(BIN)/luaop ./cmd/luaop
@@ -17,9 +17,9 @@ dev: build
 	if [ -z "$${KUBECONFIG:-}" ]; then export KUBECONFIG="$$(localcluster/up.sh)"; fi; \
 	kubectl="$$(localcluster/build.sh)/kubectl"; \
 	echo "[dev] cluster: $$KUBECONFIG"; \
-	$$kubectl apply -f scripts/examples/crds/; \
+	$$kubectl apply --server-side --force-conflicts -f scripts/examples/crds/ >/dev/null; \
 	$$kubectl wait --for condition=established --timeout=30s -f scripts/examples/crds/ >/dev/null; \
-	(sleep 3; $$kubectl apply -f scripts/examples/objects/ >/dev/null && echo "[dev] applied scripts/examples/objects/: watch the handlers react") & \
+	(sleep 3; $$kubectl apply --server-side -f scripts/examples/objects/ >/dev/null && echo "[dev] applied scripts/examples/objects/: watch the handlers react") & \
 	exec $(BIN)/luaop dev scripts/examples
 
 # The whole test suite against a dedicated local control plane, started and stopped here.
@@ -35,3 +35,14 @@ cluster:
 
 cluster-down:
 	@localcluster/down.sh
+
+# luaop measured against a bare client-go controller (bench/bare), side by side, on a
+# dedicated local control plane in its own state folder (never the one of `make test`).
+# BENCH_FLAGS='-n 200' for a quick run, '-n 1000,10000' for both sizes; see BENCHMARKS.md.
+BENCH_FLAGS ?=
+bench:
+	LUAOP_TEST_CLUSTER_DIR=$(CACHE)/cluster-bench localcluster/with-cluster.sh go run ./bench $(BENCH_FLAGS)
+
+# 2,000 objects with a sleeping daemon each: memory per daemon and idle CPU.
+bench-daemons:
+	LUAOP_TEST_CLUSTER_DIR=$(CACHE)/cluster-bench localcluster/with-cluster.sh go test -run XXX -bench IdleDaemons -benchtime 1x -timeout 20m ./e2e

@@ -188,7 +188,9 @@ func (o *Operator) startDaemon(runner DaemonRunner, key objectKey, mem *objectMe
 			log.Info("daemon started", "attempt", attempt)
 			t0 := time.Now()
 			err := runner.RunDaemon(ctx, causes.Call{
-				Handler: spec, Cause: causes.Cause{Resource: key.resource, Body: body},
+				// Only the identity: a daemon reads its newest body through Latest,
+				// and must not keep its first body alive for its whole life.
+				Handler: spec, Cause: causes.Cause{Resource: key.resource, Body: identityOf(body)},
 				Retry: attempt, Started: d.startedAt, Logger: log,
 				Stopped: d.stopCh, Latest: latest, Flush: flush, Indexes: o.indexes,
 			})
@@ -453,4 +455,10 @@ func (c *cycle) noteEssentialChange() {
 		}
 		c.mem.essenceHash = sum
 	}
+}
+
+// identityOf keeps what identifies an object (its metadata's uid, name, namespace).
+func identityOf(body map[string]any) map[string]any {
+	meta, _ := body["metadata"].(map[string]any)
+	return map[string]any{"metadata": map[string]any{"uid": meta["uid"], "name": meta["name"], "namespace": meta["namespace"]}}
 }

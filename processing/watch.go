@@ -77,7 +77,10 @@ func (w *watcher) run(ctx context.Context) {
 	var informers []cache.SharedIndexInformer
 	for _, ns := range namespaces {
 		inf := dynamicinformer.NewFilteredDynamicInformer(w.op.dynamic, info.gvr, ns, w.op.opts.ResyncPeriod, cache.Indexers{}, nil).Informer()
-		if _, err := inf.AddEventHandler(w); err != nil {
+		// Readiness follows the registration, not the informer: the informer's
+		// HasSynced does not mean this handler received the initial listing.
+		reg, err := inf.AddEventHandler(w)
+		if err != nil {
 			log.Error("cannot watch", "error", err)
 			return
 		}
@@ -86,7 +89,7 @@ func (w *watcher) run(ctx context.Context) {
 		})
 		informers = append(informers, inf)
 		w.mu.Lock()
-		w.syncedFn = append(w.syncedFn, inf.HasSynced)
+		w.syncedFn = append(w.syncedFn, reg.HasSynced)
 		w.mu.Unlock()
 	}
 	w.ready.Store(true)
