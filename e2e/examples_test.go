@@ -50,7 +50,9 @@ func TestExampleGeneratorOwnsItsConfigMap(t *testing.T) {
 	if err := env.Dynamic.Resource(generators).Namespace(ns).Delete(context.Background(), "g", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	testcluster.Eventually(t, 20*time.Second, func() (bool, string) {
+	// kube-controller-manager's garbage collector rediscovers resources every 30 s:
+	// on a fresh cluster it may not watch the Generator CRD yet.
+	testcluster.Eventually(t, 75*time.Second, func() (bool, string) {
 		_, err := env.Kube.CoreV1().ConfigMaps(ns).Get(context.Background(), "g-generated", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), "the ConfigMap was not garbage-collected with its owner"
 	})

@@ -258,6 +258,7 @@ func (o *Operator) daemonsRunning(mem *objectMemory) bool {
 func (o *Operator) stopAllDaemons() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.daemonCtx = nil // cycles still finishing start no new daemon
 	for _, mem := range o.objects {
 		for _, d := range mem.daemons {
 			timeout := d.spec.CancellationTimeout

@@ -96,9 +96,9 @@ type Operator struct {
 	pendingIndexing int
 	// pendingInitial counts objects of the initial listings not processed yet.
 	pendingInitial int
-	// daemonCtx is cancelled when the operator stops: every daemon ends.
+	// daemonCtx parents every daemon's context; nil before Start and once stopping,
+	// so that no daemon starts then.
 	daemonCtx    context.Context
-	stopDaemons  context.CancelFunc
 	daemonsGroup sync.WaitGroup
 
 	ctx     context.Context // set by Start; watchers started later use it
@@ -170,8 +170,10 @@ func (o *Operator) Start(ctx context.Context) error {
 	// request (their handlers' progress would be lost, and they would run again).
 	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
+	daemonCtx, stopDaemons := context.WithCancel(work)
+	defer stopDaemons()
 	o.mu.Lock()
-	o.daemonCtx, o.stopDaemons = context.WithCancel(work)
+	o.daemonCtx = daemonCtx
 	o.mu.Unlock()
 	var workers sync.WaitGroup
 	for i := 0; i < o.opts.Workers; i++ {
