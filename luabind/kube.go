@@ -213,7 +213,8 @@ func (s *shard) pushObject(L *lua.LState, obj map[string]any, err error) int {
 // stuck API call fails the handler like any timeout.
 func (s *shard) pushError(L *lua.LState, err error) int {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		L.RaiseError("API call interrupted: %s", err)
+		// Raised as the Go error, so the deadline stays recognisable (errors.Is).
+		throwGoError(L, fmt.Errorf("API call interrupted: %w", err))
 	}
 	L.Push(lua.LNil)
 	L.Push(lua.LString(err.Error()))

@@ -38,7 +38,7 @@ import (
 // rawset(p, k, v) and table.insert(p, v) bypass the read-only guard: they write into
 // the (otherwise empty) proxy table, never into the Go value; such a raw entry then
 // shadows the field of the same key when read, and fromLua ignores it. luaop.array(p)
-// and luaop.object(p) return a plain, writable copy; so does proxyMaterialize.
+// and luaop.object(p) return a plain, writable copy.
 //
 // getmetatable(p) returns false (the metatable is protected), so it cannot be removed.
 
@@ -191,15 +191,6 @@ func proxyValue(lv lua.LValue) (any, bool) {
 		return nil, false
 	}
 	return pd.v, true
-}
-
-// proxyMaterialize returns a plain, writable deep copy of a proxy as Lua tables (with
-// the usual markers), and any other value unchanged.
-func proxyMaterialize(L *lua.LState, lv lua.LValue) lua.LValue {
-	if v, ok := proxyValue(lv); ok {
-		return toLua(L, v)
-	}
-	return lv
 }
 
 // child returns the converted child at key (objects) or index (lists), converting and

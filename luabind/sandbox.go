@@ -1,8 +1,6 @@
 package luabind
 
 import (
-	"errors"
-	"io/fs"
 	"strings"
 
 	lua "github.com/yuin/gopher-lua"
@@ -64,7 +62,8 @@ func (o sandboxOptions) withDefaults() sandboxOptions {
 //     time, date and clock. No io, debug, coroutine or channel library.
 //   - removed: dofile, loadfile, _printregs, package.loadlib, package.path,
 //     package.cpath and the file-system loader of require (only package.preload
-//     remains until installRequire plugs in the scripts folder).
+//     remains; the runtime gives each script load a require of its own that reads
+//     the scripts folder's compiled modules, never the file system).
 //   - collectgarbage is a harmless function returning 0 (the real one runs a GC of the
 //     whole Go program).
 //   - print goes to opts.Print.
@@ -434,91 +433,4 @@ func sbCaptured(L *lua.LState, md *pm.MatchData, str string, idx int) string {
 		return lua.LNumber(md.Capture(idx)).String()
 	}
 	return str[md.Capture(idx):md.Capture(idx+1)]
-}
-
-// installRequire makes require(name) load modules of the scripts folder: load returns
-// the compiled chunk of module name and its chunk name (file name). A module runs once
-// per state, with (name, chunk name) as arguments; its result (or true when it returns
-// nothing) is cached in package.loaded. package.preload still takes precedence, so
-// modules registered with L.PreloadModule keep working.
-//
-// load reports "not found" by returning a nil proto and a nil error, or an error that
-// wraps fs.ErrNotExist; require then raises "module 'x' not found in the scripts
-// folder". Other errors are raised as "error loading module 'x': <err>". A module that
-// fails while running is not cached: a later require runs it again. A module that
-// requires itself (directly or not) fails with "loop requiring module 'x'".
-//
-// Calling installRequire again on the same state (a reload) forgets the modules the
-// previous load function provided, so the next require runs the new code; modules
-// from package.preload and the standard libraries stay.
-func installRequire(L *lua.LState, load func(name string) (*lua.FunctionProto, string, error)) {
-	c := conv(L)
-	loaded, ok := L.G.Registry.RawGetString("_LOADED").(*lua.LTable)
-	if !ok {
-		loaded = L.NewTable()
-		L.G.Registry.RawSetString("_LOADED", loaded)
-	}
-	for name := range c.requireLoaded {
-		loaded.RawSetString(name, lua.LNil)
-	}
-	c.requireLoaded = map[string]bool{}
-	loading := map[string]bool{}
-	L.SetGlobal("require", L.NewFunction(func(L *lua.LState) int {
-		name := L.CheckString(1)
-		if lv := loaded.RawGetString(name); lua.LVAsBool(lv) {
-			L.Push(lv)
-			return 1
-		}
-		if loading[name] {
-			L.RaiseError("loop requiring module '%s'", name)
-		}
-
-		var fn *lua.LFunction
-		chunk := name
-		if pkg, ok := L.GetGlobal("package").(*lua.LTable); ok {
-			if pre, ok := pkg.RawGetString("preload").(*lua.LTable); ok {
-				fn, _ = pre.RawGetString(name).(*lua.LFunction)
-			}
-		}
-		if fn == nil {
-			proto, chunkName, err := load(name)
-			switch {
-			case err != nil && errors.Is(err, fs.ErrNotExist), err == nil && proto == nil:
-				L.RaiseError("module '%s' not found in the scripts folder", name)
-			case err != nil:
-				L.RaiseError("error loading module '%s': %v", name, err)
-			}
-			fn = L.NewFunctionFromProto(proto)
-			if chunkName != "" {
-				chunk = chunkName
-			}
-			c.requireLoaded[name] = true
-		}
-
-		loading[name] = true
-		L.Push(fn)
-		L.Push(lua.LString(name))
-		L.Push(lua.LString(chunk))
-		err := L.PCall(2, 1, nil)
-		delete(loading, name)
-		if err != nil {
-			var ae *lua.ApiError
-			if errors.As(err, &ae) {
-				L.Error(ae.Object, 0) // re-raise the module's own error value
-			}
-			L.RaiseError("%s", err.Error())
-		}
-		ret := L.Get(-1)
-		L.Pop(1)
-		if ret == lua.LNil {
-			if lv := loaded.RawGetString(name); lv != lua.LNil {
-				ret = lv // the module filled package.loaded itself
-			} else {
-				ret = lua.LTrue
-			}
-		}
-		loaded.RawSetString(name, ret)
-		L.Push(ret)
-		return 1
-	}))
 }
