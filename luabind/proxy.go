@@ -381,9 +381,16 @@ func installIteration(L *lua.LState) {
 	if ipairsAux == nil {
 		ipairsAux = L.NewFunction(pxIPairsAux)
 	}
-	L.SetGlobal("pairs", L.NewClosure(func(L *lua.LState) int {
+	L.SetGlobal("pairs", pxIterator(L, "__pairs", pairsAux, lua.LNil))
+	L.SetGlobal("ipairs", pxIterator(L, "__ipairs", ipairsAux, lua.LNumber(0)))
+}
+
+// pxIterator builds pairs or ipairs: the metamethod's three results when the value has
+// it, else (aux, table, initial) as the base library returns.
+func pxIterator(L *lua.LState, metamethod string, aux *lua.LFunction, initial lua.LValue) *lua.LFunction {
+	return L.NewClosure(func(L *lua.LState) int {
 		v := L.Get(1)
-		if mm := L.GetMetaField(v, "__pairs"); mm != lua.LNil {
+		if mm := L.GetMetaField(v, metamethod); mm != lua.LNil {
 			L.Push(mm)
 			L.Push(v)
 			L.Call(1, 3)
@@ -392,23 +399,9 @@ func installIteration(L *lua.LState) {
 		tb := L.CheckTable(1)
 		L.Push(L.Get(lua.UpvalueIndex(1)))
 		L.Push(tb)
-		L.Push(lua.LNil)
+		L.Push(initial)
 		return 3
-	}, pairsAux))
-	L.SetGlobal("ipairs", L.NewClosure(func(L *lua.LState) int {
-		v := L.Get(1)
-		if mm := L.GetMetaField(v, "__ipairs"); mm != lua.LNil {
-			L.Push(mm)
-			L.Push(v)
-			L.Call(1, 3)
-			return 3
-		}
-		tb := L.CheckTable(1)
-		L.Push(L.Get(lua.UpvalueIndex(1)))
-		L.Push(tb)
-		L.Push(lua.LNumber(0))
-		return 3
-	}, ipairsAux))
+	}, aux)
 }
 
 // pxOriginalIterator returns the iterator function the base library's pairs or ipairs
