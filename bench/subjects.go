@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -191,17 +190,12 @@ func (s *inprocSubject) launch(ns string, _ int, logPath string) (instance, erro
 	postEvents := false
 	m := metrics.New()
 	popts := processing.Options{
-		Observer:     m,
-		QueueMetrics: m.WorkqueueProvider(),
-		OnHandlerRun: func(r processing.HandlerRun) {
-			var se *luabind.ScriptError
-			m.HandlerRun(r.Resource, r.HandlerID, r.Reason, string(r.Outcome), r.Duration, errors.As(r.Err, &se))
-		},
 		Namespaces: []string{ns},
 		Workers:    s.workers,
 		PostEvents: &postEvents,
 		Logger:     log,
 	}
+	operator.Instrument(&popts, m)
 	op, err := operator.New(cfg, operator.Options{ScriptsDir: s.scriptsDir, Processing: popts, Logger: log,
 		Runtime: luabind.Options{Logger: log}})
 	if err != nil {

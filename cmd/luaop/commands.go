@@ -125,12 +125,6 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	}
 	m := metrics.New()
 	popts := processing.Options{
-		Observer:     m,
-		QueueMetrics: m.WorkqueueProvider(),
-		OnHandlerRun: func(r processing.HandlerRun) {
-			var se *luabind.ScriptError
-			m.HandlerRun(r.Resource, r.HandlerID, r.Reason, string(r.Outcome), r.Duration, errors.As(r.Err, &se))
-		},
 		Namespaces:          s.Namespaces,
 		Workers:             s.Workers,
 		Prefix:              s.Prefix,
@@ -146,6 +140,7 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	if s.DiffBaseStorage == "status" {
 		popts.DiffBase = state.NewStatusDiffBase(statusField(s.Prefix))
 	}
+	operator.Instrument(&popts, m)
 	op, err := operator.New(cfg, operator.Options{
 		ScriptsDir: dir,
 		Processing: popts,

@@ -1,0 +1,24 @@
+package operator
+
+import (
+	"errors"
+
+	"github.com/luaop/luaop/luabind"
+	"github.com/luaop/luaop/metrics"
+	"github.com/luaop/luaop/processing"
+)
+
+// Instrument feeds m from the processing core: watch events, patches, the work queue
+// and every handler run (Lua errors counted apart). A handler-run callback already in
+// p is kept and called first.
+func Instrument(p *processing.Options, m *metrics.Metrics) {
+	p.Observer, p.QueueMetrics = m, m.WorkqueueProvider()
+	previous := p.OnHandlerRun
+	p.OnHandlerRun = func(r processing.HandlerRun) {
+		if previous != nil {
+			previous(r)
+		}
+		var se *luabind.ScriptError
+		m.HandlerRun(r.Resource, r.HandlerID, r.Reason, string(r.Outcome), r.Duration, errors.As(r.Err, &se))
+	}
+}
