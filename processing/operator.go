@@ -136,7 +136,7 @@ func New(cfg *rest.Config, handlers Handlers, opts Options) (*Operator, error) {
 		indexes:  state.NewIndexes(),
 		watchers: map[causes.Resource]*watcher{},
 	}
-	if *opts.PostEvents {
+	if *opts.PostEvents && opts.Recorder == nil {
 		if o.events, err = kubernetes.NewForConfig(cfg); err != nil {
 			return nil, fmt.Errorf("creating the events client: %w", err)
 		}
@@ -155,7 +155,11 @@ func (o *Operator) Start(ctx context.Context) error {
 		workqueue.NewTypedItemExponentialFailureRateLimiter[objectKey](time.Second, 5*time.Minute),
 		workqueue.TypedRateLimitingQueueConfig[objectKey]{Name: "luaop", MetricsProvider: o.opts.QueueMetrics},
 	)
-	if o.events != nil {
+	o.recorder = o.opts.Recorder
+	if !*o.opts.PostEvents {
+		o.recorder = nil
+	}
+	if o.recorder == nil && o.events != nil {
 		var shutdown func()
 		o.recorder, shutdown = newEventRecorder(o.events)
 		defer shutdown()

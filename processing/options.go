@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"time"
 
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/luaop/luaop/state"
@@ -31,6 +32,10 @@ type Options struct {
 	ConsistencyTimeout time.Duration
 	// PostEvents posts Kubernetes Events for handler outcomes. Defaults to true.
 	PostEvents *bool
+	// Recorder, when set, posts the framework's Events (and is shared with the
+	// scripts' luaop.info/warn/exception, so one rate limit and one aggregation cover
+	// both). When nil and PostEvents is true, Start makes a recorder of its own.
+	Recorder record.EventRecorder
 	// Logger receives framework and handler logs. Defaults to slog.Default().
 	Logger *slog.Logger
 	// OnHandlerRun, when set, is told about every handler run (live views, metrics).
