@@ -75,13 +75,13 @@ func parseResource(s string) (causes.Resource, error) {
 
 var validID = regexp.MustCompile(`^[A-Za-z0-9_][-A-Za-z0-9_./]*$`)
 
-func (s *shard) where() string {
-	return strings.TrimSuffix(strings.TrimSpace(s.L.Where(1)), ":")
+func (s *shard) where(L *lua.LState) string {
+	return strings.TrimSuffix(strings.TrimSpace(L.Where(1)), ":")
 }
 
-func (s *shard) mustCollect(what string) *collected {
+func (s *shard) mustCollect(L *lua.LState, what string) *collected {
 	if s.collecting == nil {
-		s.L.RaiseError("%s: handlers can only be registered while the scripts load (at the top level of a script)", what)
+		L.RaiseError("%s: handlers can only be registered while the scripts load (at the top level of a script)", what)
 	}
 	return s.collecting
 }
@@ -91,11 +91,11 @@ func (s *shard) mustCollect(what string) *collected {
 //	luaop.on.create("example.com/v1/widgets", function(ctx) ... end, {id = "...", retries = 3})
 func (s *shard) registerChange(name string, reasons []causes.Reason) lua.LGFunction {
 	return func(L *lua.LState) int {
-		col := s.mustCollect("luaop.on." + name)
-		res := s.checkResource(1)
+		col := s.mustCollect(L, "luaop.on." + name)
+		res := s.checkResource(L, 1)
 		fn := L.CheckFunction(2)
-		spec := causes.Spec{Kind: causes.KindChange, Resource: res, Reasons: reasons, Source: s.where()}
-		s.add(col, spec, fn, L.OptTable(3, nil), name)
+		spec := causes.Spec{Kind: causes.KindChange, Resource: res, Reasons: reasons, Source: s.where(L)}
+		s.add(L, col, spec, fn, L.OptTable(3, nil), name)
 		return 0
 	}
 }
@@ -103,54 +103,53 @@ func (s *shard) registerChange(name string, reasons []causes.Reason) lua.LGFunct
 // registerField makes on.field(resource, "spec.path", fn, opts): an update (and
 // create) handler for one field.
 func (s *shard) registerField(L *lua.LState) int {
-	col := s.mustCollect("luaop.on.field")
-	res := s.checkResource(1)
+	col := s.mustCollect(L, "luaop.on.field")
+	res := s.checkResource(L, 1)
 	field := state.ParsePath(L.CheckString(2))
 	if len(field) == 0 {
 		L.ArgError(2, "a field path such as \"spec.size\" is required")
 	}
 	fn := L.CheckFunction(3)
-	spec := causes.Spec{Kind: causes.KindChange, Resource: res, Reasons: []causes.Reason{causes.Create, causes.Update}, Field: field, Source: s.where()}
-	s.add(col, spec, fn, L.OptTable(4, nil), "field_"+strings.Join(field, "_"))
+	spec := causes.Spec{Kind: causes.KindChange, Resource: res, Reasons: []causes.Reason{causes.Create, causes.Update}, Field: field, Source: s.where(L)}
+	s.add(L, col, spec, fn, L.OptTable(4, nil), "field_"+strings.Join(field, "_"))
 	return 0
 }
 
 func (s *shard) registerKind(kind causes.Kind, name string) lua.LGFunction {
 	return func(L *lua.LState) int {
-		col := s.mustCollect("luaop." + name)
-		res := s.checkResource(1)
+		col := s.mustCollect(L, "luaop." + name)
+		res := s.checkResource(L, 1)
 		fn := L.CheckFunction(2)
-		spec := causes.Spec{Kind: kind, Resource: res, Source: s.where()}
-		s.add(col, spec, fn, L.OptTable(3, nil), name)
+		spec := causes.Spec{Kind: kind, Resource: res, Source: s.where(L)}
+		s.add(L, col, spec, fn, L.OptTable(3, nil), name)
 		return 0
 	}
 }
 
 func (s *shard) registerHook(name string) lua.LGFunction {
 	return func(L *lua.LState) int {
-		col := s.mustCollect("luaop.on." + name)
+		col := s.mustCollect(L, "luaop.on." + name)
 		fn := L.CheckFunction(1)
-		spec := causes.Spec{Kind: causes.Kind(name), Source: s.where()}
-		s.add(col, spec, fn, L.OptTable(2, nil), name)
+		spec := causes.Spec{Kind: causes.Kind(name), Source: s.where(L)}
+		s.add(L, col, spec, fn, L.OptTable(2, nil), name)
 		return 0
 	}
 }
 
-func (s *shard) checkResource(n int) causes.Resource {
-	res, err := parseResource(s.L.CheckString(n))
+func (s *shard) checkResource(L *lua.LState, n int) causes.Resource {
+	res, err := parseResource(L.CheckString(n))
 	if err != nil {
-		s.L.ArgError(n, err.Error())
+		L.ArgError(n, err.Error())
 	}
 	return res
 }
 
 // add applies the options table, checks the id and records the handler.
-func (s *shard) add(col *collected, spec causes.Spec, fn *lua.LFunction, opts *lua.LTable, suffix string) {
-	L := s.L
+func (s *shard) add(L *lua.LState, col *collected, spec causes.Spec, fn *lua.LFunction, opts *lua.LTable, suffix string) {
 	fns := &handlerFns{fn: fn, param: lua.LNil}
 	filters := &dataFilters{}
 	if opts != nil {
-		s.applyOptions(&spec, fns, filters, opts)
+		s.applyOptions(L, &spec, fns, filters, opts)
 	}
 	if spec.ID == "" {
 		spec.ID = defaultID(col, spec.Source, suffix)
@@ -208,8 +207,7 @@ var knownOptions = map[string]bool{
 	"cancellation_timeout": true,
 }
 
-func (s *shard) applyOptions(spec *causes.Spec, fns *handlerFns, f *dataFilters, opts *lua.LTable) {
-	L := s.L
+func (s *shard) applyOptions(L *lua.LState, spec *causes.Spec, fns *handlerFns, f *dataFilters, opts *lua.LTable) {
 	opts.ForEach(func(k, v lua.LValue) {
 		key, ok := k.(lua.LString)
 		if !ok || !knownOptions[string(key)] {
@@ -218,15 +216,15 @@ func (s *shard) applyOptions(spec *causes.Spec, fns *handlerFns, f *dataFilters,
 		name := string(key)
 		switch name {
 		case "id":
-			spec.ID = s.optString(name, v)
+			spec.ID = s.optString(L, name, v)
 		case "retries":
-			spec.Retries = int(s.optNumber(name, v))
+			spec.Retries = int(s.optNumber(L, name, v))
 		case "backoff":
-			spec.Backoff = s.optSeconds(name, v)
+			spec.Backoff = s.optSeconds(L, name, v)
 		case "timeout":
-			spec.Timeout = s.optSeconds(name, v)
+			spec.Timeout = s.optSeconds(L, name, v)
 		case "errors":
-			mode := causes.ErrorMode(s.optString(name, v))
+			mode := causes.ErrorMode(s.optString(L, name, v))
 			if mode != causes.ErrorsTemporary && mode != causes.ErrorsPermanent && mode != causes.ErrorsIgnored {
 				L.RaiseError("option errors = %q: use \"temporary\", \"permanent\" or \"ignored\"", mode)
 			}
@@ -238,20 +236,20 @@ func (s *shard) applyOptions(spec *causes.Spec, fns *handlerFns, f *dataFilters,
 			if !ok {
 				L.RaiseError("option %s must be a table of name = value, luaop.PRESENT, luaop.ABSENT or function(value, ctx)", name)
 			}
-			s.metaFilters(name, t, fns, f)
+			s.metaFilters(L, name, t, fns, f)
 		case "field":
-			f.field = state.ParsePath(s.optString(name, v))
+			f.field = state.ParsePath(s.optString(L, name, v))
 			if spec.Kind == causes.KindChange {
 				// kopf: on.update(field=...) serves changes of that field only,
 				// with old/new/diff of the field.
 				spec.Field = f.field
 			}
 		case "value":
-			f.value, f.hasValue = s.optValue(name, v), true
+			f.value, f.hasValue = s.optValue(L, name, v), true
 		case "old":
-			f.old, f.hasOld = s.optValue(name, v), true
+			f.old, f.hasOld = s.optValue(L, name, v), true
 		case "new":
-			f.new, f.hasNew = s.optValue(name, v), true
+			f.new, f.hasNew = s.optValue(L, name, v), true
 		case "when":
 			fn, ok := v.(*lua.LFunction)
 			if !ok {
@@ -263,15 +261,15 @@ func (s *shard) applyOptions(spec *causes.Spec, fns *handlerFns, f *dataFilters,
 		case "deleted":
 			spec.Deleted = lua.LVAsBool(v)
 		case "interval":
-			spec.Interval = s.optSeconds(name, v)
+			spec.Interval = s.optSeconds(L, name, v)
 		case "initial_delay":
-			spec.InitialDelay = s.optSeconds(name, v)
+			spec.InitialDelay = s.optSeconds(L, name, v)
 		case "idle":
-			spec.Idle = s.optSeconds(name, v)
+			spec.Idle = s.optSeconds(L, name, v)
 		case "sharp":
 			spec.Sharp = lua.LVAsBool(v)
 		case "cancellation_timeout":
-			spec.CancellationTimeout = s.optSeconds(name, v)
+			spec.CancellationTimeout = s.optSeconds(L, name, v)
 		}
 	})
 	if f.hasValue && f.field == nil && spec.Field != nil {
@@ -282,36 +280,36 @@ func (s *shard) applyOptions(spec *causes.Spec, fns *handlerFns, f *dataFilters,
 	}
 }
 
-func (s *shard) optString(name string, v lua.LValue) string {
+func (s *shard) optString(L *lua.LState, name string, v lua.LValue) string {
 	str, ok := v.(lua.LString)
 	if !ok {
-		s.L.RaiseError("option %s must be a string, got %s", name, v.Type())
+		L.RaiseError("option %s must be a string, got %s", name, v.Type())
 	}
 	return string(str)
 }
 
-func (s *shard) optNumber(name string, v lua.LValue) float64 {
+func (s *shard) optNumber(L *lua.LState, name string, v lua.LValue) float64 {
 	n, ok := v.(lua.LNumber)
 	if !ok || n < 0 {
-		s.L.RaiseError("option %s must be a number >= 0, got %s", name, v.String())
+		L.RaiseError("option %s must be a number >= 0, got %s", name, v.String())
 	}
 	return float64(n)
 }
 
-func (s *shard) optSeconds(name string, v lua.LValue) time.Duration {
-	return time.Duration(s.optNumber(name, v) * float64(time.Second))
+func (s *shard) optSeconds(L *lua.LState, name string, v lua.LValue) time.Duration {
+	return time.Duration(s.optNumber(L, name, v) * float64(time.Second))
 }
 
-func (s *shard) optValue(name string, v lua.LValue) any {
+func (s *shard) optValue(L *lua.LState, name string, v lua.LValue) any {
 	out, err := fromLua(v)
 	if err != nil {
-		s.L.RaiseError("option %s: %s", name, err.Error())
+		L.RaiseError("option %s: %s", name, err.Error())
 	}
 	return out
 }
 
-func (s *shard) metaFilters(name string, t *lua.LTable, fns *handlerFns, f *dataFilters) {
-	present, absent := presentMarker(s.L), absentMarker(s.L)
+func (s *shard) metaFilters(L *lua.LState, name string, t *lua.LTable, fns *handlerFns, f *dataFilters) {
+	present, absent := presentMarker(L), absentMarker(L)
 	t.ForEach(func(k, v lua.LValue) {
 		key := k.String()
 		var mf metaFilter
@@ -336,7 +334,7 @@ func (s *shard) metaFilters(name string, t *lua.LTable, fns *handlerFns, f *data
 		case v.Type() == lua.LTString:
 			mf = metaFilter{key: key, mode: metaEquals, value: v.String()}
 		default:
-			s.L.RaiseError("%s filter %q: use a string, luaop.PRESENT, luaop.ABSENT or a function(value, ctx)", name, key)
+			L.RaiseError("%s filter %q: use a string, luaop.PRESENT, luaop.ABSENT or a function(value, ctx)", name, key)
 		}
 		if name == "labels" {
 			f.labels = append(f.labels, mf)

@@ -25,6 +25,9 @@ type callState struct {
 	// daemon calls outlive their first body: ctx fields are not cached, so each
 	// access reads the newest body.
 	daemon bool
+	// ctx is the caller's context. A daemon's deadline restarts under it after each
+	// blocking function (a daemon runs for as long as it sleeps in between).
+	ctx context.Context
 }
 
 // lookup finds a handler's functions: registered by the scripts, or a subhandler
@@ -38,8 +41,10 @@ func (s *shard) lookup(id, uid string) *handlerFns {
 
 // invoke runs one handler with the shard's state.
 func (s *shard) invoke(ctx context.Context, call causes.Call) (causes.Result, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	if err := s.lock(ctx); err != nil {
+		return causes.Result{}, err
+	}
+	defer s.unlock()
 	uid := uidOf(call.Cause.Body)
 	fns := s.lookup(call.Handler.ID, uid)
 	if fns == nil {
@@ -83,8 +88,10 @@ func (s *shard) invoke(ctx context.Context, call causes.Call) (causes.Result, er
 
 // match runs a handler's filter callbacks (when, label and annotation functions).
 func (s *shard) match(ctx context.Context, spec causes.Spec, cause causes.Cause) (bool, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	if err := s.lock(ctx); err != nil {
+		return false, err
+	}
+	defer s.unlock()
 	fns := s.fns[spec.ID]
 	if fns == nil || !fns.hasFilter {
 		return fns != nil, nil
@@ -121,37 +128,46 @@ func (s *shard) match(ctx context.Context, spec causes.Spec, cause causes.Cause)
 	return true, nil
 }
 
-// call runs fn(args..., ctx) under the handler deadline and maps Lua errors to Go
-// errors. Nothing a script does can panic the caller.
-func (s *shard) call(ctx context.Context, fn *lua.LFunction, call causes.Call, fns *handlerFns, args ...lua.LValue) (ret lua.LValue, cs *callState, err error) {
-	L := s.L
-	cs = &callState{call: call, fns: fns, logger: call.Logger}
+// call runs fn(args..., ctx) on a call thread under the handler deadline and maps
+// Lua errors to Go errors. Nothing a script does can panic the caller. Shard lock
+// held; blocking functions the script calls release it meanwhile.
+func (s *shard) call(ctx context.Context, fn *lua.LFunction, call causes.Call, fns *handlerFns, args ...lua.LValue) (lua.LValue, *callState, error) {
+	cs := &callState{call: call, fns: fns, logger: call.Logger, ctx: ctx}
+	ret, err := s.run(cs, fn, args...)
+	return ret, cs, err
+}
+
+// run runs one call (cs) on a pooled thread: cs is that thread's call until it ends.
+func (s *shard) run(cs *callState, fn *lua.LFunction, args ...lua.LValue) (ret lua.LValue, err error) {
+	t := s.getThread()
+	L := t.L
 	cs.table = L.CreateTable(0, 8)
 	L.SetMetatable(cs.table, s.ctxMT)
-	s.current = cs
-	cctx, cancel := context.WithTimeout(ctx, s.rt.opts.HandlerTimeout)
-	L.SetContext(cctx)
+	t.cs = cs
+	s.setDeadline(t, cs.ctx)
+	reuse := false
 	defer func() {
-		L.RemoveContext()
-		cancel()
-		L.SetTop(0)
-		s.current = nil
 		if r := recover(); r != nil {
-			err = fmt.Errorf("%s: internal error while running the handler: %v", call.Handler.ID, r)
+			err = fmt.Errorf("%s: internal error while running the handler: %v", cs.call.Handler.ID, r)
 		}
+		s.putThread(t, reuse)
 	}()
 	L.Push(fn)
 	for _, a := range args {
 		L.Push(a)
 	}
 	L.Push(cs.table)
-	if perr := L.PCall(len(args)+1, 1, nil); perr != nil {
-		if cctx.Err() != nil && ctx.Err() == nil {
-			return lua.LNil, cs, timeoutError(perr, s.rt.opts.HandlerTimeout)
+	perr := L.PCall(len(args)+1, 1, nil)
+	reuse = true
+	if perr != nil {
+		// The thread's context is the deadline of the last stretch of Lua (a
+		// daemon's restarts after every blocking function).
+		if L.Context().Err() != nil && cs.ctx.Err() == nil {
+			return lua.LNil, timeoutError(perr, s.rt.opts.HandlerTimeout)
 		}
-		return lua.LNil, cs, luaError(perr)
+		return lua.LNil, luaError(perr)
 	}
-	return L.Get(-1), cs, nil
+	return L.Get(-1), nil
 }
 
 // timeoutError keeps the location and makes the deadline recognisable.
@@ -168,11 +184,11 @@ func (s *shard) newCtxMetatable() *lua.LTable {
 	mt.RawSetString("__index", L.NewFunction(func(L *lua.LState) int {
 		t := L.CheckTable(1)
 		key := L.CheckString(2)
-		cs := s.current
+		cs := s.callOf(L)
 		if cs == nil || cs.table != t {
 			return 0
 		}
-		v := s.ctxField(cs, key)
+		v := s.ctxField(L, cs, key)
 		if v != lua.LNil && !(cs.daemon && key != "logger" && key != "memo" && key != "stopped") {
 			t.RawSetString(key, v)
 		}
@@ -189,8 +205,7 @@ var ctxRoots = map[string]string{
 	"labels": "ctx.labels", "annotations": "ctx.annotations", "old": "ctx.old", "new": "ctx.new",
 }
 
-func (s *shard) ctxField(cs *callState, key string) lua.LValue {
-	L := s.L
+func (s *shard) ctxField(L *lua.LState, cs *callState, key string) lua.LValue {
 	call := cs.call
 	body := call.Cause.Body
 	if cs.daemon && call.Latest != nil {
@@ -258,7 +273,7 @@ func (s *shard) ctxField(cs *callState, key string) lua.LValue {
 			return 1
 		})
 	case "indexes":
-		return s.indexesTable(call)
+		return s.indexesTable(L, call)
 	case "memo":
 		return s.memoFor(uidOf(body))
 	case "logger":
@@ -364,7 +379,7 @@ func (s *shard) newLogger() *lua.LTable {
 			for i := start; i <= L.GetTop(); i++ {
 				parts = append(parts, L.ToStringMeta(L.Get(i)).String())
 			}
-			s.log().Log(L.Context(), level, strings.Join(parts, " "))
+			s.log(L).Log(L.Context(), level, strings.Join(parts, " "))
 			return 0
 		}))
 	}
@@ -374,16 +389,16 @@ func (s *shard) newLogger() *lua.LTable {
 // registerSubhandler is ctx.subhandler(fn, {id = "...", retries = ..., ...}): a child
 // handler of the running one, with its own persisted progress, run after it.
 func (s *shard) registerSubhandler(L *lua.LState, cs *callState) int {
-	if s.current != cs {
+	if s.callOf(L) != cs {
 		L.RaiseError("ctx.subhandler can only be called while its handler runs")
 	}
 	fn := L.CheckFunction(1)
 	opts := L.OptTable(2, nil)
 	parent := cs.call.Handler
-	spec := causes.Spec{Kind: causes.KindChange, Resource: parent.Resource, Reasons: parent.Reasons, Field: parent.Field, Source: s.where()}
+	spec := causes.Spec{Kind: causes.KindChange, Resource: parent.Resource, Reasons: parent.Reasons, Field: parent.Field, Source: s.where(L)}
 	fns := &handlerFns{fn: fn, param: lua.LNil}
 	if opts != nil {
-		s.applyOptions(&spec, fns, &dataFilters{}, opts)
+		s.applyOptions(L, &spec, fns, &dataFilters{}, opts)
 	}
 	if spec.ID == "" {
 		spec.ID = fmt.Sprintf("sub%d", len(cs.subs)+1)
@@ -407,8 +422,7 @@ func (s *shard) registerSubhandler(L *lua.LState, cs *callState) int {
 
 // indexesTable is ctx.indexes: ctx.indexes.<name>[key] is the list of values the
 // objects put under key. Each index is read when first touched in the call.
-func (s *shard) indexesTable(call causes.Call) lua.LValue {
-	L := s.L
+func (s *shard) indexesTable(L *lua.LState, call causes.Call) lua.LValue {
 	t := L.NewTable()
 	mt := L.NewTable()
 	mt.RawSetString("__index", L.NewFunction(func(L *lua.LState) int {

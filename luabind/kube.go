@@ -33,7 +33,11 @@ func (s *shard) installKube(mod *lua.LTable) {
 	kube := L.NewTable()
 	fns := map[string]lua.LGFunction{
 		"get": func(L *lua.LState) int {
-			obj, err := s.kube(L).Get(s.callContext(L), L.CheckString(1), L.CheckString(2), L.OptString(3, ""), L.CheckString(4))
+			k := s.kube(L)
+			apiVersion, kind, ns, name := L.CheckString(1), L.CheckString(2), L.OptString(3, ""), L.CheckString(4)
+			var obj map[string]any
+			var err error
+			s.blocking(L, func(ctx context.Context) { obj, err = k.Get(ctx, apiVersion, kind, ns, name) })
 			return s.pushObject(L, obj, err)
 		},
 		"list": func(L *lua.LState) int {
@@ -44,7 +48,11 @@ func (s *shard) installKube(mod *lua.LTable) {
 			case *lua.LTable:
 				selector = lua.LVAsString(v.RawGetString("selector"))
 			}
-			items, err := s.kube(L).List(s.callContext(L), L.CheckString(1), L.CheckString(2), L.OptString(3, ""), selector)
+			k := s.kube(L)
+			apiVersion, kind, ns := L.CheckString(1), L.CheckString(2), L.OptString(3, "")
+			var items []map[string]any
+			var err error
+			s.blocking(L, func(ctx context.Context) { items, err = k.List(ctx, apiVersion, kind, ns, selector) })
 			if err != nil {
 				return s.pushError(L, err)
 			}
@@ -57,8 +65,11 @@ func (s *shard) installKube(mod *lua.LTable) {
 			return 1
 		},
 		"create": func(L *lua.LState) int {
+			k := s.kube(L)
 			obj := s.checkObject(L, 1)
-			created, err := s.kube(L).Create(s.callContext(L), obj)
+			var created map[string]any
+			var err error
+			s.blocking(L, func(ctx context.Context) { created, err = k.Create(ctx, obj) })
 			return s.pushObject(L, created, err)
 		},
 		"patch": func(L *lua.LState) int {
@@ -66,11 +77,18 @@ func (s *shard) installKube(mod *lua.LTable) {
 			if err != nil {
 				L.ArgError(5, err.Error())
 			}
-			out, err := s.kube(L).Patch(s.callContext(L), L.CheckString(1), L.CheckString(2), L.OptString(3, ""), L.CheckString(4), patch, L.OptString(6, "merge"))
+			k := s.kube(L)
+			apiVersion, kind, ns, name, patchType := L.CheckString(1), L.CheckString(2), L.OptString(3, ""), L.CheckString(4), L.OptString(6, "merge")
+			var out map[string]any
+			s.blocking(L, func(ctx context.Context) { out, err = k.Patch(ctx, apiVersion, kind, ns, name, patch, patchType) })
 			return s.pushObject(L, out, err)
 		},
 		"delete": func(L *lua.LState) int {
-			if err := s.kube(L).Delete(s.callContext(L), L.CheckString(1), L.CheckString(2), L.OptString(3, ""), L.CheckString(4)); err != nil {
+			k := s.kube(L)
+			apiVersion, kind, ns, name := L.CheckString(1), L.CheckString(2), L.OptString(3, ""), L.CheckString(4)
+			var err error
+			s.blocking(L, func(ctx context.Context) { err = k.Delete(ctx, apiVersion, kind, ns, name) })
+			if err != nil {
 				return s.pushError(L, err)
 			}
 			L.Push(lua.LTrue)
@@ -84,7 +102,10 @@ func (s *shard) installKube(mod *lua.LTable) {
 					force = lua.LVAsBool(v)
 				}
 			}
-			out, err := s.kube(L).Apply(s.callContext(L), obj, force)
+			k := s.kube(L)
+			var out map[string]any
+			var err error
+			s.blocking(L, func(ctx context.Context) { out, err = k.Apply(ctx, obj, force) })
 			return s.pushObject(L, out, err)
 		},
 	}
@@ -96,9 +117,12 @@ func (s *shard) installKube(mod *lua.LTable) {
 	for name, eventType := range map[string]string{"info": "Normal", "warn": "Warning", "exception": "Warning"} {
 		eventType := eventType
 		mod.RawSetString(name, L.NewFunction(func(L *lua.LState) int {
+			k := s.kube(L)
 			obj := s.checkObject(L, 1)
 			reason, message := L.CheckString(2), L.OptString(3, "")
-			if err := s.kube(L).Event(s.callContext(L), obj, eventType, reason, message); err != nil {
+			var err error
+			s.blocking(L, func(ctx context.Context) { err = k.Event(ctx, obj, eventType, reason, message) })
+			if err != nil {
 				return s.pushError(L, err)
 			}
 			L.Push(lua.LTrue)
@@ -148,24 +172,38 @@ func (s *shard) installKube(mod *lua.LTable) {
 	}))
 	mod.RawSetString("yaml", yamlMod)
 
-	// sleep(seconds) waits, and returns false early when the call's context ends
-	// (deadline, shutdown, or a daemon asked to stop).
+	// sleep(seconds) waits with the shard released, and returns false early when
+	// the call's context ends (deadline, shutdown) or a daemon is asked to stop. In
+	// a daemon it first flushes ctx.patch, and waits under the daemon's context
+	// rather than the handler deadline (which restarts after the sleep).
 	mod.RawSetString("sleep", L.NewFunction(func(L *lua.LState) int {
 		seconds := L.CheckNumber(1)
-		if L != s.L && s.current != nil && s.current.daemon {
-			// In a daemon's coroutine: yield to RunDaemon, which waits without
-			// holding the shard and resumes with true, or false when stopped.
-			return L.Yield(seconds)
-		}
 		d := time.Duration(float64(seconds) * float64(time.Second))
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			L.Push(lua.LTrue)
-		case <-s.callContext(L).Done():
-			L.Push(lua.LFalse)
+		var patch map[string]any
+		var flush func(map[string]any)
+		var stopped <-chan struct{}
+		var daemonCtx context.Context
+		if cs := s.callOf(L); cs != nil && cs.daemon {
+			patch, flush, stopped, daemonCtx = s.takeDaemonPatch(L, cs), cs.call.Flush, cs.call.Stopped, cs.ctx
 		}
+		slept := false
+		s.blocking(L, func(ctx context.Context) {
+			if daemonCtx != nil {
+				ctx = daemonCtx
+			}
+			if patch != nil {
+				flush(patch)
+			}
+			t := time.NewTimer(d)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				slept = true
+			case <-stopped:
+			case <-ctx.Done():
+			}
+		})
+		L.Push(lua.LBool(slept))
 		return 1
 	}))
 }
@@ -177,8 +215,7 @@ func (s *shard) kube(L *lua.LState) Kube {
 	return s.rt.opts.Kube
 }
 
-// callContext is the context of the Lua call in progress (its deadline); for a
-// daemon's thread, the thread's own.
+// callContext is the context of the Lua call running on L: its handler deadline.
 func (s *shard) callContext(L *lua.LState) context.Context {
 	if ctx := L.Context(); ctx != nil {
 		return ctx
@@ -186,8 +223,8 @@ func (s *shard) callContext(L *lua.LState) context.Context {
 	return context.Background()
 }
 
-// The helpers below take the calling state: in a daemon that is the coroutine's
-// thread, not the shard's main state, and values must go on its stack.
+// The helpers below take the calling state: a call thread (or a coroutine the
+// script made), not the shard's main state, and values must go on its stack.
 
 func (s *shard) checkObject(L *lua.LState, n int) map[string]any {
 	v, err := fromLua(L.CheckAny(n))

@@ -19,10 +19,11 @@ func (s *shard) runPrelude(mod *lua.LTable) {
 		panic("luabind: the embedded prelude does not compile: " + err.Error())
 	}
 	current := L.NewFunction(func(L *lua.LState) int {
-		if s.current == nil || s.current.call.Cause.Body == nil {
+		cs := s.callOf(L)
+		if cs == nil || cs.call.Cause.Body == nil {
 			return 0
 		}
-		L.Push(newProxy(L, s.current.call.Cause.Body))
+		L.Push(newProxy(L, cs.call.Cause.Body))
 		return 1
 	})
 	L.Push(fn)

@@ -22,8 +22,10 @@ import (
 
 // Options configure a Runtime. The zero value of every field means its default.
 type Options struct {
-	// Shards is the number of Lua states, each owned by one caller at a time.
-	// Defaults to GOMAXPROCS.
+	// Shards is the number of Lua states serving objects, each running Lua for one
+	// call at a time (calls waiting on I/O or timers let others run meanwhile).
+	// Defaults to GOMAXPROCS. Operator-level hooks (startup, cleanup, probe) have one
+	// more state of their own, so that probes never wait behind object handlers.
 	Shards int
 	// HandlerTimeout bounds every Lua call (handlers, filters, script loading), so an
 	// endless loop fails that call instead of stalling the operator. Defaults to 30s.
@@ -61,7 +63,9 @@ type Script struct {
 
 // Runtime loads scripts and runs their handlers. It satisfies processing.Handlers.
 type Runtime struct {
-	opts   Options
+	opts Options
+	// shards are the object shards followed by the hook shard (operator-level
+	// handlers, uid ""): Load and Close go through all of them.
 	shards []*shard
 	loadMu sync.Mutex // one load at a time
 	gen    atomic.Pointer[generation]
@@ -80,21 +84,27 @@ type generation struct {
 func New(opts Options) *Runtime {
 	opts.setDefaults()
 	r := &Runtime{opts: opts}
-	for i := 0; i < opts.Shards; i++ {
+	for i := 0; i <= opts.Shards; i++ { // the last one serves the hooks
 		r.shards = append(r.shards, newShard(r, i))
 	}
 	r.gen.Store(&generation{filters: map[string]*dataFilters{}})
 	return r
 }
 
-// Close releases the Lua states. No call may be running.
+// Close releases the Lua states. Calls still running (a daemon parked in a sleep
+// that processing did not stop) fail when they next need their state; calls that
+// start afterwards fail at once.
 func (r *Runtime) Close() {
 	r.loadMu.Lock() // a reload in flight finishes first
 	defer r.loadMu.Unlock()
 	for _, s := range r.shards {
-		s.mu.Lock()
-		s.L.Close()
-		s.mu.Unlock()
+		s.relock()
+		if !s.closed {
+			s.closed = true
+			s.idle = nil
+			s.L.Close()
+		}
+		s.unlock()
 	}
 }
 
@@ -210,25 +220,33 @@ func (r *Runtime) Specs() []causes.Spec { return r.gen.Load().specs }
 // Hooks returns the operator-level handlers (startup, cleanup, probe).
 func (r *Runtime) Hooks() []causes.Spec { return r.gen.Load().hooks }
 
+// shardFor is the shard of an object; uid "" (operator-level hooks) has its own.
 func (r *Runtime) shardFor(uid string) *shard {
-	if len(r.shards) == 1 || uid == "" {
+	n := len(r.shards) - 1
+	if uid == "" {
+		return r.shards[n]
+	}
+	if n == 1 {
 		return r.shards[0]
 	}
 	h := fnv.New32a()
 	h.Write([]byte(uid))
-	return r.shards[h.Sum32()%uint32(len(r.shards))]
+	return r.shards[h.Sum32()%uint32(n)]
 }
 
-// Forget drops an object's memo.
+// Forget drops an object's memo. It may be called from any goroutine that holds no
+// lock of the caller's; it waits for the shard (at most a handler deadline).
 func (r *Runtime) Forget(uid string) {
 	if uid == "" {
 		return
 	}
 	sh := r.shardFor(uid)
-	sh.mu.Lock()
+	if err := sh.lock(context.Background()); err != nil {
+		return // closed
+	}
 	sh.memos.RawSetString(uid, lua.LNil)
 	delete(sh.subFns, uid)
-	sh.mu.Unlock()
+	sh.unlock()
 }
 
 // Match evaluates a handler's filters for a cause.

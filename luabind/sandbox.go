@@ -22,7 +22,8 @@ type sandboxOptions struct {
 	// string.gsub and table.concat may build. Default 16 MiB.
 	MaxStringSize int
 	// Print receives what print() writes, arguments joined by tabs. Default: discard.
-	Print func(msg string)
+	// L is the state (or thread) print was called on.
+	Print func(L *lua.LState, msg string)
 }
 
 const (
@@ -52,7 +53,7 @@ func (o sandboxOptions) withDefaults() sandboxOptions {
 		o.MaxStringSize = sbDefaultMaxString
 	}
 	if o.Print == nil {
-		o.Print = func(string) {}
+		o.Print = func(*lua.LState, string) {}
 	}
 	return o
 }
@@ -116,7 +117,7 @@ func newSandboxState(opts sandboxOptions) *lua.LState {
 		for i := 1; i <= top; i++ {
 			parts[i-1] = L.ToStringMeta(L.Get(i)).String()
 		}
-		printFn(strings.Join(parts, "\t"))
+		printFn(L, strings.Join(parts, "\t"))
 		return 0
 	}))
 

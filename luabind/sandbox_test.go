@@ -70,7 +70,7 @@ func TestSandboxDeepRecursion(t *testing.T) {
 
 func TestSandboxPrint(t *testing.T) {
 	var lines []string
-	L := newSandboxState(sandboxOptions{Print: func(msg string) { lines = append(lines, msg) }})
+	L := newSandboxState(sandboxOptions{Print: func(_ *lua.LState, msg string) { lines = append(lines, msg) }})
 	defer L.Close()
 	lbtMustCall(t, L, `print("a", 1, nil, true, 2.5, setmetatable({}, {__tostring = function() return "T" end})); print(); print("second")`)
 	want := []string{"a\t1\tnil\ttrue\t2.5\tT", "", "second"}

@@ -6,20 +6,23 @@ import (
 	"log/slog"
 	"path"
 	"strings"
-	"sync"
 
 	lua "github.com/yuin/gopher-lua"
 
 	"github.com/luaop/luaop/processing/causes"
 )
 
-// shard owns one Lua state. Every use of L happens with mu held.
+// shard owns one Lua state. Every use of L, of its threads and of the tables below
+// happens with the shard lock held (see doc.go, "Concurrency").
 type shard struct {
 	rt  *Runtime
 	idx int
 
-	mu    sync.Mutex
-	L     *lua.LState
+	// sem is the shard lock: a 1-slot semaphore, so that waiting for it can end
+	// with the caller's context (lock).
+	sem    chan struct{}
+	closed bool // set by Runtime.Close: no call may start any more
+	L      *lua.LState
 	memos *lua.LTable // object uid -> memo table; survives reloads
 	// opMemo is the memo of operator-level hooks (startup, cleanup, probe).
 	opMemo *lua.LTable
@@ -31,8 +34,10 @@ type shard struct {
 	env    *lua.LTable
 	// collecting is set while scripts load: registrations go there.
 	collecting *collected
-	// current is the call in progress (its logger, its ctx table).
-	current *callState
+	// threads maps every call thread of this state (see thread.go) to its slot,
+	// which names the call running on it; idle are the threads ready for reuse.
+	threads map[*lua.LState]*callThread
+	idle    []*callThread
 
 	ctxMT, patchMT *lua.LTable
 	logger         *lua.LTable
@@ -65,11 +70,11 @@ type shardGeneration struct {
 }
 
 func newShard(rt *Runtime, idx int) *shard {
-	s := &shard{rt: rt, idx: idx}
+	s := &shard{rt: rt, idx: idx, sem: make(chan struct{}, 1), threads: map[*lua.LState]*callThread{}}
 	s.L = newSandboxState(sandboxOptions{
 		MaxStringSize: rt.opts.MaxStringSize,
-		Print: func(msg string) {
-			s.log().Info(msg)
+		Print: func(L *lua.LState, msg string) {
+			s.log(L).Info(msg)
 		},
 	})
 	installIteration(s.L)
@@ -84,10 +89,10 @@ func newShard(rt *Runtime, idx int) *shard {
 	return s
 }
 
-// log is the logger of the call in progress, or the runtime's.
-func (s *shard) log() *slog.Logger {
-	if s.current != nil && s.current.logger != nil {
-		return s.current.logger
+// log is the logger of the call running on L, or the runtime's.
+func (s *shard) log(L *lua.LState) *slog.Logger {
+	if cs := s.callOf(L); cs != nil && cs.logger != nil {
+		return cs.logger
 	}
 	return s.rt.opts.Logger
 }
@@ -104,8 +109,10 @@ func moduleName(file string) string {
 // files are the handler scripts, run in name order; files in subfolders are modules
 // that only run when required. Globals of the previous load are not visible.
 func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lua.FunctionProto) (*shardGeneration, *collected, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	if err := s.lock(ctx); err != nil {
+		return nil, nil, fmt.Errorf("loading the scripts: %w", err)
+	}
+	defer s.unlock()
 	L := s.L
 	env := L.NewTable()
 	envMT := L.NewTable()
@@ -183,9 +190,9 @@ func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lu
 }
 
 func (s *shard) commit(g *shardGeneration) {
-	s.mu.Lock()
+	s.relock()
 	s.fns, s.env = g.fns, g.env
-	s.mu.Unlock()
+	s.unlock()
 }
 
 // memoFor returns the memo table of an object, creating it on first use.

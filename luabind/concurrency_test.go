@@ -1,0 +1,414 @@
+package luabind
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/luaop/luaop/processing/causes"
+	"github.com/luaop/luaop/state"
+)
+
+// Tests of calls sharing one Lua state: a call waiting in a blocking function (sleep,
+// a Kubernetes API call) lets the other calls of its shard run, each call keeps its
+// own ctx, and no caller hangs on a busy state. Helpers are prefixed cct.
+
+// cctWait is how long a test waits for something that should happen at once; only
+// failures wait that long.
+const cctWait = 5 * time.Second
+
+// cctLog is a logger whose messages arrive on a channel: a handler announces with
+// ctx.logger.info where it is.
+func cctLog() (*slog.Logger, chan string) {
+	ch := make(chan string, 64)
+	return slog.New(cctHandler{ch}), ch
+}
+
+type cctHandler struct{ ch chan string }
+
+func (h cctHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h cctHandler) Handle(_ context.Context, r slog.Record) error {
+	h.ch <- r.Message
+	return nil
+}
+func (h cctHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h cctHandler) WithGroup(string) slog.Handler      { return h }
+
+// cctExpect waits for a message on ch.
+func cctExpect(t *testing.T, ch chan string, want string) {
+	t.Helper()
+	select {
+	case got := <-ch:
+		if got != want {
+			t.Fatalf("log message %q, want %q", got, want)
+		}
+	case <-time.After(cctWait):
+		t.Fatalf("no log message %q within %s", want, cctWait)
+	}
+}
+
+// blockingKube is a cluster whose Get of the object named "block" waits until
+// release is closed; other names answer at once with a ConfigMap of that name.
+type blockingKube struct {
+	Kube
+	entered chan string // receives the name of every Get once it waits
+	release chan struct{}
+}
+
+func newBlockingKube() *blockingKube {
+	return &blockingKube{entered: make(chan string, 16), release: make(chan struct{})}
+}
+
+func (k *blockingKube) Get(ctx context.Context, _, _, _, name string) (map[string]any, error) {
+	if name == "block" {
+		k.entered <- name
+		select {
+		case <-k.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": name}}, nil
+}
+
+func cctBody(uid, name string) map[string]any {
+	return map[string]any{"apiVersion": "example.com/v1", "kind": "Widget",
+		"metadata": map[string]any{"name": name, "namespace": "ns", "uid": uid}}
+}
+
+type cctResult struct {
+	res   causes.Result
+	patch *state.Patch
+	err   error
+}
+
+// cctInvokeAsync runs handler id on body in a goroutine.
+func cctInvokeAsync(rt *Runtime, spec causes.Spec, body map[string]any, logger *slog.Logger) chan cctResult {
+	return cctInvokeCtx(context.Background(), rt, spec, body, logger)
+}
+
+func cctInvokeCtx(ctx context.Context, rt *Runtime, spec causes.Spec, body map[string]any, logger *slog.Logger) chan cctResult {
+	done := make(chan cctResult, 1)
+	go func() {
+		patch := state.NewPatch()
+		res, err := rt.Invoke(ctx, causes.Call{Handler: spec, Cause: causes.Cause{Reason: causes.Update, Body: body}, Patch: patch, Logger: logger})
+		done <- cctResult{res, patch, err}
+	}()
+	return done
+}
+
+func cctResultOf(t *testing.T, what string, ch chan cctResult) cctResult {
+	t.Helper()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			t.Fatalf("%s: %v", what, r.err)
+		}
+		return r
+	case <-time.After(cctWait):
+		t.Fatalf("%s did not finish within %s: it waits behind another call of its Lua state", what, cctWait)
+	}
+	return cctResult{}
+}
+
+const cctScript = `local luaop = require("luaop")
+local R = "example.com/v1/widgets"
+luaop.on.update(R, function(ctx)
+  ctx.logger.info("sleeping")
+  luaop.sleep(2)
+  return "slow done"
+end, {id = "slow"})
+luaop.on.update(R, function(ctx)
+  return "fast " .. ctx.name
+end, {id = "fast"})
+luaop.on.update(R, function(ctx)
+  ctx.logger.info("spinning")
+  while true do end
+end, {id = "spin"})
+luaop.on.probe(function(ctx) return "alive" end, {id = "alive"})
+`
+
+// A handler sleeping on a shard does not hold it: a fast handler of another object on
+// the same (single) shard finishes while the slow one still sleeps.
+func TestSleepingHandlerDoesNotBlockItsShard(t *testing.T) {
+	rt := rttNew(t, Options{Shards: 1}, "s.lua", cctScript)
+	logger, logs := cctLog()
+	slow := cctInvokeAsync(rt, rttSpec(t, rt, "slow"), cctBody("ua", "a"), logger)
+	cctExpect(t, logs, "sleeping")
+	fast := cctResultOf(t, "the fast handler of b", cctInvokeAsync(rt, rttSpec(t, rt, "fast"), cctBody("ub", "b"), nil))
+	if fast.res.Value != "fast b" {
+		t.Errorf("fast handler returned %v, want %q", fast.res.Value, "fast b")
+	}
+	select {
+	case <-slow:
+		t.Fatal("the sleeping handler of a finished before the fast one of b: b waited behind it")
+	default:
+	}
+	if r := cctResultOf(t, "the sleeping handler", slow); r.res.Value != "slow done" {
+		t.Errorf("slow handler returned %v", r.res.Value)
+	}
+}
+
+// A handler waiting on the API server (here a Get that blocks until released) does
+// not hold its shard, also when called through pcall, and gets its result after.
+func TestKubeCallReleasesShard(t *testing.T) {
+	kube := newBlockingKube()
+	rt := rttNew(t, Options{Shards: 1, Kube: kube}, "k.lua", `local luaop = require("luaop")
+local R = "example.com/v1/widgets"
+luaop.on.update(R, function(ctx)
+  local ok, obj = pcall(luaop.kube.get, "v1", "ConfigMap", "ns", "block")
+  return {ok = ok, got = obj.metadata.name, name = ctx.name}
+end, {id = "get"})
+luaop.on.update(R, function(ctx)
+  local obj = luaop.kube.get("v1", "ConfigMap", "ns", "other")
+  return "fast " .. ctx.name .. " " .. obj.metadata.name
+end, {id = "fast"})
+`)
+	slow := cctInvokeAsync(rt, rttSpec(t, rt, "get"), cctBody("ua", "a"), nil)
+	select {
+	case <-kube.entered:
+	case <-time.After(cctWait):
+		t.Fatal("the handler did not call luaop.kube.get")
+	}
+	fast := cctResultOf(t, "the handler of b while a waits on the API", cctInvokeAsync(rt, rttSpec(t, rt, "fast"), cctBody("ub", "b"), nil))
+	if fast.res.Value != "fast b other" {
+		t.Errorf("fast handler returned %v", fast.res.Value)
+	}
+	close(kube.release)
+	r := cctResultOf(t, "the handler waiting on the API", slow)
+	want := map[string]any{"ok": true, "got": "block", "name": "a"}
+	if !reflect.DeepEqual(r.res.Value, want) {
+		t.Errorf("handler returned %v, want %v", r.res.Value, want)
+	}
+}
+
+// Callers never hang on a busy state: while a CPU-bound handler holds its shard, a
+// call on that shard with a short context fails promptly with its context's error,
+// and a probe (operator-level hook) answers at once.
+func TestBusyShardShortContextFailsPromptly(t *testing.T) {
+	rt := rttNew(t, Options{Shards: 1, HandlerTimeout: 20 * time.Second}, "s.lua", cctScript)
+	logger, logs := cctLog()
+	spinCtx, stopSpin := context.WithCancel(context.Background())
+	spin := cctInvokeCtx(spinCtx, rt, rttSpec(t, rt, "spin"), cctBody("ua", "a"), logger)
+	cctExpect(t, logs, "spinning")
+	defer func() { stopSpin(); <-spin }()
+
+	// Another object of the busy shard, with a short context.
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_, err := rt.Invoke(ctx, causes.Call{Handler: rttSpec(t, rt, "fast"), Cause: causes.Cause{Reason: causes.Update, Body: cctBody("ub", "b")}})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("a call on a busy state with a 100ms context: err = %v, want its deadline", err)
+		}
+	case <-time.After(cctWait):
+		t.Fatal("a call with a 100ms context hangs while a CPU-bound handler holds its state")
+	}
+
+	// A probe has a state of its own.
+	probe := make(chan cctResult, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 800*time.Millisecond)
+		defer cancel()
+		res, err := rt.Invoke(ctx, causes.Call{Handler: rttSpec(t, rt, "alive")})
+		probe <- cctResult{res: res, err: err}
+	}()
+	select {
+	case r := <-probe:
+		if r.err != nil || r.res.Value != "alive" {
+			t.Errorf("probe = %v, %v; want \"alive\"", r.res.Value, r.err)
+		}
+	case <-time.After(cctWait):
+		t.Fatal("a probe hangs while a CPU-bound object handler runs")
+	}
+}
+
+// Two calls interleaved on one state (a parks in an API call, b runs meanwhile) each
+// see their own ctx afterwards: name, uid, memo, patch, logger.
+func TestInterleavedCallsKeepTheirOwnCtx(t *testing.T) {
+	kube := newBlockingKube()
+	rt := rttNew(t, Options{Shards: 1, Kube: kube}, "i.lua", `local luaop = require("luaop")
+luaop.on.update("example.com/v1/widgets", function(ctx)
+  local before = ctx.name
+  ctx.patch.status.first = ctx.name
+  luaop.kube.get("v1", "ConfigMap", "ns", ctx.annotations.wait or "none")
+  -- first reads after the wait (not cached before it)
+  ctx.memo.n = (ctx.memo.n or 0) + 1
+  ctx.patch.status.second = ctx.name
+  ctx.logger.info("done " .. ctx.uid)
+  return {before = before, after = ctx.name, uid = ctx.uid, memo = ctx.memo.n}
+end, {id = "h"})
+`)
+	spec := rttSpec(t, rt, "h")
+	bodyA := cctBody("ua", "a")
+	bodyA["metadata"].(map[string]any)["annotations"] = map[string]any{"wait": "block"}
+	logA, logsA := cctLog()
+	logB, logsB := cctLog()
+	a := cctInvokeAsync(rt, spec, bodyA, logA)
+	<-kube.entered
+	b := cctResultOf(t, "b while a is parked", cctInvokeAsync(rt, spec, cctBody("ub", "b"), logB))
+	close(kube.release)
+	ra := cctResultOf(t, "a", a)
+	for _, c := range []struct {
+		who  string
+		r    cctResult
+		logs chan string
+	}{{"a", ra, logsA}, {"b", b, logsB}} {
+		uid := "u" + c.who
+		want := map[string]any{"before": c.who, "after": c.who, "uid": uid, "memo": int64(1)}
+		if !reflect.DeepEqual(c.r.res.Value, want) {
+			t.Errorf("call of %s returned %v, want %v", c.who, c.r.res.Value, want)
+		}
+		wantPatch := map[string]any{"status": map[string]any{"first": c.who, "second": c.who}}
+		if got := c.r.patch.Map(); !reflect.DeepEqual(got, wantPatch) {
+			t.Errorf("patch of %s = %v, want %v", c.who, got, wantPatch)
+		}
+		cctExpect(t, c.logs, "done "+uid)
+	}
+}
+
+// cctDaemon runs daemon id of body until it returns; flushes go to the returned func.
+func cctDaemon(rt *Runtime, spec causes.Spec, body map[string]any, stop chan struct{}) (chan error, func() []map[string]any) {
+	var mu sync.Mutex
+	var flushed []map[string]any
+	done := make(chan error, 1)
+	go func() {
+		done <- rt.RunDaemon(context.Background(), causes.Call{Handler: spec, Cause: causes.Cause{Body: body},
+			Logger: slog.Default(), Stopped: stop, Latest: func() map[string]any { return body },
+			Flush: func(p map[string]any) { mu.Lock(); flushed = append(flushed, p); mu.Unlock() }})
+	}()
+	return done, func() []map[string]any { mu.Lock(); defer mu.Unlock(); return append([]map[string]any(nil), flushed...) }
+}
+
+// A sleeping daemon (here through pcall, which a yield could not cross) releases its
+// shard, has flushed its patch, and wakes with false when stopped.
+func TestDaemonSleepReleasesShardAndFlushes(t *testing.T) {
+	rt := rttNew(t, Options{Shards: 1}, "d.lua", `local luaop = require("luaop")
+local R = "example.com/v1/widgets"
+luaop.daemon(R, function(ctx)
+  ctx.patch.status.phase = "Watching"
+  local ok, slept = pcall(luaop.sleep, 3600)
+  ctx.patch.status.woke = {ok = ok, slept = slept, stopped = ctx.stopped()}
+end, {id = "d"})
+luaop.on.update(R, function(ctx) return "fast " .. ctx.name end, {id = "fast"})
+`)
+	stop := make(chan struct{})
+	done, flushed := cctDaemon(rt, rttSpec(t, rt, "d"), cctBody("ua", "a"), stop)
+	deadline := time.Now().Add(cctWait)
+	for len(flushed()) == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := flushed(); len(got) != 1 || !reflect.DeepEqual(got[0], map[string]any{"status": map[string]any{"phase": "Watching"}}) {
+		t.Fatalf("flushed %v before the sleep, want the phase once", got)
+	}
+	r := cctResultOf(t, "a handler of b while the daemon of a sleeps", cctInvokeAsync(rt, rttSpec(t, rt, "fast"), cctBody("ub", "b"), nil))
+	if r.res.Value != "fast b" {
+		t.Errorf("fast handler returned %v", r.res.Value)
+	}
+	close(stop)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("daemon: %v", err)
+		}
+	case <-time.After(cctWait):
+		t.Fatal("the sleeping daemon did not wake on stop")
+	}
+	got := flushed()
+	want := map[string]any{"status": map[string]any{"woke": map[string]any{"ok": true, "slept": false, "stopped": true}}}
+	if len(got) != 2 || !reflect.DeepEqual(got[1], want) {
+		t.Errorf("flushes %v; want the wake-up state last: %v", got, want)
+	}
+}
+
+// A daemon waiting on the API server does not hold its shard either.
+func TestDaemonKubeCallReleasesShard(t *testing.T) {
+	kube := newBlockingKube()
+	rt := rttNew(t, Options{Shards: 1, Kube: kube}, "d.lua", `local luaop = require("luaop")
+local R = "example.com/v1/widgets"
+luaop.daemon(R, function(ctx)
+  local obj = luaop.kube.get("v1", "ConfigMap", "ns", "block")
+  ctx.patch.status.got = obj.metadata.name
+end, {id = "d"})
+luaop.on.update(R, function(ctx) return "fast " .. ctx.name end, {id = "fast"})
+`)
+	done, flushed := cctDaemon(rt, rttSpec(t, rt, "d"), cctBody("ua", "a"), make(chan struct{}))
+	<-kube.entered
+	r := cctResultOf(t, "a handler of b while the daemon of a waits on the API", cctInvokeAsync(rt, rttSpec(t, rt, "fast"), cctBody("ub", "b"), nil))
+	if r.res.Value != "fast b" {
+		t.Errorf("fast handler returned %v", r.res.Value)
+	}
+	close(kube.release)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("daemon: %v", err)
+		}
+	case <-time.After(cctWait):
+		t.Fatal("the daemon did not finish after its API call returned")
+	}
+	if got := flushed(); len(got) != 1 || !reflect.DeepEqual(got[0], map[string]any{"status": map[string]any{"got": "block"}}) {
+		t.Errorf("flushes %v, want the final patch", got)
+	}
+}
+
+// A daemon's deadline bounds each stretch of Lua between two waits, not its life:
+// it may sleep past the handler deadline, and an endless loop still fails it.
+func TestDaemonDeadlinePerStretch(t *testing.T) {
+	rt := rttNew(t, Options{Shards: 1, HandlerTimeout: 200 * time.Millisecond}, "d.lua", `local luaop = require("luaop")
+luaop.daemon("example.com/v1/widgets", function(ctx)
+  for i = 1, 3 do luaop.sleep(0.15) end -- 450ms in all
+  ctx.patch.status.slept = true
+  while true do end
+end, {id = "d"})
+`)
+	done, flushed := cctDaemon(rt, rttSpec(t, rt, "d"), cctBody("ua", "a"), make(chan struct{}))
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "deadline") {
+			t.Fatalf("daemon: err = %v, want its deadline after the endless loop", err)
+		}
+	case <-time.After(cctWait):
+		t.Fatal("the looping daemon was not stopped by its deadline")
+	}
+	if got := flushed(); len(got) != 1 {
+		t.Errorf("flushes %v: want the patch written after sleeping past the deadline", got)
+	}
+}
+
+// Close works while a daemon is parked in a sleep; the daemon then fails instead of
+// running on a closed state, and Forget and new calls do not hang.
+func TestCloseWithParkedDaemon(t *testing.T) {
+	rt := rttNew(t, Options{Shards: 1}, "d.lua", `local luaop = require("luaop")
+luaop.daemon("example.com/v1/widgets", function(ctx)
+  while luaop.sleep(3600) do end
+end, {id = "d"})
+`)
+	stop := make(chan struct{})
+	done, _ := cctDaemon(rt, rttSpec(t, rt, "d"), cctBody("ua", "a"), stop)
+	time.Sleep(20 * time.Millisecond)
+	rt.Close()
+	rt.Forget("ua")
+	close(stop)
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("a daemon woken after Close reported success")
+		}
+	case <-time.After(cctWait):
+		t.Fatal("the daemon hangs after Close")
+	}
+	if _, err := rt.Invoke(context.Background(), causes.Call{Handler: rttSpec(t, rt, "d"), Cause: causes.Cause{Body: cctBody("ub", "b")}}); !errors.Is(err, errClosed) {
+		t.Errorf("a call after Close: err = %v, want %v", err, errClosed)
+	}
+}

@@ -1,0 +1,149 @@
+package luabind
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	lua "github.com/yuin/gopher-lua"
+)
+
+// errClosed is returned by calls that start after Runtime.Close.
+var errClosed = errors.New("the Lua runtime is closed")
+
+// maxIdleThreads bounds the call threads a shard keeps for reuse. More may exist while
+// that many calls are parked in blocking functions; the extra ones are dropped when
+// their calls end.
+const maxIdleThreads = 16
+
+// lock takes the shard lock, or gives up when ctx ends first.
+func (s *shard) lock(ctx context.Context) error {
+	select {
+	case s.sem <- struct{}{}:
+	default:
+		select {
+		case s.sem <- struct{}{}:
+		case <-ctx.Done():
+			return fmt.Errorf("Lua state %d stayed busy with other calls: %w", s.idx, ctx.Err())
+		}
+	}
+	if s.closed {
+		s.unlock()
+		return errClosed
+	}
+	return nil
+}
+
+// relock takes the shard lock without a way out: used where the caller must get back
+// into Lua (a blocking function returning, a staged load committing). Every holder
+// releases it within a handler deadline, so the wait is bounded.
+func (s *shard) relock() { s.sem <- struct{}{} }
+
+func (s *shard) unlock() { <-s.sem }
+
+// callThread is one coroutine thread of a shard's state (L.NewThread: its own stack
+// and context, the shard's globals), on which one call runs at a time. Threads are
+// pooled per shard: NewThread allocates a stack and registry, too much per call.
+type callThread struct {
+	L  *lua.LState
+	cs *callState // the call running on this thread; nil when idle
+	// cancel ends the thread's current deadline context.
+	cancel context.CancelFunc
+}
+
+// getThread takes an idle thread or makes one. Shard lock held.
+func (s *shard) getThread() *callThread {
+	if n := len(s.idle); n > 0 {
+		t := s.idle[n-1]
+		s.idle[n-1] = nil
+		s.idle = s.idle[:n-1]
+		return t
+	}
+	L, _ := s.L.NewThread() // the main state has no context: no cancel function
+	t := &callThread{L: L}
+	s.threads[L] = t
+	return t
+}
+
+// putThread returns a thread after its call. A thread whose call ended in a Go panic
+// (reuse false) may hold a broken stack and is dropped. Shard lock held.
+func (s *shard) putThread(t *callThread, reuse bool) {
+	if t.cancel != nil {
+		t.cancel()
+		t.cancel = nil
+	}
+	t.cs = nil
+	if reuse && !s.closed && len(s.idle) < maxIdleThreads {
+		t.L.SetTop(0)
+		t.L.RemoveContext()
+		s.idle = append(s.idle, t)
+		return
+	}
+	delete(s.threads, t.L)
+}
+
+// setDeadline gives the thread a new handler deadline under parent. Only the call
+// thread's own context changes; threads of the scripts' own coroutines keep theirs.
+func (s *shard) setDeadline(t *callThread, parent context.Context) context.Context {
+	cctx, cancel := context.WithTimeout(parent, s.rt.opts.HandlerTimeout)
+	t.L.SetContext(cctx)
+	if t.cancel != nil {
+		t.cancel()
+	}
+	t.cancel = cancel
+	return cctx
+}
+
+// threadOf finds the call thread L runs on: L itself, or, for a coroutine the
+// script created and resumed, the call thread that resumed it.
+func (s *shard) threadOf(L *lua.LState) *callThread {
+	for l := L; l != nil; l = l.Parent {
+		if t := s.threads[l]; t != nil {
+			return t
+		}
+	}
+	return nil
+}
+
+// callOf is the call running on L (nil while scripts load, on the main state).
+func (s *shard) callOf(L *lua.LState) *callState {
+	if t := s.threadOf(L); t != nil {
+		return t.cs
+	}
+	return nil
+}
+
+// blocking runs wait with the shard released, so that other calls of the shard run
+// meanwhile, and takes the shard back before returning to Lua. Every API function
+// that waits (I/O, timers) goes through it. The rules for wait:
+//   - it must not touch L or any Lua value: convert arguments before, push
+//     results after;
+//   - ctx is the call's context (its handler deadline): wait must end with it.
+//
+// Not being a yield, this works inside pcall. While scripts load (on the main state,
+// no call), the shard is not released: a load must see no other call.
+func (s *shard) blocking(L *lua.LState, wait func(ctx context.Context)) {
+	ctx := s.callContext(L)
+	t := s.threadOf(L)
+	if t == nil || t.cs == nil {
+		wait(ctx)
+		return
+	}
+	cs := t.cs
+	// Another call may resume coroutines of its own meanwhile: the shared "current
+	// coroutine" of the state is this call's again when it continues.
+	current := L.G.CurrentThread
+	s.unlock()
+	defer func() {
+		s.relock()
+		L.G.CurrentThread = current
+		if s.closed { // Close ran while this call was parked (processing stops calls before)
+			L.RaiseError("%s", errClosed.Error())
+		}
+		if cs.daemon {
+			// A daemon's deadline bounds the Lua run between two waits.
+			s.setDeadline(t, cs.ctx)
+		}
+	}()
+	wait(ctx)
+}
