@@ -155,18 +155,47 @@ func (o *Operator) runHooks(ctx context.Context, kind string) error {
 
 // Probe runs the on.probe handlers and returns their results by handler id; a failed
 // probe gives its error message.
+//
+// Probes run under ctx (the request's) bounded by a probe deadline of 800ms, below
+// the kubelet's default probe timeout (1s), so that /healthz always answers in time.
+// A probe that has not finished by then (its Lua state busy, or the probe itself
+// slow) is reported as {"error": "probe did not finish within 800ms: ..."}, and Probe
+// returns without waiting for it. Probes run on the runtime's state for
+// operator-level hooks, not behind object handlers.
 func (o *Operator) Probe(ctx context.Context) map[string]any {
+	const probeTimeout = 800 * time.Millisecond
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	type outcome struct {
+		res causes.Result
+		err error
+	}
+	late := func(err error) map[string]any {
+		return map[string]any{"error": fmt.Sprintf("probe did not finish within %s: %v", probeTimeout, err)}
+	}
 	out := map[string]any{}
 	for _, h := range o.runtime.Hooks() {
 		if h.Kind != "probe" {
 			continue
 		}
-		res, err := o.runtime.Invoke(ctx, causes.Call{Handler: h, Started: time.Now(), Logger: o.log.With("handler", h.ID)})
-		if err != nil {
-			out[h.ID] = map[string]any{"error": err.Error()}
-			continue
+		done := make(chan outcome, 1)
+		go func() {
+			res, err := o.runtime.Invoke(ctx, causes.Call{Handler: h, Started: time.Now(), Logger: o.log.With("handler", h.ID)})
+			done <- outcome{res, err}
+		}()
+		select {
+		case r := <-done:
+			switch {
+			case r.err != nil && ctx.Err() != nil:
+				out[h.ID] = late(r.err)
+			case r.err != nil:
+				out[h.ID] = map[string]any{"error": r.err.Error()}
+			default:
+				out[h.ID] = r.res.Value
+			}
+		case <-ctx.Done():
+			out[h.ID] = late(ctx.Err())
 		}
-		out[h.ID] = res.Value
 	}
 	return out
 }
