@@ -54,7 +54,7 @@ func (c *cycle) apply(ctx context.Context) error {
 		last = resp
 	}
 	if last != nil {
-		o.expectVersion(c.key, last.GetResourceVersion())
+		c.expectVersion(last.GetResourceVersion())
 	}
 	return nil
 }
@@ -115,15 +115,15 @@ func truncate(s string, n int) string {
 
 // expectVersion records the version our patch produced, unless the watch already
 // delivered it (notifications can be faster than the patch's response).
-func (o *Operator) expectVersion(key objectKey, rv string) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	mem, ok := o.objects[key]
-	if !ok || rv == "" || !versionOlder(mem.lastSeenVersion, rv) {
+func (c *cycle) expectVersion(rv string) {
+	c.st.inbox.mu.Lock()
+	seen := c.st.inbox.lastSeenVersion
+	c.st.inbox.mu.Unlock()
+	if rv == "" || !versionOlder(seen, rv) {
 		return
 	}
-	mem.expectedVersion = rv
-	mem.consistencyDeadline = o.opts.Now().Add(o.opts.ConsistencyTimeout)
+	c.mem.expectedVersion = rv
+	c.mem.consistencyDeadline = c.op.clock.Now().Add(c.op.opts.ConsistencyTimeout)
 }
 
 func patchResult(err error) string {

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/luaop/luaop/processing/causes"
 	"github.com/luaop/luaop/state"
 )
@@ -31,6 +33,7 @@ type daemonRun struct {
 	done      chan struct{}
 	returned  atomic.Bool // it returned by itself (or failed for good): not restarted
 	startedAt time.Time
+	clock     clock.WithTicker
 }
 
 // stop asks the daemon to stop, then cancels it after timeout (0: at once).
@@ -41,9 +44,81 @@ func (d *daemonRun) stop(timeout time.Duration) {
 			d.cancel()
 			return
 		}
-		t := time.AfterFunc(timeout, d.cancel)
-		go func() { <-d.done; t.Stop() }()
+		t := d.clock.NewTimer(timeout)
+		go func() {
+			defer t.Stop()
+			select {
+			case <-t.C():
+				d.cancel()
+			case <-d.done:
+			}
+		}()
 	})
+}
+
+// daemonRegistry knows every running daemon of the operator, for the shutdown.
+// Its lock is a leaf.
+type daemonRegistry struct {
+	mu sync.Mutex
+	// ctx parents every daemon's context; nil before Start and once stopping, so
+	// that no daemon starts then.
+	ctx     context.Context
+	running map[*daemonRun]struct{}
+	group   sync.WaitGroup
+}
+
+func (r *daemonRegistry) open(ctx context.Context) {
+	r.mu.Lock()
+	r.ctx = ctx
+	r.mu.Unlock()
+}
+
+// add registers a daemon about to start and returns its context; false once the
+// operator is stopping.
+func (r *daemonRegistry) add(d *daemonRun) (context.Context, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ctx == nil {
+		return nil, false
+	}
+	r.running[d] = struct{}{}
+	r.group.Add(1)
+	return r.ctx, true
+}
+
+func (r *daemonRegistry) remove(d *daemonRun) {
+	r.mu.Lock()
+	delete(r.running, d)
+	r.mu.Unlock()
+	r.group.Done()
+}
+
+// stopAll asks every daemon to stop (operator shutdown); each gets its cancellation
+// timeout, bounded by the shutdown grace period.
+func (r *daemonRegistry) stopAll(grace time.Duration) {
+	r.mu.Lock()
+	r.ctx = nil
+	all := make([]*daemonRun, 0, len(r.running))
+	for d := range r.running {
+		all = append(all, d)
+	}
+	r.mu.Unlock()
+	for _, d := range all {
+		timeout := d.spec.CancellationTimeout
+		if timeout <= 0 || timeout > grace {
+			timeout = grace
+		}
+		d.stop(timeout)
+	}
+}
+
+func (r *daemonRegistry) wait() { r.group.Wait() }
+
+// count is the number of daemons running now.
+func (r *daemonRegistry) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.running)
 }
 
 func (d *daemonRun) stopping() bool {
@@ -66,7 +141,8 @@ func (d *daemonRun) exited() bool {
 
 // adjustDaemons starts the daemons an object should have and stops those it should
 // not: one per (object, daemon handler) while the object exists, is not being
-// deleted, and matches the handler's filters.
+// deleted, and matches the handler's filters. Runs in the object's worker, which
+// owns c.mem.daemons.
 func (c *cycle) adjustDaemons(ctx context.Context) {
 	o := c.op
 	runner, ok := o.handlers.(DaemonRunner)
@@ -88,19 +164,14 @@ func (c *cycle) adjustDaemons(ctx context.Context) {
 			}
 			wanted = m
 		}
-		o.mu.Lock()
 		d := c.mem.daemons[spec.ID]
 		if d != nil && d.exited() && !d.returned.Load() {
 			delete(c.mem.daemons, spec.ID) // stopped earlier: may start again
 			d = nil
 		}
 		switch {
-		case wanted && d == nil && o.daemonCtx != nil:
-			d = o.startDaemon(runner, c.key, c.mem, spec)
-			if c.mem.daemons == nil {
-				c.mem.daemons = map[string]*daemonRun{}
-			}
-			c.mem.daemons[spec.ID] = d
+		case wanted && d == nil:
+			c.startDaemon(runner, spec)
 		case !wanted && d != nil && !d.stopping() && !d.exited():
 			c.log.Info("stopping daemon", "handler", spec.ID, "deleting", deleting)
 			d.stop(cancellationTimeout(spec))
@@ -112,18 +183,15 @@ func (c *cycle) adjustDaemons(ctx context.Context) {
 		case wanted && d != nil && d.returned.Load() && d.spec.CodeHash != spec.CodeHash:
 			// A daemon that had returned runs again when its code changed.
 			delete(c.mem.daemons, spec.ID)
-			c.mem.daemons[spec.ID] = o.startDaemon(runner, c.key, c.mem, spec)
+			c.startDaemon(runner, spec)
 		}
-		o.mu.Unlock()
 	}
 	// Daemons whose handler no longer exists (a reload removed it) stop too.
-	o.mu.Lock()
 	for id, d := range c.mem.daemons {
 		if !hasSpec(c.specs, id) && !d.stopping() {
 			d.stop(defaultCancellationTimeout)
 		}
 	}
-	o.mu.Unlock()
 }
 
 func cancellationTimeout(spec causes.Spec) time.Duration {
@@ -144,36 +212,46 @@ func hasSpec(specs []causes.Spec, id string) bool {
 
 // startDaemon runs a daemon in its own goroutine (a Lua coroutine underneath):
 // after the initial delay; restarted with the handler's backoff when it fails; not
-// restarted when it returns. Called with o.mu held.
-func (o *Operator) startDaemon(runner DaemonRunner, key objectKey, mem *objectMemory, spec causes.Spec) *daemonRun {
-	ctx, cancel := context.WithCancel(o.daemonCtx)
-	d := &daemonRun{spec: spec, stopCh: make(chan struct{}), cancel: cancel, done: make(chan struct{}), startedAt: o.opts.Now()}
+// restarted when it returns. The daemon reads its object's newest body from the
+// inbox (atomically, no lock) and hands its patches to the inbox for the worker.
+func (c *cycle) startDaemon(runner DaemonRunner, spec causes.Spec) {
+	o, key, in, uid := c.op, c.key, &c.st.inbox, c.mem.uid
+	d := &daemonRun{spec: spec, stopCh: make(chan struct{}), done: make(chan struct{}), startedAt: c.now, clock: o.clock}
+	parent, ok := o.daemons.add(d)
+	if !ok {
+		return // the operator is stopping
+	}
+	ctx, cancel := context.WithCancel(parent)
+	d.cancel = cancel
+	if c.mem.daemons == nil {
+		c.mem.daemons = map[string]*daemonRun{}
+	}
+	c.mem.daemons[spec.ID] = d
 	log := o.log.With("resource", key.resource.String(), "object", objectName(key), "handler", spec.ID)
 	latest := func() map[string]any {
-		o.mu.Lock()
-		defer o.mu.Unlock()
-		if mem.latest == nil {
-			return nil
+		if b := in.latestOf(uid); b != nil {
+			return b.Object
 		}
-		return mem.latest.Object
+		return nil
 	}
 	flush := func(patch map[string]any) {
-		o.mu.Lock()
-		if mem.daemonPatch == nil {
-			mem.daemonPatch = state.NewPatch().Map()
+		in.mu.Lock()
+		if in.daemonPatchUID != uid {
+			in.daemonPatch, in.daemonPatchUID = nil, uid
 		}
 		p := state.NewPatch()
-		p.Merge(mem.daemonPatch)
+		if in.daemonPatch != nil {
+			p.Merge(in.daemonPatch)
+		}
 		p.Merge(patch)
-		mem.daemonPatch = p.Map()
-		o.mu.Unlock()
+		in.daemonPatch = p.Map()
+		in.mu.Unlock()
 		o.queue.Add(key)
 	}
-	o.daemonsGroup.Add(1)
 	go func() {
-		defer o.daemonsGroup.Done()
+		defer o.daemons.remove(d)
 		defer func() { close(d.done); cancel(); o.queue.Add(key) }()
-		if !sleepOrStop(ctx, d.stopCh, spec.InitialDelay) {
+		if !sleepOrStop(ctx, o.clock, d.stopCh, spec.InitialDelay) {
 			return
 		}
 		backoff := spec.Backoff
@@ -183,7 +261,7 @@ func (o *Operator) startDaemon(runner DaemonRunner, key objectKey, mem *objectMe
 		for attempt := 0; ; attempt++ {
 			body := latest()
 			if body == nil {
-				return
+				return // the object is gone, or is another object now
 			}
 			log.Info("daemon started", "attempt", attempt)
 			t0 := time.Now()
@@ -216,23 +294,22 @@ func (o *Operator) startDaemon(runner DaemonRunner, key objectKey, mem *objectMe
 			}
 			log.Error("daemon failed; restarting after the backoff", "error", err, "backoff", delay)
 			o.observe(key, spec.ID, "daemon", OutcomeRetry, time.Since(t0), err)
-			if !sleepOrStop(ctx, d.stopCh, delay) {
+			if !sleepOrStop(ctx, o.clock, d.stopCh, delay) {
 				return
 			}
 		}
 	}()
-	return d
 }
 
 // sleepOrStop waits for d; false when stopped or cancelled first.
-func sleepOrStop(ctx context.Context, stop <-chan struct{}, d time.Duration) bool {
+func sleepOrStop(ctx context.Context, clk clock.Clock, stop <-chan struct{}, d time.Duration) bool {
 	if d <= 0 {
 		return true
 	}
-	t := time.NewTimer(d)
+	t := clk.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-t.C():
 		return true
 	case <-stop:
 		return false
@@ -242,32 +319,13 @@ func sleepOrStop(ctx context.Context, stop <-chan struct{}, d time.Duration) boo
 }
 
 // daemonsRunning tells whether any daemon of the object has not exited yet.
-func (o *Operator) daemonsRunning(mem *objectMemory) bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	for _, d := range mem.daemons {
+func (c *cycle) daemonsRunning() bool {
+	for _, d := range c.mem.daemons {
 		if !d.exited() {
 			return true
 		}
 	}
 	return false
-}
-
-// stopAllDaemons asks every daemon to stop (operator shutdown); each gets its
-// cancellation timeout, bounded by the shutdown grace period.
-func (o *Operator) stopAllDaemons() {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.daemonCtx = nil // cycles still finishing start no new daemon
-	for _, mem := range o.objects {
-		for _, d := range mem.daemons {
-			timeout := d.spec.CancellationTimeout
-			if timeout <= 0 || timeout > o.opts.ShutdownGracePeriod {
-				timeout = o.opts.ShutdownGracePeriod
-			}
-			d.stop(timeout)
-		}
-	}
 }
 
 // timerState is the schedule of one timer of one object.
@@ -284,13 +342,11 @@ func (c *cycle) runTimers(ctx context.Context) time.Duration {
 	deleting := deletionInProgress(body)
 	var wake time.Duration
 	essenceChecked := false
-	o.mu.Lock()
 	for id := range c.mem.timers {
 		if !hasSpec(c.specs, id) {
 			delete(c.mem.timers, id) // removed by a reload
 		}
 	}
-	o.mu.Unlock()
 	for _, spec := range c.specs {
 		if spec.Kind != causes.KindTimer || spec.Interval <= 0 {
 			continue
@@ -308,11 +364,9 @@ func (c *cycle) runTimers(ctx context.Context) time.Duration {
 			}
 			matches = m && err == nil
 		}
-		o.mu.Lock()
 		ts := c.mem.timers[spec.ID]
 		if !matches {
 			delete(c.mem.timers, spec.ID)
-			o.mu.Unlock()
 			continue
 		}
 		if ts == nil {
@@ -323,9 +377,8 @@ func (c *cycle) runTimers(ctx context.Context) time.Duration {
 			c.mem.timers[spec.ID] = ts
 		}
 		lastChange := c.mem.lastChangeAt
-		o.mu.Unlock()
 
-		now := o.opts.Now()
+		now := o.clock.Now()
 		if !now.Before(ts.next) && spec.Idle > 0 && now.Sub(lastChange) < spec.Idle {
 			// idle: only after spec.Idle without an essential change.
 			ts.next = lastChange.Add(spec.Idle)
@@ -333,7 +386,7 @@ func (c *cycle) runTimers(ctx context.Context) time.Duration {
 		if !now.Before(ts.next) {
 			c.runTimer(ctx, spec, ts, now)
 		}
-		wake = soonest(wake, max(ts.next.Sub(o.opts.Now()), time.Millisecond))
+		wake = soonest(wake, max(ts.next.Sub(o.clock.Now()), time.Millisecond))
 	}
 	return wake
 }
@@ -359,14 +412,14 @@ func (c *cycle) runTimer(ctx context.Context, spec causes.Spec, ts *timerState, 
 	if spec.Sharp {
 		// Aligned to the schedule, not to the end of the run: no drift; missed
 		// ticks are skipped, not run in a burst.
-		for !ts.next.After(o.opts.Now()) {
+		for !ts.next.After(o.clock.Now()) {
 			ts.next = ts.next.Add(spec.Interval)
 		}
 	} else {
-		ts.next = o.opts.Now().Add(spec.Interval)
+		ts.next = o.clock.Now().Add(spec.Interval)
 	}
 	if tmp, ok := causes.AsTemporary(err); ok {
-		ts.next = o.opts.Now().Add(tmp.Delay)
+		ts.next = o.clock.Now().Add(tmp.Delay)
 	}
 }
 
@@ -374,19 +427,15 @@ func (c *cycle) runTimer(ctx context.Context, spec causes.Spec, ts *timerState, 
 func (c *cycle) updateIndexes(ctx context.Context) {
 	o := c.op
 	rv := c.body.GetResourceVersion()
-	o.mu.Lock()
 	if c.mem.indexedVersion == rv {
-		o.mu.Unlock()
+		o.ready.indexed(c.key)
 		return
 	}
-	o.mu.Unlock()
 	deleting := deletionInProgress(c.body.Object)
-	ran := false
 	for _, spec := range c.specs {
 		if spec.Kind != causes.KindIndex {
 			continue
 		}
-		ran = true
 		o.indexes.Declare(spec.ID)
 		cause := causes.Cause{Resource: c.key.resource, Body: c.body.Object}
 		if m, err := o.handlers.Match(ctx, spec, cause); err != nil || !m || deleting {
@@ -402,13 +451,8 @@ func (c *cycle) updateIndexes(ctx context.Context) {
 		}
 		o.indexes.Set(spec.ID, c.key.String(), indexEntries(result.Value))
 	}
-	o.mu.Lock()
 	c.mem.indexedVersion = rv
-	if ran && c.mem.countedForIndexing && !c.mem.indexed {
-		c.mem.indexed = true
-		o.pendingIndexing--
-	}
-	o.mu.Unlock()
+	o.ready.indexed(c.key)
 }
 
 // indexEntries: a table result gives key -> value entries; any other value is kept
@@ -425,15 +469,14 @@ func indexEntries(v any) map[string]any {
 }
 
 // indexesReady: every resource with index handlers finished its initial listing and
-// every object of it went through its index functions.
-func (o *Operator) indexesReady() bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.pendingIndexing > 0 {
+// every object found there went through its index functions.
+func (o *Operator) indexesReady(idx *specIndex) bool {
+	if _, unindexed := o.ready.pending(); unindexed > 0 {
 		return false
 	}
-	for r, w := range o.watchers {
-		if o.hasKind(r, causes.KindIndex) && !w.synced() {
+	watchers, _ := o.watchersSnapshot()
+	for _, w := range watchers {
+		if idx.has(w.resource, causes.KindIndex) && !w.synced() {
 			return false
 		}
 	}
@@ -448,8 +491,6 @@ func (c *cycle) noteEssentialChange() {
 		return
 	}
 	sum := sha256.Sum256([]byte(encoded))
-	c.op.mu.Lock()
-	defer c.op.mu.Unlock()
 	if c.mem.essenceHash != sum {
 		if c.mem.essenceHash != ([32]byte{}) {
 			c.mem.lastChangeAt = c.now

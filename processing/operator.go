@@ -9,74 +9,22 @@ import (
 	"sync/atomic"
 	"time"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 
-	"github.com/luaop/luaop/processing/causes"
 	"github.com/luaop/luaop/state"
 )
 
-// objectKey identifies one object of one watched resource; the resource is the one
-// the scripts registered for, so handlers are matched without a lookup.
-type objectKey struct {
-	resource  causes.Resource
-	namespace string
-	name      string
-}
-
-func (k objectKey) String() string {
-	if k.namespace == "" {
-		return k.resource.String() + " " + k.name
-	}
-	return k.resource.String() + " " + k.namespace + "/" + k.name
-}
-
-// rawEvent is one watch notification kept for the raw event handlers (on.event).
-type rawEvent struct {
-	eventType string // ADDED, MODIFIED, DELETED
-	object    *unstructured.Unstructured
-}
-
-// objectMemory is what the operator remembers of one object between cycles (kopf's
-// "memories"): only in memory, rebuilt from the objects after a restart.
-type objectMemory struct {
-	uid    string
-	latest *unstructured.Unstructured // nil once the object is gone
-	gone   bool
-	// pending events for raw event handlers, in arrival order; only kept while the
-	// resource has event handlers.
-	pending []rawEvent
-	// noticedByListing: the object came with the initial listing (resume causes).
-	noticedByListing bool
-	resumeIsHandled  bool
-	// lastSeenVersion is the newest resourceVersion the watch delivered.
-	lastSeenVersion string
-	// expectedVersion is what the operator's own last patch returned, until the watch
-	// delivers it; consistencyDeadline bounds the wait.
-	expectedVersion     string
-	consistencyDeadline time.Time
-
-	// Background engines (engines.go).
-	daemons            map[string]*daemonRun
-	timers             map[string]*timerState
-	daemonPatch        map[string]any // handed over by daemons, applied by the next cycle
-	lastChangeAt       time.Time      // the last essential change, for idle timers
-	essenceHash        [32]byte
-	indexedVersion     string
-	countedForIndexing bool
-	indexed            bool
-	// initialPending: found by the initial listing, not through a cycle yet.
-	initialPending bool
-}
-
 // Operator watches the resources the handlers are registered for and runs them.
+// Who owns what is in doc.go.
 type Operator struct {
 	opts     Options
+	clock    clock.WithTicker
 	handlers Handlers
 	dynamic  dynamic.Interface
 	disco    discovery.DiscoveryInterface
@@ -85,25 +33,32 @@ type Operator struct {
 	log      *slog.Logger
 	filter   namespaceFilter
 
-	queue workqueue.TypedRateLimitingInterface[objectKey]
-
-	mu       sync.Mutex
-	objects  map[objectKey]*objectMemory
-	watchers map[causes.Resource]*watcher
-
+	queue   workqueue.TypedRateLimitingInterface[objectKey]
+	objects objectTable
+	ready   *readiness
+	res     *resources
+	specIdx specIndexCache
 	indexes *state.Indexes
-	// pendingIndexing counts objects of the initial listings not indexed yet.
-	pendingIndexing int
-	// pendingInitial counts objects of the initial listings not processed yet.
-	pendingInitial int
-	// daemonCtx parents every daemon's context; nil before Start and once stopping,
-	// so that no daemon starts then.
-	daemonCtx    context.Context
-	daemonsGroup sync.WaitGroup
+	daemons daemonRegistry
+	// forgetting counts the goroutines that forget old incarnations after their
+	// daemons exited (Start waits for them).
+	forgetting sync.WaitGroup
 
-	ctx     context.Context // set by Start; watchers started later use it
+	// startMu guards ctx: set once by Start, read by Refresh (a reload may come
+	// before Start). A leaf lock.
+	startMu sync.Mutex
+	ctx     context.Context
 	started atomic.Bool
 	pruned  sync.Map // "resource field" -> struct{}: schema pruning reported once
+}
+
+// Clients are the API clients an Operator uses. New builds them from a rest.Config;
+// tests give client-go's fakes.
+type Clients struct {
+	Dynamic   dynamic.Interface
+	Discovery discovery.DiscoveryInterface
+	// Events posts the framework's Events when Options.Recorder is nil; nil: none.
+	Events kubernetes.Interface
 }
 
 // New prepares an Operator; nothing runs until Start.
@@ -121,27 +76,37 @@ func New(cfg *rest.Config, handlers Handlers, opts Options) (*Operator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the discovery client: %w", err)
 	}
+	clients := Clients{Dynamic: dyn, Discovery: disco}
+	if *opts.PostEvents && opts.Recorder == nil {
+		if clients.Events, err = kubernetes.NewForConfig(cfg); err != nil {
+			return nil, fmt.Errorf("creating the events client: %w", err)
+		}
+	}
+	return NewWithClients(clients, handlers, opts)
+}
+
+// NewWithClients prepares an Operator on the given clients; nothing runs until Start.
+func NewWithClients(clients Clients, handlers Handlers, opts Options) (*Operator, error) {
+	opts.setDefaults()
 	filter, err := newNamespaceFilter(opts.Namespaces)
 	if err != nil {
 		return nil, err
 	}
-	o := &Operator{
+	return &Operator{
 		opts:     opts,
+		clock:    opts.Clock,
 		handlers: handlers,
-		dynamic:  dyn,
-		disco:    disco,
+		dynamic:  clients.Dynamic,
+		disco:    clients.Discovery,
+		events:   clients.Events,
 		log:      opts.Logger,
 		filter:   filter,
-		objects:  map[objectKey]*objectMemory{},
+		objects:  objectTable{objects: map[objectKey]*objectState{}},
+		ready:    newReadiness(),
+		res:      newResources(),
 		indexes:  state.NewIndexes(),
-		watchers: map[causes.Resource]*watcher{},
-	}
-	if *opts.PostEvents && opts.Recorder == nil {
-		if o.events, err = kubernetes.NewForConfig(cfg); err != nil {
-			return nil, fmt.Errorf("creating the events client: %w", err)
-		}
-	}
-	return o, nil
+		daemons:  daemonRegistry{running: map[*daemonRun]struct{}{}},
+	}, nil
 }
 
 // Start watches and processes until ctx is done; it blocks, then waits for running
@@ -153,7 +118,7 @@ func (o *Operator) Start(ctx context.Context) error {
 	// The queue is made here, not in New: client-go queues start goroutines at once.
 	o.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[objectKey](time.Second, 5*time.Minute),
-		workqueue.TypedRateLimitingQueueConfig[objectKey]{Name: "luaop", MetricsProvider: o.opts.QueueMetrics},
+		workqueue.TypedRateLimitingQueueConfig[objectKey]{Name: "luaop", MetricsProvider: o.opts.QueueMetrics, Clock: o.clock},
 	)
 	o.recorder = o.opts.Recorder
 	if !*o.opts.PostEvents {
@@ -164,9 +129,9 @@ func (o *Operator) Start(ctx context.Context) error {
 		o.recorder, shutdown = newEventRecorder(o.events)
 		defer shutdown()
 	}
-	o.mu.Lock()
+	o.startMu.Lock()
 	o.ctx = ctx
-	o.mu.Unlock()
+	o.startMu.Unlock()
 	o.Refresh()
 
 	// Workers get a context that outlives ctx by up to the shutdown grace period:
@@ -176,9 +141,7 @@ func (o *Operator) Start(ctx context.Context) error {
 	defer cancelWork()
 	daemonCtx, stopDaemons := context.WithCancel(work)
 	defer stopDaemons()
-	o.mu.Lock()
-	o.daemonCtx = daemonCtx
-	o.mu.Unlock()
+	o.daemons.open(daemonCtx)
 	var workers sync.WaitGroup
 	for i := 0; i < o.opts.Workers; i++ {
 		workers.Add(1)
@@ -195,9 +158,9 @@ func (o *Operator) Start(ctx context.Context) error {
 	// Queued but not yet started objects are left for the next start: their
 	// causes are rebuilt from the objects.
 	o.queue.ShutDown()
-	o.stopAllDaemons()
+	o.daemons.stopAll(o.opts.ShutdownGracePeriod)
 	daemonsDone := make(chan struct{})
-	go func() { o.daemonsGroup.Wait(); close(daemonsDone) }()
+	go func() { o.daemons.wait(); o.forgetting.Wait(); close(daemonsDone) }()
 	grace := time.After(o.opts.ShutdownGracePeriod)
 	for stopped != nil || daemonsDone != nil {
 		select {
@@ -212,11 +175,8 @@ func (o *Operator) Start(ctx context.Context) error {
 		}
 	}
 	workers.Wait()
-	o.mu.Lock()
-	for _, w := range o.watchers {
-		w.wait()
-	}
-	o.mu.Unlock()
+	// Informers and resolvers end with ctx; nothing is held while waiting for them.
+	o.res.running.Wait()
 	return nil
 }
 
@@ -225,90 +185,32 @@ func (o *Operator) Start(ctx context.Context) error {
 // and timers follow the new handlers. Watchers of resources no longer used keep
 // running: their objects are simply not handled, and a later reload may need them.
 func (o *Operator) Refresh() {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.ctx == nil {
+	o.startMu.Lock()
+	ctx := o.ctx
+	o.startMu.Unlock()
+	if ctx == nil {
 		return
 	}
-	for key := range o.objects {
+	o.refreshResources(ctx, o.handlers.Specs())
+	for _, key := range o.objects.keys() {
 		o.queue.Add(key)
-	}
-	for _, spec := range o.handlers.Specs() {
-		if _, ok := o.watchers[spec.Resource]; ok {
-			continue
-		}
-		w := newWatcher(o, spec.Resource)
-		o.watchers[spec.Resource] = w
-		go w.run(o.ctx)
 	}
 }
 
 // Synced tells whether every watched resource finished its initial listing and the
 // objects found there went through one cycle at least.
 func (o *Operator) Synced() bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	for _, w := range o.watchers {
+	watchers, resolved := o.watchersSnapshot()
+	if !resolved {
+		return false
+	}
+	for _, w := range watchers {
 		if !w.synced() {
 			return false
 		}
 	}
-	return o.pendingInitial == 0
-}
-
-// initialDone marks an object of the initial listing as processed once.
-func (o *Operator) initialDone(mem *objectMemory) {
-	o.mu.Lock()
-	if mem.initialPending {
-		mem.initialPending = false
-		o.pendingInitial--
-	}
-	o.mu.Unlock()
-}
-
-// record is called by watchers for every notification; it only remembers and queues.
-func (o *Operator) record(key objectKey, eventType string, obj *unstructured.Unstructured, initial, keepEvents bool) {
-	o.mu.Lock()
-	mem, ok := o.objects[key]
-	if !ok {
-		mem = &objectMemory{uid: string(obj.GetUID())}
-		o.objects[key] = mem
-	}
-	if uid := string(obj.GetUID()); mem.uid != uid && eventType != "DELETED" {
-		// Deleted and re-created under the same name between two notifications:
-		// the old incarnation is gone, its memo too.
-		o.handlers.Forget(mem.uid)
-		*mem = objectMemory{uid: uid}
-	}
-	if initial {
-		if !mem.noticedByListing {
-			mem.initialPending = true
-			o.pendingInitial++
-		}
-		mem.noticedByListing = true
-		if !mem.countedForIndexing && o.hasKind(key.resource, causes.KindIndex) {
-			mem.countedForIndexing = true
-			o.pendingIndexing++
-		}
-	}
-	if mem.lastChangeAt.IsZero() {
-		mem.lastChangeAt = o.opts.Now()
-	}
-	if keepEvents {
-		mem.pending = append(mem.pending, rawEvent{eventType: eventType, object: obj})
-	}
-	if eventType == "DELETED" {
-		mem.latest, mem.gone = nil, true
-	} else {
-		mem.latest, mem.gone = obj, false
-	}
-	rv := obj.GetResourceVersion()
-	mem.lastSeenVersion = rv
-	if mem.expectedVersion != "" && !versionOlder(rv, mem.expectedVersion) {
-		mem.expectedVersion = "" // consistency is achieved
-	}
-	o.mu.Unlock()
-	o.queue.Add(key)
+	initial, _ := o.ready.pending()
+	return initial == 0
 }
 
 // versionOlder compares resourceVersions. They are opaque by API convention but are
@@ -328,7 +230,7 @@ func (o *Operator) processNext(ctx context.Context) bool {
 		return false
 	}
 	defer o.queue.Done(key)
-	requeueAfter, err := o.process(ctx, key)
+	requeueAfter, err := o.processSafely(ctx, key)
 	switch {
 	case err != nil:
 		// Framework errors (API failures) are throttled per object; handler
@@ -342,6 +244,17 @@ func (o *Operator) processNext(ctx context.Context) bool {
 		o.queue.Forget(key)
 	}
 	return true
+}
+
+// processSafely turns a panic of the framework into an error of this object, so
+// that every other object keeps being served.
+func (o *Operator) processSafely(ctx context.Context, key objectKey) (requeue time.Duration, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("internal error while processing %s: %v (please report it)", key, r)
+		}
+	}()
+	return o.process(ctx, key)
 }
 
 // warningLogger passes API server warnings to the operator's log at debug level.

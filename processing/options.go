@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 
 	"github.com/luaop/luaop/state"
 )
@@ -52,8 +53,10 @@ type Options struct {
 	// ShutdownGracePeriod is how long cycles in flight may take to finish after the
 	// context of Start is done, before they are cancelled. Defaults to 20s.
 	ShutdownGracePeriod time.Duration
-	// Now is the clock. Defaults to time.Now.
-	Now func() time.Time
+	// Clock drives every wait of the core: the work queue's delays and backoffs,
+	// retries, timers, daemons' delays, consistency waits. Tests give a fake clock
+	// (k8s.io/utils/clock/testing). Defaults to the real clock.
+	Clock clock.WithTicker
 }
 
 // Observer is told about what crosses the API boundary (metrics.Metrics implements it).
@@ -103,8 +106,8 @@ func (o *Options) setDefaults() {
 	if o.ShutdownGracePeriod <= 0 {
 		o.ShutdownGracePeriod = 20 * time.Second
 	}
-	if o.Now == nil {
-		o.Now = time.Now
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
 	}
 }
 

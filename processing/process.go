@@ -17,62 +17,73 @@ import (
 // process runs one cycle for one object. It returns when to look at the object again
 // without a new event (0: only on the next event), or an error of the framework
 // itself (API failures), which the caller throttles.
+//
+// The worker calling it holds the object's key (the work queue gives a key to one
+// worker at a time), so it owns st.mem; it holds no lock while handlers run.
 func (o *Operator) process(ctx context.Context, key objectKey) (time.Duration, error) {
-	o.mu.Lock()
-	mem, ok := o.objects[key]
-	if !ok {
-		o.mu.Unlock()
+	st := o.objects.get(key)
+	if st == nil {
+		o.ready.forget(key)
 		return 0, nil
 	}
-	events := mem.pending
-	mem.pending = nil
-	latest, gone, uid := mem.latest, mem.gone, mem.uid
-	initialPending := mem.initialPending
-	expected, deadline := mem.expectedVersion, mem.consistencyDeadline
-	facts := objectFacts{noticedByListing: mem.noticedByListing, resumeIsHandled: mem.resumeIsHandled}
-	o.mu.Unlock()
-
-	specs := o.specsFor(key.resource)
+	mem := &st.mem
+	in := st.inbox.take()
+	idx := o.specs()
+	specs := idx.byResource[key.resource]
 	log := o.log.With("resource", key.resource.String(), "object", objectName(key))
 
 	// Raw event handlers see every event in order, never retried, errors only logged.
 	// They do not wait for consistency: they report what the watch said.
-	for _, ev := range events {
+	for _, ev := range in.events {
 		o.runEventHandlers(ctx, log, key, specs, ev)
 	}
 
-	if gone {
-		o.initialDone(mem)
-		o.forgetObject(key, mem, uid)
+	if mem.uid != "" && (in.gone || mem.uid != in.uid) {
+		// This incarnation is over: deleted, or deleted and re-created under the
+		// same name before this worker ran. Its daemons, index entries and memo go
+		// with it; the new one starts from nothing.
+		o.forgetIncarnation(key, mem)
+		*mem = objectMemory{}
+	}
+	if in.gone {
+		if o.objects.dropIfGone(key, st) {
+			o.ready.forget(key)
+		}
 		return 0, nil
 	}
+	latest := st.inbox.latestOf(in.uid)
 	if latest == nil {
-		return 0, nil
+		return 0, nil // re-created meanwhile: the notification queued the key again
 	}
 	info := o.resourceInfo(key.resource)
 	if info == nil {
 		return 0, nil
 	}
-	now := o.opts.Now()
-	c := &cycle{op: o, key: key, info: info, body: latest, log: log, now: now, patch: state.NewPatch(), specs: specs, mem: mem}
+	now := o.clock.Now()
+	if mem.uid == "" {
+		mem.uid, mem.lastChangeAt = in.uid, now
+	}
+	c := &cycle{op: o, key: key, info: info, body: latest, log: log, now: now, patch: state.NewPatch(), specs: specs, st: st, mem: mem}
 
 	// Indexes and daemons follow the newest body at once; they need no consistency.
 	c.updateIndexes(ctx)
 	c.adjustDaemons(ctx)
 
-	if expected != "" {
-		if now.Before(deadline) {
+	if mem.expectedVersion != "" {
+		switch {
+		case !versionOlder(in.lastSeenVersion, mem.expectedVersion):
+			mem.expectedVersion = "" // the watch delivered our own patch
+		case now.Before(mem.consistencyDeadline):
 			// The body is older than our own last patch: change handlers would see
 			// stale data. The next event wakes us earlier than this.
-			return deadline.Sub(now), nil
+			return mem.consistencyDeadline.Sub(now), nil
+		default:
+			log.Warn("the watch did not deliver the operator's own last patch in time; handling the newest body seen",
+				"expectedVersion", mem.expectedVersion, "timeout", o.opts.ConsistencyTimeout)
+			mem.expectedVersion = ""
 		}
-		log.Warn("the watch did not deliver the operator's own last patch in time; handling the newest body seen",
-			"expectedVersion", expected, "timeout", o.opts.ConsistencyTimeout)
-		o.mu.Lock()
-		mem.expectedVersion = ""
-		o.mu.Unlock()
 	}
-	if !o.indexesReady() {
+	if !o.indexesReady(idx) {
 		// kopf: change handlers wait until the initial listing is indexed, so that
 		// lookups see every object.
 		return 100 * time.Millisecond, nil
@@ -80,28 +91,22 @@ func (o *Operator) process(ctx context.Context, key objectKey) (time.Duration, e
 
 	// Patches that daemons handed over are applied here, in order with this
 	// object's other writes: no lost update between a daemon and a handler.
-	o.mu.Lock()
-	if mem.daemonPatch != nil {
-		c.patch.Merge(mem.daemonPatch)
-		mem.daemonPatch = nil
+	if dp := st.inbox.takeDaemonPatch(mem.uid); dp != nil {
+		c.patch.Merge(dp)
 	}
-	o.mu.Unlock()
 
+	facts := objectFacts{noticedByListing: in.listed, resumeIsHandled: mem.resumeIsHandled}
 	requeue, err := c.run(ctx, facts)
 	if err != nil {
 		return 0, err
 	}
 	timersWake := c.runTimers(ctx)
-	if initialPending {
-		o.initialDone(mem)
-	}
 	if err := c.apply(ctx); err != nil { // what timers (or daemons) wrote
 		return 0, err
 	}
+	o.ready.processed(key)
 	if c.resumeIsHandled {
-		o.mu.Lock()
 		mem.resumeIsHandled = true
-		o.mu.Unlock()
 	}
 	return soonest(requeue, timersWake), nil
 }
@@ -119,25 +124,30 @@ func soonest(a, b time.Duration) time.Duration {
 	return b
 }
 
-// forgetObject drops everything known about an object that is gone: memo, index
-// entries, daemons (cancelled at once: the object no longer exists).
-func (o *Operator) forgetObject(key objectKey, mem *objectMemory, uid string) {
-	o.mu.Lock()
-	if cur := o.objects[key]; cur == mem && cur.gone && len(cur.pending) == 0 {
-		delete(o.objects, key)
-	}
-	daemons := mem.daemons
-	mem.daemons = nil
-	if mem.countedForIndexing && !mem.indexed {
-		mem.indexed = true
-		o.pendingIndexing--
-	}
-	o.mu.Unlock()
-	for _, d := range daemons {
+// forgetIncarnation drops everything known about an incarnation that is over: its
+// daemons are cancelled at once (their object no longer exists), its index entries
+// dropped, and its memo forgotten once the daemons exited (a daemon still unwinding
+// would otherwise make a new memo for it).
+func (o *Operator) forgetIncarnation(key objectKey, mem *objectMemory) {
+	var exiting []*daemonRun
+	for _, d := range mem.daemons {
 		d.stop(0)
+		exiting = append(exiting, d)
 	}
 	o.indexes.Remove(key.String())
-	o.handlers.Forget(uid)
+	uid := mem.uid
+	if len(exiting) == 0 {
+		o.handlers.Forget(uid)
+		return
+	}
+	o.forgetting.Add(1)
+	go func() {
+		defer o.forgetting.Done()
+		for _, d := range exiting {
+			<-d.done
+		}
+		o.handlers.Forget(uid)
+	}()
 }
 
 func objectName(k objectKey) string {
@@ -145,16 +155,6 @@ func objectName(k objectKey) string {
 		return k.name
 	}
 	return k.namespace + "/" + k.name
-}
-
-func (o *Operator) specsFor(r causes.Resource) []causes.Spec {
-	var out []causes.Spec
-	for _, s := range o.handlers.Specs() {
-		if s.Resource == r {
-			out = append(out, s)
-		}
-	}
-	return out
 }
 
 func (o *Operator) runEventHandlers(ctx context.Context, log *slog.Logger, key objectKey, specs []causes.Spec, ev rawEvent) {
@@ -199,7 +199,8 @@ type cycle struct {
 	now   time.Time
 	patch *state.Patch
 
-	mem *objectMemory
+	st  *objectState
+	mem *objectMemory // owned by this cycle's worker
 
 	// subhandlerIDs are the subhandlers that ran or were registered in this cycle;
 	// their records are purged with their parents'.
@@ -221,7 +222,7 @@ func (c *cycle) run(ctx context.Context, facts objectFacts) (time.Duration, erro
 	case causes.Free:
 		return 0, nil
 	case causes.Delete:
-		if c.op.daemonsRunning(c.mem) {
+		if c.daemonsRunning() {
 			// Daemons stop first (they were asked to); delete handlers run once
 			// they exited. Their goroutines wake this object when they end.
 			return time.Second, nil

@@ -6,12 +6,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 
@@ -26,32 +26,31 @@ type resourceInfo struct {
 	statusSubresource bool
 }
 
-// watcher runs the informers of one resource. Informers (reflectors) list, then watch
-// from the list's resourceVersion with bookmarks, re-list on 410 Gone, and end every
-// watch request after a few minutes so a silently dead stream is replaced.
+// watcher runs the informers of one canonical resource. Informers (reflectors) list,
+// then watch from the list's resourceVersion with bookmarks, re-list on 410 Gone, and
+// end every watch request after a few minutes so a silently dead stream is replaced.
 type watcher struct {
 	op       *Operator
-	resource causes.Resource
-	info     atomic.Pointer[resourceInfo]
+	resource causes.Resource // canonical
+	info     *resourceInfo   // set before the watcher is published, read-only after
+	mu       sync.Mutex      // leaf lock: guards syncedFn
 	syncedFn []cache.InformerSynced
-	mu       sync.Mutex
 	ready    atomic.Bool
 	done     chan struct{}
 }
 
-func newWatcher(op *Operator, r causes.Resource) *watcher {
-	return &watcher{op: op, resource: r, done: make(chan struct{})}
+func newWatcher(op *Operator, r causes.Resource, info *resourceInfo) *watcher {
+	return &watcher{op: op, resource: r, info: info, done: make(chan struct{})}
 }
-
-func (w *watcher) wait() { <-w.done }
 
 func (w *watcher) synced() bool {
 	if !w.ready.Load() {
 		return false
 	}
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, f := range w.syncedFn {
+	fns := append([]cache.InformerSynced(nil), w.syncedFn...)
+	w.mu.Unlock()
+	for _, f := range fns {
 		if !f() {
 			return false
 		}
@@ -61,11 +60,7 @@ func (w *watcher) synced() bool {
 
 func (w *watcher) run(ctx context.Context) {
 	defer close(w.done)
-	info, err := w.discover(ctx)
-	if err != nil {
-		return // ctx cancelled
-	}
-	w.info.Store(info)
+	info := w.info
 	log := w.op.log.With("resource", w.resource.String())
 
 	namespaces := []string{metav1.NamespaceAll}
@@ -109,42 +104,18 @@ func namespacesForLog(ns []string) []string {
 	return ns
 }
 
-// discover resolves the resource as registered (plural, singular, kind or short name)
-// on the server, waiting while it does not exist: a CRD installed after the operator
-// started is picked up without a restart.
-func (w *watcher) discover(ctx context.Context) (*resourceInfo, error) {
-	warned := false
-	for {
-		info, err := w.lookup()
-		if err == nil {
-			if warned {
-				w.op.log.Info("resource appeared on the server", "resource", w.resource.String())
-			}
-			return info, nil
-		}
-		if !warned {
-			w.op.log.Warn("waiting for the resource to exist on the server; is its CRD installed? (kubectl get crd)",
-				"resource", w.resource.String(), "reason", err)
-			warned = true
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(2 * time.Second):
-		}
-	}
-}
-
-func (w *watcher) lookup() (*resourceInfo, error) {
-	gv := schema.GroupVersion{Group: w.resource.Group, Version: w.resource.Version}
-	list, err := w.op.disco.ServerResourcesForGroupVersion(gv.String())
+// lookupResource resolves a resource as a script spells it (plural, singular, kind or
+// short name) through discovery, which also tells whether status is a subresource.
+func lookupResource(disco discovery.DiscoveryInterface, spelling causes.Resource) (*resourceInfo, error) {
+	gv := schema.GroupVersion{Group: spelling.Group, Version: spelling.Version}
+	list, err := disco.ServerResourcesForGroupVersion(gv.String())
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("group/version %s is not served", gv)
 		}
 		return nil, fmt.Errorf("discovery of %s: %w", gv, err)
 	}
-	want := strings.ToLower(w.resource.Resource)
+	want := strings.ToLower(spelling.Resource)
 	var found *metav1.APIResource
 	for i := range list.APIResources {
 		r := &list.APIResources[i]
@@ -157,7 +128,7 @@ func (w *watcher) lookup() (*resourceInfo, error) {
 		}
 	}
 	if found == nil {
-		return nil, fmt.Errorf("%s serves no resource named %q", gv, w.resource.Resource)
+		return nil, fmt.Errorf("%s serves no resource named %q", gv, spelling.Resource)
 	}
 	info := &resourceInfo{gvr: gv.WithResource(found.Name), kind: found.Kind, namespaced: found.Namespaced}
 	for _, r := range list.APIResources {
@@ -194,41 +165,19 @@ func (w *watcher) notify(eventType string, obj any, initial bool) {
 	if !ok {
 		return
 	}
+	o := w.op
 	ns := u.GetNamespace()
-	if ns != "" && !w.op.filter.allows(ns) {
+	if ns != "" && !o.filter.allows(ns) {
 		return
 	}
-	if obs := w.op.opts.Observer; obs != nil {
+	if obs := o.opts.Observer; obs != nil {
 		obs.EventReceived(w.resource.String(), eventType)
 	}
 	key := objectKey{resource: w.resource, namespace: ns, name: u.GetName()}
-	w.op.record(key, eventType, u, initial, w.op.hasEventHandlers(w.resource))
-}
-
-func (o *Operator) hasKind(r causes.Resource, kind causes.Kind) bool {
-	for _, s := range o.handlers.Specs() {
-		if s.Resource == r && s.Kind == kind {
-			return true
-		}
+	idx := o.specs()
+	if initial {
+		o.ready.listed(key, idx.has(w.resource, causes.KindIndex))
 	}
-	return false
-}
-
-func (o *Operator) hasEventHandlers(r causes.Resource) bool {
-	for _, s := range o.handlers.Specs() {
-		if s.Resource == r && s.Kind == causes.KindEvent {
-			return true
-		}
-	}
-	return false
-}
-
-func (o *Operator) resourceInfo(r causes.Resource) *resourceInfo {
-	o.mu.Lock()
-	w := o.watchers[r]
-	o.mu.Unlock()
-	if w == nil {
-		return nil
-	}
-	return w.info.Load()
+	o.objects.record(key, eventType, u, initial, idx.has(w.resource, causes.KindEvent))
+	o.queue.Add(key)
 }

@@ -1,0 +1,184 @@
+package processing
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/luaop/luaop/processing/causes"
+)
+
+// resources resolves the resources as the scripts spell them ("v1/cm", "v1/configmaps",
+// "v1/ConfigMap") to what the server serves, once per spelling, and runs one watcher
+// per canonical resource however many spellings point at it.
+//
+// Ownership: mu (a leaf lock) guards the maps; watchers and resolvers run in
+// goroutines of their own, started by refresh and waited for by wait.
+type resources struct {
+	mu       sync.Mutex
+	aliases  map[causes.Resource]causes.Resource // spelling -> canonical, once resolved
+	pending  map[causes.Resource]bool            // spellings being resolved
+	watchers map[causes.Resource]*watcher        // by canonical resource
+	version  int                                 // bumped at every new alias
+	running  sync.WaitGroup
+}
+
+func newResources() *resources {
+	return &resources{aliases: map[causes.Resource]causes.Resource{}, pending: map[causes.Resource]bool{},
+		watchers: map[causes.Resource]*watcher{}}
+}
+
+// refresh starts resolving the spellings not seen before.
+func (o *Operator) refreshResources(ctx context.Context, specs []causes.Spec) {
+	var start []causes.Resource
+	o.res.mu.Lock()
+	for _, s := range specs {
+		if _, ok := o.res.aliases[s.Resource]; ok || o.res.pending[s.Resource] {
+			continue
+		}
+		o.res.pending[s.Resource] = true
+		start = append(start, s.Resource)
+	}
+	o.res.running.Add(len(start))
+	o.res.mu.Unlock()
+	for _, spelling := range start {
+		go func() {
+			defer o.res.running.Done()
+			o.resolveAndWatch(ctx, spelling)
+		}()
+	}
+}
+
+// resolveAndWatch resolves one spelling (waiting while the resource does not exist:
+// a CRD installed after the operator started is picked up without a restart), then
+// watches its canonical resource unless another spelling already does.
+func (o *Operator) resolveAndWatch(ctx context.Context, spelling causes.Resource) {
+	info, err := o.discover(ctx, spelling)
+	if err != nil {
+		return // ctx cancelled
+	}
+	canonical := causes.Resource{GroupVersionResource: info.gvr}
+	o.res.mu.Lock()
+	delete(o.res.pending, spelling)
+	o.res.aliases[spelling] = canonical
+	o.res.version++
+	w := o.res.watchers[canonical]
+	fresh := w == nil
+	if fresh {
+		w = newWatcher(o, canonical, info)
+		o.res.watchers[canonical] = w
+	}
+	o.res.mu.Unlock()
+	if spelling != canonical {
+		o.log.Debug("resource resolved", "as written", spelling.String(), "resource", canonical.String())
+	}
+	if fresh {
+		w.run(ctx)
+	}
+}
+
+// discover resolves a spelling on the server, retrying every 2 s until it exists.
+func (o *Operator) discover(ctx context.Context, spelling causes.Resource) (*resourceInfo, error) {
+	warned := false
+	for {
+		info, err := lookupResource(o.disco, spelling)
+		if err == nil {
+			if warned {
+				o.log.Info("resource appeared on the server", "resource", spelling.String())
+			}
+			return info, nil
+		}
+		if !warned {
+			o.log.Warn("waiting for the resource to exist on the server; is its CRD installed? (kubectl get crd)",
+				"resource", spelling.String(), "reason", err)
+			warned = true
+		}
+		t := o.clock.NewTimer(2 * time.Second)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C():
+		}
+	}
+}
+
+// watchersSnapshot returns the watchers and whether every spelling is resolved.
+func (o *Operator) watchersSnapshot() ([]*watcher, bool) {
+	o.res.mu.Lock()
+	defer o.res.mu.Unlock()
+	out := make([]*watcher, 0, len(o.res.watchers))
+	for _, w := range o.res.watchers {
+		out = append(out, w)
+	}
+	return out, len(o.res.pending) == 0
+}
+
+func (o *Operator) watcherOf(r causes.Resource) *watcher {
+	o.res.mu.Lock()
+	defer o.res.mu.Unlock()
+	return o.res.watchers[r]
+}
+
+func (o *Operator) resourceInfo(r causes.Resource) *resourceInfo {
+	if w := o.watcherOf(r); w != nil {
+		return w.info
+	}
+	return nil
+}
+
+// specIndex is the current handler set grouped by canonical resource, so that
+// neither a watch notification nor a cycle scans every handler.
+type specIndex struct {
+	source     []causes.Spec // the Handlers.Specs() slice it was built from
+	version    int           // resources.version it was built with
+	byResource map[causes.Resource][]causes.Spec
+	kinds      map[causes.Resource]map[causes.Kind]bool
+}
+
+type specIndexCache struct {
+	current atomic.Pointer[specIndex]
+}
+
+// specs returns the index of the current handler set, rebuilding it after a reload
+// or a newly resolved resource. Concurrent rebuilds are harmless: same result.
+func (o *Operator) specs() *specIndex {
+	source := o.handlers.Specs()
+	o.res.mu.Lock()
+	version := o.res.version
+	idx := o.specIdx.current.Load()
+	if idx != nil && idx.version == version && sameSlice(idx.source, source) {
+		o.res.mu.Unlock()
+		return idx
+	}
+	aliases := make(map[causes.Resource]causes.Resource, len(o.res.aliases))
+	for k, v := range o.res.aliases {
+		aliases[k] = v
+	}
+	o.res.mu.Unlock()
+	idx = &specIndex{source: source, version: version, byResource: map[causes.Resource][]causes.Spec{},
+		kinds: map[causes.Resource]map[causes.Kind]bool{}}
+	for _, s := range source {
+		canonical, ok := aliases[s.Resource]
+		if !ok {
+			continue // not resolved yet: its objects are not watched yet either
+		}
+		idx.byResource[canonical] = append(idx.byResource[canonical], s)
+		if idx.kinds[canonical] == nil {
+			idx.kinds[canonical] = map[causes.Kind]bool{}
+		}
+		idx.kinds[canonical][s.Kind] = true
+	}
+	o.specIdx.current.Store(idx)
+	return idx
+}
+
+func (x *specIndex) has(r causes.Resource, k causes.Kind) bool { return x.kinds[r][k] }
+
+func sameSlice(a, b []causes.Spec) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	return len(a) == 0 || &a[0] == &b[0]
+}
