@@ -1,14 +1,15 @@
 // Package kubeclient is the Kubernetes client that Lua scripts use through luaop.kube:
 // any resource by apiVersion and kind (resolved with a cached discovery REST mapper),
-// objects as plain JSON maps, and Kubernetes Events. It satisfies luabind.Kube.
+// objects as plain JSON maps, and Kubernetes Events (through the operator's shared,
+// rate-limited recorder). It satisfies luabind.Kube.
 package kubeclient
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -19,18 +20,24 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/reference"
+
+	"github.com/luaop/luaop/eventing"
 )
 
 // Client talks to the API server on behalf of scripts.
 type Client struct {
 	dynamic dynamic.Interface
-	core    kubernetes.Interface
 	mapper  *restmapper.DeferredDiscoveryRESTMapper
 	// FieldManager names the operator in managedFields (server-side apply).
 	FieldManager string
+	// Recorder posts the scripts' Events (luaop.info/warn/exception). The operator sets
+	// it to the recorder it shares with the framework's own Events; nil (Events turned
+	// off) makes Event a no-op.
+	Recorder record.EventRecorder
 }
 
 // New creates a client; it does nothing until used.
@@ -39,16 +46,12 @@ func New(cfg *rest.Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	core, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
 	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))
-	return &Client{dynamic: dyn, core: core, mapper: mapper, FieldManager: "luaop"}, nil
+	return &Client{dynamic: dyn, mapper: mapper, FieldManager: "luaop"}, nil
 }
 
 // resource resolves apiVersion + kind, refreshing discovery once when a kind is not
@@ -180,27 +183,57 @@ func (c *Client) Apply(ctx context.Context, obj map[string]any, force bool) (map
 	return out.Object, nil
 }
 
-// Event posts a core/v1 Event about an object (kopf's info/warn/exception).
+// Event posts a core/v1 Event about an object (kopf's info/warn/exception) through
+// c.Recorder, the operator's shared recorder, which rate-limits and aggregates (see
+// package eventing). eventType is "Normal" or "Warning"; the reason must not be empty;
+// the object needs at least apiVersion, kind and metadata.name (namespace, uid and
+// resourceVersion are used when present). Messages longer than 1000 bytes are
+// truncated. Without a recorder (events are turned off) a valid call does nothing.
+// Posting is asynchronous: a nil error means the Event is queued, not written.
 func (c *Client) Event(ctx context.Context, obj map[string]any, eventType, reason, message string) error {
-	apiVersion, kind, ns, name := typeOf(obj)
+	if eventType != corev1.EventTypeNormal && eventType != corev1.EventTypeWarning {
+		return fmt.Errorf("event type %q: use %q or %q", eventType, corev1.EventTypeNormal, corev1.EventTypeWarning)
+	}
+	if strings.TrimSpace(reason) == "" {
+		return errors.New("an event needs a reason")
+	}
+	ref, err := eventSubject(obj)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if c.Recorder == nil {
+		return nil
+	}
+	c.Recorder.Event(ref, eventType, reason, eventing.Truncate(message))
+	return nil
+}
+
+// eventSubject is the object an Event is about, reduced to what its reference needs.
+func eventSubject(obj map[string]any) (*unstructured.Unstructured, error) {
+	apiVersion, kind, namespace, name := typeOf(obj)
+	if kind == "" || name == "" || apiVersion == "" {
+		return nil, fmt.Errorf("an event needs an object with apiVersion, kind and metadata.name (got apiVersion %q, kind %q, name %q)", apiVersion, kind, name)
+	}
+	if _, err := schema.ParseGroupVersion(apiVersion); err != nil {
+		return nil, fmt.Errorf("event object apiVersion %q: %w", apiVersion, err)
+	}
 	m, _ := obj["metadata"].(map[string]any)
 	uid, _ := m["uid"].(string)
-	objectNamespace := ns
-	if ns == "" {
-		ns = metav1.NamespaceDefault // events of cluster-scoped objects go to default
+	rv, _ := m["resourceVersion"].(string)
+	u := &unstructured.Unstructured{Object: map[string]any{}}
+	u.SetAPIVersion(apiVersion)
+	u.SetKind(kind)
+	u.SetNamespace(namespace)
+	u.SetName(name)
+	u.SetUID(types.UID(uid))
+	u.SetResourceVersion(rv)
+	// The recorder builds the same reference; checking here turns its logged failure
+	// into the script's error.
+	if _, err := reference.GetReference(nil, u); err != nil {
+		return nil, fmt.Errorf("an event's object: %w", err)
 	}
-	now := metav1.NewTime(time.Now())
-	ev := &corev1.Event{
-		ObjectMeta:     metav1.ObjectMeta{GenerateName: strings.ToLower(name) + ".", Namespace: ns},
-		InvolvedObject: corev1.ObjectReference{APIVersion: apiVersion, Kind: kind, Namespace: objectNamespace, Name: name, UID: types.UID(uid)},
-		Reason:         reason,
-		Message:        message,
-		Type:           eventType,
-		Source:         corev1.EventSource{Component: "luaop"},
-		FirstTimestamp: now,
-		LastTimestamp:  now,
-		Count:          1,
-	}
-	_, err := c.core.CoreV1().Events(ns).Create(ctx, ev, metav1.CreateOptions{})
-	return err
+	return u, nil
 }

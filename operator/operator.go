@@ -14,6 +14,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
+	"github.com/luaop/luaop/eventing"
 	"github.com/luaop/luaop/kubeclient"
 	"github.com/luaop/luaop/luabind"
 	"github.com/luaop/luaop/processing"
@@ -41,6 +42,8 @@ type Operator struct {
 	proc    *processing.Operator
 	log     *slog.Logger
 	loaded  atomic.Bool
+	// stopEvents shuts down the Events recorder New made (a no-op if it made none).
+	stopEvents func()
 }
 
 // New prepares an operator; nothing runs until Start.
@@ -57,10 +60,27 @@ func New(cfg *rest.Config, opts Options) (*Operator, error) {
 	if opts.Processing.Logger == nil {
 		opts.Processing.Logger = opts.Logger
 	}
+	// One Events recorder for the whole operator: the framework's Events and the
+	// scripts' luaop.info/warn/exception share its rate limit and aggregation. With
+	// PostEvents off there is none: processing posts nothing, and the scripts' calls
+	// are checked but post nothing (they still return true).
+	post := opts.Processing.PostEvents == nil || *opts.Processing.PostEvents
+	stopEvents := func() {}
+	if post && opts.Processing.Recorder == nil {
+		rec, err := eventing.NewForConfig(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("creating the events client: %w", err)
+		}
+		opts.Processing.Recorder, stopEvents = rec, rec.Shutdown
+	}
 	if opts.Runtime.Kube == nil {
 		kube, err := kubeclient.New(cfg)
 		if err != nil {
+			stopEvents()
 			return nil, fmt.Errorf("creating the scripts' cluster client: %w", err)
+		}
+		if post {
+			kube.Recorder = opts.Processing.Recorder
 		}
 		opts.Runtime.Kube = kube
 	}
@@ -68,9 +88,10 @@ func New(cfg *rest.Config, opts Options) (*Operator, error) {
 	proc, err := processing.New(cfg, rt, opts.Processing)
 	if err != nil {
 		rt.Close()
+		stopEvents()
 		return nil, err
 	}
-	return &Operator{opts: opts, cfg: cfg, runtime: rt, proc: proc, log: opts.Logger}, nil
+	return &Operator{opts: opts, cfg: cfg, runtime: rt, proc: proc, log: opts.Logger, stopEvents: stopEvents}, nil
 }
 
 // Runtime gives access to the loaded scripts (reloads, hooks, live views).
@@ -114,6 +135,8 @@ func (o *Operator) LoadScripts(ctx context.Context, scripts []luabind.Script) (l
 // Start loads the scripts and runs until ctx is done. A first load that fails stops
 // the start: there is nothing to serve yet.
 func (o *Operator) Start(ctx context.Context) error {
+	// Deferred first so it runs last: cleanup handlers may still post Events.
+	defer o.stopEvents()
 	defer o.runtime.Close()
 	if !o.loaded.Load() {
 		report, err := o.Load(ctx)

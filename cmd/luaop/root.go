@@ -70,7 +70,7 @@ func addOperatorFlags(fs *pflag.FlagSet, logFormat string) {
 	fs.String("log-format", logFormat, "log format: plain or json")
 	fs.String("log-level", "info", "log level: debug, info, warn, error")
 	fs.String("health-address", ":8080", "address of /healthz and /readyz (empty: off)")
-	fs.Bool("post-events", true, "post Kubernetes Events for handler outcomes")
+	fs.Bool("post-events", true, "post Kubernetes Events: handler outcomes and the scripts' luaop.info/warn/exception (rate-limited per object)")
 	fs.Bool("leader-elect", false, "run several replicas: only the holder of a coordination.k8s.io Lease handles objects, the others stand by")
 	fs.String("leader-election-namespace", "", "namespace of the Lease (default: the pod's own namespace)")
 	fs.String("leader-election-name", "luaop", "name of the Lease; operators sharing one take turns")
