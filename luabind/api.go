@@ -91,7 +91,7 @@ func (s *shard) mustCollect(L *lua.LState, what string) *collected {
 //	luaop.on.create("example.com/v1/widgets", function(ctx) ... end, {id = "...", retries = 3})
 func (s *shard) registerChange(name string, reasons []causes.Reason) lua.LGFunction {
 	return func(L *lua.LState) int {
-		col := s.mustCollect(L, "luaop.on." + name)
+		col := s.mustCollect(L, "luaop.on."+name)
 		res := s.checkResource(L, 1)
 		fn := L.CheckFunction(2)
 		spec := causes.Spec{Kind: causes.KindChange, Resource: res, Reasons: reasons, Source: s.where(L)}
@@ -117,7 +117,7 @@ func (s *shard) registerField(L *lua.LState) int {
 
 func (s *shard) registerKind(kind causes.Kind, name string) lua.LGFunction {
 	return func(L *lua.LState) int {
-		col := s.mustCollect(L, "luaop." + name)
+		col := s.mustCollect(L, "luaop."+name)
 		res := s.checkResource(L, 1)
 		fn := L.CheckFunction(2)
 		spec := causes.Spec{Kind: kind, Resource: res, Source: s.where(L)}
@@ -128,7 +128,7 @@ func (s *shard) registerKind(kind causes.Kind, name string) lua.LGFunction {
 
 func (s *shard) registerHook(name string) lua.LGFunction {
 	return func(L *lua.LState) int {
-		col := s.mustCollect(L, "luaop.on." + name)
+		col := s.mustCollect(L, "luaop.on."+name)
 		fn := L.CheckFunction(1)
 		spec := causes.Spec{Kind: causes.Kind(name), Source: s.where(L)}
 		s.add(L, col, spec, fn, L.OptTable(2, nil), name)

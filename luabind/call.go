@@ -430,7 +430,11 @@ func (s *shard) indexesTable(L *lua.LState, call causes.Call) lua.LValue {
 		if call.Indexes == nil {
 			L.RaiseError("index %q: no indexes are registered", name)
 		}
-		entries, ok := call.Indexes.Lookup(name)
+		// The indexes belong to the processing core: read with the shard released
+		// (no lock held while calling out of the package).
+		var entries map[string][]any
+		var ok bool
+		s.blocking(L, func(context.Context) { entries, ok = call.Indexes.Lookup(name) })
 		if !ok {
 			L.RaiseError("index %q is not registered (luaop.index(resource, fn, {id = %q}))", name, name)
 		}

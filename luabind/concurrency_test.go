@@ -287,7 +287,11 @@ func cctDaemon(rt *Runtime, spec causes.Spec, body map[string]any, stop chan str
 			Logger: slog.Default(), Stopped: stop, Latest: func() map[string]any { return body },
 			Flush: func(p map[string]any) { mu.Lock(); flushed = append(flushed, p); mu.Unlock() }})
 	}()
-	return done, func() []map[string]any { mu.Lock(); defer mu.Unlock(); return append([]map[string]any(nil), flushed...) }
+	return done, func() []map[string]any {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]map[string]any(nil), flushed...)
+	}
 }
 
 // A sleeping daemon (here through pcall, which a yield could not cross) releases its

@@ -18,9 +18,9 @@ func (notFoundKube) Get(context.Context, string, string, string, string) (map[st
 	return nil, errors.New(`configmaps "x" not found`)
 }
 
-// A daemon runs as a coroutine: Go functions that return several values (here
-// nil, message, reason) must push them on the coroutine's stack, sleeps yield, and
-// ctx.patch is flushed at every sleep.
+// A daemon runs on a call thread: Go functions that return several values (here
+// nil, message, reason) must push them on the thread's stack, sleeps release the
+// shard, and ctx.patch is flushed at every sleep.
 func TestDaemonCoroutineCallsAndFlushes(t *testing.T) {
 	rt := New(Options{Shards: 1, Kube: notFoundKube{}, HandlerTimeout: time.Second})
 	defer rt.Close()

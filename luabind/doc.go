@@ -6,9 +6,11 @@
 //
 // A gopher-lua LState is not safe for concurrent use, and Lua values cannot move
 // between states. The Runtime therefore keeps a fixed set of shards (by default one
-// per CPU); each shard owns one LState behind a mutex, and every object is pinned to
-// one shard by a hash of its UID. So:
-//   - many objects run in parallel, one per shard at a time, on every core;
+// per CPU); each shard owns one LState behind a lock, and every object is pinned to
+// one shard by a hash of its UID. Operator-level hooks (startup, cleanup, probe: uid
+// "") have one more shard of their own. So:
+//   - many objects run in parallel, one running Lua per shard at a time, on every
+//     core, and any number of calls per shard waiting on I/O or timers;
 //   - an object's memo is an ordinary Lua table living in its shard's state, kept
 //     across calls and across reloads, and never copied;
 //   - a handler call never waits for a state to be created (about 180 us each).
@@ -16,6 +18,54 @@
 // Scripts are compiled once per load (a FunctionProto is read-only and shared) and run
 // in every shard, each shard getting its own closures. A load is atomic: all files
 // must compile, run and register without error in every shard, or nothing changes.
+//
+// # Concurrency
+//
+// Who owns what:
+//   - The shard lock (shard.sem, a 1-slot semaphore) protects the shard's LState,
+//     every thread made from it, and every Lua value and Go table reached from them:
+//     globals, memos, the registered functions, subhandlers, the thread pool, the
+//     per-call state. Lua runs only with it held.
+//   - Every call (a change, field or event handler, a filter, a hook, a timer, an
+//     index function, a daemon) runs on a thread of its shard (LState.NewThread: its
+//     own stack and its own context, the shard's globals), taken from a per-shard
+//     pool and given back when the call ends. The call's state (callState: the ctx
+//     table, logger, patch table, subhandlers) hangs off that thread; Go functions
+//     find it from the state they are called with (shard.callOf, which also follows
+//     coroutines a script made back to their call thread). There is no "current
+//     call" of a shard.
+//   - The handler deadline (Options.HandlerTimeout) is the thread's context
+//     (SetContext), so a CPU-bound loop holds its shard at most that long. A daemon's
+//     deadline restarts after each blocking function: it bounds each stretch of Lua
+//     between two waits.
+//
+// Which functions release the shard: every API function that waits goes through
+// shard.blocking, which converts nothing itself but releases the shard around a Go
+// function and takes it back before returning to Lua: luaop.kube.get, list, create,
+// patch, delete, apply; luaop.info, warn, exception (events); luaop.sleep, in
+// handlers and daemons alike (in a daemon it first hands ctx.patch to call.Flush).
+// Such functions convert their Lua arguments to Go values before releasing and push
+// results after taking the shard back; the Go function in between must not touch any
+// Lua value. This is not a yield, so it works inside pcall. A new blocking function
+// must use shard.blocking too. While a call is parked there, other calls run on
+// other threads of the shard; each thread keeps its own stack and context, and
+// blocking restores the state's shared "current coroutine" (G.CurrentThread) before
+// the parked call continues. Scripts loading (Load, on the main state, never on a
+// call thread) do not release the shard: a load sees no other call.
+//
+// Taking the lock: a call takes it under its caller's context and fails with that
+// context's error if it ends first (a caller never hangs on a busy state); a call
+// returning from a blocking function takes it back unconditionally (every holder
+// releases it within a handler deadline). Runtime.Forget may be called from any
+// goroutine holding no lock; Runtime.Close works while calls are parked (they fail
+// when they come back).
+//
+// The rule: no lock is held while calling out of the package or waiting on I/O.
+// Callbacks the processing core passes in a causes.Call are called as follows:
+// Flush (a daemon's patch) and Indexes.Lookup with no lock held (through
+// shard.blocking); Latest (a lock-free atomic read) under the shard lock. Kube
+// methods are called with no lock held. Loggers (call.Logger, Options.Logger) are
+// written to under the shard lock: they must not block for long.
 //
 // # Data
 //

@@ -23,7 +23,7 @@ type shard struct {
 	sem    chan struct{}
 	closed bool // set by Runtime.Close: no call may start any more
 	L      *lua.LState
-	memos *lua.LTable // object uid -> memo table; survives reloads
+	memos  *lua.LTable // object uid -> memo table; survives reloads
 	// opMemo is the memo of operator-level hooks (startup, cleanup, probe).
 	opMemo *lua.LTable
 	module *lua.LTable // the `luaop` module of this state
