@@ -29,6 +29,12 @@ func (c *cycle) apply(ctx context.Context) error {
 	}
 	// What is written after this point goes into a patch of its own.
 	c.patch = state.NewPatch()
+	// The incarnation is a precondition: a patch meant for an object that was
+	// deleted and re-created under its name meanwhile must not land on the new one
+	// (it would mark it handled with the old one's essence). The server refuses a
+	// patch that changes metadata.uid.
+	main = withUID(main, c.mem.uid)
+	status = withUID(status, c.mem.uid)
 	client := o.dynamic.Resource(c.info.gvr).Namespace(c.key.namespace)
 	var last *unstructured.Unstructured
 	if len(status) > 0 {
@@ -75,6 +81,9 @@ func (c *cycle) send(ctx context.Context, subresource string, do func([]byte) (*
 	case apierrors.IsNotFound(err):
 		c.log.Debug("object vanished before the patch; nothing to do")
 		return nil, nil
+	case (apierrors.IsConflict(err) || apierrors.IsInvalid(err)) && c.replaced():
+		c.log.Debug("object was re-created under its name before the patch; the new one gets its own cycle")
+		return nil, nil
 	case apierrors.IsInvalid(err), apierrors.IsConflict(err):
 		return nil, fmt.Errorf("the server rejected the patch of %s (%s): %w; the patch was %s", c.key, apierrors.ReasonForError(err), err, truncate(string(data), 500))
 	default:
@@ -104,6 +113,33 @@ func (c *cycle) checkPruning(sent map[string]any, resp *unstructured.Unstructure
 		c.log.Error(msg)
 		c.post("Warning", "StatusPruned", msg)
 	}
+}
+
+// withUID adds metadata.uid to a non-empty patch (a copy; the cycle's map is kept).
+func withUID(patch map[string]any, uid string) map[string]any {
+	if len(patch) == 0 || uid == "" {
+		return patch
+	}
+	out := make(map[string]any, len(patch)+1)
+	for k, v := range patch {
+		out[k] = v
+	}
+	meta, _ := patch["metadata"].(map[string]any)
+	m := make(map[string]any, len(meta)+1)
+	for k, v := range meta {
+		m[k] = v
+	}
+	m["uid"] = uid
+	out["metadata"] = m
+	return out
+}
+
+// replaced tells whether the cycle's incarnation is over (deleted, or another
+// object under the same name now).
+func (c *cycle) replaced() bool {
+	c.st.inbox.mu.Lock()
+	defer c.st.inbox.mu.Unlock()
+	return c.st.inbox.gone || c.st.inbox.uid != c.mem.uid
 }
 
 func truncate(s string, n int) string {

@@ -21,6 +21,38 @@
 // Delays that handlers ask for (TemporaryError, backoff) are kept in the work queue:
 // no dummy "touch" patches load the API server, unlike kopf.
 //
+// # Concurrency: who owns what
+//
+// The rule: no lock is held while calling out of this package (handlers, the API,
+// the work queue, callbacks) or waiting on I/O. Every lock below is a leaf, held to
+// copy or swap a few fields.
+//
+//   - An object's state has two halves (objects.go). The inbox is written by the
+//     informer side (watch notifications) and by daemons: the newest body is published
+//     through an atomic pointer, so daemons and handlers read it without a lock; the
+//     raw events, the incarnation (uid) and daemons' patches sit behind the inbox's
+//     leaf mutex. The memory (daemons, timers, consistency wait, index version) is
+//     owned by the worker holding the object's key: the work queue hands a key to one
+//     worker at a time, so it has no lock at all.
+//   - The object table (key -> state) has a leaf RWMutex; a worker drops a gone object
+//     only if no notification arrived since, under the table's lock.
+//   - Readiness is the set of keys of the initial listings still to process (and, for
+//     resources with indexes, still to index), never a counter: a key leaves the set
+//     when its worker handled it or it is gone, whatever happened in between.
+//   - Resources: each spelling in the scripts is resolved once through discovery to the
+//     canonical GroupVersionResource; watchers, queue keys and handler lookups use the
+//     canonical one, so two spellings share one informer and one worker (resources.go).
+//   - Daemons run in goroutines of their own, registered in the daemon registry for the
+//     shutdown. A daemon reads the newest body of its own incarnation (a re-created
+//     object under the same name is another incarnation: its old daemons see nil and
+//     end) and hands its patches to the inbox; the worker applies them.
+//   - A new incarnation under a known key (deleted and re-created before the worker
+//     ran) goes through the same forget path as a deletion: daemons stopped, index
+//     entries dropped, the memo forgotten once its daemons exited.
+//   - The clock (Options.Clock) drives every wait: the queue's delays and backoffs,
+//     retries, timers, daemons' delays and consistency deadlines, so tests run the
+//     core against client-go's fake dynamic client with a fake clock.
+//
 // The package never imports the Lua binding: it declares the Handlers interface it
 // needs, and luabind.Runtime satisfies it.
 package processing

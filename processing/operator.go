@@ -200,10 +200,10 @@ func (o *Operator) Refresh() {
 // Synced tells whether every watched resource finished its initial listing and the
 // objects found there went through one cycle at least.
 func (o *Operator) Synced() bool {
-	watchers, resolved := o.watchersSnapshot()
-	if !resolved {
+	if !o.allResolved(o.handlers.Specs()) {
 		return false
 	}
+	watchers, _ := o.watchersSnapshot()
 	for _, w := range watchers {
 		if !w.synced() {
 			return false

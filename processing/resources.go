@@ -115,6 +115,19 @@ func (o *Operator) watchersSnapshot() ([]*watcher, bool) {
 	return out, len(o.res.pending) == 0
 }
 
+// allResolved tells whether every resource the handlers name is resolved (and so
+// has its watcher).
+func (o *Operator) allResolved(specs []causes.Spec) bool {
+	o.res.mu.Lock()
+	defer o.res.mu.Unlock()
+	for _, s := range specs {
+		if _, ok := o.res.aliases[s.Resource]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
 func (o *Operator) watcherOf(r causes.Resource) *watcher {
 	o.res.mu.Lock()
 	defer o.res.mu.Unlock()

@@ -1,0 +1,388 @@
+package processing
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/luaop/luaop/processing/causes"
+	"github.com/luaop/luaop/state"
+)
+
+func TestCreateHandlerRunsOnceAndStoresItsResultAndDiffBase(t *testing.T) {
+	h := newFakeHandlers()
+	h.add(changeSpec("create_fn", causes.Create), func(ctx context.Context, call causes.Call) (causes.Result, error) {
+		call.Patch.Set([]string{"status", "phase"}, "Ready")
+		return causes.Result{Value: map[string]any{"message": "hello"}}, nil
+	})
+	e := startEnv(t, h, Options{})
+	e.create("w1", map[string]any{"size": int64(1)})
+	e.eventually("the result in status and the diff-base stored", func() bool {
+		u := e.get("w1")
+		phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+		msg, _, _ := unstructured.NestedString(u.Object, "status", "create_fn", "message")
+		_, stored := u.GetAnnotations()["luaop.dev/last-handled-configuration"]
+		return phase == "Ready" && msg == "hello" && stored
+	})
+	e.never("the create handler running twice", func() bool { return len(h.callsOf("create_fn", "w1")) > 1 })
+	if !e.op.Synced() {
+		t.Errorf("not synced after every object was handled")
+	}
+}
+
+func TestUpdateHandlerGetsOldAndNewAndFieldHandlerItsField(t *testing.T) {
+	h := newFakeHandlers()
+	h.add(changeSpec("update_fn", causes.Update), nil)
+	field := changeSpec("size_fn", causes.Create, causes.Update)
+	field.Field = []string{"spec", "size"}
+	h.add(field, nil)
+	e := startEnv(t, h, Options{})
+	e.create("w1", map[string]any{"size": int64(1), "color": "red"})
+	e.eventually("the creation handled", func() bool {
+		_, ok := e.annotations("w1")["luaop.dev/last-handled-configuration"]
+		return ok && len(h.callsOf("size_fn", "w1")) == 1
+	})
+	e.patch("w1", `{"spec":{"color":"blue"}}`)
+	e.eventually("the update handler ran", func() bool { return len(h.callsOf("update_fn", "w1")) == 1 })
+	e.patch("w1", `{"spec":{"size":2}}`)
+	e.eventually("the field handler ran for size", func() bool { return len(h.callsOf("size_fn", "w1")) == 2 })
+	got := h.callsOf("size_fn", "w1")[1]
+	if fmt.Sprint(got.old) != "1" || fmt.Sprint(got.new) != "2" {
+		t.Errorf("field handler got old=%v new=%v, want 1 -> 2", got.old, got.new)
+	}
+	if n := len(h.callsOf("size_fn", "w1")); n != 2 {
+		t.Errorf("the field handler ran %d times; the color change is not its field", n)
+	}
+}
+
+func TestTemporaryErrorRetriesAfterItsDelayOnTheClock(t *testing.T) {
+	h := newFakeHandlers()
+	var attempts atomic.Int32
+	h.add(changeSpec("flaky", causes.Create), func(ctx context.Context, call causes.Call) (causes.Result, error) {
+		if attempts.Add(1) == 1 {
+			call.Patch.Set([]string{"status", "phase"}, "Waiting")
+			return causes.Result{}, &causes.TemporaryError{Message: "not yet", Delay: 30 * time.Second}
+		}
+		return causes.Result{}, nil
+	})
+	e := startEnv(t, h, Options{})
+	e.create("w1", map[string]any{"size": int64(1)})
+	e.eventually("the retry recorded in the progress annotation", func() bool {
+		rec, ok := state.NewAnnotationsProgress("luaop.dev").Fetch(e.get("w1").Object, "flaky")
+		return ok && rec.Retries == 1 && rec.Delayed != nil
+	})
+	e.never("a retry before the delay passed", func() bool { return attempts.Load() > 1 })
+	e.clock.Step(31 * time.Second)
+	e.eventually("the retry ran and the cause finished", func() bool {
+		_, ok := e.annotations("w1")["luaop.dev/last-handled-configuration"]
+		return attempts.Load() == 2 && ok
+	})
+	if got := h.callsOf("flaky", "w1")[1].retry; got != 1 {
+		t.Errorf("second attempt saw retry=%d, want 1", got)
+	}
+	if _, ok := state.NewAnnotationsProgress("luaop.dev").Fetch(e.get("w1").Object, "flaky"); ok {
+		t.Errorf("the progress record was not purged when the cause finished")
+	}
+}
+
+func TestDeletionHoldsTheFinalizerUntilTheDeleteHandlerSucceeded(t *testing.T) {
+	h := newFakeHandlers()
+	h.add(changeSpec("cleanup", causes.Delete), nil)
+	e := startEnv(t, h, Options{})
+	e.create("w1", map[string]any{"size": int64(1)})
+	e.eventually("the finalizer added", func() bool { return slices.Contains(e.get("w1").GetFinalizers(), "luaop.dev/finalizer") })
+	e.markDeleting("w1")
+	e.eventually("the delete handler ran and released the finalizer", func() bool {
+		return len(h.callsOf("cleanup", "w1")) == 1 && len(e.get("w1").GetFinalizers()) == 0
+	})
+	e.delete("w1")
+	e.eventually("the object forgotten", func() bool { return e.op.objects.get(objectKey{widgets, "default", "w1"}) == nil })
+}
+
+func TestRawEventHandlersSeeEveryEventInOrder(t *testing.T) {
+	h := newFakeHandlers()
+	h.add(causes.Spec{ID: "spy", Kind: causes.KindEvent, Resource: widgets}, nil)
+	e := startEnv(t, h, Options{})
+	e.create("w1", map[string]any{"size": int64(1)})
+	e.eventually("ADDED seen", func() bool { return len(h.callsOf("spy", "w1")) == 1 })
+	e.patch("w1", `{"spec":{"size":2}}`)
+	e.eventually("MODIFIED seen", func() bool { return len(h.callsOf("spy", "w1")) == 2 })
+	e.delete("w1")
+	e.eventually("DELETED seen", func() bool { return len(h.callsOf("spy", "w1")) == 3 })
+	var types []string
+	for _, c := range h.callsOf("spy", "w1") {
+		types = append(types, c.eventType)
+	}
+	if fmt.Sprint(types) != "[ADDED MODIFIED DELETED]" {
+		t.Errorf("event handler saw %v", types)
+	}
+}
+
+// Defect 11.1: the core called the runtime's Forget (a shard lock) while holding its
+// own lock, while a daemon held its shard and read its body (the core's lock): a
+// deadlock. Here daemons read their body under the fake shard lock in a tight loop
+// while their objects are deleted and re-created; the test fails on a timeout.
+func TestNoDeadlockWhenObjectsAreRecreatedWhileTheirDaemonsReadTheirBody(t *testing.T) {
+	h := newFakeHandlers()
+	h.addDaemon(causes.Spec{ID: "monitor", Resource: widgets}, func(ctx context.Context, call causes.Call) error {
+		for {
+			h.shard.Lock()
+			body := call.Latest() // ctx.spec of a Lua daemon: under its shard's lock
+			h.shard.Unlock()
+			if body == nil {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-call.Stopped:
+				return nil
+			case <-time.After(time.Millisecond):
+			}
+		}
+	})
+	e := startEnv(t, h, Options{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for round := 0; round < 30; round++ {
+			for i := 0; i < 5; i++ {
+				name := fmt.Sprintf("w%d", i)
+				if round > 0 {
+					e.delete(name)
+				}
+				e.create(name, map[string]any{"round": int64(round)})
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("deadlock: deleting and re-creating objects with running daemons did not finish in 20 s")
+	}
+	e.eventually("one daemon per live object", func() bool { return e.op.daemons.count() == 5 })
+}
+
+// Defect 11.3: an object deleted and re-created under the same name before its
+// worker ran kept its old daemon (running against the new object), leaked the
+// readiness counters and the index entries, and never forgot the old memo.
+func TestObjectRecreatedBeforeItsWorkerRanGoesThroughTheForgetPath(t *testing.T) {
+	h := newFakeHandlers()
+	release := make(chan struct{})
+	var blocked atomic.Bool
+	h.add(changeSpec("slow_create", causes.Create), func(ctx context.Context, call causes.Call) (causes.Result, error) {
+		if blocked.CompareAndSwap(false, true) {
+			<-release // hold the object's worker while it is deleted and re-created
+		}
+		return causes.Result{}, nil
+	})
+	h.add(causes.Spec{ID: "by_size", Kind: causes.KindIndex, Resource: widgets}, func(ctx context.Context, call causes.Call) (causes.Result, error) {
+		meta := call.Cause.Body["metadata"].(map[string]any)
+		return causes.Result{Value: map[string]any{"uid": meta["uid"]}}, nil
+	})
+	var daemonsMu sync.Mutex
+	daemonUIDs := map[string]string{} // uid -> "running" / "ended"
+	h.addDaemon(causes.Spec{ID: "monitor", Resource: widgets}, func(ctx context.Context, call causes.Call) error {
+		uid := call.Cause.Body["metadata"].(map[string]any)["uid"].(string)
+		daemonsMu.Lock()
+		daemonUIDs[uid] = "running"
+		daemonsMu.Unlock()
+		defer func() { daemonsMu.Lock(); daemonUIDs[uid] = "ended"; daemonsMu.Unlock() }()
+		select {
+		case <-ctx.Done():
+		case <-call.Stopped:
+		}
+		return nil
+	})
+	first := widgetObject("w1", "uid-first", map[string]any{"size": int64(1)})
+	e := startEnv(t, h, Options{}, first)
+	e.eventually("the worker holds the first incarnation", func() bool { return blocked.Load() })
+	e.delete("w1")
+	second := e.create("w1", map[string]any{"size": int64(2)})
+	close(release)
+
+	e.eventually("the new incarnation handled, its daemon running, the old one ended", func() bool {
+		daemonsMu.Lock()
+		defer daemonsMu.Unlock()
+		return daemonUIDs["uid-first"] == "ended" && daemonUIDs[second] == "running" &&
+			len(h.callsOf("slow_create", "w1")) == 2
+	})
+	e.eventually("the old memo forgotten", func() bool { return slices.Contains(h.forgottenUIDs(), "uid-first") })
+	if slices.Contains(h.forgottenUIDs(), second) {
+		t.Errorf("the new incarnation's memo was forgotten")
+	}
+	entries, _ := e.op.indexes.Lookup("by_size")
+	var uids []string
+	for _, vs := range entries["uid"] {
+		uids = append(uids, fmt.Sprint(vs))
+	}
+	if fmt.Sprint(uids) != "["+second+"]" {
+		t.Errorf("index holds %v, want only the new incarnation %s", uids, second)
+	}
+	e.eventually("ready, nothing left pending", func() bool {
+		initial, unindexed := e.op.ready.pending()
+		return e.op.Synced() && initial == 0 && unindexed == 0
+	})
+	if n := e.op.daemons.count(); n != 1 {
+		t.Errorf("%d daemons running for one live object", n)
+	}
+	// With an index registered, change handlers must not wait for indexing forever.
+	e.patch("w1", `{"spec":{"size":3}}`)
+	h.add(changeSpec("late_update", causes.Update), nil)
+	e.op.Refresh()
+	e.patch("w1", `{"spec":{"size":4}}`)
+	e.eventually("an update handled after the churn", func() bool { return len(h.callsOf("late_update", "w1")) >= 1 })
+}
+
+// Defect 11.4: "v1/cm" in one script and "v1/configmaps" in another made two
+// informers and two queue keys for one object, breaking one worker per object.
+func TestTwoSpellingsOfOneResourceShareOneWatcherAndOneWorker(t *testing.T) {
+	h := newFakeHandlers()
+	slow := func(ctx context.Context, call causes.Call) (causes.Result, error) {
+		time.Sleep(20 * time.Millisecond) // long enough for an overlap to show
+		return causes.Result{}, nil
+	}
+	h.add(causes.Spec{ID: "by_short_name", Kind: causes.KindChange, Resource: causes.Resource{GroupVersionResource: configmapsGVR.GroupVersion().WithResource("cm")}, Reasons: []causes.Reason{causes.Create}}, slow)
+	h.add(causes.Spec{ID: "by_plural", Kind: causes.KindChange, Resource: causes.Resource{GroupVersionResource: configmapsGVR}, Reasons: []causes.Reason{causes.Create}}, slow)
+	h.add(causes.Spec{ID: "by_kind", Kind: causes.KindEvent, Resource: causes.Resource{GroupVersionResource: configmapsGVR.GroupVersion().WithResource("ConfigMap")}}, nil)
+	e := startEnv(t, h, Options{Workers: 8})
+	cm := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "c1", "namespace": "default", "uid": "uid-c1"}, "data": map[string]any{"a": "b"}}}
+	if _, err := e.dyn.Resource(configmapsGVR).Namespace("default").Create(context.Background(), cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually("both handlers ran once", func() bool {
+		return len(h.callsOf("by_short_name", "c1")) == 1 && len(h.callsOf("by_plural", "c1")) == 1
+	})
+	e.never("a handler running twice", func() bool {
+		return len(h.callsOf("by_short_name", "c1")) > 1 || len(h.callsOf("by_plural", "c1")) > 1
+	})
+	var added int
+	for _, c := range h.callsOf("by_kind", "c1") {
+		if c.eventType == "ADDED" {
+			added++
+		}
+	}
+	if added != 1 {
+		t.Errorf("the event handler saw ADDED %d times", added)
+	}
+	h.mu.Lock()
+	overlap := h.overlap
+	h.mu.Unlock()
+	if len(overlap) > 0 {
+		t.Errorf("handlers of one object ran at the same time: %v", overlap)
+	}
+	watchers, _ := e.op.watchersSnapshot()
+	if len(watchers) != 1 {
+		t.Errorf("%d watchers for one resource spelled three ways", len(watchers))
+	}
+	if n := e.op.objects.len(); n != 1 {
+		t.Errorf("%d keys for one object", n)
+	}
+}
+
+// A slow handler of one object never delays another object (different workers).
+func TestSlowHandlerOfOneObjectDoesNotDelayAnother(t *testing.T) {
+	h := newFakeHandlers()
+	release := make(chan struct{})
+	h.add(changeSpec("create_fn", causes.Create), func(ctx context.Context, call causes.Call) (causes.Result, error) {
+		if call.Cause.Body["metadata"].(map[string]any)["name"] == "slow" {
+			<-release
+		}
+		return causes.Result{}, nil
+	})
+	e := startEnv(t, h, Options{})
+	e.create("slow", nil)
+	e.eventually("the slow handler started", func() bool { return len(h.callsOf("create_fn", "slow")) == 1 })
+	e.create("fast", nil)
+	e.eventually("the fast object handled while the slow one waits", func() bool {
+		_, ok := e.annotations("fast")["luaop.dev/last-handled-configuration"]
+		return ok
+	})
+	close(release)
+}
+
+func TestDaemonPatchIsAppliedByTheObjectsWorker(t *testing.T) {
+	h := newFakeHandlers()
+	h.addDaemon(causes.Spec{ID: "reporter", Resource: widgets}, func(ctx context.Context, call causes.Call) error {
+		call.Flush(map[string]any{"status": map[string]any{"seen": call.Latest()["spec"].(map[string]any)["size"]}})
+		<-call.Stopped
+		return nil
+	})
+	e := startEnv(t, h, Options{})
+	e.create("w1", map[string]any{"size": int64(7)})
+	e.eventually("the daemon's patch applied", func() bool {
+		v, _, _ := unstructured.NestedFieldNoCopy(e.get("w1").Object, "status", "seen")
+		return fmt.Sprint(v) == "7"
+	})
+	e.eventually("the finalizer held for the daemon", func() bool {
+		return slices.Contains(e.get("w1").GetFinalizers(), "luaop.dev/finalizer")
+	})
+	e.markDeleting("w1")
+	e.eventually("the daemon stopped and the finalizer released", func() bool {
+		return e.op.daemons.count() == 0 && len(e.get("w1").GetFinalizers()) == 0
+	})
+}
+
+func TestTimerRunsOnItsIntervalOnTheClock(t *testing.T) {
+	h := newFakeHandlers()
+	h.add(causes.Spec{ID: "tick", Kind: causes.KindTimer, Resource: widgets, Interval: 10 * time.Second}, func(ctx context.Context, call causes.Call) (causes.Result, error) {
+		return causes.Result{Value: "ticked"}, nil
+	})
+	e := startEnv(t, h, Options{})
+	e.create("w1", nil)
+	e.eventually("the first tick", func() bool { return len(h.callsOf("tick", "w1")) == 1 })
+	e.never("a tick before the interval", func() bool { return len(h.callsOf("tick", "w1")) > 1 })
+	e.clock.Step(10 * time.Second)
+	e.eventually("the second tick after the interval", func() bool { return len(h.callsOf("tick", "w1")) == 2 })
+	v, _, _ := unstructured.NestedString(e.get("w1").Object, "status", "tick")
+	if v != "ticked" {
+		t.Errorf("the timer's result is not in status: %q", v)
+	}
+}
+
+// Readiness is derived from keys: an object of the initial listing deleted before
+// its worker ran does not keep the operator unready forever.
+func TestReadinessFollowsTheKeysOfTheInitialListing(t *testing.T) {
+	h := newFakeHandlers()
+	gate := make(chan struct{})
+	h.add(changeSpec("create_fn", causes.Create), func(ctx context.Context, call causes.Call) (causes.Result, error) {
+		<-gate
+		return causes.Result{}, nil
+	})
+	var objs []*unstructured.Unstructured
+	for i := 0; i < 6; i++ {
+		objs = append(objs, widgetObject(fmt.Sprintf("w%d", i), fmt.Sprintf("uid-%d", i), nil))
+	}
+	e := startEnv(t, h, Options{Workers: 2}, objs...)
+	e.never("ready before the initial objects were handled", e.op.Synced)
+	e.delete("w5")
+	e.delete("w4")
+	close(gate)
+	e.eventually("ready once every listed object was handled or is gone", e.op.Synced)
+}
+
+func TestPanicInTheCoreIsContainedToItsObject(t *testing.T) {
+	h := newFakeHandlers()
+	h.add(changeSpec("create_fn", causes.Create), func(ctx context.Context, call causes.Call) (causes.Result, error) {
+		if call.Cause.Body["metadata"].(map[string]any)["name"] == "bad" {
+			panic("a bug")
+		}
+		return causes.Result{}, nil
+	})
+	e := startEnv(t, h, Options{})
+	e.create("bad", nil)
+	e.create("good", nil)
+	e.eventually("the good object handled", func() bool {
+		_, ok := e.annotations("good")["luaop.dev/last-handled-configuration"]
+		return ok
+	})
+}
