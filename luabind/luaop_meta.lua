@@ -395,13 +395,16 @@ function luaop.exception(obj, reason, message) end
 -- Time -----------------------------------------------------------------------
 
 ---Waits `seconds`. Returns false early when the call must end (deadline, shutdown,
----or a daemon asked to stop). In daemons it does not hold the Lua state, and the
----daemon's ctx.patch is applied.
+---or a daemon asked to stop). It does not hold the Lua state: other handlers run
+---meanwhile (also when called through pcall). In daemons the daemon's ctx.patch is
+---applied first.
 ---@param seconds number Seconds to wait (fractions allowed).
 ---@return boolean slept true when the whole delay passed.
 function luaop.sleep(seconds) end
 
 -- luaop.kube -----------------------------------------------------------------
+-- While an API call waits for the server, the Lua state serves other handlers
+-- (the same holds for luaop.info/warn/exception).
 
 ---Reads an object.
 ---@param apiVersion string "v1", "apps/v1", "example.com/v1".
