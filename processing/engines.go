@@ -428,7 +428,9 @@ func (c *cycle) updateIndexes(ctx context.Context) {
 	o := c.op
 	rv := c.body.GetResourceVersion()
 	if c.mem.indexedVersion == rv {
-		o.ready.indexed(c.key)
+		if o.ready.indexed(c.key) {
+			o.wakeIndexWaiters()
+		}
 		return
 	}
 	deleting := deletionInProgress(c.body.Object)
@@ -452,7 +454,16 @@ func (c *cycle) updateIndexes(ctx context.Context) {
 		o.indexes.Set(spec.ID, c.key.String(), indexEntries(result.Value))
 	}
 	c.mem.indexedVersion = rv
-	o.ready.indexed(c.key)
+	if o.ready.indexed(c.key) {
+		o.wakeIndexWaiters()
+	}
+}
+
+// wakeIndexWaiters queues the keys parked until the indexes are complete.
+func (o *Operator) wakeIndexWaiters() {
+	for _, key := range o.ready.unpark() {
+		o.queue.Add(key)
+	}
 }
 
 // indexEntries: a table result gives key -> value entries; any other value is kept

@@ -138,10 +138,31 @@ type readiness struct {
 	// unindexed are keys found by the initial listings of resources with index
 	// handlers, not indexed yet: change handlers wait until it is empty (kopf).
 	unindexed map[objectKey]struct{}
+	// parked are keys whose change handlers wait for the indexes: woken (not
+	// polled) when the last listed key is indexed or a watcher finishes its listing.
+	parked map[objectKey]struct{}
 }
 
 func newReadiness() *readiness {
-	return &readiness{initial: map[objectKey]struct{}{}, unindexed: map[objectKey]struct{}{}}
+	return &readiness{initial: map[objectKey]struct{}{}, unindexed: map[objectKey]struct{}{}, parked: map[objectKey]struct{}{}}
+}
+
+func (r *readiness) park(key objectKey) {
+	r.mu.Lock()
+	r.parked[key] = struct{}{}
+	r.mu.Unlock()
+}
+
+// unpark returns the parked keys, for the caller to queue.
+func (r *readiness) unpark() []objectKey {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	keys := make([]objectKey, 0, len(r.parked))
+	for k := range r.parked {
+		keys = append(keys, k)
+	}
+	clear(r.parked)
+	return keys
 }
 
 func (r *readiness) listed(key objectKey, indexed bool) {
@@ -159,17 +180,24 @@ func (r *readiness) processed(key objectKey) {
 	r.mu.Unlock()
 }
 
-func (r *readiness) indexed(key objectKey) {
+// indexed removes a key from the keys to index; true when it was the last one.
+func (r *readiness) indexed(key objectKey) bool {
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, was := r.unindexed[key]
 	delete(r.unindexed, key)
-	r.mu.Unlock()
+	return was && len(r.unindexed) == 0
 }
 
-func (r *readiness) forget(key objectKey) {
+// forget drops a gone key; true when it was the last one to index.
+func (r *readiness) forget(key objectKey) bool {
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, was := r.unindexed[key]
 	delete(r.initial, key)
 	delete(r.unindexed, key)
-	r.mu.Unlock()
+	delete(r.parked, key)
+	return was && len(r.unindexed) == 0
 }
 
 // pending counts the keys still to process and to index.

@@ -23,7 +23,9 @@ import (
 func (o *Operator) process(ctx context.Context, key objectKey) (time.Duration, error) {
 	st := o.objects.get(key)
 	if st == nil {
-		o.ready.forget(key)
+		if o.ready.forget(key) {
+			o.wakeIndexWaiters()
+		}
 		return 0, nil
 	}
 	mem := &st.mem
@@ -46,8 +48,8 @@ func (o *Operator) process(ctx context.Context, key objectKey) (time.Duration, e
 		*mem = objectMemory{}
 	}
 	if in.gone {
-		if o.objects.dropIfGone(key, st) {
-			o.ready.forget(key)
+		if o.objects.dropIfGone(key, st) && o.ready.forget(key) {
+			o.wakeIndexWaiters()
 		}
 		return 0, nil
 	}
@@ -85,8 +87,12 @@ func (o *Operator) process(ctx context.Context, key objectKey) (time.Duration, e
 	}
 	if !o.indexesReady(idx) {
 		// kopf: change handlers wait until the initial listing is indexed, so that
-		// lookups see every object.
-		return 100 * time.Millisecond, nil
+		// lookups see every object. Parked first, then checked again: a wake-up
+		// between the two is never missed.
+		o.ready.park(key)
+		if !o.indexesReady(idx) {
+			return 0, nil
+		}
 	}
 
 	// Patches that daemons handed over are applied here, in order with this

@@ -2,6 +2,7 @@ package processing
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,20 +30,39 @@ func newResources() *resources {
 		watchers: map[causes.Resource]*watcher{}}
 }
 
-// refresh starts resolving the spellings not seen before.
+// refreshResources resolves the spellings not seen before. All of them are resolved
+// in one pass before any new watcher starts, so that the first notification of a
+// resource already finds every handler registered for it, however spelled. Spellings
+// the server does not serve yet (a CRD installed later) are retried in the background.
 func (o *Operator) refreshResources(ctx context.Context, specs []causes.Spec) {
-	var start []causes.Resource
+	var fresh []causes.Resource
 	o.res.mu.Lock()
 	for _, s := range specs {
 		if _, ok := o.res.aliases[s.Resource]; ok || o.res.pending[s.Resource] {
 			continue
 		}
 		o.res.pending[s.Resource] = true
-		start = append(start, s.Resource)
+		fresh = append(fresh, s.Resource)
 	}
-	o.res.running.Add(len(start))
 	o.res.mu.Unlock()
-	for _, spelling := range start {
+	resolved := map[causes.Resource]*resourceInfo{}
+	var missing []causes.Resource
+	for _, spelling := range fresh {
+		if info, err := lookupResource(o.disco, spelling); err == nil {
+			resolved[spelling] = info
+		} else {
+			missing = append(missing, spelling)
+		}
+	}
+	for _, w := range o.bind(resolved) {
+		o.res.running.Add(1)
+		go func() {
+			defer o.res.running.Done()
+			w.run(ctx)
+		}()
+	}
+	o.res.running.Add(len(missing))
+	for _, spelling := range missing {
 		go func() {
 			defer o.res.running.Done()
 			o.resolveAndWatch(ctx, spelling)
@@ -50,30 +70,49 @@ func (o *Operator) refreshResources(ctx context.Context, specs []causes.Spec) {
 	}
 }
 
-// resolveAndWatch resolves one spelling (waiting while the resource does not exist:
-// a CRD installed after the operator started is picked up without a restart), then
-// watches its canonical resource unless another spelling already does.
+// bind records resolved spellings and returns the watchers to start (one per
+// canonical resource not watched yet).
+func (o *Operator) bind(resolved map[causes.Resource]*resourceInfo) []*watcher {
+	var start []*watcher
+	var late []causes.Resource
+	o.res.mu.Lock()
+	for spelling, info := range resolved {
+		canonical := causes.Resource{GroupVersionResource: info.gvr}
+		delete(o.res.pending, spelling)
+		o.res.aliases[spelling] = canonical
+		o.res.version++
+		if w := o.res.watchers[canonical]; w == nil {
+			w = newWatcher(o, canonical, info)
+			o.res.watchers[canonical] = w
+			start = append(start, w)
+		} else {
+			late = append(late, canonical)
+		}
+		if spelling != canonical {
+			o.log.Debug("resource resolved", "as written", spelling.String(), "resource", canonical.String())
+		}
+	}
+	o.res.mu.Unlock()
+	if len(late) > 0 {
+		// A spelling resolved after its resource was watched: its objects get a
+		// cycle with the handlers now complete.
+		for _, key := range o.objects.keys() {
+			if slices.Contains(late, key.resource) {
+				o.queue.Add(key)
+			}
+		}
+	}
+	return start
+}
+
+// resolveAndWatch resolves one spelling, waiting while the resource does not exist,
+// then watches its canonical resource unless another spelling already does.
 func (o *Operator) resolveAndWatch(ctx context.Context, spelling causes.Resource) {
 	info, err := o.discover(ctx, spelling)
 	if err != nil {
 		return // ctx cancelled
 	}
-	canonical := causes.Resource{GroupVersionResource: info.gvr}
-	o.res.mu.Lock()
-	delete(o.res.pending, spelling)
-	o.res.aliases[spelling] = canonical
-	o.res.version++
-	w := o.res.watchers[canonical]
-	fresh := w == nil
-	if fresh {
-		w = newWatcher(o, canonical, info)
-		o.res.watchers[canonical] = w
-	}
-	o.res.mu.Unlock()
-	if spelling != canonical {
-		o.log.Debug("resource resolved", "as written", spelling.String(), "resource", canonical.String())
-	}
-	if fresh {
+	for _, w := range o.bind(map[causes.Resource]*resourceInfo{spelling: info}) {
 		w.run(ctx)
 	}
 }

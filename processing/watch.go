@@ -43,14 +43,17 @@ func newWatcher(op *Operator, r causes.Resource, info *resourceInfo) *watcher {
 	return &watcher{op: op, resource: r, info: info, done: make(chan struct{})}
 }
 
+func (w *watcher) syncedFns() []cache.InformerSynced {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]cache.InformerSynced(nil), w.syncedFn...)
+}
+
 func (w *watcher) synced() bool {
 	if !w.ready.Load() {
 		return false
 	}
-	w.mu.Lock()
-	fns := append([]cache.InformerSynced(nil), w.syncedFn...)
-	w.mu.Unlock()
-	for _, f := range fns {
+	for _, f := range w.syncedFns() {
 		if !f() {
 			return false
 		}
@@ -88,6 +91,13 @@ func (w *watcher) run(ctx context.Context) {
 		w.mu.Unlock()
 	}
 	w.ready.Store(true)
+	go func() {
+		// The end of the initial listing may complete the indexes: wake whoever
+		// waits for them (client-go polls HasSynced; nothing here polls the clock).
+		if cache.WaitForCacheSync(ctx.Done(), w.syncedFns()...) {
+			w.op.wakeIndexWaiters()
+		}
+	}()
 	log.Info("watching", "namespaces", strings.Join(namespacesForLog(namespaces), ","), "statusSubresource", info.statusSubresource)
 	var running sync.WaitGroup
 	for _, inf := range informers {
