@@ -4,7 +4,7 @@ CACHE ?= $(or $(LUAOP_CACHE),$(HOME)/.cache/luaop)
 BIN := $(CURDIR)/bin
 GO_TEST_FLAGS ?= -race -count=1 -timeout 40m
 
-.PHONY: dev test unit cluster cluster-down build bench bench-daemons
+.PHONY: dev test unit cluster cluster-down build bench bench-daemons bench-sleep soak
 
 build:
 	go build -o $(BIN)/luaop ./cmd/luaop
@@ -46,3 +46,18 @@ bench:
 # 2,000 objects with a sleeping daemon each: memory per daemon and idle CPU.
 bench-daemons:
 	LUAOP_TEST_CLUSTER_DIR=$(CACHE)/cluster-bench localcluster/with-cluster.sh go test -run XXX -bench IdleDaemons -benchtime 1x -timeout 20m ./e2e
+
+# I/O-bound handlers: 200 objects whose create handler waits in luaop.sleep(1), luaop
+# --workers=16: time until all are handled, and /healthz latency meanwhile (about 2
+# minutes on today's main). BENCH_SLEEP_FLAGS='-n 400 -shards 4'; see BENCHMARKS.md.
+BENCH_SLEEP_FLAGS ?=
+bench-sleep:
+	LUAOP_TEST_CLUSTER_DIR=$(CACHE)/cluster-bench localcluster/with-cluster.sh go run ./bench -scenario sleep $(BENCH_SLEEP_FLAGS)
+
+# A soak, not part of `make test`: luaop run on 500 objects with a daemon each under
+# steady churn (spec updates, delete + re-create, a script reload every 30 s) for
+# SOAK_DURATION, on its own local control plane; checks at the end, exit 1 on failure.
+SOAK_DURATION ?= 10m
+SOAK_FLAGS ?=
+soak:
+	SOAK_DURATION=$(SOAK_DURATION) LUAOP_TEST_CLUSTER_DIR=$(CACHE)/cluster-soak localcluster/with-cluster.sh go run ./bench/soak $(SOAK_FLAGS)

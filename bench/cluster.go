@@ -187,6 +187,7 @@ const (
 	phaseCreate       // an object counts when status.handled is true
 	phaseUpdate       // an object counts when status.updated == 1
 	phaseResume       // only writes are counted
+	phaseSleep        // an object counts when status.slept is a table (bench -scenario sleep)
 )
 
 // tracker is the benchmark's own informer on the scenario namespace. It timestamps
@@ -242,6 +243,8 @@ func (t *tracker) observe(old, obj any) {
 	switch t.phase {
 	case phaseCreate:
 		done, _, _ = unstructured.NestedBool(u.Object, "status", "handled")
+	case phaseSleep:
+		_, done, _ = unstructured.NestedMap(u.Object, "status", "slept")
 	case phaseUpdate:
 		v, _, _ := unstructured.NestedFieldNoCopy(u.Object, "status", "updated")
 		switch x := v.(type) {

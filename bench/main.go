@@ -55,7 +55,21 @@ func realMain() int {
 	profile := flag.String("inprocess-profile", "", "run luaop (and luaop-daemon) in-process instead of as a child: CPU profile of the storms to FILE, heap profile to FILE.heap (FILE.luaop-daemon-inprocess[.heap] for the daemon variant); memory is then the Go heap+stacks after GC, the benchmark's own watch cache included, instead of RSS")
 	repeat := flag.Int("repeat", 0, "runs of every implementation per N, alternating their order; the table shows medians (0: 3 for N <= 1000, 1 above)")
 	keep := flag.Bool("keep", false, "keep the temporary folder (binaries, scripts, logs) and print its path")
+	scenario := flag.String("scenario", "storms", "storms (the side-by-side comparison above) or sleep (I/O-bound handlers: N objects (default 200) whose create handler sleeps 1 s, luaop alone, time to handle all and /healthz latency meanwhile; see BENCHMARKS.md)")
+	shards := flag.Int("shards", 0, "-scenario sleep: luaop's --shards (0: luaop's default, one per CPU)")
 	flag.Parse()
+	if *scenario != "storms" && *scenario != "sleep" {
+		fmt.Fprintf(os.Stderr, "bench: -scenario %q: storms or sleep\n", *scenario)
+		return 2
+	}
+	sleepMode := *scenario == "sleep"
+	if sleepMode {
+		nSet := false
+		flag.Visit(func(f *flag.Flag) { nSet = nSet || f.Name == "n" })
+		if !nSet {
+			*nFlag = "200"
+		}
+	}
 
 	if *profile != "" {
 		// One allocation sample per 8 KiB from here on (the default is one per
@@ -126,7 +140,11 @@ or against a cluster of your own:
 	}
 
 	luaopBin, bareBin := filepath.Join(tmp, "luaop"), filepath.Join(tmp, "bare")
-	for _, b := range [][2]string{{luaopBin, "./cmd/luaop"}, {bareBin, "./bench/bare"}} {
+	builds := [][2]string{{luaopBin, "./cmd/luaop"}, {bareBin, "./bench/bare"}}
+	if sleepMode {
+		builds = builds[:1]
+	}
+	for _, b := range builds {
 		progress("building %s", b[1])
 		cmd := exec.CommandContext(ctx, "go", "build", "-o", b[0], b[1])
 		cmd.Dir, cmd.Stdout, cmd.Stderr = root, os.Stderr, os.Stderr
@@ -154,6 +172,22 @@ or against a cluster of your own:
 	if err := cl.installCRD(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 1
+	}
+
+	if sleepMode {
+		if len(ns) != 1 {
+			fmt.Fprintln(os.Stderr, "bench: -scenario sleep takes one count (-n 200)")
+			return 2
+		}
+		if err := warmUp(ctx, cl, 100, *creators); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: warm-up:", err)
+			return 1
+		}
+		code := runSleep(ctx, cl, luaopBin, kubeconfig, tmp, commit, ns[0], *workers, *shards, *creators, *timeout)
+		if ctx.Err() != nil {
+			return 130
+		}
+		return code
 	}
 
 	if err := warmUp(ctx, cl, 500, *creators); err != nil {
