@@ -176,8 +176,8 @@ func (o *Operator) runHooks(ctx context.Context, kind string) error {
 	return nil
 }
 
-// Probe runs the on.probe handlers and returns their results by handler id; a failed
-// probe gives its error message.
+// Probe runs the on.probe handlers and returns their results by handler id, and
+// whether all of them succeeded; a failed probe gives its error message.
 //
 // Probes run under ctx (the request's) bounded by a probe deadline of 800ms, below
 // the kubelet's default probe timeout (1s), so that /healthz always answers in time.
@@ -185,7 +185,7 @@ func (o *Operator) runHooks(ctx context.Context, kind string) error {
 // slow) is reported as {"error": "probe did not finish within 800ms: ..."}, and Probe
 // returns without waiting for it. Probes run on the runtime's state for
 // operator-level hooks, not behind object handlers.
-func (o *Operator) Probe(ctx context.Context) map[string]any {
+func (o *Operator) Probe(ctx context.Context) (map[string]any, bool) {
 	const probeTimeout = 800 * time.Millisecond
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
@@ -197,6 +197,7 @@ func (o *Operator) Probe(ctx context.Context) map[string]any {
 		return map[string]any{"error": fmt.Sprintf("probe did not finish within %s: %v", probeTimeout, err)}
 	}
 	out := map[string]any{}
+	healthy := true
 	for _, h := range o.runtime.Hooks() {
 		if h.Kind != "probe" {
 			continue
@@ -210,15 +211,15 @@ func (o *Operator) Probe(ctx context.Context) map[string]any {
 		case r := <-done:
 			switch {
 			case r.err != nil && ctx.Err() != nil:
-				out[h.ID] = late(r.err)
+				out[h.ID], healthy = late(r.err), false
 			case r.err != nil:
-				out[h.ID] = map[string]any{"error": r.err.Error()}
+				out[h.ID], healthy = map[string]any{"error": r.err.Error()}, false
 			default:
 				out[h.ID] = r.res.Value
 			}
 		case <-ctx.Done():
-			out[h.ID] = late(ctx.Err())
+			out[h.ID], healthy = late(ctx.Err()), false
 		}
 	}
-	return out
+	return out, healthy
 }

@@ -230,10 +230,15 @@ func serveHealth(ctx context.Context, log *slog.Logger, addr string, op *operato
 	// /healthz answers with the on.probe handlers' results (kopf's liveness probes).
 	// Probe bounds them by its probe deadline (800ms, below the kubelet's 1s default)
 	// under the request's context: a probe that does not finish in time is reported
-	// as failed, and the answer never waits behind object handlers.
+	// as failed, and the answer never waits behind object handlers. A failed probe
+	// answers 500: the kubelet reads the status code, not the body.
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		results, healthy := op.Probe(r.Context())
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(op.Probe(r.Context()))
+		if !healthy {
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+		_ = json.NewEncoder(w).Encode(results)
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if elector != nil && !elector.IsLeader() {

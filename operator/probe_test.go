@@ -1,0 +1,57 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/luaop/luaop/luabind"
+)
+
+// /healthz is the kubelet's liveness check: it reads the status code, so Probe must
+// say whether every probe succeeded, and answer within its deadline even when a probe
+// never ends.
+func TestProbeReportsFailedAndLateProbes(t *testing.T) {
+	tests := []struct {
+		name    string
+		probe   string
+		healthy bool
+		want    string
+	}{
+		{"succeeds", `return "fine"`, true, "fine"},
+		{"raises", `error("database unreachable")`, false, "database unreachable"},
+		{"never ends", `while true do end`, false, "probe did not finish within 800ms"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			src := fmt.Sprintf("local luaop = require('luaop')\nluaop.on.probe(function(ctx) %s end, {id = 'check'})\n", tt.probe)
+			op, err := New(&rest.Config{Host: "http://127.0.0.1:1"}, Options{
+				Scripts: []luabind.Script{{Name: "probe.lua", Source: []byte(src)}},
+				Runtime: luabind.Options{HandlerTimeout: 2 * time.Second},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { op.runtime.Close(); op.stopEvents() })
+			if _, err := op.Load(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			results, healthy := op.Probe(context.Background())
+			took := time.Since(start)
+			if healthy != tt.healthy {
+				t.Errorf("healthy = %v, want %v (%v)", healthy, tt.healthy, results)
+			}
+			if got := fmt.Sprint(results["check"]); !strings.Contains(got, tt.want) {
+				t.Errorf("result %q does not contain %q", got, tt.want)
+			}
+			if took > 2*time.Second {
+				t.Errorf("Probe took %s: it must answer within its deadline", took)
+			}
+		})
+	}
+}
