@@ -18,13 +18,64 @@ const maxAnnotationsSize = 256 * 1024
 // patch, losing the progress that travels with it.
 var ErrDiffBaseTooLarge = errors.New("the diff-base does not fit into the annotations size limit")
 
+// ManagedMarker is the name of the annotation "<prefix>/luaop-managed" that the annotations
+// storages write next to their records: it tells other operators (luaop or kopf, which writes
+// "<prefix>/kopf-managed") that every annotation under that prefix is an operator's bookkeeping,
+// not a change of the object. Without it two operators with different prefixes would each count
+// the other's diff-base as an essential change and store it in their own: the annotations grow
+// several times per round and update handlers run on every event (kopf's ping-pong).
+const ManagedMarker = "luaop-managed"
+
+// managedMarkers are the marker names of the operators whose prefixes are excluded from the
+// essence: luaop's and kopf's.
+var managedMarkers = map[string]bool{ManagedMarker: true, "kopf-managed": true}
+
+// kopfDefaultPrefix is kopf's default prefix; it (and its subdomains) counts as marked, as in
+// kopf, for kopf operators older than the markers.
+const kopfDefaultPrefix = "kopf.zalando.org"
+
+// ManagedKey is the marker annotation of a prefix.
+func ManagedKey(prefix string) string { return prefix + "/" + ManagedMarker }
+
+// markedPrefixes lists the prefixes of the annotations that operators marked as theirs.
+func markedPrefixes(annotations map[string]any) map[string]bool {
+	var out map[string]bool
+	for k := range annotations {
+		prefix, name, ok := strings.Cut(k, "/")
+		if !ok {
+			continue
+		}
+		if managedMarkers[name] || prefix == kopfDefaultPrefix || strings.HasSuffix(prefix, "."+kopfDefaultPrefix) {
+			if out == nil {
+				out = map[string]bool{}
+			}
+			out[prefix] = true
+		}
+	}
+	return out
+}
+
+// storeMarker writes the prefix's marker annotation into the patch unless the object or the
+// patch has it already.
+func storeMarker(obj map[string]any, patch *Patch, prefix string) {
+	key := ManagedKey(prefix)
+	if _, ok := annotations(obj)[key]; ok {
+		return
+	}
+	if _, ok := patch.Get([]string{"metadata", "annotations", key}); ok {
+		return
+	}
+	yes := "yes"
+	patch.SetAnnotation(key, &yes)
+}
+
 // LastHandledKey is the annotation holding the essence last handled successfully (the diff-base).
 func LastHandledKey(prefix string) string { return prefix + "/last-handled-configuration" }
 
 // Essence is the part of an object whose changes are "real" changes (kopf's essence): the object
 // without apiVersion, kind, status and metadata, but keeping metadata.labels and
-// metadata.annotations, minus the annotations under "<prefix>/" and kubectl's last-applied
-// annotation. Those are excluded because the operator itself, or kubectl, rewrites them all the
+// metadata.annotations, minus the annotations under "<prefix>/", under any prefix marked as an
+// operator's (ManagedMarker, kopf's marker) and kubectl's last-applied annotation. Those are excluded because the operator itself, or kubectl, rewrites them all the
 // time; counting them would make the operator react to its own writes. Empty labels, annotations
 // and metadata are dropped so that "no labels" equals "empty labels", and so are top-level nils.
 // The result is a deep copy.
@@ -47,9 +98,13 @@ func Essence(obj map[string]any, prefix string) map[string]any {
 	}
 	if annotations, ok := meta["annotations"].(map[string]any); ok {
 		own := prefix + "/"
+		marked := markedPrefixes(annotations)
 		kept := map[string]any{}
 		for k, v := range annotations {
 			if k == lastAppliedAnnotation || strings.HasPrefix(k, own) {
+				continue
+			}
+			if p, _, ok := strings.Cut(k, "/"); ok && marked[p] {
 				continue
 			}
 			kept[k] = v
@@ -93,7 +148,7 @@ func StoredEssence(obj map[string]any, prefix string) (essence map[string]any, f
 	return m, true, nil
 }
 
-// StoreEssence writes the diff-base annotation into the patch. The size check counts the
+// StoreEssence writes the diff-base annotation (and the prefix's marker) into the patch. The size check counts the
 // annotations the object will have once the patch is applied (the object's, with the patch's
 // own annotation changes on top), because the server enforces the limit on that result.
 // When the essence does not fit, it returns an error wrapping ErrDiffBaseTooLarge and writes
@@ -105,16 +160,21 @@ func StoreEssence(obj map[string]any, patch *Patch, prefix string, essence map[s
 	}
 	key := LastHandledKey(prefix)
 	total := len(key) + len(encoded)
-	for k, v := range annotationsAfter(obj, patch) {
+	after := annotationsAfter(obj, patch)
+	for k, v := range after {
 		if k != key {
 			total += len(k) + annotationLen(v)
 		}
+	}
+	if _, marked := after[ManagedKey(prefix)]; !marked {
+		total += len(ManagedKey(prefix)) + len("yes")
 	}
 	if total > maxAnnotationsSize {
 		return fmt.Errorf("%w: the annotations would take %d bytes (the diff-base %d), the limit is %d",
 			ErrDiffBaseTooLarge, total, len(encoded), maxAnnotationsSize)
 	}
 	patch.SetAnnotation(key, &encoded)
+	storeMarker(obj, patch, prefix)
 	return nil
 }
 

@@ -165,8 +165,9 @@ func TestStoreEssenceRoundTrip(t *testing.T) {
 
 func TestStoreEssenceSizeLimit(t *testing.T) {
 	key := LastHandledKey(testPrefix)
-	// An essence {"spec":"xxx..."} encodes to len(`{"spec":""}`) + n bytes.
-	overhead := len(key) + len(`{"spec":""}`)
+	// An essence {"spec":"xxx..."} encodes to len(`{"spec":""}`) + n bytes; the marker
+	// annotation written with it counts too.
+	overhead := len(key) + len(`{"spec":""}`) + len(ManagedKey(testPrefix)) + len("yes")
 	big := func(n int) map[string]any { return map[string]any{"spec": strings.Repeat("x", n)} }
 	withAnno := func(k string, n int) map[string]any {
 		return map[string]any{"metadata": map[string]any{"annotations": map[string]any{k: strings.Repeat("y", n)}}}

@@ -156,7 +156,7 @@ func (s annotationsProgress) Fetch(obj map[string]any, handlerID string) (Handle
 	return recordFromMap(m), true
 }
 
-func (s annotationsProgress) Store(_ map[string]any, patch *Patch, handlerID string, rec HandlerRecord) {
+func (s annotationsProgress) Store(obj map[string]any, patch *Patch, handlerID string, rec HandlerRecord) {
 	m := rec.toMap(false)
 	m[fieldID] = handlerID
 	encoded, err := encodeJSON(m)
@@ -164,6 +164,7 @@ func (s annotationsProgress) Store(_ map[string]any, patch *Patch, handlerID str
 		panic("state: encoding a progress record: " + err.Error()) // only strings, bools, ints
 	}
 	patch.SetAnnotation(AnnotationKey(s.prefix, handlerID), &encoded)
+	storeMarker(obj, patch, s.prefix)
 }
 
 func (s annotationsProgress) Purge(obj map[string]any, patch *Patch, handlerID string) {
