@@ -164,7 +164,7 @@ func (s *shard) add(L *lua.LState, col *collected, spec causes.Spec, fn *lua.LFu
 		L.RaiseError("duplicate handler id %q (first registered at %s); give one of them another id = \"...\"", spec.ID, prev)
 	}
 	col.sources[spec.ID] = spec.Source
-	fns.hasFilter = fns.when != nil || len(fns.labelFns) > 0 || len(fns.annotFns) > 0
+	fns.setHasFilter()
 	filters.hasCallbacks = fns.hasFilter
 	col.fns[spec.ID] = fns
 	if !filters.empty() {
@@ -245,11 +245,16 @@ func (s *shard) applyOptions(L *lua.LState, spec *causes.Spec, fns *handlerFns, 
 				spec.Field = f.field
 			}
 		case "value":
-			f.value, f.hasValue = s.optValue(L, name, v), true
-		case "old":
-			f.old, f.hasOld = s.optValue(L, name, v), true
-		case "new":
-			f.new, f.hasNew = s.optValue(L, name, v), true
+			f.value = s.optValueFilter(L, name, v, &fns.valueFn)
+		case "old", "new":
+			if spec.Kind != causes.KindChange {
+				L.RaiseError("option %s applies to change handlers only (on.create, on.update, on.delete, on.resume, on.field); use value = ... with field = ... to filter by the value in the body", name)
+			}
+			if name == "old" {
+				f.old = s.optValueFilter(L, name, v, &fns.oldFn)
+			} else {
+				f.new = s.optValueFilter(L, name, v, &fns.newFn)
+			}
 		case "when":
 			fn, ok := v.(*lua.LFunction)
 			if !ok {
@@ -272,10 +277,11 @@ func (s *shard) applyOptions(L *lua.LState, spec *causes.Spec, fns *handlerFns, 
 			spec.CancellationTimeout = s.optSeconds(L, name, v)
 		}
 	})
-	if f.hasValue && f.field == nil && spec.Field != nil {
+	f.change = spec.Kind == causes.KindChange
+	if f.field == nil && spec.Field != nil {
 		f.field = spec.Field
 	}
-	if f.hasValue && f.field == nil {
+	if f.value.mode != valueNone && f.field == nil {
 		L.RaiseError("option value needs a field: {field = \"spec.mode\", value = ...}")
 	}
 }
@@ -300,12 +306,23 @@ func (s *shard) optSeconds(L *lua.LState, name string, v lua.LValue) time.Durati
 	return time.Duration(s.optNumber(L, name, v) * float64(time.Second))
 }
 
-func (s *shard) optValue(L *lua.LState, name string, v lua.LValue) any {
+// optValueFilter reads a value, old or new option: a value to equal, luaop.PRESENT,
+// luaop.ABSENT or a function(value, ctx) (stored in *fn, run by the shard).
+func (s *shard) optValueFilter(L *lua.LState, name string, v lua.LValue, fn **lua.LFunction) valueFilter {
+	switch {
+	case v == presentMarker(L):
+		return valueFilter{mode: valuePresent}
+	case v == absentMarker(L):
+		return valueFilter{mode: valueAbsent}
+	case v.Type() == lua.LTFunction:
+		*fn = v.(*lua.LFunction)
+		return valueFilter{mode: valueCallback}
+	}
 	out, err := fromLua(v)
 	if err != nil {
-		L.RaiseError("option %s: %s", name, err.Error())
+		L.RaiseError("option %s: %s (use a value, luaop.PRESENT, luaop.ABSENT or a function(value, ctx))", name, err.Error())
 	}
-	return out
+	return valueFilter{mode: valueEquals, v: out}
 }
 
 func (s *shard) metaFilters(L *lua.LState, name string, t *lua.LTable, fns *handlerFns, f *dataFilters) {

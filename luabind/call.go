@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,6 +23,8 @@ type callState struct {
 	patchTbl *lua.LTable
 	subs     []causes.Spec
 	subFns   map[string]*handlerFns
+	// subFilters are the filters of the subhandlers that have some (by id).
+	subFilters map[string]*dataFilters
 	// daemon calls outlive their first body: ctx fields are not cached, so each
 	// access reads the newest body.
 	daemon bool
@@ -51,8 +54,34 @@ func (s *shard) invoke(ctx context.Context, call causes.Call) (causes.Result, er
 		return causes.Result{}, &causes.PermanentError{Message: fmt.Sprintf("handler %s is no longer registered (removed by a script reload)", call.Handler.ID)}
 	}
 	ret, cs, err := s.call(ctx, fns.fn, call, fns)
+	// What the handler wrote to ctx.patch before raising is applied too (kopf: the
+	// patch is shared by the cycle), whatever the error: temporary, permanent,
+	// arbitrary or a timeout.
+	if perr := s.mergePatch(cs, call); perr != nil && err == nil {
+		err = perr
+	}
 	if err != nil {
 		return causes.Result{}, err
+	}
+	if call.Handler.Kind == "startup" && uid == "" {
+		s.snapshotOperatorMemo()
+	}
+	if len(cs.subs) > 0 {
+		// kopf: subhandlers whose filters do not match are not part of the parent
+		// at all; they do not run and the parent does not wait for them.
+		kept := make([]causes.Spec, 0, len(cs.subs))
+		for _, sub := range cs.subs {
+			ok, err := s.matchSub(ctx, call, sub, cs.subFns[sub.ID], cs.subFilters[sub.ID])
+			if err != nil {
+				return causes.Result{}, err
+			}
+			if ok {
+				kept = append(kept, sub)
+			} else {
+				delete(cs.subFns, sub.ID)
+			}
+		}
+		cs.subs = kept
 	}
 	if len(cs.subs) > 0 {
 		objSubs := s.subFns[uid]
@@ -62,16 +91,6 @@ func (s *shard) invoke(ctx context.Context, call causes.Call) (causes.Result, er
 		}
 		for id, f := range cs.subFns {
 			objSubs[id] = f
-		}
-	}
-	if cs.patchTbl != nil && call.Patch != nil {
-		prunePatchTable(cs.patchTbl, s.patchMT)
-		p, err := fromLua(cs.patchTbl)
-		if err != nil {
-			return causes.Result{}, &causes.PermanentError{Message: fmt.Sprintf("%s: ctx.patch: %s", call.Handler.Source, err)}
-		}
-		if m, ok := p.(map[string]any); ok {
-			call.Patch.Merge(m)
 		}
 	}
 	result := causes.Result{Subhandlers: cs.subs}
@@ -86,8 +105,57 @@ func (s *shard) invoke(ctx context.Context, call causes.Call) (causes.Result, er
 	return result, nil
 }
 
-// match runs a handler's filter callbacks (when, label and annotation functions).
-func (s *shard) match(ctx context.Context, spec causes.Spec, cause causes.Cause) (bool, error) {
+// matchSub evaluates a subhandler's filters (labels, annotations, field, value,
+// old, new, when) for its parent's cause. Shard lock held.
+func (s *shard) matchSub(ctx context.Context, call causes.Call, sub causes.Spec, fns *handlerFns, f *dataFilters) (bool, error) {
+	if f == nil {
+		return true, nil
+	}
+	cause := call.Cause
+	if !slices.Equal(sub.Field, call.Handler.Field) {
+		// The subhandler names a field of its own: its values are that field's.
+		if len(call.Handler.Field) == 0 {
+			cause.Old, _ = state.Resolve(call.Cause.Old, sub.Field)
+			cause.New, _ = state.Resolve(call.Cause.New, sub.Field)
+		} else {
+			// The parent's old/new are its own field's: the old value of another
+			// field is not known here; the new one is the body's.
+			cause.Old = nil
+			cause.New, _ = state.Resolve(call.Cause.Body, sub.Field)
+		}
+	}
+	if !f.matchData(cause) {
+		return false, nil
+	}
+	if fns == nil || !fns.hasFilter {
+		return true, nil
+	}
+	ok, err := s.matchCallbacks(ctx, sub, fns, f, cause)
+	if err != nil {
+		return false, fmt.Errorf("subhandler %s: %w", sub.ID, err)
+	}
+	return ok, nil
+}
+
+// mergePatch converts the call's ctx.patch (if it was touched) into call.Patch.
+func (s *shard) mergePatch(cs *callState, call causes.Call) error {
+	if cs == nil || cs.patchTbl == nil || call.Patch == nil {
+		return nil
+	}
+	prunePatchTable(cs.patchTbl, s.patchMT)
+	p, err := fromLua(cs.patchTbl)
+	if err != nil {
+		return &causes.PermanentError{Message: fmt.Sprintf("%s: ctx.patch: %s", call.Handler.Source, err)}
+	}
+	if m, ok := p.(map[string]any); ok {
+		call.Patch.Merge(m)
+	}
+	return nil
+}
+
+// match runs a handler's filter callbacks (when, label and annotation functions,
+// value/old/new functions).
+func (s *shard) match(ctx context.Context, spec causes.Spec, f *dataFilters, cause causes.Cause) (bool, error) {
 	if err := s.lock(ctx); err != nil {
 		return false, err
 	}
@@ -96,6 +164,12 @@ func (s *shard) match(ctx context.Context, spec causes.Spec, cause causes.Cause)
 	if fns == nil || !fns.hasFilter {
 		return fns != nil, nil
 	}
+	return s.matchCallbacks(ctx, spec, fns, f, cause)
+}
+
+// matchCallbacks runs the filter functions of a handler, in kopf's order: labels,
+// annotations, value, old/new, when. Shard lock held.
+func (s *shard) matchCallbacks(ctx context.Context, spec causes.Spec, fns *handlerFns, f *dataFilters, cause causes.Cause) (bool, error) {
 	call := causes.Call{Handler: spec, Cause: cause}
 	meta, _ := cause.Body["metadata"].(map[string]any)
 	for _, group := range []struct {
@@ -112,6 +186,48 @@ func (s *shard) match(ctx context.Context, spec causes.Spec, cause causes.Cause)
 			ret, _, err := s.call(ctx, fn, call, fns, arg)
 			if err != nil {
 				return false, fmt.Errorf("filter of %s on %q: %w", spec.ID, key, err)
+			}
+			if !lua.LVAsBool(ret) {
+				return false, nil
+			}
+		}
+	}
+	valueArg := func(fv fieldValue) lua.LValue {
+		if !fv.present {
+			return lua.LNil
+		}
+		return toLua(s.L, fv.v)
+	}
+	if fns.valueFn != nil && f != nil {
+		// kopf: the value matches when the new or the old one does (new first).
+		matched := false
+		for _, fv := range f.fieldValues(cause) {
+			ret, _, err := s.call(ctx, fns.valueFn, call, fns, valueArg(fv))
+			if err != nil {
+				return false, fmt.Errorf("value filter of %s: %w", spec.ID, err)
+			}
+			if lua.LVAsBool(ret) {
+				matched = true
+				break
+			}
+		}
+		if !matched {
+			return false, nil
+		}
+	}
+	if f != nil && f.change {
+		old, new := f.oldNew(cause)
+		for _, c := range []struct {
+			name string
+			fn   *lua.LFunction
+			fv   fieldValue
+		}{{"old", fns.oldFn, old}, {"new", fns.newFn, new}} {
+			if c.fn == nil {
+				continue
+			}
+			ret, _, err := s.call(ctx, c.fn, call, fns, valueArg(c.fv))
+			if err != nil {
+				return false, fmt.Errorf("%s filter of %s: %w", c.name, spec.ID, err)
 			}
 			if !lua.LVAsBool(ret) {
 				return false, nil
@@ -397,9 +513,12 @@ func (s *shard) registerSubhandler(L *lua.LState, cs *callState) int {
 	parent := cs.call.Handler
 	spec := causes.Spec{Kind: causes.KindChange, Resource: parent.Resource, Reasons: parent.Reasons, Field: parent.Field, Source: s.where(L)}
 	fns := &handlerFns{fn: fn, param: lua.LNil}
+	filters := &dataFilters{}
 	if opts != nil {
-		s.applyOptions(L, &spec, fns, &dataFilters{}, opts)
+		s.applyOptions(L, &spec, fns, filters, opts)
 	}
+	fns.setHasFilter()
+	filters.hasCallbacks = fns.hasFilter
 	if spec.ID == "" {
 		spec.ID = fmt.Sprintf("sub%d", len(cs.subs)+1)
 	}
@@ -417,6 +536,12 @@ func (s *shard) registerSubhandler(L *lua.LState, cs *callState) int {
 	}
 	cs.subs = append(cs.subs, spec)
 	cs.subFns[spec.ID] = fns
+	if !filters.empty() {
+		if cs.subFilters == nil {
+			cs.subFilters = map[string]*dataFilters{}
+		}
+		cs.subFilters[spec.ID] = filters
+	}
 	return 0
 }
 

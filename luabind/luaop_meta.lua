@@ -26,6 +26,10 @@
 ---function of the value (nil when the key is absent) that returns true to match.
 ---@alias LuaopMetaFilter string|LuaopMarker|fun(value: string?, ctx: HandlerContext): boolean
 
+---A value filter (options value, old, new): a value to equal, luaop.PRESENT,
+---luaop.ABSENT, or a function of the value (nil when absent) that returns true to match.
+---@alias LuaopValueFilter any|LuaopMarker|fun(value: any, ctx: HandlerContext): boolean
+
 ---The kind of one change of a diff.
 ---@alias LuaopDiffOp
 ---| "add"    # the field appeared (old is luaop.null)
@@ -110,8 +114,9 @@
 ---@field error fun(...: any) Log at error level.
 
 ---Options of every registration function (luaop.on.*, luaop.daemon, luaop.timer,
----luaop.index) and of ctx.subhandler. Options that do not concern the handler's kind
----are ignored.
+---luaop.index) and of ctx.subhandler (a subhandler whose filters do not match does
+---not run, and its parent does not wait for it). Options that do not concern the
+---handler's kind are ignored, except old and new, refused outside change handlers.
 ---@class HandlerOptions
 ---@field id? string Handler id, the key of its progress and of status.<id>; letters, digits, '_', '-', '.', '/'. Defaults to "<file>_<kind>" (numbered when repeated).
 ---@field retries? integer Maximum number of attempts; 0 (the default) means unlimited.
@@ -121,11 +126,11 @@
 ---@field param? any Any value, handed to the handler as ctx.param (to share one function between handlers).
 ---@field labels? table<string, LuaopMetaFilter> Run only for objects whose labels match: name = value, luaop.PRESENT, luaop.ABSENT or function(value, ctx).
 ---@field annotations? table<string, LuaopMetaFilter> Run only for objects whose annotations match: name = value, luaop.PRESENT, luaop.ABSENT or function(value, ctx).
----@field field? string Dotted path of a field ("spec.size"): change handlers then serve changes of that field only, with its old/new/diff; with `value`, the field to compare.
----@field value? any Run only when the field named by `field` (or on.field's path) equals this value.
+---@field field? string Dotted path of a field ("spec.size"): change handlers then serve changes of that field only, with its old/new/diff; daemons, timers, event handlers and indexes then run only for objects that have the field (without `value`); with `value`, the field to compare.
+---@field value? LuaopValueFilter Run only when the field named by `field` (or on.field's path) matches: for change handlers its old or its new value, for the others its value in the object. A value, luaop.PRESENT, luaop.ABSENT or function(value, ctx).
 ---@field when? fun(ctx: HandlerContext): boolean Run only when this function returns true.
----@field old? any Run only when the old value (of the object, or of the field) equals this value.
----@field new? any Run only when the new value (of the object, or of the field) equals this value.
+---@field old? LuaopValueFilter Change handlers: run only when the old value (of the field, or of the object) matches: a value, luaop.PRESENT, luaop.ABSENT or function(value, ctx).
+---@field new? LuaopValueFilter Change handlers: run only when the new value (of the field, or of the object) matches: a value, luaop.PRESENT, luaop.ABSENT or function(value, ctx).
 ---@field optional? boolean Delete handlers: do not hold the deletion with a finalizer (the handler may then miss the deletion).
 ---@field deleted? boolean Resume handlers: also run for objects already being deleted.
 ---@field interval? number Timers: seconds between runs (a timer without an interval never runs).
@@ -243,20 +248,27 @@ function luaop.on.field(resource, field, fn, opts) end
 function luaop.on.event(resource, fn, opts) end
 
 ---Registers an operator hook run once when the operator starts, before it handles
----objects (kopf: on.startup). It is not retried: a failure stops the operator. ctx
----has memo (operator-wide), logger, id, param.
+---objects (kopf: on.startup). Like kopf's activities, a failing startup handler is
+---retried (after a temporary_error's delay, or `backoff`, 60 s by default) until it
+---succeeds; a permanent_error, or running out of `retries` or `timeout`, stops the
+---operator. ctx has memo (operator-wide), logger, id, param, retry. What the startup
+---handlers leave in ctx.memo is copied into the memo of every object when that is
+---first created (data only: strings, numbers, booleans and tables of them; each object
+---gets its own copy).
 ---@param fn LuaopHandler The hook.
 ---@param opts? HandlerOptions Id, param.
 function luaop.on.startup(fn, opts) end
 
 ---Registers an operator hook run when the operator stops, after the last handler
----(kopf: on.cleanup). It is not retried; a failure is logged.
+---(kopf: on.cleanup). A failing one is retried like a startup handler within the
+---cleanup deadline (30 s); a failure is logged.
 ---@param fn LuaopHandler The hook.
 ---@param opts? HandlerOptions Id, param.
 function luaop.on.cleanup(fn, opts) end
 
 ---Registers a liveness probe (kopf: on.probe): /healthz runs the probes and answers
----with their results by id (a failed probe shows {error = message}).
+---with their results by id (a failed probe shows {error = message}). Successful
+---results are reused for --probe-cache (10 s by default, like kopf).
 ---@param fn LuaopHandler The probe; returns what /healthz shows under its id.
 ---@param opts? HandlerOptions Id, param.
 function luaop.on.probe(fn, opts) end

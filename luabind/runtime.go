@@ -69,6 +69,9 @@ type Runtime struct {
 	shards []*shard
 	loadMu sync.Mutex // one load at a time
 	gen    atomic.Pointer[generation]
+	// opMemo is the operator memo as the last successful startup handler left it:
+	// new object memos start as a copy of it (kopf).
+	opMemo atomic.Pointer[operatorMemo]
 }
 
 // generation is one successfully loaded script set: what every shard registered.
@@ -262,7 +265,7 @@ func (r *Runtime) Match(ctx context.Context, spec causes.Spec, cause causes.Caus
 	if !f.hasCallbacks {
 		return true, nil
 	}
-	return r.shardFor(uidOf(cause.Body)).match(ctx, spec, cause)
+	return r.shardFor(uidOf(cause.Body)).match(ctx, spec, f, cause)
 }
 
 // Invoke runs one handler of the current generation.

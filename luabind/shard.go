@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path"
+	"sort"
 	"strings"
 
 	lua "github.com/yuin/gopher-lua"
@@ -45,12 +46,19 @@ type shard struct {
 
 // handlerFns are the Lua values of one handler in one shard.
 type handlerFns struct {
-	fn        *lua.LFunction
-	when      *lua.LFunction
-	labelFns  map[string]*lua.LFunction
-	annotFns  map[string]*lua.LFunction
-	param     lua.LValue
-	hasFilter bool
+	fn       *lua.LFunction
+	when     *lua.LFunction
+	labelFns map[string]*lua.LFunction
+	annotFns map[string]*lua.LFunction
+	// value, old and new filters given as functions(value, ctx)
+	valueFn, oldFn, newFn *lua.LFunction
+	param                 lua.LValue
+	hasFilter             bool
+}
+
+func (f *handlerFns) setHasFilter() {
+	f.hasFilter = f.when != nil || len(f.labelFns) > 0 || len(f.annotFns) > 0 ||
+		f.valueFn != nil || f.oldFn != nil || f.newFn != nil
 }
 
 // collected is what one run of the scripts registered.
@@ -204,6 +212,43 @@ func (s *shard) memoFor(uid string) *lua.LTable {
 		return m
 	}
 	m := s.L.NewTable()
+	// kopf: the operator memo (filled by startup handlers) is shallow-copied into
+	// every object's memo when that memo is created. Lua values cannot cross
+	// states, so each object gets its own copy of each value.
+	if seed := s.rt.opMemo.Load(); seed != nil {
+		for _, k := range seed.keys {
+			m.RawSetString(k, toLua(s.L, seed.values[k]))
+		}
+	}
 	s.memos.RawSetString(uid, m)
 	return m
+}
+
+// operatorMemo is a snapshot of the operator memo, as Go values, taken after each
+// successful startup handler.
+type operatorMemo struct {
+	keys   []string
+	values map[string]any
+}
+
+// snapshotOperatorMemo records the hook shard's operator memo for the object memos
+// created from now on. Values that are not data (functions, coroutines) cannot be
+// copied to other Lua states: they are left out, with a warning. Shard lock held.
+func (s *shard) snapshotOperatorMemo() {
+	snap := &operatorMemo{values: map[string]any{}}
+	s.opMemo.ForEach(func(k, v lua.LValue) {
+		key, ok := k.(lua.LString)
+		if !ok {
+			return
+		}
+		val, err := fromLua(v)
+		if err != nil {
+			s.rt.opts.Logger.Warn("ctx.memo."+string(key)+" set by a startup handler is not copied into the objects' memos: only data (strings, numbers, booleans, tables of them) can be", "error", err)
+			return
+		}
+		snap.keys = append(snap.keys, string(key))
+		snap.values[string(key)] = val
+	})
+	sort.Strings(snap.keys)
+	s.rt.opMemo.Store(snap)
 }
