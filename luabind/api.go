@@ -157,8 +157,10 @@ func (s *shard) add(L *lua.LState, col *collected, spec causes.Spec, fn *lua.LFu
 	if !validID.MatchString(spec.ID) {
 		L.RaiseError("handler id %q: use letters, digits, '_', '-', '.' and '/' only", spec.ID)
 	}
-	if spec.Kind == causes.KindTimer && spec.Interval <= 0 {
-		L.RaiseError("timer %q needs an interval in seconds: {interval = 60}", spec.ID)
+	if spec.Kind == causes.KindTimer && spec.Interval <= 0 && spec.Idle <= 0 {
+		// kopf: idle alone runs the timer once the object was idle that long, then
+		// after each change and another idle period.
+		L.RaiseError("timer %q needs an interval or idle in seconds: {interval = 60} or {idle = 300}", spec.ID)
 	}
 	if prev, dup := col.sources[spec.ID]; dup {
 		L.RaiseError("duplicate handler id %q (first registered at %s); give one of them another id = \"...\"", spec.ID, prev)

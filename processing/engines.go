@@ -3,6 +3,7 @@ package processing
 import (
 	"context"
 	"crypto/sha256"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -254,14 +255,20 @@ func (c *cycle) startDaemon(runner DaemonRunner, spec causes.Spec) {
 		if !sleepOrStop(ctx, o.clock, d.stopCh, spec.InitialDelay) {
 			return
 		}
-		backoff := spec.Backoff
-		if backoff <= 0 {
-			backoff = defaultBackoff
-		}
+		// kopf: a daemon is run until it ends for good. ctx.retry counts its failed
+		// runs; retries bounds them (a failure at the last allowed run is final),
+		// timeout bounds the total time since its first run, errors says what an
+		// arbitrary error means ("ignored" counts as a success: not restarted).
+		first := o.clock.Now()
 		for attempt := 0; ; attempt++ {
 			body := latest()
 			if body == nil {
 				return // the object is gone, or is another object now
+			}
+			if msg, over := engineExhausted(spec, attempt, o.clock.Now().Sub(first)); over {
+				log.Error("daemon failed for good; not restarted", "error", msg)
+				d.returned.Store(true)
+				return
 			}
 			log.Info("daemon started", "attempt", attempt)
 			t0 := time.Now()
@@ -269,7 +276,7 @@ func (c *cycle) startDaemon(runner DaemonRunner, spec causes.Spec) {
 				// Only the identity: a daemon reads its newest body through Latest,
 				// and must not keep its first body alive for its whole life.
 				Handler: spec, Cause: causes.Cause{Resource: key.resource, Body: identityOf(body)},
-				Retry: attempt, Started: d.startedAt, Logger: log,
+				Retry: attempt, Started: d.startedAt, Runtime: o.clock.Now().Sub(first), Logger: log,
 				Stopped: d.stopCh, Latest: latest, Flush: flush, Indexes: o.indexes,
 			})
 			if err == nil {
@@ -282,18 +289,19 @@ func (c *cycle) startDaemon(runner DaemonRunner, spec causes.Spec) {
 				log.Info("daemon stopped", "took", time.Since(t0))
 				return
 			}
-			if causes.IsPermanent(err) {
-				log.Error("daemon failed for good; not restarted", "error", err)
-				o.observe(key, spec.ID, "daemon", OutcomeFailure, time.Since(t0), err)
+			outcome, delay, msg := judgeEngineAttempt(spec, attempt, o.clock.Now().Sub(first), err)
+			o.observe(key, spec.ID, "daemon", outcome, time.Since(t0), err)
+			switch outcome {
+			case OutcomeIgnored:
+				log.Warn("daemon failed; the error is ignored and it is not restarted", "error", err)
+				d.returned.Store(true)
+				return
+			case OutcomeFailure:
+				log.Error("daemon failed for good; not restarted", "error", msg)
 				d.returned.Store(true)
 				return
 			}
-			delay := backoff
-			if tmp, ok := causes.AsTemporary(err); ok {
-				delay = tmp.Delay
-			}
-			log.Error("daemon failed; restarting after the backoff", "error", err, "backoff", delay)
-			o.observe(key, spec.ID, "daemon", OutcomeRetry, time.Since(t0), err)
+			log.Error("daemon failed; restarting after the backoff", "error", err, "backoff", delay, "retry", attempt+1)
 			if !sleepOrStop(ctx, o.clock, d.stopCh, delay) {
 				return
 			}
@@ -331,6 +339,14 @@ func (c *cycle) daemonsRunning() bool {
 // timerState is the schedule of one timer of one object.
 type timerState struct {
 	next time.Time
+	// retries counts the consecutive failed attempts (ctx.retry), since started: both
+	// are reset once an attempt ends for good (success, or a final failure).
+	retries int
+	started time.Time
+	// waitChange: an idle timer without an interval ran at ranAt and runs again only
+	// after the next essential change (then after idle seconds without one).
+	waitChange bool
+	ranAt      time.Time
 }
 
 // runTimers runs the timers that are due, in the object's worker: runs of one timer
@@ -348,7 +364,7 @@ func (c *cycle) runTimers(ctx context.Context) time.Duration {
 		}
 	}
 	for _, spec := range c.specs {
-		if spec.Kind != causes.KindTimer || spec.Interval <= 0 {
+		if spec.Kind != causes.KindTimer || (spec.Interval <= 0 && spec.Idle <= 0) {
 			continue
 		}
 		if spec.Idle > 0 && !essenceChecked {
@@ -377,6 +393,13 @@ func (c *cycle) runTimers(ctx context.Context) time.Duration {
 			c.mem.timers[spec.ID] = ts
 		}
 		lastChange := c.mem.lastChangeAt
+		if ts.waitChange {
+			if !lastChange.After(ts.ranAt) {
+				continue // idle-only: nothing to do until the object changes
+			}
+			ts.waitChange = false
+			ts.next = lastChange.Add(spec.Idle)
+		}
 
 		now := o.clock.Now()
 		if !now.Before(ts.next) && spec.Idle > 0 && now.Sub(lastChange) < spec.Idle {
@@ -386,44 +409,125 @@ func (c *cycle) runTimers(ctx context.Context) time.Duration {
 		if !now.Before(ts.next) {
 			c.runTimer(ctx, spec, ts, now)
 		}
+		if ts.waitChange {
+			continue
+		}
 		wake = soonest(wake, max(ts.next.Sub(o.clock.Now()), time.Millisecond))
 	}
 	return wake
 }
 
+// runTimer runs one timer once and schedules its next run, as kopf does: a failure
+// is retried after the handler's backoff (or the TemporaryError's delay), counting
+// ctx.retry up, until retries or timeout give up; a success, an ignored error or a
+// final failure wait for the interval (or, for an idle timer without one, for the
+// next change and then idle seconds), with ctx.retry back at 0.
 func (c *cycle) runTimer(ctx context.Context, spec causes.Spec, ts *timerState, now time.Time) {
 	o := c.op
+	if ts.started.IsZero() {
+		ts.started = now
+	}
+	var err error
+	var outcome Outcome
+	var delay time.Duration
 	t0 := time.Now()
-	result, err := o.handlers.Invoke(ctx, causes.Call{
-		Handler: spec, Cause: causes.Cause{Resource: c.key.resource, Body: c.body.Object},
-		Patch: c.patch, Started: now, Logger: c.log.With("handler", spec.ID), Indexes: o.indexes,
-	})
-	took := time.Since(t0)
-	switch {
-	case err == nil:
-		if result.Value != nil {
+	if msg, over := engineExhausted(spec, ts.retries, now.Sub(ts.started)); over {
+		// Strict check: the time or the tries ran out while the timer waited.
+		err, outcome = &causes.PermanentError{Message: msg}, OutcomeFailure
+		c.log.Error("timer failed for good; it runs again at its next interval", "handler", spec.ID, "error", err)
+	} else {
+		var result causes.Result
+		result, err = o.handlers.Invoke(ctx, causes.Call{
+			Handler: spec, Cause: causes.Cause{Resource: c.key.resource, Body: c.body.Object},
+			Patch: c.patch, Retry: ts.retries, Started: ts.started, Runtime: now.Sub(ts.started),
+			Logger: c.log.With("handler", spec.ID), Indexes: o.indexes,
+		})
+		if err == nil && result.Value != nil {
 			c.patch.Set([]string{"status", spec.ID}, result.Value)
 		}
-		o.observe(c.key, spec.ID, "timer", OutcomeSuccess, took, nil)
-	default:
-		c.log.Error("timer failed; it runs again at its next interval", "handler", spec.ID, "error", err)
-		o.observe(c.key, spec.ID, "timer", OutcomeRetry, took, err)
+		var msg string
+		outcome, delay, msg = judgeEngineAttempt(spec, ts.retries, o.clock.Now().Sub(ts.started), err)
+		switch outcome {
+		case OutcomeRetry:
+			c.log.Error("timer failed; retrying after its backoff", "handler", spec.ID, "error", err, "backoff", delay, "retry", ts.retries+1)
+		case OutcomeFailure:
+			c.log.Error("timer failed for good; it runs again at its next interval", "handler", spec.ID, "error", msg)
+		case OutcomeIgnored:
+			c.log.Warn("timer failed; the error is ignored", "handler", spec.ID, "error", err)
+		}
 	}
-	if spec.Sharp {
+	o.observe(c.key, spec.ID, "timer", outcome, time.Since(t0), err)
+	if outcome == OutcomeRetry {
+		ts.retries++
+		ts.next = o.clock.Now().Add(delay)
+		return
+	}
+	ts.retries, ts.started = 0, time.Time{}
+	switch {
+	case spec.Interval > 0 && spec.Sharp:
 		// Aligned to the schedule, not to the end of the run: no drift; missed
 		// ticks are skipped, not run in a burst.
 		for !ts.next.After(o.clock.Now()) {
 			ts.next = ts.next.Add(spec.Interval)
 		}
-	} else {
+	case spec.Interval > 0:
 		ts.next = o.clock.Now().Add(spec.Interval)
-	}
-	if tmp, ok := causes.AsTemporary(err); ok {
-		ts.next = o.clock.Now().Add(tmp.Delay)
+	default:
+		// kopf: an idle timer without an interval runs again only after the next
+		// essential change, once the object was idle for spec.Idle again.
+		ts.waitChange, ts.ranAt = true, now
 	}
 }
 
-// updateIndexes runs the object's index functions when its body changed.
+// engineExhausted is kopf's strict check before an attempt of a timer or a daemon:
+// the handler's timeout since its first attempt, or its retries, ran out.
+func engineExhausted(spec causes.Spec, retries int, runtime time.Duration) (string, bool) {
+	if spec.Timeout > 0 && runtime >= spec.Timeout {
+		return fmt.Sprintf("handler %s timed out after %s", spec.ID, runtime), true
+	}
+	if spec.Retries > 0 && retries >= spec.Retries {
+		return fmt.Sprintf("handler %s exceeded its %d retries", spec.ID, spec.Retries), true
+	}
+	return "", false
+}
+
+// judgeEngineAttempt is kopf's verdict on one attempt of an in-memory handler (a
+// timer's run, a daemon's run): success; an ignored error (errors="ignored") counts
+// as one; a TemporaryError or an arbitrary error in "temporary" mode is retried after
+// its delay (the backoff, 60 s by default) unless the next attempt would be past the
+// timeout or the retries (kopf looks ahead: the last allowed attempt fails for good);
+// a PermanentError or errors="permanent" fails for good. retries is the number of
+// failed attempts before this one; runtime the time since the first.
+func judgeEngineAttempt(spec causes.Spec, retries int, runtime time.Duration, err error) (Outcome, time.Duration, string) {
+	if err == nil {
+		return OutcomeSuccess, 0, ""
+	}
+	backoff := spec.Backoff
+	if backoff <= 0 {
+		backoff = defaultBackoff
+	}
+	var delay time.Duration
+	if tmp, ok := causes.AsTemporary(err); ok {
+		delay = tmp.Delay
+	} else if causes.IsPermanent(err) || spec.Errors == causes.ErrorsPermanent {
+		return OutcomeFailure, 0, err.Error()
+	} else if spec.Errors == causes.ErrorsIgnored {
+		return OutcomeIgnored, 0, ""
+	} else {
+		delay = backoff
+	}
+	if spec.Timeout > 0 && runtime+delay >= spec.Timeout {
+		return OutcomeFailure, 0, fmt.Sprintf("%s (it would time out in %s on the next attempt)", err, spec.Timeout)
+	}
+	if spec.Retries > 0 && retries+1 >= spec.Retries {
+		return OutcomeFailure, 0, fmt.Sprintf("%s (it would exceed %d retries on the next attempt)", err, spec.Retries)
+	}
+	return OutcomeRetry, delay, ""
+}
+
+// updateIndexes runs the object's index functions when its body changed. An object
+// being deleted stays indexed (kopf keeps it until the DELETED event): handlers
+// cleaning up after it can still find it; the forget path drops its entries.
 func (c *cycle) updateIndexes(ctx context.Context) {
 	o := c.op
 	rv := c.body.GetResourceVersion()
@@ -433,14 +537,13 @@ func (c *cycle) updateIndexes(ctx context.Context) {
 		}
 		return
 	}
-	deleting := deletionInProgress(c.body.Object)
 	for _, spec := range c.specs {
 		if spec.Kind != causes.KindIndex {
 			continue
 		}
 		o.indexes.Declare(spec.ID)
 		cause := causes.Cause{Resource: c.key.resource, Body: c.body.Object}
-		if m, err := o.handlers.Match(ctx, spec, cause); err != nil || !m || deleting {
+		if m, err := o.handlers.Match(ctx, spec, cause); err != nil || !m {
 			o.indexes.Set(spec.ID, c.key.String(), nil)
 			continue
 		}

@@ -1,0 +1,196 @@
+package processing
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/luaop/luaop/processing/causes"
+)
+
+func retriesOf(calls []callRecord) string {
+	var out []int
+	for _, c := range calls {
+		out = append(out, c.retry)
+	}
+	return fmt.Sprint(out)
+}
+
+func failing(err error) handlerFunc {
+	return func(ctx context.Context, call causes.Call) (causes.Result, error) { return causes.Result{}, err }
+}
+
+// Issue 12.11: a failed timer ran again only at its next interval; kopf retries it
+// after the handler's backoff, with ctx.retry counting the failures (0 after a
+// success).
+func TestTimerErrorRetriesAfterItsBackoffNotItsInterval(t *testing.T) {
+	h := newFakeHandlers()
+	n := 0
+	h.add(causes.Spec{ID: "tick", Kind: causes.KindTimer, Resource: widgets, Interval: 10 * time.Second, Backoff: 3 * time.Second},
+		func(ctx context.Context, call causes.Call) (causes.Result, error) {
+			n++ // one object, one worker: never concurrent
+			if n == 1 {
+				return causes.Result{}, errBoom
+			}
+			return causes.Result{}, nil
+		})
+	e := startEnv(t, h, Options{})
+	e.create("w1", nil)
+	e.eventually("the first tick", func() bool { return len(h.callsOf("tick", "w1")) == 1 })
+	e.never("a retry before the backoff", func() bool { return len(h.callsOf("tick", "w1")) > 1 })
+	e.clock.Step(3 * time.Second)
+	e.eventually("the retry after the backoff", func() bool { return len(h.callsOf("tick", "w1")) == 2 })
+	e.never("a run before the interval after the success", func() bool { return len(h.callsOf("tick", "w1")) > 2 })
+	e.clock.Step(3 * time.Second)
+	e.never("a run 3 s after the success", func() bool { return len(h.callsOf("tick", "w1")) > 2 })
+	e.clock.Step(7 * time.Second)
+	e.eventually("the next tick at the interval", func() bool { return len(h.callsOf("tick", "w1")) == 3 })
+	if got := retriesOf(h.callsOf("tick", "w1")); got != "[0 1 0]" {
+		t.Errorf("ctx.retry of the runs: %s, want [0 1 0]", got)
+	}
+}
+
+// Issue 12.11: retries, timeout and errors are honoured by timers: a final failure
+// waits for the interval, and the retry count starts again from 0.
+func TestTimerRetriesTimeoutAndErrorsOptions(t *testing.T) {
+	tests := []struct {
+		name string
+		spec causes.Spec
+		err  error
+		// steps of the clock (seconds) after the first run, and the runs expected
+		// after each.
+		steps []int
+		runs  []int
+		want  string
+	}{
+		{"retries=2 gives up at the second attempt",
+			causes.Spec{Retries: 2}, errBoom, []int{1, 1, 9}, []int{2, 2, 3}, "[0 1 0]"},
+		{"timeout=2.5 s gives up when the next attempt would be past it",
+			causes.Spec{Timeout: 2500 * time.Millisecond}, errBoom, []int{1, 1, 1, 9}, []int{2, 3, 3, 4}, "[0 1 2 0]"},
+		{"errors=permanent waits for the interval",
+			causes.Spec{Errors: causes.ErrorsPermanent}, errBoom, []int{1, 9}, []int{1, 2}, "[0 0]"},
+		{"errors=ignored counts as a success",
+			causes.Spec{Errors: causes.ErrorsIgnored}, errBoom, []int{1, 9}, []int{1, 2}, "[0 0]"},
+		{"a TemporaryError retries after its own delay",
+			causes.Spec{}, &causes.TemporaryError{Message: "later", Delay: 2 * time.Second}, []int{1, 1}, []int{1, 2}, "[0 1]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newFakeHandlers()
+			spec := tt.spec
+			spec.ID, spec.Kind, spec.Resource = "tick", causes.KindTimer, widgets
+			spec.Interval, spec.Backoff = 10*time.Second, time.Second
+			h.add(spec, failing(tt.err))
+			e := startEnv(t, h, Options{})
+			e.create("w1", nil)
+			e.eventually("the first run", func() bool { return len(h.callsOf("tick", "w1")) == 1 })
+			for i, step := range tt.steps {
+				e.never("an early run", func() bool { return len(h.callsOf("tick", "w1")) > tt.runs[max(i-1, 0)] && i > 0 })
+				e.clock.Step(time.Duration(step) * time.Second)
+				want := tt.runs[i]
+				e.eventually(fmt.Sprintf("%d runs after step %d", want, i+1), func() bool { return len(h.callsOf("tick", "w1")) >= want })
+				e.never(fmt.Sprintf("more than %d runs after step %d", want, i+1), func() bool { return len(h.callsOf("tick", "w1")) > want })
+			}
+			if got := retriesOf(h.callsOf("tick", "w1")); got != tt.want {
+				t.Errorf("ctx.retry of the runs: %s, want %s", got, tt.want)
+			}
+		})
+	}
+}
+
+// Issue 12.11: a timer with idle and no interval runs once the object was idle that
+// long, then again only after the next essential change and another idle period.
+func TestIdleTimerWithoutIntervalRunsAfterEachQuietPeriod(t *testing.T) {
+	h := newFakeHandlers()
+	h.add(causes.Spec{ID: "quiet", Kind: causes.KindTimer, Resource: widgets, Idle: 5 * time.Second}, nil)
+	e := startEnv(t, h, Options{})
+	e.create("w1", map[string]any{"size": int64(1)})
+	e.never("a run before the object was idle", func() bool { return len(h.callsOf("quiet", "w1")) > 0 })
+	e.clock.Step(5 * time.Second)
+	e.eventually("the run after idle seconds", func() bool { return len(h.callsOf("quiet", "w1")) == 1 })
+	e.clock.Step(20 * time.Second)
+	e.never("another run without a change", func() bool { return len(h.callsOf("quiet", "w1")) > 1 })
+	e.patch("w1", `{"spec":{"size":2}}`)
+	e.never("a run right after the change", func() bool { return len(h.callsOf("quiet", "w1")) > 1 })
+	e.clock.Step(3 * time.Second)
+	e.never("a run before idle seconds after the change", func() bool { return len(h.callsOf("quiet", "w1")) > 1 })
+	e.clock.Step(2 * time.Second)
+	e.eventually("a run idle seconds after the change", func() bool { return len(h.callsOf("quiet", "w1")) == 2 })
+}
+
+func daemonCounter(h *fakeHandlers, err error) (func() []int, daemonFunc) {
+	var retries []int
+	fn := func(ctx context.Context, call causes.Call) error {
+		h.mu.Lock()
+		retries = append(retries, call.Retry)
+		h.mu.Unlock()
+		return err
+	}
+	return func() []int {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return append([]int(nil), retries...)
+	}, fn
+}
+
+// Issue 12.11: daemons honour retries (restarts allowed), timeout (total time) and
+// errors (permanent: not restarted; ignored: counts as a success, not restarted).
+func TestDaemonRetriesTimeoutAndErrorsOptions(t *testing.T) {
+	tests := []struct {
+		name string
+		spec causes.Spec
+		err  error
+		runs int // runs in all, the clock stepping by the backoff
+		want string
+	}{
+		{"retries=3 allows three runs", causes.Spec{Retries: 3}, errBoom, 3, "[0 1 2]"},
+		{"timeout=5 s bounds the total time", causes.Spec{Timeout: 5 * time.Second}, errBoom, 3, "[0 1 2]"},
+		{"errors=permanent is not restarted", causes.Spec{Errors: causes.ErrorsPermanent}, errBoom, 1, "[0]"},
+		{"errors=ignored is not restarted", causes.Spec{Errors: causes.ErrorsIgnored}, errBoom, 1, "[0]"},
+		{"a PermanentError is not restarted", causes.Spec{}, &causes.PermanentError{Message: "no"}, 1, "[0]"},
+		{"errors=temporary restarts", causes.Spec{}, errBoom, 6, "[0 1 2 3 4 5]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newFakeHandlers()
+			spec := tt.spec
+			spec.ID, spec.Resource, spec.Backoff = "watcher", widgets, 2*time.Second
+			runs, fn := daemonCounter(h, tt.err)
+			h.addDaemon(spec, fn)
+			e := startEnv(t, h, Options{})
+			e.create("w1", nil)
+			for i := 1; i <= 6; i++ {
+				if i <= tt.runs {
+					e.eventually(fmt.Sprintf("run %d", i), func() bool { return len(runs()) == i })
+				}
+				e.never("an early restart", func() bool { return len(runs()) > min(i, tt.runs) })
+				e.clock.Step(2 * time.Second)
+			}
+			if got := fmt.Sprint(runs()); got != tt.want {
+				t.Errorf("ctx.retry of the runs: %s, want %s", got, tt.want)
+			}
+		})
+	}
+}
+
+// Issue 12.16: an object being deleted stays in the indexes until it is gone (kopf
+// keeps it until the DELETED event).
+func TestDeletingObjectStaysInTheIndexUntilItIsGone(t *testing.T) {
+	h := newFakeHandlers()
+	h.add(causes.Spec{ID: "by_name", Kind: causes.KindIndex, Resource: widgets}, func(ctx context.Context, call causes.Call) (causes.Result, error) {
+		return causes.Result{Value: call.Cause.Body["metadata"].(map[string]any)["name"]}, nil
+	})
+	e := startEnv(t, h, Options{})
+	e.create("w1", nil)
+	indexed := func() bool {
+		entries, _ := e.op.indexes.Lookup("by_name")
+		return fmt.Sprint(entries[""]) == "[w1]"
+	}
+	e.eventually("the object indexed", indexed)
+	e.markDeleting("w1")
+	e.eventually("the deleting object re-indexed", func() bool { return len(h.callsOf("by_name", "w1")) >= 2 })
+	e.never("the object leaving the index while it is being deleted", func() bool { return !indexed() })
+	e.delete("w1")
+	e.eventually("the object left the index once gone", func() bool { return !indexed() })
+}
