@@ -60,9 +60,64 @@ func (c *cycle) apply(ctx context.Context) error {
 		last = resp
 	}
 	if last != nil {
+		c.last = last
 		c.expectVersion(last.GetResourceVersion())
 	}
 	return nil
+}
+
+// patchFinalizers adds or removes this operator's finalizer and nothing else: a JSON
+// patch that tests the resourceVersion it was computed from, so a finalizer another
+// controller added or removed meanwhile is never lost (kopf 1.44). On a conflict the
+// object is read again and the patch recomputed, a few times.
+func (c *cycle) patchFinalizers(ctx context.Context, present bool) error {
+	o := c.op
+	finalizer := o.opts.finalizer()
+	client := o.dynamic.Resource(c.info.gvr).Namespace(c.key.namespace)
+	current := c.body
+	if c.last != nil {
+		current = c.last
+	}
+	for attempt := 0; ; attempt++ {
+		if hasFinalizer(current.Object, finalizer) == present {
+			return nil
+		}
+		ops := []map[string]any{
+			{"op": "test", "path": "/metadata/resourceVersion", "value": current.GetResourceVersion()},
+			{"op": "add", "path": "/metadata/finalizers", "value": finalizersWith(current.Object, finalizer, present)},
+		}
+		data, err := json.Marshal(ops)
+		if err != nil {
+			return fmt.Errorf("encoding the finalizer patch of %s: %w", c.key, err)
+		}
+		resp, err := client.Patch(ctx, c.key.name, types.JSONPatchType, data, metav1.PatchOptions{})
+		if obs := o.opts.Observer; obs != nil {
+			obs.PatchSent(c.key.resource.String(), "", patchResult(err))
+		}
+		switch {
+		case err == nil:
+			c.last = resp
+			c.expectVersion(resp.GetResourceVersion())
+			return nil
+		case apierrors.IsNotFound(err):
+			return nil
+		case (apierrors.IsConflict(err) || apierrors.IsInvalid(err)) && attempt < 4:
+			// Someone else wrote the object since: read it again.
+			fresh, gerr := client.Get(ctx, c.key.name, metav1.GetOptions{})
+			if apierrors.IsNotFound(gerr) {
+				return nil
+			}
+			if gerr != nil {
+				return fmt.Errorf("reading %s again after a conflict on its finalizers: %w", c.key, gerr)
+			}
+			if string(fresh.GetUID()) != c.mem.uid {
+				return nil // re-created meanwhile: the new one gets its own cycle
+			}
+			current = fresh
+		default:
+			return fmt.Errorf("changing the finalizer of %s (%s): %w", c.key, apierrors.ReasonForError(err), err)
+		}
+	}
 }
 
 // send marshals and sends one patch. A vanished object is not an error (nil, nil).

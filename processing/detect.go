@@ -33,18 +33,20 @@ type detectedCause struct {
 // no stored diff-base -> create; no diff and noticed at startup and not handled since
 // -> resume; no diff -> noop; else update.
 func detectChangeCause(body map[string]any, prefix, finalizer string, facts objectFacts) detectedCause {
-	return detectChangeCauseWith(body, prefix, finalizer, state.NewAnnotationsDiffBase(prefix), facts)
+	return detectChangeCauseWith(body, prefix, finalizer, state.NewAnnotationsDiffBase(prefix), facts, nil)
 }
 
 // detectChangeCauseWith is detectChangeCause with the diff-base read from a storage.
-func detectChangeCauseWith(body map[string]any, prefix, finalizer string, diffBase state.DiffBaseStorage, facts objectFacts) detectedCause {
+// extraFields are the fields that handlers name outside the essence (status.phase):
+// kopf adds them to the essence, so that a handler on such a field does fire.
+func detectChangeCauseWith(body map[string]any, prefix, finalizer string, diffBase state.DiffBaseStorage, facts objectFacts, extraFields [][]string) detectedCause {
 	if deletionInProgress(body) {
 		if !hasFinalizer(body, finalizer) {
 			return detectedCause{reason: causes.Free}
 		}
 		return detectedCause{reason: causes.Delete}
 	}
-	essence := state.Essence(body, prefix)
+	essence := withFields(state.Essence(body, prefix), body, extraFields)
 	stored, found, err := diffBase.Fetch(body)
 	if err != nil {
 		return detectedCause{reason: causes.Create, new: essence, diff: state.Compare(nil, essence),
@@ -102,5 +104,38 @@ func finalizersWith(body map[string]any, finalizer string, present bool) []any {
 	if present {
 		out = append(out, finalizer)
 	}
+	return out
+}
+
+// withFields adds to an essence the values that body has at paths the essence lacks.
+// Maps along the way are copied, never written: they may be the body's own.
+func withFields(essence, body map[string]any, paths [][]string) map[string]any {
+	for _, path := range paths {
+		if len(path) == 0 {
+			continue
+		}
+		if _, ok := state.Resolve(essence, path); ok {
+			continue
+		}
+		v, ok := state.Resolve(body, path)
+		if !ok {
+			continue
+		}
+		essence = setCopied(essence, path, v)
+	}
+	return essence
+}
+
+func setCopied(m map[string]any, path []string, v any) map[string]any {
+	out := make(map[string]any, len(m)+1)
+	for k, x := range m {
+		out[k] = x
+	}
+	if len(path) == 1 {
+		out[path[0]] = v
+		return out
+	}
+	child, _ := out[path[0]].(map[string]any)
+	out[path[0]] = setCopied(child, path[1:], v)
 	return out
 }

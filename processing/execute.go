@@ -45,7 +45,7 @@ func foldOutcome(spec causes.Spec, rec state.HandlerRecord, now time.Time, err e
 	}
 	rec.Message = err.Error()
 	if tmp, ok := causes.AsTemporary(err); ok {
-		return retryAfter(rec, now, tmp.Delay), OutcomeRetry
+		return lookAhead(spec, retryAfter(rec, now, tmp.Delay), now)
 	}
 	if causes.IsPermanent(err) || errors.Is(err, errHandlerVanished) {
 		rec.Failure, rec.Stopped, rec.Delayed = true, &now, nil
@@ -63,7 +63,25 @@ func foldOutcome(spec causes.Spec, rec state.HandlerRecord, now time.Time, err e
 	if backoff <= 0 {
 		backoff = defaultBackoff
 	}
-	return retryAfter(rec, now, backoff), OutcomeRetry
+	return lookAhead(spec, retryAfter(rec, now, backoff), now)
+}
+
+// lookAhead declares a handler failed at its last allowed attempt (kopf), instead of
+// one backoff later: when no retry is left, or the next one would start after the
+// handler's timeout.
+func lookAhead(spec causes.Spec, rec state.HandlerRecord, now time.Time) (state.HandlerRecord, Outcome) {
+	msg, failed := "", false
+	switch {
+	case spec.Retries > 0 && rec.Retries >= spec.Retries:
+		msg, failed = fmt.Sprintf("handler %s exceeded its %d retries (last error: %s)", spec.ID, spec.Retries, rec.Message), true
+	case spec.Timeout > 0 && rec.Started != nil && rec.Delayed != nil && !rec.Delayed.Before(rec.Started.Add(spec.Timeout)):
+		msg, failed = fmt.Sprintf("handler %s timed out after %s (last error: %s)", spec.ID, spec.Timeout, rec.Message), true
+	}
+	if !failed {
+		return rec, OutcomeRetry
+	}
+	rec.Failure, rec.Stopped, rec.Delayed, rec.Message = true, &now, nil, msg
+	return rec, OutcomeFailure
 }
 
 func retryAfter(rec state.HandlerRecord, now time.Time, delay time.Duration) state.HandlerRecord {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -199,6 +200,9 @@ func startEnv(t *testing.T, h *fakeHandlers, opts Options, objects ...*unstructu
 	t.Helper()
 	var objs []runtime.Object
 	for _, o := range objects {
+		if o.GetResourceVersion() == "" {
+			o.SetResourceVersion("1") // the server always gives one
+		}
 		objs = append(objs, o)
 	}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(newScheme(), map[schema.GroupVersionResource]string{
@@ -208,7 +212,7 @@ func startEnv(t *testing.T, h *fakeHandlers, opts Options, objects ...*unstructu
 	clk := testingclock.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	opts.Clock = clk
 	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		opts.Logger = slog.New(slog.NewTextHandler(testLogOutput(), nil))
 	}
 	if opts.Workers == 0 {
 		opts.Workers = 4
@@ -370,22 +374,33 @@ func stampResourceVersions(dyn *dynamicfake.FakeDynamicClient) {
 				u.SetResourceVersion(next())
 			}
 		case clienttesting.PatchAction:
-			if a.GetPatchType() != types.MergePatchType {
+			if a.GetPatchType() != types.MergePatchType && a.GetPatchType() != types.JSONPatchType {
 				return false, nil, nil
 			}
 			old, err := tracker.Get(a.GetResource(), a.GetNamespace(), a.GetName())
 			if err != nil {
 				return true, nil, err
 			}
-			if err := uidPrecondition(old, a.GetPatch()); err != nil {
-				return true, nil, err
+			if a.GetPatchType() == types.MergePatchType {
+				if err := uidPrecondition(old, a.GetPatch()); err != nil {
+					return true, nil, err
+				}
 			}
 			oldJSON, err := json.Marshal(old)
 			if err != nil {
 				return true, nil, err
 			}
-			merged, err := jsonpatch.MergePatch(oldJSON, a.GetPatch())
-			if err != nil {
+			var merged []byte
+			if a.GetPatchType() == types.JSONPatchType {
+				ops, err := jsonpatch.DecodePatch(a.GetPatch())
+				if err != nil {
+					return true, nil, err
+				}
+				if merged, err = ops.Apply(oldJSON); err != nil {
+					// A failed "test" operation: the server answers 422.
+					return true, nil, apierrors.NewInvalid(schema.GroupKind{Kind: "Widget"}, a.GetName(), nil)
+				}
+			} else if merged, err = jsonpatch.MergePatch(oldJSON, a.GetPatch()); err != nil {
 				return true, nil, err
 			}
 			u := &unstructured.Unstructured{}
@@ -400,4 +415,12 @@ func stampResourceVersions(dyn *dynamicfake.FakeDynamicClient) {
 		}
 		return false, nil, nil
 	})
+}
+
+// testLogOutput: the core's log is discarded unless LUAOP_TEST_LOG=1.
+func testLogOutput() io.Writer {
+	if os.Getenv("LUAOP_TEST_LOG") == "1" {
+		return os.Stderr
+	}
+	return io.Discard
 }

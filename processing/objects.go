@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/luaop/luaop/processing/causes"
+	"github.com/luaop/luaop/state"
 )
 
 // objectKey identifies one object of one watched resource. The resource is the
@@ -127,6 +128,10 @@ type objectMemory struct {
 	lastChangeAt   time.Time // the last essential change, for idle timers
 	essenceHash    [32]byte
 	indexedVersion string
+	// pinned is the cause in progress, until it completes (process.go).
+	pinned *pinnedCause
+	// eventPatch is what event handlers wrote, until a cycle applies it.
+	eventPatch *state.Patch
 }
 
 // readiness derives /readyz from the set of keys still to process, never from

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"strings"
 	"time"
 
@@ -36,8 +37,15 @@ func (o *Operator) process(ctx context.Context, key objectKey) (time.Duration, e
 
 	// Raw event handlers see every event in order, never retried, errors only logged.
 	// They do not wait for consistency: they report what the watch said.
+	var eventPatch *state.Patch
 	for _, ev := range in.events {
-		o.runEventHandlers(ctx, log, key, specs, ev)
+		p := o.runEventHandlers(ctx, log, key, specs, ev)
+		if p != nil && !p.IsEmpty() && ev.eventType != "DELETED" && string(ev.object.GetUID()) == in.uid && !in.gone {
+			if eventPatch == nil {
+				eventPatch = state.NewPatch()
+			}
+			eventPatch.Merge(p.Map())
+		}
 	}
 
 	if mem.uid != "" && (in.gone || mem.uid != in.uid) {
@@ -64,6 +72,13 @@ func (o *Operator) process(ctx context.Context, key objectKey) (time.Duration, e
 	now := o.clock.Now()
 	if mem.uid == "" {
 		mem.uid, mem.lastChangeAt = in.uid, now
+	}
+	if eventPatch != nil {
+		// Kept until a cycle applies it (this one may wait for consistency).
+		if mem.eventPatch == nil {
+			mem.eventPatch = state.NewPatch()
+		}
+		mem.eventPatch.Merge(eventPatch.Map())
 	}
 	c := &cycle{op: o, key: key, info: info, body: latest, log: log, now: now, patch: state.NewPatch(), specs: specs, st: st, mem: mem}
 
@@ -99,6 +114,10 @@ func (o *Operator) process(ctx context.Context, key objectKey) (time.Duration, e
 	// object's other writes: no lost update between a daemon and a handler.
 	if dp := st.inbox.takeDaemonPatch(mem.uid); dp != nil {
 		c.patch.Merge(dp)
+	}
+	if mem.eventPatch != nil {
+		c.patch.Merge(mem.eventPatch.Map())
+		mem.eventPatch = nil
 	}
 
 	facts := objectFacts{noticedByListing: in.listed, resumeIsHandled: mem.resumeIsHandled}
@@ -163,8 +182,12 @@ func objectName(k objectKey) string {
 	return k.namespace + "/" + k.name
 }
 
-func (o *Operator) runEventHandlers(ctx context.Context, log *slog.Logger, key objectKey, specs []causes.Spec, ev rawEvent) {
+// runEventHandlers runs the raw event handlers of one event. What they write into
+// ctx.patch and return is kept for the object's next patch (kopf applies both), but
+// only when the event is about the object as it exists now.
+func (o *Operator) runEventHandlers(ctx context.Context, log *slog.Logger, key objectKey, specs []causes.Spec, ev rawEvent) *state.Patch {
 	cause := causes.Cause{Resource: key.resource, Body: ev.object.Object, EventType: ev.eventType}
+	var patch *state.Patch
 	for _, spec := range specs {
 		if spec.Kind != causes.KindEvent {
 			continue
@@ -175,15 +198,21 @@ func (o *Operator) runEventHandlers(ctx context.Context, log *slog.Logger, key o
 			}
 			continue
 		}
+		if patch == nil {
+			patch = state.NewPatch()
+		}
 		start := time.Now()
-		_, err := o.handlers.Invoke(ctx, causes.Call{Handler: spec, Cause: cause, Patch: state.NewPatch(), Started: start, Logger: log, Indexes: o.indexes})
+		result, err := o.handlers.Invoke(ctx, causes.Call{Handler: spec, Cause: cause, Patch: patch, Started: start, Logger: log, Indexes: o.indexes})
 		outcome := OutcomeSuccess
 		if err != nil {
 			outcome = OutcomeIgnored
 			log.Error("event handler failed (event handlers are never retried)", "handler", spec.ID, "event", ev.eventType, "error", err)
+		} else if result.Value != nil {
+			patch.Set([]string{"status", spec.ID}, result.Value)
 		}
 		o.observe(key, spec.ID, "event", outcome, time.Since(start), err)
 	}
+	return patch
 }
 
 func (o *Operator) observe(key objectKey, id, reason string, outcome Outcome, d time.Duration, err error) {
@@ -212,13 +241,18 @@ type cycle struct {
 	// their records are purged with their parents'.
 	subhandlerIDs   []string
 	resumeIsHandled bool
+	// releaseFinalizer: the delete cause completed; the finalizer goes in a patch of
+	// its own after the cycle's patch.
+	releaseFinalizer bool
+	// last is the object as the cycle's last patch returned it.
+	last *unstructured.Unstructured
 }
 
 func (c *cycle) run(ctx context.Context, facts objectFacts) (time.Duration, error) {
 	o := c.op
 	body := c.body.Object
 	finalizer := o.opts.finalizer()
-	detected := detectChangeCauseWith(body, o.opts.Prefix, finalizer, o.opts.DiffBase, facts)
+	detected := detectChangeCauseWith(body, o.opts.Prefix, finalizer, o.opts.DiffBase, facts, c.handlerFields())
 	if detected.diffBaseProblem != nil {
 		c.log.Warn(detected.diffBaseProblem.Error())
 	}
@@ -226,13 +260,12 @@ func (c *cycle) run(ctx context.Context, facts objectFacts) (time.Duration, erro
 
 	switch detected.reason {
 	case causes.Free:
+		c.mem.pinned = nil
 		return 0, nil
 	case causes.Delete:
-		if c.daemonsRunning() {
-			// Daemons stop first (they were asked to); delete handlers run once
-			// they exited. Their goroutines wake this object when they end.
-			return time.Second, nil
-		}
+		// Delete handlers run while the daemons stop (kopf): the finalizer stays
+		// until both are done.
+		c.mem.pinned = nil
 		return c.handle(ctx, base, facts)
 	}
 
@@ -244,21 +277,95 @@ func (c *cycle) run(ctx context.Context, facts objectFacts) (time.Duration, erro
 		return 0, err
 	}
 	if needed != hasFinalizer(body, finalizer) {
-		c.patch.Set([]string{"metadata", "finalizers"}, finalizersWith(body, finalizer, needed))
-		return 0, c.apply(ctx)
+		if err := c.apply(ctx); err != nil { // what daemons and event handlers wrote
+			return 0, err
+		}
+		return 0, c.patchFinalizers(ctx, needed)
 	}
-	if detected.reason == causes.Noop {
+
+	// A cause runs over several cycles (one handler per cycle by default). Until it
+	// completes it stays the cause it started as: a change meanwhile becomes the next
+	// cause, whose old value is what every handler last handled. Recomputing it from
+	// the newest body would let handlers already done for the first change miss the
+	// second one.
+	if pin := c.mem.pinned; pin != nil {
+		if pin.continues(detected) {
+			base.Reason, base.Old, base.New, base.Diff = pin.reason, pin.old, pin.new, pin.diff
+		} else {
+			c.mem.pinned = nil
+		}
+	}
+	if base.Reason == causes.Noop {
+		return 0, nil
+	}
+	if !c.prematched(ctx, base) {
+		// kopf stores nothing for objects no change handler is interested in: the
+		// first time one is, that is their creation.
 		return 0, nil
 	}
 	return c.handle(ctx, base, facts)
 }
 
+// pinnedCause is a cause that started and did not complete (worker-owned memory).
+type pinnedCause struct {
+	reason   causes.Reason
+	old, new any
+	diff     state.Diff
+}
+
+// continues tells whether a newly detected cause is still the pinned one: the stored
+// diff-base did not move (nobody finished a cause in between).
+func (p *pinnedCause) continues(d detectedCause) bool {
+	switch {
+	case d.reason == causes.Delete || d.reason == causes.Free:
+		return false
+	case p.old == nil:
+		return d.old == nil && d.reason == causes.Create
+	default:
+		return d.old != nil && reflect.DeepEqual(p.old, d.old)
+	}
+}
+
+// handlerFields are the fields named by change handlers, added to the essence.
+func (c *cycle) handlerFields() [][]string {
+	var out [][]string
+	for _, s := range c.specs {
+		if s.Kind == causes.KindChange && len(s.Field) > 0 {
+			out = append(out, s.Field)
+		}
+	}
+	return out
+}
+
+// prematched tells whether any change handler's filters match the object (its
+// reasons and fields aside): kopf's pre-matching, which decides whether the object
+// gets a diff-base at all.
+func (c *cycle) prematched(ctx context.Context, cause causes.Cause) bool {
+	for _, spec := range c.specs {
+		if spec.Kind != causes.KindChange {
+			continue
+		}
+		ok, err := c.op.handlers.Match(ctx, spec, cause)
+		if err != nil {
+			c.log.Error("handler filter failed; counting the handler as interested", "handler", spec.ID, "error", err)
+			return true
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
 // finalizerNeeded: some matching handler must block deletion (a non-optional delete
-// handler, a daemon or a timer).
+// handler, a timer, or a daemon that has not returned by itself).
 func (c *cycle) finalizerNeeded(ctx context.Context, cause causes.Cause) (bool, error) {
 	for _, spec := range c.specs {
 		if !spec.RequiresFinalizer() {
 			continue
+		}
+		if d := c.mem.daemons[spec.ID]; spec.Kind == causes.KindDaemon && d != nil && d.returned.Load() && d.spec.CodeHash == spec.CodeHash {
+			continue // it returned and is not restarted: nothing to wait for (kopf)
 		}
 		ok, err := c.op.handlers.Match(ctx, spec, cause)
 		if err != nil {
@@ -283,15 +390,22 @@ func (c *cycle) selectHandlers(ctx context.Context, cause causes.Cause, facts ob
 		}
 		hc := cause
 		if len(spec.Field) > 0 {
-			if cause.Reason != causes.Create && cause.Reason != causes.Update {
-				continue
+			switch cause.Reason {
+			case causes.Create, causes.Update:
+				hc.Diff = cause.Diff.Reduce(spec.Field)
+				if len(hc.Diff) == 0 {
+					continue
+				}
+				hc.Old, _ = state.Resolve(cause.Old, spec.Field)
+				hc.New, _ = state.Resolve(cause.New, spec.Field)
+			default:
+				// On delete and resume, a field is a presence filter (kopf).
+				v, ok := state.Resolve(cause.Body, spec.Field)
+				if !ok {
+					continue
+				}
+				hc.Old, hc.New, hc.Diff = v, v, nil
 			}
-			hc.Diff = cause.Diff.Reduce(spec.Field)
-			if len(hc.Diff) == 0 {
-				continue
-			}
-			hc.Old, _ = state.Resolve(cause.Old, spec.Field)
-			hc.New, _ = state.Resolve(cause.New, spec.Field)
 		}
 		ok, err := c.op.handlers.Match(ctx, spec, hc)
 		if err != nil {
@@ -307,8 +421,9 @@ func (c *cycle) selectHandlers(ctx context.Context, cause causes.Cause, facts ob
 }
 
 // servesCause tells whether a change handler takes part in a cause. Resume handlers
-// are kopf's "initial" handlers: they join whatever cause the first cycle of an
-// object found at startup has (create, update or resume), and a deletion only when
+// are kopf's "initial" handlers: they join the first cause of an object found at
+// startup when that cause is an update or a resume, never a creation (a resume
+// handler registered for creation too runs once), and a deletion only when
 // registered with deleted = true.
 func servesCause(spec causes.Spec, reason causes.Reason, facts objectFacts) bool {
 	if spec.Serves(reason) {
@@ -318,7 +433,7 @@ func servesCause(spec causes.Spec, reason causes.Reason, facts objectFacts) bool
 		return false
 	}
 	switch reason {
-	case causes.Create, causes.Update:
+	case causes.Update:
 		return true
 	case causes.Delete:
 		return spec.Deleted
@@ -357,12 +472,25 @@ func (c *cycle) handle(ctx context.Context, cause causes.Cause, facts objectFact
 		states[i].record = c.runChangeHandler(ctx, h, perHandler[i], cause.Reason)
 	}
 
-	if allFinished(states) {
+	finished := allFinished(states)
+	if finished && cause.Reason == causes.Delete && c.daemonsRunning() {
+		// The delete handlers are done; the daemons were asked to stop and hold the
+		// finalizer until they exit (their exit wakes this object).
+		finished = false
+	}
+	if finished {
+		c.mem.pinned = nil
 		c.finishCause(cause, states)
 		if err := c.apply(ctx); err != nil {
 			return 0, err
 		}
+		if c.releaseFinalizer {
+			return 0, c.patchFinalizers(ctx, false)
+		}
 		return 0, nil
+	}
+	if cause.Reason != causes.Delete {
+		c.mem.pinned = &pinnedCause{reason: cause.Reason, old: cause.Old, new: cause.New, diff: cause.Diff}
 	}
 	for _, h := range states {
 		if h.found || h.record.Started != nil {
@@ -385,22 +513,36 @@ func (c *cycle) handle(ctx context.Context, cause causes.Cause, facts objectFact
 	return 0, nil
 }
 
-// finishCause stores the diff-base (the essence now handled), purges progress records,
-// and releases the finalizer after delete handlers.
+// finishCause stores the diff-base (the essence now handled), purges progress records
+// (of every handler of the resource, kopf: not only those that ran in this cause),
+// and marks the finalizer for release after delete handlers.
 func (c *cycle) finishCause(cause causes.Cause, states []handlerState) {
 	o := c.op
 	body := c.body.Object
+	purged := map[string]bool{}
+	purge := func(id string) {
+		if !purged[id] {
+			purged[id] = true
+			o.opts.Progress.Purge(body, c.patch, id)
+		}
+	}
 	for _, h := range states {
-		o.opts.Progress.Purge(body, c.patch, h.spec.ID)
+		purge(h.spec.ID)
 		c.purgeSubrefs(h.record.Subrefs, 0)
 	}
 	for _, id := range c.subhandlerIDs {
-		o.opts.Progress.Purge(body, c.patch, id)
+		purge(id)
+	}
+	for _, spec := range c.specs {
+		if spec.Kind == causes.KindChange {
+			if rec, ok := o.opts.Progress.Fetch(body, spec.ID); ok {
+				c.purgeSubrefs(rec.Subrefs, 0)
+				purge(spec.ID)
+			}
+		}
 	}
 	if cause.Reason == causes.Delete {
-		if hasFinalizer(body, o.opts.finalizer()) {
-			c.patch.Set([]string{"metadata", "finalizers"}, finalizersWith(body, o.opts.finalizer(), false))
-		}
+		c.releaseFinalizer = hasFinalizer(body, o.opts.finalizer())
 		return
 	}
 	c.resumeIsHandled = true

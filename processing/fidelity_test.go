@@ -1,0 +1,261 @@
+package processing
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/luaop/luaop/processing/causes"
+	"github.com/luaop/luaop/state"
+)
+
+// Issue 12.1: a change written while a cause is half done (one handler per cycle)
+// must reach every handler: the field handler that already handled 1 -> 2 must see
+// 2 -> 3, never 1 -> 3 nor nothing. Writes are interleaved on purpose: the test
+// patches the object while the first handler of the cause runs.
+func TestSpecChangeDuringAHalfDoneCauseReachesEveryHandler(t *testing.T) {
+	h := newFakeHandlers()
+	var interleaved atomic.Bool
+	var e *env
+	field := changeSpec("size_fn", causes.Update)
+	field.Field = []string{"spec", "size"}
+	h.add(field, func(ctx context.Context, call causes.Call) (causes.Result, error) {
+		if interleaved.CompareAndSwap(false, true) {
+			e.patch("w1", `{"spec":{"size":3}}`) // a user's write while the cause is half done
+		}
+		return causes.Result{}, nil
+	})
+	h.add(changeSpec("update_fn", causes.Update), nil)
+	e = startEnv(t, h, Options{Lifecycle: LifecycleAsap})
+	e.create("w1", map[string]any{"size": int64(1)})
+	e.eventually("the creation handled", func() bool {
+		_, ok := e.annotations("w1")["luaop.dev/last-handled-configuration"]
+		return ok
+	})
+	e.patch("w1", `{"spec":{"size":2}}`)
+	e.eventually("both changes handled by both handlers", func() bool {
+		return len(h.callsOf("size_fn", "w1")) == 2 && len(h.callsOf("update_fn", "w1")) == 2
+	})
+	e.never("a third run", func() bool { return len(h.callsOf("size_fn", "w1")) > 2 || len(h.callsOf("update_fn", "w1")) > 2 })
+	var seen []string
+	for _, c := range h.callsOf("size_fn", "w1") {
+		seen = append(seen, fmt.Sprintf("%v->%v", c.old, c.new))
+	}
+	if fmt.Sprint(seen) != "[1->2 2->3]" {
+		t.Errorf("the field handler saw %v, want [1->2 2->3]: every change, old = what it last handled", seen)
+	}
+	base, _, _ := state.NewAnnotationsDiffBase("luaop.dev").Fetch(e.get("w1").Object)
+	if got, _ := state.Resolve(base, []string{"spec", "size"}); fmt.Sprint(got) != "3" {
+		t.Errorf("the diff-base holds size %v, want the final 3", got)
+	}
+}
+
+// Issue 12.4: objects that no change handler's filters match get no diff-base; when
+// one matches later (a label added), that is their creation.
+func TestObjectsNoHandlerMatchesGetNoDiffBaseAndTheirFirstMatchIsACreation(t *testing.T) {
+	h := newFakeHandlers()
+	h.add(changeSpec("create_fn", causes.Create), nil)
+	h.match["create_fn"] = func(c causes.Cause) bool {
+		labels, _, _ := unstructured.NestedStringMap(c.Body, "metadata", "labels")
+		return labels["managed"] == "yes"
+	}
+	e := startEnv(t, h, Options{})
+	e.create("w1", map[string]any{"size": int64(1)})
+	e.never("a diff-base for an object nobody is interested in", func() bool {
+		_, ok := e.annotations("w1")["luaop.dev/last-handled-configuration"]
+		return ok
+	})
+	e.patch("w1", `{"metadata":{"labels":{"managed":"yes"}}}`)
+	e.eventually("the first match handled as a creation", func() bool {
+		calls := h.callsOf("create_fn", "w1")
+		return len(calls) == 1 && calls[0].reason == causes.Create
+	})
+}
+
+// Issue 12.6: when a cause completes, the records of all the resource's handlers
+// are purged, not only those that ran: a stale record must not make a later cause
+// declare a handler timed out (or done) without running it.
+func TestCompletedCausePurgesTheRecordsOfEveryHandler(t *testing.T) {
+	h := newFakeHandlers()
+	h.add(changeSpec("update_fn", causes.Update), nil)
+	stale := changeSpec("size_fn", causes.Update)
+	stale.Field = []string{"spec", "size"}
+	stale.Timeout = time.Minute
+	h.add(stale, nil)
+	old := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
+	obj := widgetObject("w1", "uid-1", map[string]any{"size": int64(1), "color": "red"})
+	patch := state.NewPatch()
+	state.NewAnnotationsProgress("luaop.dev").Store(nil, patch, "size_fn", state.HandlerRecord{Started: &old, Purpose: "update", Retries: 1})
+	if err := state.NewAnnotationsDiffBase("luaop.dev").Store(nil, patch, map[string]any{"spec": map[string]any{"size": int64(1), "color": "red"}}); err != nil {
+		t.Fatal(err)
+	}
+	annotations, _, _ := unstructured.NestedMap(patch.Map(), "metadata", "annotations")
+	stored := map[string]string{}
+	for k, v := range annotations {
+		stored[k] = fmt.Sprint(v)
+	}
+	obj.SetAnnotations(stored)
+	e := startEnv(t, h, Options{}, obj)
+	e.patch("w1", `{"spec":{"color":"blue"}}`) // a cause size_fn does not take part in
+	e.eventually("the update handled and every record purged", func() bool {
+		_, left := state.NewAnnotationsProgress("luaop.dev").Fetch(e.get("w1").Object, "size_fn")
+		return len(h.callsOf("update_fn", "w1")) == 1 && !left
+	})
+	e.patch("w1", `{"spec":{"size":2}}`)
+	e.eventually("the field handler ran (not declared timed out by a stale record)", func() bool {
+		return len(h.callsOf("size_fn", "w1")) == 1
+	})
+}
+
+// Issue 12.7: a resume handler never joins a creation, not even of an object found at
+// startup: a function registered for both runs once.
+func TestResumeHandlerDoesNotRunForObjectsCreatedWhileTheOperatorWasDown(t *testing.T) {
+	h := newFakeHandlers()
+	h.add(changeSpec("create_or_resume", causes.Create, causes.Resume), nil)
+	h.add(changeSpec("resume_only", causes.Resume), nil)
+	e := startEnv(t, h, Options{}, widgetObject("w1", "uid-1", map[string]any{"size": int64(1)}))
+	e.eventually("created", func() bool { return len(h.callsOf("create_or_resume", "w1")) == 1 })
+	e.never("a second run or a resume", func() bool {
+		return len(h.callsOf("create_or_resume", "w1")) > 1 || len(h.callsOf("resume_only", "w1")) > 0
+	})
+	if got := h.callsOf("create_or_resume", "w1")[0].reason; got != causes.Create {
+		t.Errorf("ran for %s, want create", got)
+	}
+}
+
+// Issue 12.8: `field` on a delete handler is a presence filter (it used to make the
+// operator add the finalizer, then remove it without calling the handler).
+func TestFieldOnADeleteHandlerIsAPresenceFilter(t *testing.T) {
+	h := newFakeHandlers()
+	spec := changeSpec("release_volume", causes.Delete)
+	spec.Field = []string{"spec", "volume"}
+	h.add(spec, nil)
+	e := startEnv(t, h, Options{})
+	e.create("with", map[string]any{"volume": "v1"})
+	e.create("without", map[string]any{"size": int64(1)})
+	for _, name := range []string{"with", "without"} {
+		e.eventually("the finalizer on "+name, func() bool { return slices.Contains(e.get(name).GetFinalizers(), "luaop.dev/finalizer") })
+		e.markDeleting(name)
+	}
+	e.eventually("both released", func() bool {
+		return len(e.get("with").GetFinalizers()) == 0 && len(e.get("without").GetFinalizers()) == 0
+	})
+	if n := len(h.callsOf("release_volume", "with")); n != 1 {
+		t.Errorf("the delete handler ran %d times for the object with the field, want 1", n)
+	}
+	if n := len(h.callsOf("release_volume", "without")); n != 0 {
+		t.Errorf("the delete handler ran for the object without the field")
+	}
+}
+
+// Issue 12.8: a field handler on a field outside the essence (status.phase) fires:
+// handlers' fields are added to the essence (kopf).
+func TestFieldHandlerOnAStatusFieldFires(t *testing.T) {
+	h := newFakeHandlers()
+	spec := changeSpec("phase_fn", causes.Update)
+	spec.Field = []string{"status", "phase"}
+	h.add(spec, nil)
+	e := startEnv(t, h, Options{})
+	e.create("w1", map[string]any{"size": int64(1)})
+	e.eventually("the creation handled", func() bool {
+		_, ok := e.annotations("w1")["luaop.dev/last-handled-configuration"]
+		return ok
+	})
+	e.patch("w1", `{"status":{"phase":"Running"}}`)
+	e.eventually("the status field handler ran", func() bool { return len(h.callsOf("phase_fn", "w1")) == 1 })
+	if c := h.callsOf("phase_fn", "w1")[0]; c.old != nil || fmt.Sprint(c.new) != "Running" {
+		t.Errorf("got old=%v new=%v, want nil -> Running", c.old, c.new)
+	}
+}
+
+// Issue 12.12: what an event handler writes into ctx.patch and returns is applied.
+func TestEventHandlerPatchAndResultAreApplied(t *testing.T) {
+	h := newFakeHandlers()
+	h.add(causes.Spec{ID: "spy", Kind: causes.KindEvent, Resource: widgets}, func(ctx context.Context, call causes.Call) (causes.Result, error) {
+		if call.Cause.EventType != "ADDED" {
+			return causes.Result{}, nil
+		}
+		call.Patch.Set([]string{"metadata", "labels", "seen"}, "yes")
+		return causes.Result{Value: "spied"}, nil
+	})
+	e := startEnv(t, h, Options{})
+	e.create("w1", nil)
+	e.eventually("the event handler's patch and result on the object", func() bool {
+		u := e.get("w1")
+		v, _, _ := unstructured.NestedString(u.Object, "status", "spy")
+		return u.GetLabels()["seen"] == "yes" && v == "spied"
+	})
+}
+
+// Issue 12.13: retries and timeout look ahead: the handler fails at its last allowed
+// attempt, not one backoff later.
+func TestRetriesAndTimeoutDeclareFailureAtTheLastAllowedAttempt(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	started := now.Add(-50 * time.Second)
+	tests := []struct {
+		name string
+		spec causes.Spec
+		rec  state.HandlerRecord
+		want Outcome
+	}{
+		{"third of 3 attempts fails: failed now", causes.Spec{ID: "h", Retries: 3, Backoff: time.Minute}, state.HandlerRecord{Started: &started, Retries: 2}, OutcomeFailure},
+		{"second of 3 attempts fails: retried", causes.Spec{ID: "h", Retries: 3, Backoff: time.Minute}, state.HandlerRecord{Started: &started, Retries: 1}, OutcomeRetry},
+		{"the next attempt would start after the timeout: failed now", causes.Spec{ID: "h", Timeout: time.Minute, Backoff: 30 * time.Second}, state.HandlerRecord{Started: &started}, OutcomeFailure},
+		{"the next attempt is within the timeout: retried", causes.Spec{ID: "h", Timeout: time.Minute, Backoff: 5 * time.Second}, state.HandlerRecord{Started: &started}, OutcomeRetry},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec, got := foldOutcome(tt.spec, tt.rec, now, errBoom)
+			if got != tt.want {
+				t.Errorf("outcome %s, want %s (record %+v)", got, tt.want, rec)
+			}
+			if got == OutcomeFailure && (!rec.Failure || rec.Delayed != nil) {
+				t.Errorf("a failed handler must be marked failed with no retry scheduled: %+v", rec)
+			}
+		})
+	}
+}
+
+// Issue 12.14: delete handlers run while the daemons stop (kopf), and the finalizer
+// waits for both.
+func TestDeleteHandlersRunWhileDaemonsStop(t *testing.T) {
+	h := newFakeHandlers()
+	letGo := make(chan struct{})
+	h.addDaemon(causes.Spec{ID: "slow_to_stop", Resource: widgets}, func(ctx context.Context, call causes.Call) error {
+		<-call.Stopped
+		<-letGo // takes its time to clean up
+		return nil
+	})
+	h.add(changeSpec("cleanup", causes.Delete), nil)
+	e := startEnv(t, h, Options{})
+	e.create("w1", nil)
+	e.eventually("the finalizer", func() bool { return slices.Contains(e.get("w1").GetFinalizers(), "luaop.dev/finalizer") })
+	e.eventually("the daemon running", func() bool { return e.op.daemons.count() == 1 })
+	e.markDeleting("w1")
+	e.eventually("the delete handler ran while the daemon is still stopping", func() bool {
+		return len(h.callsOf("cleanup", "w1")) == 1
+	})
+	e.never("the finalizer released before the daemon exited", func() bool { return len(e.get("w1").GetFinalizers()) == 0 })
+	close(letGo)
+	e.eventually("the finalizer released once the daemon exited", func() bool { return len(e.get("w1").GetFinalizers()) == 0 })
+	if n := len(h.callsOf("cleanup", "w1")); n != 1 {
+		t.Errorf("the delete handler ran %d times", n)
+	}
+}
+
+// Issue 12.14: a daemon that returned by itself holds no finalizer (kopf releases it).
+func TestFinalizerIsReleasedForADaemonThatReturned(t *testing.T) {
+	h := newFakeHandlers()
+	h.addDaemon(causes.Spec{ID: "one_shot", Resource: widgets}, func(ctx context.Context, call causes.Call) error {
+		return nil // done: not restarted
+	})
+	e := startEnv(t, h, Options{})
+	e.create("w1", nil)
+	e.eventually("the daemon ran and returned", func() bool { return e.op.daemons.count() == 0 && e.get("w1") != nil })
+	e.eventually("no finalizer held for it", func() bool { return len(e.get("w1").GetFinalizers()) == 0 })
+}
