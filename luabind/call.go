@@ -479,7 +479,8 @@ func prunePatchTable(t *lua.LTable, mt *lua.LTable) bool {
 }
 
 // newLogger builds ctx.logger: debug/info/warn/error write to the logger of the call
-// in progress, which is tagged with the object and the handler. Both
+// in progress, which is tagged with the object and the handler; messages at or above
+// Options.LogEvents are also posted as Events of the object (postLogEvent). Both
 // ctx.logger.info("x") and ctx.logger:info("x") work.
 func (s *shard) newLogger() *lua.LTable {
 	L := s.L
@@ -495,7 +496,9 @@ func (s *shard) newLogger() *lua.LTable {
 			for i := start; i <= L.GetTop(); i++ {
 				parts = append(parts, L.ToStringMeta(L.Get(i)).String())
 			}
-			s.log(L).Log(L.Context(), level, strings.Join(parts, " "))
+			msg := strings.Join(parts, " ")
+			s.log(L).Log(L.Context(), level, msg)
+			s.postLogEvent(L, level, msg)
 			return 0
 		}))
 	}

@@ -51,7 +51,8 @@ function luaop.label(obj, labels)
 end
 
 -- adopt(obj[, owner]) makes obj a dependent of owner (by default the object being
--- handled): owner reference, same namespace, a generated name when it has none.
+-- handled): owner reference, same namespace, a generated name when it has none, and
+-- the owner's labels (kopf's adopt; labels the child already has win).
 -- Kubernetes then deletes obj when its owner is deleted.
 function luaop.adopt(obj, owner, opts)
   owner = owner or current_body()
@@ -63,6 +64,13 @@ function luaop.adopt(obj, owner, opts)
   end
   if m.name == nil and m.generateName == nil then
     m.generateName = owner.metadata.name .. "-"
+  end
+  local owner_labels = owner.metadata.labels
+  if owner_labels ~= nil then
+    for k, v in pairs(owner_labels) do
+      if m.labels == nil then m.labels = {} end
+      if m.labels[k] == nil then m.labels[k] = v end
+    end
   end
   return obj
 end

@@ -36,6 +36,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Kube serves luaop.kube and the event helpers. Without it they raise an error.
 	Kube Kube
+	// LogEvents is the lowest level of ctx.logger messages also posted as Kubernetes
+	// Events of the handled object (kopf's object logger): debug, info, warning, error
+	// or none. Empty means info, kopf's default (ParseLogEventsLevel).
+	LogEvents string
 }
 
 func (o *Options) setDefaults() {

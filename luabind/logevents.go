@@ -1,0 +1,70 @@
+package luabind
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	lua "github.com/yuin/gopher-lua"
+)
+
+// LogEventsNone is the LogEvents level that posts no Event for ctx.logger messages.
+const LogEventsNone = "none"
+
+// LogEventsReason is the reason of the Events posted for ctx.logger messages (kopf's).
+const LogEventsReason = "Logging"
+
+// ParseLogEventsLevel reads a LogEvents setting: debug, info (the default, kopf's),
+// warning (or warn), error, or none; ok is false for none.
+func ParseLogEventsLevel(s string) (level slog.Level, ok bool, err error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "", "info":
+		return slog.LevelInfo, true, nil
+	case "debug":
+		return slog.LevelDebug, true, nil
+	case "warning", "warn":
+		return slog.LevelWarn, true, nil
+	case "error":
+		return slog.LevelError, true, nil
+	case LogEventsNone:
+		return 0, false, nil
+	}
+	return 0, false, fmt.Errorf("log events level %q: use debug, info, warning, error or none", s)
+}
+
+// postLogEvent posts a ctx.logger message at or above Options.LogEvents as a
+// Kubernetes Event of the object being handled, as kopf's object logger does: Normal
+// below warning, Warning from it on, reason "Logging". The Event goes through the
+// cluster client (the operator's shared, rate-limited recorder), with the shard
+// released meanwhile (no lock held while calling out). Calls without an object
+// (operator hooks) post nothing; so does a runtime without a cluster client.
+func (s *shard) postLogEvent(L *lua.LState, level slog.Level, message string) {
+	threshold, on, err := ParseLogEventsLevel(s.rt.opts.LogEvents)
+	if err != nil || !on || level < threshold || s.rt.opts.Kube == nil {
+		return
+	}
+	cs := s.callOf(L)
+	if cs == nil {
+		return
+	}
+	body := cs.call.Cause.Body
+	if cs.call.Latest != nil { // a daemon's cause holds only its object's identity
+		if b := cs.call.Latest(); b != nil {
+			body = b
+		}
+	}
+	if kind, _ := body["kind"].(string); kind == "" {
+		return
+	}
+	eventType := "Normal"
+	if level >= slog.LevelWarn {
+		eventType = "Warning"
+	}
+	k := s.rt.opts.Kube
+	s.blocking(L, func(ctx context.Context) {
+		if err := k.Event(ctx, body, eventType, LogEventsReason, message); err != nil {
+			s.rt.opts.Logger.Debug("posting a log message as an Event failed", "error", err)
+		}
+	})
+}
