@@ -9,6 +9,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
+
+	"github.com/luaop/luaop/luabind"
 )
 
 // settings are every option of the operator, read through viper from flags,
@@ -29,6 +31,7 @@ type settings struct {
 	LogLevel           string
 	HealthAddress      string
 	PostEvents         bool
+	LogEvents          string
 	ShutdownGrace      time.Duration
 	LeaderElect        bool
 	LeaderNamespace    string
@@ -71,6 +74,7 @@ func addOperatorFlags(fs *pflag.FlagSet, logFormat string) {
 	fs.String("log-level", "info", "log level: debug, info, warn, error")
 	fs.String("health-address", ":8080", "address of /healthz and /readyz (empty: off)")
 	fs.Bool("post-events", true, "post Kubernetes Events: handler outcomes and the scripts' luaop.info/warn/exception (rate-limited per object)")
+	fs.String("log-events-level", "info", "ctx.logger messages at this level or above are also posted as Events of the object (kopf's default): debug, info, warning, error or none (needs --post-events)")
 	fs.Bool("leader-elect", false, "run several replicas: only the holder of a coordination.k8s.io Lease handles objects, the others stand by")
 	fs.String("leader-election-namespace", "", "namespace of the Lease (default: the pod's own namespace)")
 	fs.String("leader-election-name", "luaop", "name of the Lease; operators sharing one take turns")
@@ -107,6 +111,7 @@ func loadSettings(cmd *cobra.Command, v *viper.Viper) (settings, error) {
 		LogLevel:           v.GetString("log-level"),
 		HealthAddress:      v.GetString("health-address"),
 		PostEvents:         v.GetBool("post-events"),
+		LogEvents:          v.GetString("log-events-level"),
 		ShutdownGrace:      v.GetDuration("shutdown-grace-period"),
 		LeaderElect:        v.GetBool("leader-elect"),
 		LeaderNamespace:    v.GetString("leader-election-namespace"),
@@ -119,6 +124,9 @@ func loadSettings(cmd *cobra.Command, v *viper.Viper) (settings, error) {
 		if value != "annotations" && value != "status" {
 			return s, fmt.Errorf("--%s=%q: use annotations or status", flag, value)
 		}
+	}
+	if _, _, err := luabind.ParseLogEventsLevel(s.LogEvents); err != nil {
+		return s, fmt.Errorf("--log-events-level=%q: use debug, info, warning, error or none", s.LogEvents)
 	}
 	switch s.LogFormat {
 	case "plain", "json":
