@@ -37,6 +37,14 @@ func TestObjectRecreatedWhileItsOldCycleRunsIsHandledAsNew(t *testing.T) {
 	deleteObject(t, ns, "w")
 	waitGone(t, widgets, ns, "w")
 	second := create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w}, spec: {size: 2}}")
+	// Through the old cycle's end (its 2 s sleep), the new object never carries the
+	// old one's result, not even for a moment.
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		now := get(t, widgets, ns, "w")
+		if uid, _, _ := unstructured.NestedString(now.Object, "status", "made", "uid"); uid != "" && uid != string(second.GetUID()) {
+			t.Fatalf("the new object carries the old incarnation's result (uid %s)", uid)
+		}
+	}
 	obj := waitField(t, widgets, ns, "w", "status.made.uid", string(second.GetUID()))
 	if size, _, _ := unstructured.NestedFieldNoCopy(obj.Object, "status", "made", "size"); sameValue(size, 1) {
 		t.Errorf("the new object carries the old one's result: %v", obj.Object["status"])

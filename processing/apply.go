@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sort"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,15 +34,13 @@ func (c *cycle) apply(ctx context.Context) error {
 	// The incarnation is a precondition: a patch meant for an object that was
 	// deleted and re-created under its name meanwhile must not land on the new one
 	// (it would mark it handled with the old one's essence). The server refuses a
-	// patch that changes metadata.uid.
+	// merge patch that changes metadata.uid; on /status of a custom resource it
+	// copies metadata from the stored object first, so there a JSON patch tests it.
 	main = withUID(main, c.mem.uid)
-	status = withUID(status, c.mem.uid)
 	client := o.dynamic.Resource(c.info.gvr).Namespace(c.key.namespace)
 	var last *unstructured.Unstructured
 	if len(status) > 0 {
-		resp, err := c.send(ctx, "status", func(data []byte) (*unstructured.Unstructured, error) {
-			return client.Patch(ctx, c.key.name, types.MergePatchType, data, metav1.PatchOptions{}, "status")
-		}, status)
+		resp, err := c.patchStatus(ctx, status)
 		if err != nil || resp == nil {
 			return err
 		}
@@ -121,7 +121,7 @@ func (c *cycle) patchFinalizers(ctx context.Context, present bool) error {
 }
 
 // send marshals and sends one patch. A vanished object is not an error (nil, nil).
-func (c *cycle) send(ctx context.Context, subresource string, do func([]byte) (*unstructured.Unstructured, error), patch map[string]any) (*unstructured.Unstructured, error) {
+func (c *cycle) send(ctx context.Context, subresource string, do func([]byte) (*unstructured.Unstructured, error), patch any) (*unstructured.Unstructured, error) {
 	data, err := json.Marshal(patch)
 	if err != nil {
 		return nil, fmt.Errorf("encoding the patch of %s: %w", c.key, err)
@@ -168,6 +168,97 @@ func (c *cycle) checkPruning(sent map[string]any, resp *unstructured.Unstructure
 		c.log.Error(msg)
 		c.post("Warning", "StatusPruned", msg)
 	}
+}
+
+// patchStatus sends the status part of the cycle's patch as a JSON patch computed
+// against the object as last seen (statusOps). When the object changed meanwhile so
+// that a test fails, it is read again and the patch recomputed, a few times.
+func (c *cycle) patchStatus(ctx context.Context, status map[string]any) (*unstructured.Unstructured, error) {
+	client := c.op.dynamic.Resource(c.info.gvr).Namespace(c.key.namespace)
+	seen := c.body
+	if c.last != nil {
+		seen = c.last // this cycle already patched: its answer is newer
+	}
+	for attempt := 0; ; attempt++ {
+		ops := statusOps(seen.Object, status, c.mem.uid)
+		resp, err := c.send(ctx, "status", func(data []byte) (*unstructured.Unstructured, error) {
+			return client.Patch(ctx, c.key.name, types.JSONPatchType, data, metav1.PatchOptions{}, "status")
+		}, ops)
+		if err == nil || attempt >= 3 || !apierrors.IsInvalid(err) {
+			return resp, err
+		}
+		fresh, gerr := client.Get(ctx, c.key.name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(gerr):
+			return nil, nil
+		case gerr != nil:
+			return nil, err
+		case string(fresh.GetUID()) != c.mem.uid:
+			return nil, nil // re-created meanwhile: the new one gets its own cycle
+		}
+		seen = fresh
+	}
+}
+
+// statusOps turns a merge patch of status into JSON patch operations that do the same
+// on the object as the operator last saw it, after a test of the object's uid. Maps
+// the object already has are descended into (a merge, not a replacement); a null
+// removes a field the object has and is skipped otherwise.
+func statusOps(body, patch map[string]any, uid string) []map[string]any {
+	ops := []map[string]any{}
+	if uid != "" {
+		ops = append(ops, map[string]any{"op": "test", "path": "/metadata/uid", "value": uid})
+	}
+	return appendMergeOps(ops, body, patch, "")
+}
+
+func appendMergeOps(ops []map[string]any, current, patch map[string]any, prefix string) []map[string]any {
+	keys := make([]string, 0, len(patch))
+	for k := range patch {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		v := patch[k]
+		path := prefix + "/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(k)
+		existing, exists := current[k]
+		switch {
+		case v == nil:
+			if exists {
+				ops = append(ops, map[string]any{"op": "remove", "path": path})
+			}
+		case isMap(v) && isMap(existing):
+			ops = appendMergeOps(ops, existing.(map[string]any), v.(map[string]any), path)
+		case !exists:
+			// Absent as far as the operator knows: the test keeps a member that
+			// someone else added meanwhile from being replaced wholesale.
+			ops = append(ops, map[string]any{"op": "test", "path": path, "value": nil},
+				map[string]any{"op": "add", "path": path, "value": withoutNulls(v)})
+		default:
+			ops = append(ops, map[string]any{"op": "add", "path": path, "value": withoutNulls(v)})
+		}
+	}
+	return ops
+}
+
+func isMap(v any) bool {
+	_, ok := v.(map[string]any)
+	return ok
+}
+
+// withoutNulls drops null members of maps (a merge patch never stores them).
+func withoutNulls(v any) any {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return v
+	}
+	out := make(map[string]any, len(m))
+	for k, x := range m {
+		if x != nil {
+			out[k] = withoutNulls(x)
+		}
+	}
+	return out
 }
 
 // withUID adds metadata.uid to a non-empty patch (a copy; the cycle's map is kept).

@@ -31,6 +31,7 @@ func TestCreateHandlerRunsOnceAndStoresItsResultAndDiffBase(t *testing.T) {
 		_, stored := u.GetAnnotations()["luaop.dev/last-handled-configuration"]
 		return phase == "Ready" && msg == "hello" && stored
 	})
+	e.clock.Step(6 * time.Second) // past the consistency timeout: a late repeat would show now
 	e.never("the create handler running twice", func() bool { return len(h.callsOf("create_fn", "w1")) > 1 })
 	if !e.op.Synced() {
 		t.Errorf("not synced after every object was handled")
@@ -385,4 +386,30 @@ func TestPanicInTheCoreIsContainedToItsObject(t *testing.T) {
 		_, ok := e.annotations("good")["luaop.dev/last-handled-configuration"]
 		return ok
 	})
+}
+
+// Stopping finishes the cycles in flight only: queued objects are left for the next
+// start (a replica that lost its lease must stop handling at once).
+func TestShutdownLeavesQueuedObjectsForTheNextStart(t *testing.T) {
+	h := newFakeHandlers()
+	var stopping atomic.Bool
+	var lateStarts atomic.Int32
+	h.add(changeSpec("create_fn", causes.Create), func(ctx context.Context, call causes.Call) (causes.Result, error) {
+		if stopping.Load() {
+			lateStarts.Add(1)
+		}
+		time.Sleep(50 * time.Millisecond)
+		return causes.Result{}, nil
+	})
+	var objs []*unstructured.Unstructured
+	for i := 0; i < 20; i++ {
+		objs = append(objs, widgetObject(fmt.Sprintf("w%02d", i), fmt.Sprintf("uid-%d", i), nil))
+	}
+	e := startEnv(t, h, Options{Workers: 2}, objs...)
+	e.eventually("the first handlers started", func() bool { return len(h.callsOf("create_fn", "")) >= 1 })
+	stopping.Store(true)
+	e.shutdown()
+	if n := lateStarts.Load(); n > 2 {
+		t.Errorf("%d handlers started after the stop with 2 workers: the queue was drained instead of left", n)
+	}
 }

@@ -74,17 +74,19 @@ func (r *daemonRegistry) open(ctx context.Context) {
 	r.mu.Unlock()
 }
 
-// add registers a daemon about to start and returns its context; false once the
-// operator is stopping.
+// add registers a daemon about to start and gives it its context and cancel
+// function, both set before stopAll can see it; false once the operator is stopping.
 func (r *daemonRegistry) add(d *daemonRun) (context.Context, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.ctx == nil {
 		return nil, false
 	}
+	ctx, cancel := context.WithCancel(r.ctx)
+	d.cancel = cancel
 	r.running[d] = struct{}{}
 	r.group.Add(1)
-	return r.ctx, true
+	return ctx, true
 }
 
 func (r *daemonRegistry) remove(d *daemonRun) {
@@ -218,12 +220,11 @@ func hasSpec(specs []causes.Spec, id string) bool {
 func (c *cycle) startDaemon(runner DaemonRunner, spec causes.Spec) {
 	o, key, in, uid := c.op, c.key, &c.st.inbox, c.mem.uid
 	d := &daemonRun{spec: spec, stopCh: make(chan struct{}), done: make(chan struct{}), startedAt: c.now, clock: o.clock}
-	parent, ok := o.daemons.add(d)
+	ctx, ok := o.daemons.add(d)
 	if !ok {
 		return // the operator is stopping
 	}
-	ctx, cancel := context.WithCancel(parent)
-	d.cancel = cancel
+	cancel := d.cancel
 	if c.mem.daemons == nil {
 		c.mem.daemons = map[string]*daemonRun{}
 	}

@@ -191,6 +191,8 @@ type env struct {
 	stop  context.CancelFunc
 	done  chan error
 	uids  int
+
+	stopOnce sync.Once
 }
 
 func newScheme() *runtime.Scheme { return runtime.NewScheme() }
@@ -232,7 +234,9 @@ func startEnv(t *testing.T, h *fakeHandlers, opts Options, objects ...*unstructu
 
 // shutdown stops the operator and fails the test when it does not stop in time
 // (a deadlock shows here instead of hanging the suite).
-func (e *env) shutdown() {
+func (e *env) shutdown() { e.stopOnce.Do(e.stopAndWait) }
+
+func (e *env) stopAndWait() {
 	e.stop()
 	select {
 	case err := <-e.done:

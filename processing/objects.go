@@ -102,6 +102,22 @@ func (in *objectInbox) takeDaemonPatch(uid string) map[string]any {
 	return p
 }
 
+// restoreDaemonPatch hands back a daemon patch that could not be written, under
+// what daemons wrote since (newer writes win).
+func (in *objectInbox) restoreDaemonPatch(uid string, p map[string]any) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.daemonPatchUID != "" && in.daemonPatchUID != uid {
+		return
+	}
+	merged := state.NewPatch()
+	merged.Merge(p)
+	if in.daemonPatch != nil {
+		merged.Merge(in.daemonPatch)
+	}
+	in.daemonPatch, in.daemonPatchUID = merged.Map(), uid
+}
+
 // latestOf returns the newest body of incarnation uid, or nil when that incarnation
 // is gone (deleted, or replaced by a new object under the same name).
 func (in *objectInbox) latestOf(uid string) *unstructured.Unstructured {

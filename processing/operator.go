@@ -49,7 +49,10 @@ type Operator struct {
 	startMu sync.Mutex
 	ctx     context.Context
 	started atomic.Bool
-	pruned  sync.Map // "resource field" -> struct{}: schema pruning reported once
+	// stopping is set when Start's context ends: workers take no new key, reloads
+	// start no new watcher.
+	stopping atomic.Bool
+	pruned   sync.Map // "resource field" -> struct{}: schema pruning reported once
 }
 
 // Clients are the API clients an Operator uses. New builds them from a rest.Config;
@@ -152,6 +155,8 @@ func (o *Operator) Start(ctx context.Context) error {
 		}()
 	}
 	<-ctx.Done()
+	o.stopping.Store(true)
+	o.res.close()
 	o.log.Info("stopping: finishing the cycles in flight", "grace", o.opts.ShutdownGracePeriod)
 	stopped := make(chan struct{})
 	go func() { workers.Wait(); close(stopped) }()
@@ -160,7 +165,12 @@ func (o *Operator) Start(ctx context.Context) error {
 	o.queue.ShutDown()
 	o.daemons.stopAll(o.opts.ShutdownGracePeriod)
 	daemonsDone := make(chan struct{})
-	go func() { o.daemons.wait(); o.forgetting.Wait(); close(daemonsDone) }()
+	go func() {
+		o.daemons.wait()
+		workers.Wait() // no worker starts a forget after this
+		o.forgetting.Wait()
+		close(daemonsDone)
+	}()
 	grace := time.After(o.opts.ShutdownGracePeriod)
 	for stopped != nil || daemonsDone != nil {
 		select {
@@ -188,7 +198,7 @@ func (o *Operator) Refresh() {
 	o.startMu.Lock()
 	ctx := o.ctx
 	o.startMu.Unlock()
-	if ctx == nil {
+	if ctx == nil || o.stopping.Load() {
 		return
 	}
 	o.refreshResources(ctx, o.handlers.Specs())
@@ -230,6 +240,12 @@ func (o *Operator) processNext(ctx context.Context) bool {
 		return false
 	}
 	defer o.queue.Done(key)
+	if o.stopping.Load() {
+		// Queued objects are left for the next start (their causes are rebuilt
+		// from the objects): the grace period is for the cycles in flight only,
+		// and a replica that lost its lease must stop handling at once.
+		return false
+	}
 	requeueAfter, err := o.processSafely(ctx, key)
 	switch {
 	case err != nil:

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/luaop/luaop/processing/causes"
@@ -112,24 +113,48 @@ func (o *Operator) process(ctx context.Context, key objectKey) (time.Duration, e
 
 	// Patches that daemons handed over are applied here, in order with this
 	// object's other writes: no lost update between a daemon and a handler.
-	if dp := st.inbox.takeDaemonPatch(mem.uid); dp != nil {
-		c.patch.Merge(dp)
+	daemonPatch := st.inbox.takeDaemonPatch(mem.uid)
+	if daemonPatch != nil {
+		c.patch.Merge(daemonPatch)
 	}
-	if mem.eventPatch != nil {
-		c.patch.Merge(mem.eventPatch.Map())
+	eventPatch = mem.eventPatch
+	if eventPatch != nil {
+		c.patch.Merge(eventPatch.Map())
 		mem.eventPatch = nil
+	}
+	// What daemons and event handlers wrote is theirs to lose only once written: a
+	// failed patch hands it back for the next cycle.
+	keepTheirs := func(err error) {
+		if apierrors.IsInvalid(err) {
+			log.Error("the server refused the object's patch; what daemons and event handlers wrote in it is dropped", "error", err)
+			return
+		}
+		if daemonPatch != nil {
+			st.inbox.restoreDaemonPatch(mem.uid, daemonPatch)
+		}
+		if eventPatch != nil {
+			if mem.eventPatch != nil {
+				eventPatch.Merge(mem.eventPatch.Map())
+			}
+			mem.eventPatch = eventPatch
+		}
 	}
 
 	facts := objectFacts{noticedByListing: in.listed, resumeIsHandled: mem.resumeIsHandled}
 	requeue, err := c.run(ctx, facts)
+	// An object of the initial listing counts as processed after its first full
+	// attempt, failed or not: one object the operator cannot patch (RBAC, a handler
+	// writing invalid data) must not keep it unready forever.
+	o.ready.processed(key)
 	if err != nil {
+		keepTheirs(err)
 		return 0, err
 	}
 	timersWake := c.runTimers(ctx)
 	if err := c.apply(ctx); err != nil { // what timers (or daemons) wrote
+		keepTheirs(err)
 		return 0, err
 	}
-	o.ready.processed(key)
 	if c.resumeIsHandled {
 		mem.resumeIsHandled = true
 	}

@@ -22,7 +22,16 @@ type resources struct {
 	pending  map[causes.Resource]bool            // spellings being resolved
 	watchers map[causes.Resource]*watcher        // by canonical resource
 	version  int                                 // bumped at every new alias
-	running  sync.WaitGroup
+	closed   bool                                // set by close: nothing new starts
+	running  sync.WaitGroup                      // Add only under mu, and only while !closed
+}
+
+// close stops new resolvers and watchers from starting, so that waiting for running
+// never races with a reload adding to it.
+func (r *resources) close() {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
 }
 
 func newResources() *resources {
@@ -37,6 +46,10 @@ func newResources() *resources {
 func (o *Operator) refreshResources(ctx context.Context, specs []causes.Spec) {
 	var fresh []causes.Resource
 	o.res.mu.Lock()
+	if o.res.closed {
+		o.res.mu.Unlock()
+		return
+	}
 	for _, s := range specs {
 		if _, ok := o.res.aliases[s.Resource]; ok || o.res.pending[s.Resource] {
 			continue
@@ -54,14 +67,20 @@ func (o *Operator) refreshResources(ctx context.Context, specs []causes.Spec) {
 			missing = append(missing, spelling)
 		}
 	}
-	for _, w := range o.bind(resolved) {
-		o.res.running.Add(1)
+	start := o.bind(resolved)
+	o.res.mu.Lock()
+	if o.res.closed {
+		o.res.mu.Unlock()
+		return
+	}
+	o.res.running.Add(len(start) + len(missing))
+	o.res.mu.Unlock()
+	for _, w := range start {
 		go func() {
 			defer o.res.running.Done()
 			w.run(ctx)
 		}()
 	}
-	o.res.running.Add(len(missing))
 	for _, spelling := range missing {
 		go func() {
 			defer o.res.running.Done()
