@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -32,7 +33,15 @@ type Options struct {
 	Runtime    luabind.Options
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// ProbeCache is how long the results of successful on.probe handlers are reused
+	// by Probe (kopf's probe cache), so that the kubelet does not run Lua on every
+	// liveness probe. Defaults to 10s; a negative value disables the cache. Failed
+	// probes are never cached.
+	ProbeCache time.Duration
 }
+
+// DefaultProbeCache is kopf's probe cache duration.
+const DefaultProbeCache = 10 * time.Second
 
 // Operator is one running operator.
 type Operator struct {
@@ -44,6 +53,17 @@ type Operator struct {
 	loaded  atomic.Bool
 	// stopEvents shuts down the Events recorder New made (a no-op if it made none).
 	stopEvents func()
+
+	// probeSem serialises probe runs (kopf: one probing at a time); probeCached
+	// is the last successful result and when it was taken.
+	probeSem    chan struct{}
+	probeMu     sync.Mutex
+	probeCached map[string]any
+	probeAt     time.Time
+	// hookSleep waits between attempts of startup and cleanup handlers (tests
+	// shorten it).
+	hookSleep func(ctx context.Context, d time.Duration) error
+	hookNow   func() time.Time
 }
 
 // New prepares an operator; nothing runs until Start.
@@ -91,7 +111,11 @@ func New(cfg *rest.Config, opts Options) (*Operator, error) {
 		stopEvents()
 		return nil, err
 	}
-	return &Operator{opts: opts, cfg: cfg, runtime: rt, proc: proc, log: opts.Logger, stopEvents: stopEvents}, nil
+	if opts.ProbeCache == 0 {
+		opts.ProbeCache = DefaultProbeCache
+	}
+	return &Operator{opts: opts, cfg: cfg, runtime: rt, proc: proc, log: opts.Logger, stopEvents: stopEvents,
+		probeSem: make(chan struct{}, 1), hookSleep: sleepCtx, hookNow: time.Now}, nil
 }
 
 // Runtime gives access to the loaded scripts (reloads, hooks, live views).
@@ -161,19 +185,123 @@ func (o *Operator) Start(ctx context.Context) error {
 	return err
 }
 
-// runHooks runs the operator-level handlers of one kind (startup, cleanup) in
-// registration order; the first failure stops the run.
+// runHooks runs the operator-level handlers of one kind (startup, cleanup) as kopf
+// runs activities: every handler is tried in registration order, and those that
+// failed are retried until they succeed: after a TemporaryError's delay, or after
+// the handler's backoff (60s by default) for other errors. A PermanentError, the
+// errors = "permanent" option, or running out of the handler's retries or timeout
+// fails it for good; errors = "ignored" counts a failure as done. The run ends when
+// every handler is done, with the first failure if any, or when ctx ends.
 func (o *Operator) runHooks(ctx context.Context, kind string) error {
+	type hookState struct {
+		spec    causes.Spec
+		started time.Time
+		retries int
+		next    time.Time
+		done    bool
+	}
+	var hooks []*hookState
 	for _, h := range o.runtime.Hooks() {
-		if string(h.Kind) != kind {
-			continue
-		}
-		o.log.Info("running "+kind+" handler", "handler", h.ID)
-		if _, err := o.runtime.Invoke(ctx, causes.Call{Handler: h, Started: time.Now(), Logger: o.log.With("handler", h.ID)}); err != nil {
-			return fmt.Errorf("%s handler %s failed: %w", kind, h.ID, err)
+		if string(h.Kind) == kind {
+			hooks = append(hooks, &hookState{spec: h})
 		}
 	}
-	return nil
+	var failed error
+	for {
+		now := o.hookNow()
+		var wake time.Time
+		pending := false
+		for _, h := range hooks {
+			if h.done {
+				continue
+			}
+			if h.next.After(now) {
+				pending = true
+				if wake.IsZero() || h.next.Before(wake) {
+					wake = h.next
+				}
+				continue
+			}
+			if h.started.IsZero() {
+				h.started = now
+			}
+			o.log.Info("running "+kind+" handler", "handler", h.spec.ID, "retry", h.retries)
+			_, err := o.runtime.Invoke(ctx, causes.Call{Handler: h.spec, Retry: h.retries, Started: h.started,
+				Runtime: now.Sub(h.started), Logger: o.log.With("handler", h.spec.ID)})
+			if ctx.Err() != nil {
+				return fmt.Errorf("%s handler %s: %w", kind, h.spec.ID, ctx.Err())
+			}
+			retryIn, final := hookOutcome(h.spec, err)
+			if err == nil || (final && h.spec.Errors == causes.ErrorsIgnored && !causes.IsPermanent(err)) {
+				if err != nil {
+					o.log.Warn(kind+" handler failed; ignored as configured (errors=ignored)", "handler", h.spec.ID, "error", err)
+				}
+				h.done = true
+				continue
+			}
+			h.retries++
+			at := o.hookNow().Add(retryIn)
+			switch {
+			case final:
+			case h.spec.Retries > 0 && h.retries >= h.spec.Retries:
+				err, final = fmt.Errorf("exceeded its %d retries (last error: %w)", h.spec.Retries, err), true
+			case h.spec.Timeout > 0 && !at.Before(h.started.Add(h.spec.Timeout)):
+				err, final = fmt.Errorf("timed out after %s (last error: %w)", h.spec.Timeout, err), true
+			}
+			if final {
+				h.done = true
+				o.log.Error(kind+" handler failed for good", "handler", h.spec.ID, "error", err)
+				if failed == nil {
+					failed = fmt.Errorf("%s handler %s failed: %w", kind, h.spec.ID, err)
+				}
+				continue
+			}
+			o.log.Warn(kind+" handler will be retried", "handler", h.spec.ID, "retry", h.retries, "in", retryIn, "error", err)
+			h.next = at
+			pending = true
+			if wake.IsZero() || at.Before(wake) {
+				wake = at
+			}
+		}
+		if !pending {
+			return failed
+		}
+		if err := o.hookSleep(ctx, wake.Sub(o.hookNow())); err != nil {
+			return fmt.Errorf("%s handlers did not succeed before the operator stopped: %w", kind, err)
+		}
+	}
+}
+
+// hookOutcome classifies a hook's error: the delay before the next attempt, or
+// final for an error that is not retried.
+func hookOutcome(spec causes.Spec, err error) (retryIn time.Duration, final bool) {
+	if err == nil {
+		return 0, true
+	}
+	if tmp, ok := causes.AsTemporary(err); ok {
+		return tmp.Delay, false
+	}
+	if causes.IsPermanent(err) || spec.Errors == causes.ErrorsPermanent || spec.Errors == causes.ErrorsIgnored {
+		return 0, true
+	}
+	if spec.Backoff > 0 {
+		return spec.Backoff, false
+	}
+	return 60 * time.Second, false // kopf's default backoff
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Probe runs the on.probe handlers and returns their results by handler id, and
@@ -185,10 +313,54 @@ func (o *Operator) runHooks(ctx context.Context, kind string) error {
 // slow) is reported as {"error": "probe did not finish within 800ms: ..."}, and Probe
 // returns without waiting for it. Probes run on the runtime's state for
 // operator-level hooks, not behind object handlers.
+//
+// Successful results are cached for Options.ProbeCache (10s by default, like kopf):
+// within that time Probe returns them without running Lua. Probes run one at a time.
 func (o *Operator) Probe(ctx context.Context) (map[string]any, bool) {
-	const probeTimeout = 800 * time.Millisecond
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
+	if o.opts.ProbeCache <= 0 {
+		return o.probe(ctx)
+	}
+	if res, ok := o.cachedProbe(); ok {
+		return res, true
+	}
+	select {
+	case o.probeSem <- struct{}{}:
+		defer func() { <-o.probeSem }()
+	case <-ctx.Done():
+		return map[string]any{"probe": fmt.Sprintf("another probe did not finish within %s", probeTimeout)}, false
+	}
+	if res, ok := o.cachedProbe(); ok { // the run we waited for
+		return res, true
+	}
+	res, healthy := o.probe(ctx)
+	if healthy {
+		o.probeMu.Lock()
+		o.probeCached, o.probeAt = res, time.Now()
+		o.probeMu.Unlock()
+	}
+	return res, healthy
+}
+
+const probeTimeout = 800 * time.Millisecond
+
+// cachedProbe returns a copy of the cached results if they are fresh.
+func (o *Operator) cachedProbe() (map[string]any, bool) {
+	o.probeMu.Lock()
+	defer o.probeMu.Unlock()
+	if o.probeCached == nil || time.Since(o.probeAt) >= o.opts.ProbeCache {
+		return nil, false
+	}
+	out := make(map[string]any, len(o.probeCached))
+	for k, v := range o.probeCached {
+		out[k] = v
+	}
+	return out, true
+}
+
+// probe runs the probes once, under ctx (bounded by the probe deadline).
+func (o *Operator) probe(ctx context.Context) (map[string]any, bool) {
 	type outcome struct {
 		res causes.Result
 		err error

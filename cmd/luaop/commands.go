@@ -146,6 +146,7 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 		Processing: popts,
 		Runtime:    luabindOptions(s, log),
 		Logger:     log,
+		ProbeCache: probeCache(s),
 	})
 	if err != nil {
 		return err
@@ -288,4 +289,13 @@ folder in your editor's Lua.workspace.library setting.`,
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "file to write (default: standard output)")
 	return cmd
+}
+
+// probeCache maps --probe-cache to operator.Options.ProbeCache, where 0 means the
+// default and a negative value disables the cache.
+func probeCache(s settings) time.Duration {
+	if s.ProbeCache == 0 {
+		return -1
+	}
+	return s.ProbeCache
 }

@@ -30,6 +30,7 @@ type settings struct {
 	LogFormat          string
 	LogLevel           string
 	HealthAddress      string
+	ProbeCache         time.Duration
 	PostEvents         bool
 	LogEvents          string
 	ShutdownGrace      time.Duration
@@ -73,6 +74,7 @@ func addOperatorFlags(fs *pflag.FlagSet, logFormat string) {
 	fs.String("log-format", logFormat, "log format: plain or json")
 	fs.String("log-level", "info", "log level: debug, info, warn, error")
 	fs.String("health-address", ":8080", "address of /healthz and /readyz (empty: off)")
+	fs.Duration("probe-cache", 10*time.Second, "how long /healthz reuses the results of successful on.probe handlers before running them again (0: run them on every request)")
 	fs.Bool("post-events", true, "post Kubernetes Events: handler outcomes and the scripts' luaop.info/warn/exception (rate-limited per object)")
 	fs.String("log-events-level", "info", "ctx.logger messages at this level or above are also posted as Events of the object (kopf's default): debug, info, warning, error or none (needs --post-events)")
 	fs.Bool("leader-elect", false, "run several replicas: only the holder of a coordination.k8s.io Lease handles objects, the others stand by")
@@ -110,6 +112,7 @@ func loadSettings(cmd *cobra.Command, v *viper.Viper) (settings, error) {
 		LogFormat:          v.GetString("log-format"),
 		LogLevel:           v.GetString("log-level"),
 		HealthAddress:      v.GetString("health-address"),
+		ProbeCache:         v.GetDuration("probe-cache"),
 		PostEvents:         v.GetBool("post-events"),
 		LogEvents:          v.GetString("log-events-level"),
 		ShutdownGrace:      v.GetDuration("shutdown-grace-period"),
@@ -124,6 +127,9 @@ func loadSettings(cmd *cobra.Command, v *viper.Viper) (settings, error) {
 		if value != "annotations" && value != "status" {
 			return s, fmt.Errorf("--%s=%q: use annotations or status", flag, value)
 		}
+	}
+	if s.ProbeCache < 0 {
+		return s, fmt.Errorf("--probe-cache=%s: use a duration >= 0 (0 disables the cache)", s.ProbeCache)
 	}
 	if _, _, err := luabind.ParseLogEventsLevel(s.LogEvents); err != nil {
 		return s, fmt.Errorf("--log-events-level=%q: use debug, info, warning, error or none", s.LogEvents)

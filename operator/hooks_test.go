@@ -1,0 +1,171 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/luaop/luaop/luabind"
+)
+
+func hookOperator(t *testing.T, src string, opts Options) *Operator {
+	t.Helper()
+	opts.Scripts = []luabind.Script{{Name: "hooks.lua", Source: []byte("local luaop = require('luaop')\n" + src)}}
+	opts.Runtime.HandlerTimeout = 2 * time.Second
+	op, err := New(&rest.Config{Host: "http://127.0.0.1:1"}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { op.runtime.Close(); op.stopEvents() })
+	if _, err := op.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return op
+}
+
+// Issue 12, item 10: startup handlers are kopf activities: retried (after a
+// temporary error's delay, or the backoff) until they succeed; a permanent error,
+// or running out of retries or timeout, stops the start.
+func TestStartupHooksAreRetriedUntilTheySucceed(t *testing.T) {
+	tests := []struct {
+		name   string
+		src    string
+		fails  string // "" when runHooks must succeed
+		sleeps []time.Duration
+		calls  int
+	}{
+		{"temporary then success", `luaop.on.startup(function(ctx)
+			ctx.memo.calls = (ctx.memo.calls or 0) + 1
+			if ctx.retry < 2 then error(luaop.temporary_error("db not ready", 3)) end
+		end, {id = "s"})`, "", []time.Duration{3 * time.Second, 3 * time.Second}, 3},
+		{"arbitrary error after the backoff", `luaop.on.startup(function(ctx)
+			ctx.memo.calls = (ctx.memo.calls or 0) + 1
+			if ctx.retry < 1 then error("boom") end
+		end, {id = "s", backoff = 7})`, "", []time.Duration{7 * time.Second}, 2},
+		{"default backoff is 60s", `luaop.on.startup(function(ctx)
+			ctx.memo.calls = (ctx.memo.calls or 0) + 1
+			if ctx.retry < 1 then error("boom") end
+		end, {id = "s"})`, "", []time.Duration{60 * time.Second}, 2},
+		{"permanent error stops at once", `luaop.on.startup(function(ctx)
+			ctx.memo.calls = (ctx.memo.calls or 0) + 1
+			error(luaop.permanent_error("misconfigured"))
+		end, {id = "s"})`, "misconfigured", nil, 1},
+		{"retries run out", `luaop.on.startup(function(ctx)
+			ctx.memo.calls = (ctx.memo.calls or 0) + 1
+			error("boom")
+		end, {id = "s", retries = 3, backoff = 1})`, "exceeded its 3 retries", []time.Duration{time.Second, time.Second}, 3},
+		{"timeout runs out", `luaop.on.startup(function(ctx)
+			ctx.memo.calls = (ctx.memo.calls or 0) + 1
+			error(luaop.temporary_error("slow", 10))
+		end, {id = "s", timeout = 5})`, "timed out after 5s", nil, 1},
+		{"errors = ignored", `luaop.on.startup(function(ctx)
+			ctx.memo.calls = (ctx.memo.calls or 0) + 1
+			error("boom")
+		end, {id = "s", errors = "ignored"})`, "", nil, 1},
+		{"one failing handler does not block another", `luaop.on.startup(function(ctx)
+			ctx.memo.calls = (ctx.memo.calls or 0) + 1
+			if ctx.retry < 1 then error(luaop.temporary_error("later", 2)) end
+		end, {id = "s"})
+		luaop.on.startup(function(ctx) ctx.memo.other = true end, {id = "t"})`, "", []time.Duration{2 * time.Second}, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			op := hookOperator(t, tt.src+`
+				luaop.on.probe(function(ctx) return ctx.memo.calls end, {id = "calls"})`, Options{ProbeCache: -1})
+			var mu sync.Mutex
+			var sleeps []time.Duration
+			clock := time.Now()
+			op.hookNow = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+			op.hookSleep = func(ctx context.Context, d time.Duration) error {
+				mu.Lock()
+				defer mu.Unlock()
+				if len(sleeps) > 20 {
+					return fmt.Errorf("too many waits: %v", sleeps)
+				}
+				sleeps = append(sleeps, d.Round(time.Second))
+				clock = clock.Add(d)
+				return nil
+			}
+			err := op.runHooks(context.Background(), "startup")
+			if tt.fails == "" && err != nil {
+				t.Fatalf("runHooks: %v", err)
+			}
+			if tt.fails != "" && (err == nil || !strings.Contains(err.Error(), tt.fails)) {
+				t.Fatalf("runHooks = %v; want an error with %q", err, tt.fails)
+			}
+			if fmt.Sprint(sleeps) != fmt.Sprint(tt.sleeps) {
+				t.Errorf("waited %v; want %v", sleeps, tt.sleeps)
+			}
+			res, _ := op.Probe(context.Background())
+			if fmt.Sprint(res["calls"]) != fmt.Sprint(tt.calls) {
+				t.Errorf("the startup handler ran %v times; want %d", res["calls"], tt.calls)
+			}
+		})
+	}
+	t.Run("stops with the operator", func(t *testing.T) {
+		op := hookOperator(t, `luaop.on.startup(function(ctx) error(luaop.temporary_error("never", 60)) end, {id = "s"})`, Options{})
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		if err := op.runHooks(ctx, "startup"); err == nil {
+			t.Fatal("runHooks succeeded")
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Errorf("runHooks did not stop with its context")
+		}
+	})
+}
+
+// Issue 12, item 15: /healthz does not run Lua on every request: successful probe
+// results are reused for Options.ProbeCache (10s by default); failures are not.
+func TestProbeResultsAreCached(t *testing.T) {
+	src := `luaop.on.probe(function(ctx)
+		ctx.memo.n = (ctx.memo.n or 0) + 1
+		if ctx.memo.fail then error("down " .. ctx.memo.n) end
+		return ctx.memo.n
+	end, {id = "count"})
+	luaop.on.startup(function(ctx) ctx.memo.fail = FAIL end, {id = "s"})`
+	for _, tt := range []struct {
+		name  string
+		cache time.Duration
+		fail  bool
+		want  []string
+	}{
+		{"default 10s", 0, false, []string{"1", "1", "1"}},
+		{"disabled", -1, false, []string{"1", "2", "3"}},
+		{"failures are not cached", 0, true, []string{"map[error:", "map[error:", "map[error:"}},
+		{"expires", 50 * time.Millisecond, false, []string{"1", "1", "2"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			op := hookOperator(t, strings.Replace(src, "FAIL", fmt.Sprint(tt.fail), 1), Options{ProbeCache: tt.cache})
+			if err := op.runHooks(context.Background(), "startup"); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for i := 0; i < 3; i++ {
+				if i == 2 && tt.cache > 0 {
+					time.Sleep(2 * tt.cache)
+				}
+				res, healthy := op.Probe(context.Background())
+				if healthy == tt.fail {
+					t.Errorf("probe %d: healthy = %v", i, healthy)
+				}
+				got = append(got, fmt.Sprint(res["count"]))
+			}
+			for i := range got {
+				if !strings.HasPrefix(got[i], tt.want[i]) {
+					t.Errorf("results %v; want %v", got, tt.want)
+					break
+				}
+			}
+			if tt.fail && got[0] == got[2] {
+				t.Errorf("a failed probe was cached: %v", got)
+			}
+		})
+	}
+}
