@@ -165,12 +165,13 @@ func TestIndexLookupFromAnotherHandler(t *testing.T) {
 	waitField(t, gadgets, ns, "g", "status.same_color", "red1,red2")
 }
 
-// A failing on.startup stops the start with a clear message.
+// A startup handler that fails for good stops the start with a clear message (other
+// errors are retried with the handler's backoff, as kopf retries its activities).
 func TestFailingStartupStopsTheStart(t *testing.T) {
 	ns := env.Namespace(t)
 	op := env.StartOperatorAsync(t, ns, operator.Options{Scripts: script(`
 		local luaop = require("luaop")
-		luaop.on.startup(function(ctx) error("the license server is unreachable") end, { id = "check" })
+		luaop.on.startup(function(ctx) error(luaop.permanent_error("the license server is unreachable")) end, { id = "check" })
 		luaop.on.create("examples.luaop.dev/v1/widgets", function(ctx) end)
 	`)})
 	err := op.Wait(t, 10*time.Second)

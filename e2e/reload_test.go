@@ -91,6 +91,9 @@ func TestHotReloadKeepsMemosAndUnchangedDaemons(t *testing.T) {
 		return strings.Contains(op.Log.String(), "changing v1 running") && countLines(op.Log.String(), `daemon started.*handler=steady`) == 1,
 			"waiting for both daemons"
 	})
+	// Daemons start a cycle before the creation is recorded: change the spec only
+	// once it is, or the creation is (rightly) handled with the new size.
+	waitField(t, widgets, ns, "w", "metadata.annotations.luaop\\.dev/last-handled-configuration", `{"spec":{"size":1}}`)
 	mergePatch(t, widgets, ns, "w", `{"spec":{"size":2}}`)
 	waitField(t, widgets, ns, "w", "status.count", int64(1))
 

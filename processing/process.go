@@ -392,7 +392,11 @@ func (c *cycle) finalizerNeeded(ctx context.Context, cause causes.Cause) (bool, 
 		if d := c.mem.daemons[spec.ID]; spec.Kind == causes.KindDaemon && d != nil && d.returned.Load() && d.spec.CodeHash == spec.CodeHash {
 			continue // it returned and is not restarted: nothing to wait for (kopf)
 		}
-		ok, err := c.op.handlers.Match(ctx, spec, cause)
+		fc, present := fieldCause(spec, cause)
+		if !present {
+			continue
+		}
+		ok, err := c.op.handlers.Match(ctx, spec, fc)
 		if err != nil {
 			c.log.Error("handler filter failed; keeping the finalizer to be safe", "handler", spec.ID, "error", err)
 			return true, nil
@@ -424,12 +428,10 @@ func (c *cycle) selectHandlers(ctx context.Context, cause causes.Cause, facts ob
 				hc.Old, _ = state.Resolve(cause.Old, spec.Field)
 				hc.New, _ = state.Resolve(cause.New, spec.Field)
 			default:
-				// On delete and resume, a field is a presence filter (kopf).
-				v, ok := state.Resolve(cause.Body, spec.Field)
-				if !ok {
+				var present bool
+				if hc, present = fieldCause(spec, cause); !present {
 					continue
 				}
-				hc.Old, hc.New, hc.Diff = v, v, nil
 			}
 		}
 		ok, err := c.op.handlers.Match(ctx, spec, hc)
@@ -443,6 +445,26 @@ func (c *cycle) selectHandlers(ctx context.Context, cause causes.Cause, facts ob
 		}
 	}
 	return specs, perHandler
+}
+
+// fieldCause reduces a cause to a field handler's field for the causes where the
+// field is a presence filter (delete, resume, and the finalizer's decision): old is
+// the field in the stored essence, new in the current one (the body when deletion
+// left no essence); present when either has it (kopf).
+func fieldCause(spec causes.Spec, cause causes.Cause) (causes.Cause, bool) {
+	if len(spec.Field) == 0 {
+		return cause, true
+	}
+	out := cause
+	out.Diff = nil
+	newSource := cause.New
+	if newSource == nil {
+		newSource = cause.Body
+	}
+	var oldOK, newOK bool
+	out.Old, oldOK = state.Resolve(cause.Old, spec.Field)
+	out.New, newOK = state.Resolve(newSource, spec.Field)
+	return out, oldOK || newOK
 }
 
 // servesCause tells whether a change handler takes part in a cause. Resume handlers
@@ -641,6 +663,9 @@ func (c *cycle) runChangeHandler(ctx context.Context, h handlerState, cause caus
 		return c.runSubhandlers(ctx, h.spec, rec, result.Subhandlers, cause, reason)
 	}
 	rec, outcome := foldOutcome(h.spec, rec, c.now, err)
+	if outcome == OutcomeFailure && err != nil && rec.Message != err.Error() {
+		err = errors.New(rec.Message) // "exceeded its N retries (last error: ...)"
+	}
 	c.report(h.spec.ID, reason, rec, outcome, took, err)
 	return rec
 }
