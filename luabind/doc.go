@@ -15,9 +15,11 @@
 //     across calls and across reloads, and never copied;
 //   - a handler call never waits for a state to be created (about 180 us each).
 //
-// Scripts are compiled once per load (a FunctionProto is read-only and shared) and run
-// in every shard, each shard getting its own closures. A load is atomic: all files
-// must compile, run and register without error in every shard, or nothing changes.
+// Scripts are compiled once (a FunctionProto is read-only and shared; it is cached by
+// name and content, so a reload compiles only the files that changed) and run in
+// every shard, the shards in parallel, each shard getting its own closures. A load is
+// atomic: all files must compile, run and register without error in every shard, or
+// nothing changes.
 //
 // # Concurrency
 //

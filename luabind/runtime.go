@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"reflect"
 	"runtime"
 	"sort"
 	"strings"
@@ -76,6 +77,27 @@ type Runtime struct {
 	// opMemo is the operator memo as the last successful startup handler left it:
 	// new object memos start as a copy of it (kopf).
 	opMemo atomic.Pointer[operatorMemo]
+	// protos caches compiled files by name and content hash (loadMu held): a reload
+	// compiles only the files whose content changed. A FunctionProto is read-only,
+	// so one serves every shard. It holds the files of the current generation and
+	// of the last attempt (a broken save's good files are not compiled again).
+	protos map[protoKey]*lua.FunctionProto
+	// codeHashes are the code hashes of the last successful load by handler id
+	// (loadMu held), reused while the handler's function and spec are the same.
+	codeHashes map[string]codeHashEntry
+}
+
+type codeHashEntry struct {
+	spec  causes.Spec // Source and CodeHash cleared
+	proto *lua.FunctionProto
+	hash  string
+}
+
+// protoKey names one compiled file: the name is part of it because a proto records
+// its source name (error messages, line info).
+type protoKey struct {
+	name string
+	sum  [sha256.Size]byte
 }
 
 // generation is one successfully loaded script set: what every shard registered.
@@ -85,6 +107,8 @@ type generation struct {
 	hooks   []causes.Spec           // operator-level hooks, in registration order
 	hash    string
 	files   []string
+	// protoKeys are the compiled files of this generation (see Runtime.protos).
+	protoKeys map[protoKey]bool
 }
 
 // New creates the shards' Lua states; no handler exists until Load succeeds.
@@ -117,7 +141,10 @@ func (r *Runtime) Close() {
 
 // LoadReport describes a successful load.
 type LoadReport struct {
-	Files    []string
+	Files []string
+	// Compiled names the files compiled by this load; the others were unchanged
+	// since a previous load and their compiled form was reused.
+	Compiled []string
 	Handlers []causes.Spec
 	Hash     string
 	Took     time.Duration
@@ -126,6 +153,15 @@ type LoadReport struct {
 // Load compiles and runs the scripts in every shard and, only if all of that
 // succeeds, makes their handlers current. On error nothing changes: the previous
 // handlers keep serving. Errors name the file and line.
+//
+// A reload is incremental where that keeps the semantics: only files whose content
+// changed are compiled (the compiled prototypes are cached by name and content hash,
+// and shared by every shard), and code hashes are reused for handlers whose function
+// and options did not change. Every top-level file still runs in every shard, into
+// a fresh global environment, as on the first load: files share that environment
+// and a file's registrations may depend on what others defined, so skipping an
+// unchanged file would change what it registers. Each file's run is cheap (its
+// prototype is ready); the shards run in parallel.
 func (r *Runtime) Load(ctx context.Context, scripts []Script) (LoadReport, error) {
 	start := time.Now()
 	r.loadMu.Lock()
@@ -133,49 +169,134 @@ func (r *Runtime) Load(ctx context.Context, scripts []Script) (LoadReport, error
 
 	sorted := append([]Script(nil), scripts...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
-	protos := map[string]*lua.FunctionProto{}
-	var files []string
+	protos := make(map[string]*lua.FunctionProto, len(sorted))
+	files := make([]string, 0, len(sorted))
+	var compiled []string
 	hash := sha256.New()
-	for _, s := range sorted {
-		proto, err := compile(s)
-		if err != nil {
-			return LoadReport{}, err
+	// The cache after this attempt: what the current generation uses plus what this
+	// attempt compiled or reused. On success, the files of the new set only.
+	used := make(map[protoKey]*lua.FunctionProto, len(sorted))
+	defer func() {
+		for k, p := range r.protos {
+			if _, ok := used[k]; !ok && r.inCurrent(k) {
+				used[k] = p
+			}
 		}
+		r.protos = used
+	}()
+	for _, s := range sorted {
+		key := protoKey{name: s.Name, sum: sha256.Sum256(s.Source)}
+		proto, ok := r.protos[key]
+		if !ok {
+			var err error
+			if proto, err = compile(s); err != nil {
+				return LoadReport{}, err
+			}
+			compiled = append(compiled, s.Name)
+		}
+		used[key] = proto
 		protos[s.Name] = proto
 		files = append(files, s.Name)
 		fmt.Fprintf(hash, "%s\x00%d\x00", s.Name, len(s.Source))
 		hash.Write(s.Source)
 	}
 
-	// Run in every shard aside; commit only when all succeeded.
-	staged := make([]*shardGeneration, len(r.shards))
-	var first *collected
-	for i, sh := range r.shards {
-		sg, col, err := sh.stage(ctx, files, protos)
-		if err != nil {
+	// Run in every shard aside, the shards in parallel (each owns its state; the
+	// protos are read-only); commit only when all succeeded.
+	staged, cols, err := r.stageAll(ctx, files, protos)
+	if err != nil {
+		return LoadReport{}, err
+	}
+	first := cols[0]
+	for _, col := range cols[1:] {
+		if err := sameRegistrations(first, col); err != nil {
 			return LoadReport{}, err
 		}
-		if first == nil {
-			first = col
-		} else if err := sameRegistrations(first, col); err != nil {
-			return LoadReport{}, err
-		}
-		staged[i] = sg
 	}
 	sources := map[string][]byte{}
 	for _, sc := range sorted {
 		sources[sc.Name] = sc.Source
 	}
+	hashes := make(map[string]codeHashEntry, len(first.specs))
 	for i := range first.specs {
-		first.specs[i].CodeHash = codeHash(first.specs[i], first.fns[first.specs[i].ID], sources)
+		spec := &first.specs[i]
+		spec.CodeHash = r.codeHashCached(hashes, *spec, first.fns[spec.ID], sources)
+	}
+	r.codeHashes = hashes
+	keys := make(map[protoKey]bool, len(used))
+	for k := range used {
+		keys[k] = true
 	}
 	gen := &generation{specs: first.specs, filters: first.filters, hooks: first.hooks,
-		hash: hex.EncodeToString(hash.Sum(nil)), files: files}
+		hash: hex.EncodeToString(hash.Sum(nil)), files: files, protoKeys: keys}
 	for i, sh := range r.shards {
 		sh.commit(staged[i])
 	}
 	r.gen.Store(gen)
-	return LoadReport{Files: files, Handlers: append(append([]causes.Spec(nil), gen.specs...), gen.hooks...), Hash: gen.hash, Took: time.Since(start)}, nil
+	return LoadReport{Files: files, Compiled: compiled, Handlers: append(append([]causes.Spec(nil), gen.specs...), gen.hooks...), Hash: gen.hash, Took: time.Since(start)}, nil
+}
+
+// inCurrent tells whether the current generation uses a compiled file.
+func (r *Runtime) inCurrent(k protoKey) bool { return r.gen.Load().protoKeys[k] }
+
+// stageAll stages the scripts in every shard, at most GOMAXPROCS at a time. The
+// first failure cancels the other shards and is the error returned.
+func (r *Runtime) stageAll(ctx context.Context, files []string, protos map[string]*lua.FunctionProto) ([]*shardGeneration, []*collected, error) {
+	staged := make([]*shardGeneration, len(r.shards))
+	cols := make([]*collected, len(r.shards))
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu       sync.Mutex
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	slots := make(chan struct{}, max(runtime.GOMAXPROCS(0), 1))
+	for i, sh := range r.shards {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			if ctx.Err() != nil {
+				return // another shard failed
+			}
+			sg, col, err := sh.stage(ctx, files, protos)
+			if err != nil {
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = err
+					cancel()
+				}
+				mu.Unlock()
+				return
+			}
+			staged[i], cols[i] = sg, col
+		}()
+	}
+	wg.Wait()
+	if firstErr == nil && ctx.Err() != nil { // cancelled by the caller
+		firstErr = fmt.Errorf("loading the scripts: %w", ctx.Err())
+	}
+	return staged, cols, firstErr
+}
+
+// codeHashCached is codeHash, reused from the previous load when the handler's
+// function (its compiled prototype, so the same file content) and its spec are the
+// same; the result is recorded in next.
+func (r *Runtime) codeHashCached(next map[string]codeHashEntry, spec causes.Spec, fns *handlerFns, sources map[string][]byte) string {
+	spec.Source, spec.CodeHash = "", ""
+	var proto *lua.FunctionProto
+	if fns != nil && fns.fn != nil {
+		proto = fns.fn.Proto
+	}
+	if e, ok := r.codeHashes[spec.ID]; ok && e.proto == proto && reflect.DeepEqual(e.spec, spec) {
+		next[spec.ID] = e
+		return e.hash
+	}
+	h := codeHash(spec, fns, sources)
+	next[spec.ID] = codeHashEntry{spec: spec, proto: proto, hash: h}
+	return h
 }
 
 // Hash is the content hash of the loaded scripts ("" before the first load).
@@ -190,6 +311,11 @@ func compile(s Script) (*lua.FunctionProto, error) {
 	if err != nil {
 		return nil, &ScriptError{File: s.Name, Message: err.Error()}
 	}
+	// A main chunk is a vararg function, for which gopher-lua (CompatVarArg) builds a
+	// Lua 5.0 `arg` table on every call; but it registers no local `arg` in a main
+	// chunk (`arg` there is a global, as in Lua 5.1), so that table is unreachable.
+	// Not building it saves a table and a Go map per file per shard per load.
+	proto.IsVarArg &^= lua.VarArgNeedsArg
 	return proto, nil
 }
 
