@@ -62,6 +62,14 @@ func (c *cycle) apply(ctx context.Context) error {
 	if last != nil {
 		c.last = last
 		c.expectVersion(last.GetResourceVersion())
+		c.log.Debug("patched", "resourceVersion", last.GetResourceVersion(), "expectedVersion", c.mem.expectedVersion)
+		for _, id := range c.succeeded {
+			if c.mem.succeededAt == nil {
+				c.mem.succeededAt = map[string]string{}
+			}
+			c.mem.succeededAt[id] = last.GetResourceVersion()
+		}
+		c.succeeded = nil
 	}
 	return nil
 }
@@ -98,6 +106,10 @@ func (c *cycle) patchFinalizers(ctx context.Context, present bool) error {
 		case err == nil:
 			c.last = resp
 			c.expectVersion(resp.GetResourceVersion())
+			if !present && deletionInProgress(current.Object) {
+				c.mem.released = true
+			}
+			c.log.Debug("finalizer changed", "present", present, "resourceVersion", resp.GetResourceVersion())
 			return nil
 		case apierrors.IsNotFound(err):
 			return nil

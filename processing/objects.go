@@ -146,6 +146,15 @@ type objectMemory struct {
 	indexedVersion string
 	// pinned is the cause in progress, until it completes (process.go).
 	pinned *pinnedCause
+	// released: this worker removed the finalizer of this incarnation while it was
+	// being deleted. The write that deletes the object answers with its previous
+	// resourceVersion, so the consistency wait cannot cover it: without this, the
+	// watch's event of the write before (still showing the finalizer) would make a
+	// new delete cause and run the delete handlers again.
+	released bool
+	// succeededAt remembers, per handler and reason, the resourceVersion of the
+	// write that stored its success, to name a re-run and the write it did not see.
+	succeededAt map[string]string
 	// eventPatch is what event handlers wrote, until a cycle applies it.
 	eventPatch *state.Patch
 }

@@ -271,6 +271,9 @@ type cycle struct {
 	releaseFinalizer bool
 	// last is the object as the cycle's last patch returned it.
 	last *unstructured.Unstructured
+	// succeeded are the handlers ("id/reason") that succeeded in this cycle, noted
+	// in the memory with the version of the write that stored them.
+	succeeded []string
 }
 
 func (c *cycle) run(ctx context.Context, facts objectFacts) (time.Duration, error) {
@@ -283,6 +286,10 @@ func (c *cycle) run(ctx context.Context, facts objectFacts) (time.Duration, erro
 	}
 	base := causes.Cause{Reason: detected.reason, Resource: c.key.resource, Body: body, Old: detected.old, New: detected.new, Diff: detected.diff}
 
+	if c.mem.released && deletionInProgress(body) {
+		// Our part of the deletion is done: only the DELETED event is left.
+		return 0, nil
+	}
 	switch detected.reason {
 	case causes.Free:
 		c.mem.pinned = nil
@@ -516,7 +523,19 @@ func (c *cycle) handle(ctx context.Context, cause causes.Cause, facts objectFact
 
 	for _, h := range selectToRun(o.opts.Lifecycle, states, c.now) {
 		i := indexOf(states, h.spec.ID)
+		// Why a handler runs: with this line a re-run shows which version of the
+		// object it ran on and what its stored progress said then.
+		c.log.Debug("running handler", "handler", h.spec.ID, "reason", string(cause.Reason),
+			"resourceVersion", c.body.GetResourceVersion(), "expectedVersion", c.mem.expectedVersion,
+			"progressFound", h.found, "retries", h.record.Retries)
+		if at, ok := c.mem.succeededAt[h.spec.ID+"/"+string(cause.Reason)]; ok && !h.found && cause.Reason != causes.Update {
+			c.log.Warn("running a handler again after its success: the object seen does not show it",
+				"handler", h.spec.ID, "reason", string(cause.Reason), "succeededInWrite", at, "resourceVersionSeen", c.body.GetResourceVersion())
+		}
 		states[i].record = c.runChangeHandler(ctx, h, perHandler[i], cause.Reason)
+		if states[i].record.Success {
+			c.succeeded = append(c.succeeded, h.spec.ID+"/"+string(cause.Reason))
+		}
 	}
 
 	finished := allFinished(states)
