@@ -98,6 +98,10 @@ func (c *cycle) patchFinalizers(ctx context.Context, present bool) error {
 		if err != nil {
 			return fmt.Errorf("encoding the finalizer patch of %s: %w", c.key, err)
 		}
+		if o.opts.DryRun {
+			c.log.Info("dry run: not sent", "finalizers", string(data))
+			return nil
+		}
 		resp, err := client.Patch(ctx, c.key.name, types.JSONPatchType, data, metav1.PatchOptions{})
 		if obs := o.opts.Observer; obs != nil {
 			obs.PatchSent(c.key.resource.String(), "", patchResult(err))
@@ -137,6 +141,10 @@ func (c *cycle) send(ctx context.Context, subresource string, do func([]byte) (*
 	data, err := json.Marshal(patch)
 	if err != nil {
 		return nil, fmt.Errorf("encoding the patch of %s: %w", c.key, err)
+	}
+	if c.op.opts.DryRun {
+		c.log.Info("dry run: not sent", "subresource", subresource, "patch", string(data))
+		return nil, nil
 	}
 	resp, err := do(data)
 	if obs := c.op.opts.Observer; obs != nil {

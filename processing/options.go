@@ -53,6 +53,9 @@ type Options struct {
 	// ShutdownGracePeriod is how long cycles in flight may take to finish after the
 	// context of Start is done, before they are cancelled. Defaults to 20s.
 	ShutdownGracePeriod time.Duration
+	// DryRun logs every write the core would send (patches of objects, status and
+	// finalizers) instead of sending it. Handlers still run.
+	DryRun bool
 	// Clock drives every wait of the core: the work queue's delays and backoffs,
 	// retries, timers, daemons' delays, consistency waits. Tests give a fake clock
 	// (k8s.io/utils/clock/testing). Defaults to the real clock.
