@@ -191,11 +191,7 @@ func (w *watcher) syncWatches() error {
 	if err := w.addDirs(w.dir); err != nil {
 		return err
 	}
-	rootReal, err := filepath.EvalSymlinks(w.dir)
-	if err != nil {
-		return nil // the folder is gone; the read fails and is retried
-	}
-	want := map[string]struct{}{}
+	var links []string
 	_ = filepath.WalkDir(w.dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return nil
@@ -206,18 +202,44 @@ func (w *watcher) syncWatches() error {
 			}
 			return nil
 		}
-		if d.Type()&fs.ModeSymlink == 0 || !strings.HasSuffix(d.Name(), ".lua") {
-			return nil
+		if d.Type()&fs.ModeSymlink != 0 && strings.HasSuffix(d.Name(), ".lua") {
+			links = append(links, p)
 		}
+		return nil
+	})
+	return w.watchLinkTargets(links)
+}
+
+// syncTree is syncWatches from what a read found (the same walk): no walk of its own.
+func (w *watcher) syncTree(t luabind.Tree) error {
+	for _, d := range t.Dirs {
+		if err := w.fsw.Add(d); err != nil {
+			if d != w.dir && errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			return fmt.Errorf("watching %s: %w", d, err)
+		}
+	}
+	return w.watchLinkTargets(t.Links)
+}
+
+// watchLinkTargets watches the folders outside the tree that hold the targets of the
+// script symlinks links, and stops watching those no longer needed.
+func (w *watcher) watchLinkTargets(links []string) error {
+	rootReal, err := filepath.EvalSymlinks(w.dir)
+	if err != nil {
+		return nil // the folder is gone; the read fails and is retried
+	}
+	want := map[string]struct{}{}
+	for _, p := range links {
 		target, err := filepath.EvalSymlinks(p)
 		if err != nil {
-			return nil
+			continue
 		}
 		if td := filepath.Dir(target); !within(rootReal, td) {
 			want[td] = struct{}{}
 		}
-		return nil
-	})
+	}
 	for td := range want {
 		if err := w.fsw.Add(td); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("watching %s: %w", td, err)
@@ -305,13 +327,14 @@ func (w *watcher) run(ctx context.Context, last Change, out chan<- Change) {
 	// read re-reads the set and updates pending; it reports whether it succeeded.
 	read := func() bool {
 		windowStart = time.Time{}
-		scripts, err := luabind.ReadDir(w.dir)
+		tree, err := luabind.ReadTree(w.dir)
 		if err != nil {
 			w.log.Warn("devloop: reading scripts failed, will retry", "error", err)
 			return false
 		}
+		scripts := tree.Scripts
 		if w.fsw != nil {
-			if err := w.syncWatches(); err != nil {
+			if err := w.syncTree(tree); err != nil {
 				w.fallBack(err)
 				startPolling()
 			}

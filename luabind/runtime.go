@@ -239,8 +239,9 @@ func (r *Runtime) Load(ctx context.Context, scripts []Script) (LoadReport, error
 // inCurrent tells whether the current generation uses a compiled file.
 func (r *Runtime) inCurrent(k protoKey) bool { return r.gen.Load().protoKeys[k] }
 
-// stageAll stages the scripts in every shard, at most GOMAXPROCS at a time. The
-// first failure cancels the other shards and is the error returned.
+// stageAll stages the scripts in every shard, all at once (the hook shard too: with
+// GOMAXPROCS slots it would make a second round of its own). The first failure
+// cancels the other shards and is the error returned.
 func (r *Runtime) stageAll(ctx context.Context, files []string, protos map[string]*lua.FunctionProto) ([]*shardGeneration, []*collected, error) {
 	staged := make([]*shardGeneration, len(r.shards))
 	cols := make([]*collected, len(r.shards))
@@ -251,13 +252,10 @@ func (r *Runtime) stageAll(ctx context.Context, files []string, protos map[strin
 		firstErr error
 		wg       sync.WaitGroup
 	)
-	slots := make(chan struct{}, max(runtime.GOMAXPROCS(0), 1))
 	for i, sh := range r.shards {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			slots <- struct{}{}
-			defer func() { <-slots }()
 			if ctx.Err() != nil {
 				return // another shard failed
 			}

@@ -128,11 +128,11 @@ func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lu
 	L.SetMetatable(env, envMT)
 	env.RawSetString("_G", env)
 
-	byModule := map[string]string{}
+	byModule := make(map[string]string, len(files))
 	for _, f := range files {
 		byModule[moduleName(f)] = f
 	}
-	loaded := map[string]lua.LValue{}
+	loaded := make(map[string]lua.LValue, len(files))
 	loading := map[string]bool{}
 	var run func(file string) (lua.LValue, error)
 	run = func(file string) (lua.LValue, error) {
@@ -178,7 +178,9 @@ func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lu
 		return 1
 	}))
 
-	col := &collected{filters: map[string]*dataFilters{}, fns: map[string]*handlerFns{}, sources: map[string]string{}, stems: map[string]int{}}
+	n := len(s.fns) // the previous load's handlers: a reload registers about as many
+	col := &collected{filters: map[string]*dataFilters{}, fns: make(map[string]*handlerFns, n),
+		sources: make(map[string]string, n), stems: make(map[string]int, n)}
 	s.collecting = col
 	defer func() { s.collecting = nil }()
 	cctx, cancel := context.WithTimeout(ctx, s.rt.opts.HandlerTimeout)
