@@ -111,7 +111,29 @@ func TestReloadsStartAtZero(t *testing.T) {
 	wantLines(t, scrape(t, New()),
 		`luaop_reloads_total{result="ok"} 0`,
 		`luaop_reloads_total{result="error"} 0`,
+		`luaop_reload_latency_seconds_count{result="ok"} 0`,
+		`luaop_reload_latency_seconds_count{result="error"} 0`,
 	)
+}
+
+func TestReloadLatencyHistogram(t *testing.T) {
+	m := New()
+	m.ReloadLatency(true, 32*time.Millisecond)
+	m.ReloadLatency(true, 41*time.Millisecond)
+	m.ReloadLatency(true, 120*time.Millisecond)
+	m.ReloadLatency(false, 31*time.Millisecond)
+	text := scrape(t, m)
+	wantLines(t, text,
+		`luaop_reload_latency_seconds_bucket{result="ok",le="0.025"} 0`,
+		`luaop_reload_latency_seconds_bucket{result="ok",le="0.035"} 1`,
+		`luaop_reload_latency_seconds_bucket{result="ok",le="0.05"} 2`,
+		`luaop_reload_latency_seconds_bucket{result="ok",le="0.15"} 3`,
+		`luaop_reload_latency_seconds_count{result="ok"} 3`,
+		`luaop_reload_latency_seconds_count{result="error"} 1`,
+	)
+	if sum := value(t, text, `luaop_reload_latency_seconds_sum{result="ok"}`); math.Abs(sum-0.193) > 1e-9 {
+		t.Errorf("latency sum %v, want 0.193", sum)
+	}
 }
 
 func TestWorkqueueProvider(t *testing.T) {

@@ -167,7 +167,7 @@ func (o *Operator) Start(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("loading the scripts: %w", err)
 		}
-		o.log.Info("scripts loaded", "files", len(report.Files), "handlers", len(report.Handlers), "took", report.Took)
+		o.log.Info("scripts loaded", "files", len(report.Files), "handlers", len(report.Handlers), "took_ms", float64(report.Took.Microseconds())/1000)
 		for _, h := range report.Handlers {
 			o.log.Debug("handler", "id", h.ID, "kind", string(h.Kind), "resource", h.Resource.String(), "at", h.Source)
 		}
