@@ -134,20 +134,34 @@ luaop.on.probe(function(ctx) return "alive" end, {id = "alive"})
 `
 
 // A handler sleeping on a shard does not hold it: a fast handler of another object on
-// the same (single) shard finishes while the slow one still sleeps.
+// the same (single) shard runs and finishes while the slow one still sleeps. Decided
+// by order, not by time: the slow handler sleeps until the fast one has run (a
+// global of the shard's state), and the fast one reports that it ran while the slow
+// one was sleeping. Were the shard held during the sleep, the fast call would never
+// run and the slow one never end.
 func TestSleepingHandlerDoesNotBlockItsShard(t *testing.T) {
-	rt := rttNew(t, Options{Shards: 1}, "s.lua", cctScript)
+	rt := rttNew(t, Options{Shards: 1}, "s.lua", `local luaop = require("luaop")
+local R = "example.com/v1/widgets"
+luaop.on.update(R, function(ctx)
+  SLOW = "sleeping"
+  ctx.logger.info("sleeping")
+  while not FAST_DONE do
+    luaop.sleep(0.005)
+  end
+  SLOW = "done"
+  return "slow done"
+end, {id = "slow"})
+luaop.on.update(R, function(ctx)
+  FAST_DONE = true
+  return "fast " .. ctx.name .. " while slow " .. tostring(SLOW)
+end, {id = "fast"})
+`)
 	logger, logs := cctLog()
 	slow := cctInvokeAsync(rt, rttSpec(t, rt, "slow"), cctBody("ua", "a"), logger)
 	cctExpect(t, logs, "sleeping")
 	fast := cctResultOf(t, "the fast handler of b", cctInvokeAsync(rt, rttSpec(t, rt, "fast"), cctBody("ub", "b"), nil))
-	if fast.res.Value != "fast b" {
-		t.Errorf("fast handler returned %v, want %q", fast.res.Value, "fast b")
-	}
-	select {
-	case <-slow:
-		t.Fatal("the sleeping handler of a finished before the fast one of b: b waited behind it")
-	default:
+	if want := "fast b while slow sleeping"; fast.res.Value != want {
+		t.Errorf("fast handler returned %v, want %q: it did not run while the slow one slept", fast.res.Value, want)
 	}
 	if r := cctResultOf(t, "the sleeping handler", slow); r.res.Value != "slow done" {
 		t.Errorf("slow handler returned %v", r.res.Value)
@@ -391,18 +405,39 @@ end, {id = "d"})
 }
 
 // Close works while a daemon is parked in a sleep; the daemon then fails instead of
-// running on a closed state, and Forget and new calls do not hang.
+// running on a closed state, and Forget and new calls do not hang. The daemon is
+// known to be parked when it hands its patch to Flush: sleep does that with the shard
+// released, just before it waits.
 func TestCloseWithParkedDaemon(t *testing.T) {
 	rt := rttNew(t, Options{Shards: 1}, "d.lua", `local luaop = require("luaop")
 luaop.daemon("example.com/v1/widgets", function(ctx)
+  ctx.patch.status.phase = "parking"
   while luaop.sleep(3600) do end
 end, {id = "d"})
 `)
 	stop := make(chan struct{})
-	done, _ := cctDaemon(rt, rttSpec(t, rt, "d"), cctBody("ua", "a"), stop)
-	time.Sleep(20 * time.Millisecond)
+	parked := make(chan struct{}, 1)
+	done := make(chan error, 1)
+	body := cctBody("ua", "a")
+	go func() {
+		done <- rt.RunDaemon(context.Background(), causes.Call{Handler: rttSpec(t, rt, "d"), Cause: causes.Cause{Body: body},
+			Logger: slog.Default(), Stopped: stop, Latest: func() map[string]any { return body },
+			Flush: func(map[string]any) { parked <- struct{}{} }})
+	}()
+	select {
+	case <-parked:
+	case err := <-done:
+		t.Fatalf("the daemon ended before sleeping: %v", err)
+	case <-time.After(cctWait):
+		t.Fatal("the daemon did not reach its sleep")
+	}
 	rt.Close()
 	rt.Forget("ua")
+	select {
+	case err := <-done:
+		t.Fatalf("the parked daemon returned before it was woken: %v", err)
+	default:
+	}
 	close(stop)
 	select {
 	case err := <-done:
