@@ -276,15 +276,24 @@ func serveHealth(ctx context.Context, log *slog.Logger, addr string, op *operato
 func statusField(prefix string) string { return strings.ReplaceAll(prefix, ".", "_") }
 
 func newStubsCommand() *cobra.Command {
-	var output string
+	var output, luacheckrc string
 	cmd := &cobra.Command{
 		Use:   "stubs",
 		Short: "Write the Lua Language Server definitions of the luaop API (completion and types in editors)",
 		Long: `Write a ---@meta definitions file for the Lua Language Server. Keep it outside the
 scripts folder (a .lua file there would be loaded as a handler script) and list its
-folder in your editor's Lua.workspace.library setting.`,
+folder in your editor's Lua.workspace.library setting.
+
+With --luacheckrc FILE it also writes a luacheck configuration describing the sandbox
+(Lua 5.1, exactly the globals luaop's scripts see), so that luacheck (Debian's
+lua-check) agrees with luaop: put it as .luacheckrc in the scripts folder or above.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if luacheckrc != "" {
+				if err := os.WriteFile(luacheckrc, []byte(luabind.Luacheckrc()), 0o644); err != nil {
+					return err
+				}
+			}
 			if output == "" || output == "-" {
 				_, err := fmt.Fprint(cmd.OutOrStdout(), luabind.Stubs())
 				return err
@@ -293,6 +302,7 @@ folder in your editor's Lua.workspace.library setting.`,
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "file to write (default: standard output)")
+	cmd.Flags().StringVar(&luacheckrc, "luacheckrc", "", "also write a .luacheckrc describing the sandbox to this file")
 	return cmd
 }
 

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/luaop/luaop/luabind"
+)
+
+func newCheckCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "check DIR",
+		Short: "Check the scripts of DIR without a cluster: load them as run does and report every problem with file:line",
+		Long: `Load the Lua scripts of DIR exactly as "luaop run" does (the same sandbox, the same
+option validation and duplicate-id checks) with no cluster, and analyse their source
+for what would only fail at run time: options that do not apply to a handler's kind
+(ignored by the operator), resource strings that do not parse, globals the sandbox
+lacks (io, os.getenv, coroutine, ...), Lua 5.2+ syntax that Lua 5.1 rejects ('//',
+bitwise operators, <const>).
+
+Problems are printed as FILE:LINE: MESSAGE, one a line; the exit status is 1 when
+there is any.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dir := args[0]
+			if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+				return fmt.Errorf("%s is not a folder of Lua scripts", dir)
+			}
+			scripts, err := luabind.ReadDir(dir)
+			if err != nil {
+				return err
+			}
+			rep := luabind.Check(cmd.Context(), scripts)
+			out := cmd.OutOrStdout()
+			for _, p := range rep.Problems {
+				fmt.Fprintln(out, p.String())
+			}
+			if n := len(rep.Problems); n > 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "%d problem(s) in %s\n", n, dir)
+				return silentError{fmt.Errorf("%d problem(s)", n)}
+			}
+			fmt.Fprintf(out, "ok: %d file(s), %d handler(s)\n", rep.Files, len(rep.Handlers))
+			return nil
+		},
+	}
+}
