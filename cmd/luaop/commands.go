@@ -84,9 +84,9 @@ func newLogger(s settings) *slog.Logger {
 	_ = level.UnmarshalText([]byte(s.LogLevel))
 	opts := &slog.HandlerOptions{Level: level}
 	if s.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+		return slog.New(slog.NewJSONHandler(logOutput, opts))
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+	return slog.New(slog.NewTextHandler(logOutput, opts))
 }
 
 func restConfig(s settings) (*rest.Config, error) {
@@ -141,18 +141,27 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 		popts.DiffBase = state.NewStatusDiffBase(statusField(s.Prefix))
 	}
 	operator.Instrument(&popts, m)
-	op, err := operator.New(cfg, operator.Options{
+	oopts := operator.Options{
 		ScriptsDir: dir,
 		Processing: popts,
 		Runtime:    luabindOptions(s, log),
 		Logger:     log,
 		ProbeCache: probeCache(s),
-	})
+	}
+	if s.DryRun {
+		if err := applyDryRun(cfg, &oopts, log); err != nil {
+			return err
+		}
+		log.Warn("dry run: nothing is written to the cluster; every write is logged instead")
+	}
+	op, err := operator.New(cfg, oopts)
 	if err != nil {
 		return err
 	}
 	var elector *leader.Elector
-	if s.LeaderElect {
+	if s.LeaderElect && s.DryRun {
+		log.Warn("dry run: --leader-elect ignored (a dry run takes no Lease)")
+	} else if s.LeaderElect {
 		if elector, err = leader.New(cfg, leader.Options{Namespace: s.LeaderNamespace, Name: s.LeaderName, Logger: log}); err != nil {
 			return fmt.Errorf("leader election: %w; give --leader-election-namespace when running outside a pod", err)
 		}

@@ -37,6 +37,7 @@ type settings struct {
 	LeaderElect        bool
 	LeaderNamespace    string
 	LeaderName         string
+	DryRun             bool
 }
 
 func newRootCommand() *cobra.Command {
@@ -82,6 +83,7 @@ func addOperatorFlags(fs *pflag.FlagSet, logFormat string) {
 	fs.String("leader-election-namespace", "", "namespace of the Lease (default: the pod's own namespace)")
 	fs.String("leader-election-name", "luaop", "name of the Lease; operators sharing one take turns")
 	fs.Duration("shutdown-grace-period", 20*time.Second, "on SIGTERM, how long running handlers and daemons may take to finish before they are cancelled")
+	fs.Bool("dry-run", false, "run the handlers against the cluster but write nothing: patches, finalizer changes, the scripts' luaop.kube writes and Events are logged as they would have been sent (reads still go to the cluster; no leader election)")
 }
 
 // loadSettings binds the flags, the environment and the config file into settings.
@@ -120,6 +122,7 @@ func loadSettings(cmd *cobra.Command, v *viper.Viper) (settings, error) {
 		LeaderElect:        v.GetBool("leader-elect"),
 		LeaderNamespace:    v.GetString("leader-election-namespace"),
 		LeaderName:         v.GetString("leader-election-name"),
+		DryRun:             v.GetBool("dry-run"),
 	}
 	if s.Kubeconfig == "" {
 		s.Kubeconfig = os.Getenv("KUBECONFIG")
