@@ -91,4 +91,25 @@ func TestSpecChangesUnderConcurrentDaemonWritesAreNeverSwallowed(t *testing.T) {
 	t.Logf("%d patches reached the field handler in %d runs", last, len(runs))
 }
 
-var _ = testcluster.Eventually
+
+
+// Issue 12.4 with the real Lua filters: a script whose only handler is on.field with a
+// value filter handles its objects (prematch looks at the handler's field, old or
+// new, and leaves out the old/new filters, as kopf).
+func TestFieldHandlerWithAValueFilterAloneHandlesItsObjects(t *testing.T) {
+	ns := env.Namespace(t)
+	op := startWith(t, ns, operator.Options{Scripts: script(`
+		local luaop = require("luaop")
+		luaop.on.field("examples.luaop.dev/v1/widgets", "spec.mode", function(ctx)
+			ctx.logger.info("mode " .. tostring(ctx.old) .. " -> " .. tostring(ctx.new))
+			return ctx.new
+		end, { id = "mode", value = "on" })
+	`)})
+	create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w}, spec: {size: 1, mode: off}}")
+	mergePatch(t, widgets, ns, "w", `{"spec":{"mode":"on"}}`)
+	waitField(t, widgets, ns, "w", "status.mode", "on")
+	mergePatch(t, widgets, ns, "w", `{"spec":{"mode":"off"}}`)
+	testcluster.Eventually(t, 15*time.Second, func() (bool, string) {
+		return strings.Contains(op.Log.String(), `msg="mode on -> off"`), "waiting for the change away from on (value matches the old value)"
+	})
+}

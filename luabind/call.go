@@ -113,15 +113,18 @@ func (s *shard) matchSub(ctx context.Context, call causes.Call, sub causes.Spec,
 	}
 	cause := call.Cause
 	if !slices.Equal(sub.Field, call.Handler.Field) {
-		// The subhandler names a field of its own: its values are that field's.
-		if len(call.Handler.Field) == 0 {
-			cause.Old, _ = state.Resolve(call.Cause.Old, sub.Field)
-			cause.New, _ = state.Resolve(call.Cause.New, sub.Field)
+		// The subhandler's field differs from its parent's: its values come from the
+		// whole old and new (kopf matches subhandlers against them), which the core
+		// passes along when it reduced the parent's cause to the parent's field.
+		wholeOld, wholeNew := call.Cause.Old, call.Cause.New
+		if len(call.Handler.Field) > 0 {
+			wholeOld, wholeNew = call.Cause.WholeOld, call.Cause.WholeNew
+		}
+		if len(sub.Field) == 0 {
+			cause.Old, cause.New = wholeOld, wholeNew
 		} else {
-			// The parent's old/new are its own field's: the old value of another
-			// field is not known here; the new one is the body's.
-			cause.Old = nil
-			cause.New, _ = state.Resolve(call.Cause.Body, sub.Field)
+			cause.Old, _ = state.Resolve(wholeOld, sub.Field)
+			cause.New, _ = state.Resolve(wholeNew, sub.Field)
 		}
 	}
 	if !f.matchData(cause) {
@@ -215,7 +218,7 @@ func (s *shard) matchCallbacks(ctx context.Context, spec causes.Spec, fns *handl
 			return false, nil
 		}
 	}
-	if f != nil && f.change {
+	if f != nil && f.change && !cause.Prematch {
 		old, new := f.oldNew(cause)
 		for _, c := range []struct {
 			name string

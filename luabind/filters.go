@@ -112,7 +112,7 @@ func (f *dataFilters) matchData(cause causes.Cause) bool {
 			return false
 		}
 	}
-	if f.change {
+	if f.change && !cause.Prematch {
 		old, new := f.oldNew(cause)
 		if !f.old.check(old) || !f.new.check(new) {
 			return false

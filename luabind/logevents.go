@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	lua "github.com/yuin/gopher-lua"
+
+	"github.com/luaop/luaop/processing/causes"
 )
 
 // LogEventsNone is the LogEvents level that posts no Event for ctx.logger messages.
@@ -46,6 +48,11 @@ func (s *shard) postLogEvent(L *lua.LState, level slog.Level, message string) {
 	}
 	cs := s.callOf(L)
 	if cs == nil {
+		return
+	}
+	if k := cs.call.Handler.Kind; k == causes.KindEvent || k == causes.KindIndex {
+		// kopf gives these a local logger: a spy that logs on every watch event, or
+		// an index function run on every change, must not post an Event each time.
 		return
 	}
 	body := cs.call.Cause.Body

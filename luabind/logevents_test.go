@@ -94,3 +94,21 @@ func (k *blockingKube) Event(context.Context, map[string]any, string, string, st
 }
 
 func (notFoundKube) Event(context.Context, map[string]any, string, string, string) error { return nil }
+
+// Event spies and index functions log locally (kopf's local object logger): one run
+// per watch event or per change must not post an Event each time.
+func TestLoggerOfEventAndIndexHandlersPostsNoEvents(t *testing.T) {
+	k := &eventsKube{}
+	rt := rttNew(t, Options{Kube: k}, "spy.lua", `local luaop = require("luaop")
+local R = "example.com/v1/widgets"
+luaop.on.event(R, function(ctx) ctx.logger.info("saw", ctx.type) end, {id = "spy"})
+luaop.index(R, function(ctx) ctx.logger.warn("indexing"); return ctx.name end, {id = "names"})
+`)
+	cause := rttCause("u1")
+	cause.EventType = "MODIFIED"
+	rttMustInvoke(t, rt, "spy", cause)
+	rttMustInvoke(t, rt, "names", rttCause("u1"))
+	if got := k.posted(); len(got) != 0 {
+		t.Errorf("posted %v from an event spy and an index function", got)
+	}
+}

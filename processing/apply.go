@@ -46,6 +46,7 @@ func (c *cycle) apply(ctx context.Context) error {
 		}
 		c.checkPruning(status, resp)
 		last = resp
+		c.carriedWritten = c.carriedWritten || c.carried
 	}
 	if len(main) > 0 {
 		resp, err := c.send(ctx, "", func(data []byte) (*unstructured.Unstructured, error) {
@@ -58,6 +59,7 @@ func (c *cycle) apply(ctx context.Context) error {
 			c.checkPruning(main, resp)
 		}
 		last = resp
+		c.carriedWritten = c.carriedWritten || c.carried
 	}
 	if last != nil {
 		c.last = last

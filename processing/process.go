@@ -116,15 +116,20 @@ func (o *Operator) process(ctx context.Context, key objectKey) (time.Duration, e
 	daemonPatch := st.inbox.takeDaemonPatch(mem.uid)
 	if daemonPatch != nil {
 		c.patch.Merge(daemonPatch)
+		c.carried = true
 	}
 	eventPatch = mem.eventPatch
 	if eventPatch != nil {
 		c.patch.Merge(eventPatch.Map())
 		mem.eventPatch = nil
+		c.carried = true
 	}
 	// What daemons and event handlers wrote is theirs to lose only once written: a
 	// failed patch hands it back for the next cycle.
 	keepTheirs := func(err error) {
+		if c.carriedWritten {
+			return // written already: handing it back would write old values again
+		}
 		if apierrors.IsInvalid(err) {
 			log.Error("the server refused the object's patch; what daemons and event handlers wrote in it is dropped", "error", err)
 			return
@@ -271,6 +276,12 @@ type cycle struct {
 	releaseFinalizer bool
 	// last is the object as the cycle's last patch returned it.
 	last *unstructured.Unstructured
+	// finishEssence, when set, is the essence stored as the diff-base when the cause
+	// completes: the pinned one (run).
+	finishEssence any
+	// carried: the cycle's patch holds what daemons and event handlers wrote;
+	// carriedWritten: some write of it succeeded, so it is not handed back.
+	carried, carriedWritten bool
 	// succeeded are the handlers ("id/reason") that succeeded in this cycle, noted
 	// in the memory with the version of the write that stored them.
 	succeeded []string
@@ -315,16 +326,22 @@ func (c *cycle) run(ctx context.Context, facts objectFacts) (time.Duration, erro
 		return 0, c.patchFinalizers(ctx, needed)
 	}
 
-	// A cause runs over several cycles (one handler per cycle by default). Until it
-	// completes it stays the cause it started as: a change meanwhile becomes the next
-	// cause, whose old value is what every handler last handled. Recomputing it from
-	// the newest body would let handlers already done for the first change miss the
-	// second one.
+	// A cause runs over several cycles (one handler per cycle by default). Once one
+	// of its handlers has finished, the cause is pinned: handlers still to run get
+	// the newest change (a retrying handler sees the user's fix), and when the cause
+	// completes the diff-base becomes the state the first finishers saw, so a change
+	// made meanwhile reaches them as the next cause instead of being swallowed
+	// (handlers that saw it already may get it twice: at least once, never lost).
 	if pin := c.mem.pinned; pin != nil {
-		if pin.continues(detected) {
-			base.Reason, base.Old, base.New, base.Diff = pin.reason, pin.old, pin.new, pin.diff
-		} else {
+		switch {
+		case !pin.continues(detected):
 			c.mem.pinned = nil
+		case detected.reason == causes.Noop:
+			// Changed back meanwhile: the pinned change is still to finish.
+			base.Reason, base.Old, base.New, base.Diff = pin.reason, pin.old, pin.new, pin.diff
+			c.finishEssence = pin.new
+		default:
+			c.finishEssence = pin.new
 		}
 	}
 	if base.Reason == causes.Noop {
@@ -377,7 +394,12 @@ func (c *cycle) prematched(ctx context.Context, cause causes.Cause) bool {
 		if spec.Kind != causes.KindChange {
 			continue
 		}
-		ok, err := c.op.handlers.Match(ctx, spec, cause)
+		pc, present := fieldCause(spec, cause)
+		if !present {
+			continue
+		}
+		pc.Prematch = true
+		ok, err := c.op.handlers.Match(ctx, spec, pc)
 		if err != nil {
 			c.log.Error("handler filter failed; counting the handler as interested", "handler", spec.ID, "error", err)
 			return true
@@ -434,6 +456,7 @@ func (c *cycle) selectHandlers(ctx context.Context, cause causes.Cause, facts ob
 				}
 				hc.Old, _ = state.Resolve(cause.Old, spec.Field)
 				hc.New, _ = state.Resolve(cause.New, spec.Field)
+				hc.WholeOld, hc.WholeNew = cause.Old, cause.New
 			default:
 				var present bool
 				if hc, present = fieldCause(spec, cause); !present {
@@ -464,6 +487,7 @@ func fieldCause(spec causes.Spec, cause causes.Cause) (causes.Cause, bool) {
 	}
 	out := cause
 	out.Diff = nil
+	out.WholeOld, out.WholeNew = cause.Old, cause.New
 	newSource := cause.New
 	if newSource == nil {
 		newSource = cause.Body
@@ -545,17 +569,17 @@ func (c *cycle) handle(ctx context.Context, cause causes.Cause, facts objectFact
 		finished = false
 	}
 	if finished {
-		c.mem.pinned = nil
 		c.finishCause(cause, states)
 		if err := c.apply(ctx); err != nil {
-			return 0, err
+			return 0, err // the pin stays: the cause is not complete until written
 		}
+		c.mem.pinned = nil
 		if c.releaseFinalizer {
 			return 0, c.patchFinalizers(ctx, false)
 		}
 		return 0, nil
 	}
-	if cause.Reason != causes.Delete {
+	if cause.Reason != causes.Delete && c.mem.pinned == nil && anyFinished(states) {
 		c.mem.pinned = &pinnedCause{reason: cause.Reason, old: cause.Old, new: cause.New, diff: cause.Diff}
 	}
 	for _, h := range states {
@@ -619,7 +643,11 @@ func (c *cycle) finishCause(cause causes.Cause, states []handlerState) {
 		// Nothing changed, so the stored diff-base is already right.
 		return
 	}
-	essence, _ := cause.New.(map[string]any)
+	handled := cause.New
+	if c.finishEssence != nil {
+		handled = c.finishEssence // what the first finishers saw (see run)
+	}
+	essence, _ := handled.(map[string]any)
 	if err := o.opts.DiffBase.Store(body, c.patch, essence); err != nil {
 		c.log.Error("cannot store the diff-base: the next change will be seen as a creation again; "+
 			"keep big data out of the spec or use a custom storage", "error", err)
@@ -637,6 +665,15 @@ func (c *cycle) purgeSubrefs(ids []string, depth int) {
 		}
 		c.op.opts.Progress.Purge(c.body.Object, c.patch, id)
 	}
+}
+
+func anyFinished(states []handlerState) bool {
+	for _, h := range states {
+		if h.record.Finished() {
+			return true
+		}
+	}
+	return false
 }
 
 func indexOf(states []handlerState, id string) int {

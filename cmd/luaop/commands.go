@@ -239,6 +239,19 @@ func checkReachable(cfg *rest.Config) error {
 	return nil
 }
 
+// healthz answers with the probes' results: 200 when all succeeded, 500 otherwise
+// (the kubelet reads the status code, not the body).
+func healthz(probe func(context.Context) (map[string]any, bool)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		results, healthy := probe(r.Context())
+		w.Header().Set("Content-Type", "application/json")
+		if !healthy {
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+		_ = json.NewEncoder(w).Encode(results)
+	}
+}
+
 func serveHealth(ctx context.Context, log *slog.Logger, addr string, op *operator.Operator, m *metrics.Metrics, elector *leader.Elector) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m.Handler())
@@ -247,14 +260,7 @@ func serveHealth(ctx context.Context, log *slog.Logger, addr string, op *operato
 	// under the request's context: a probe that does not finish in time is reported
 	// as failed, and the answer never waits behind object handlers. A failed probe
 	// answers 500: the kubelet reads the status code, not the body.
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		results, healthy := op.Probe(r.Context())
-		w.Header().Set("Content-Type", "application/json")
-		if !healthy {
-			w.WriteHeader(http.StatusInternalServerError)
-		}
-		_ = json.NewEncoder(w).Encode(results)
-	})
+	mux.HandleFunc("/healthz", healthz(op.Probe))
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if elector != nil && !elector.IsLeader() {
 			// A standby is ready: it holds the scripts and waits for the lease; a

@@ -133,8 +133,15 @@ type Cause struct {
 	Body     map[string]any
 	Old, New any
 	Diff     state.Diff
+	// WholeOld and WholeNew are the whole essences when Old and New were reduced to
+	// a field handler's field (subhandlers' filters match against them, as kopf's).
+	WholeOld, WholeNew any
 	// EventType is the raw watch event type for event handlers (ADDED, MODIFIED, DELETED).
 	EventType string
+	// Prematch asks whether a change handler could be interested in the object at
+	// all (kopf's pre-matching, which decides whether an object gets a diff-base):
+	// the old and new filters, which judge a particular change, are left out.
+	Prematch bool
 }
 
 // Call is one invocation of one handler.

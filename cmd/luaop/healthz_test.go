@@ -1,0 +1,35 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// The kubelet's liveness check reads the status code: a failed probe must be a 500.
+func TestHealthzAnswers500WhenAProbeFails(t *testing.T) {
+	tests := []struct {
+		name    string
+		results map[string]any
+		healthy bool
+		code    int
+	}{
+		{"all probes succeed", map[string]any{"db": "ok"}, true, http.StatusOK},
+		{"a probe failed", map[string]any{"db": map[string]any{"error": "probe.lua:3: unreachable"}}, false, http.StatusInternalServerError},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := healthz(func(context.Context) (map[string]any, bool) { return tt.results, tt.healthy })
+			rec := httptest.NewRecorder()
+			h(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+			if rec.Code != tt.code {
+				t.Errorf("status %d, want %d", rec.Code, tt.code)
+			}
+			if !strings.Contains(rec.Body.String(), `"db"`) {
+				t.Errorf("the body lacks the probe's result: %s", rec.Body.String())
+			}
+		})
+	}
+}
