@@ -1,0 +1,299 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/luaop/luaop/luabind"
+)
+
+type rbacOptions struct {
+	Name            string
+	ServiceAccount  string // namespace/name
+	LeaderElect     bool
+	LeaderNamespace string
+	Namespaces      []string
+	command         string // how the output was made, for its header
+}
+
+func newRBACCommand() *cobra.Command {
+	var o rbacOptions
+	cmd := &cobra.Command{
+		Use:   "rbac DIR",
+		Short: "Print the least-privilege RBAC the scripts of DIR need (no cluster needed)",
+		Long: `Print the ClusterRole (or, with --namespaces naming namespaces, one Role per
+namespace), its binding to the operator's ServiceAccount, and with --leader-elect the
+Role for the Lease, that the scripts of DIR need:
+  - the resources the handlers watch: get, list, watch, patch, and patch of their
+    status subresource (handler results, progress with --progress-storage=status);
+  - core Events: create, patch (handler outcomes, luaop.info/warn/exception);
+  - the resources of luaop.kube calls whose apiVersion and kind are literals in the
+    source (or locals, or objects built by local functions): the verbs they use
+    (apply needs create and patch).
+Calls it cannot resolve are listed on standard error: grant their resources by hand.
+
+Without a cluster, resource names cannot be discovered: the plural of a kind is
+derived by Kubernetes' usual rules (Ingress -> ingresses, Policy -> policies), and a
+few short names of built-in resources (cm, svc, deploy, ...) are known; a kind with an
+irregular plural (e.g. Endpoints) must be checked by hand.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.command = rbacCommandLine(args[0], o)
+			out, warnings, err := generateRBAC(cmd, args[0], o)
+			if err != nil {
+				return err
+			}
+			for _, w := range warnings {
+				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
+			}
+			_, err = io.WriteString(cmd.OutOrStdout(), out)
+			return err
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&o.Name, "name", "luaop", "name of the ClusterRole, Roles and bindings")
+	fs.StringVar(&o.ServiceAccount, "service-account", "luaop-system/luaop", "the operator's ServiceAccount, as namespace/name")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", false, "add the Role for the leader-election Lease")
+	fs.StringVar(&o.LeaderNamespace, "leader-election-namespace", "", "namespace of the Lease (default: the ServiceAccount's)")
+	fs.StringSliceVar(&o.Namespaces, "namespaces", nil, "namespaces the operator serves (plain names): Roles in each instead of a ClusterRole")
+	return cmd
+}
+
+// builtinShortNames maps short names and kinds of built-in resources used in
+// resource strings ("v1/cm") to their plural.
+var builtinShortNames = map[string]string{
+	"cm": "configmaps", "svc": "services", "po": "pods", "ns": "namespaces", "sa": "serviceaccounts",
+	"deploy": "deployments", "ds": "daemonsets", "sts": "statefulsets", "rs": "replicasets",
+	"pvc": "persistentvolumeclaims", "pv": "persistentvolumes", "ing": "ingresses", "no": "nodes",
+	"cj": "cronjobs", "ep": "endpoints", "endpoints": "endpoints", "Endpoints": "endpoints",
+	"netpol": "networkpolicies", "pdb": "poddisruptionbudgets", "hpa": "horizontalpodautoscalers",
+	"crd": "customresourcedefinitions", "crds": "customresourcedefinitions",
+}
+
+// pluralOf turns a resource string's last part or a kind into a plural resource.
+func pluralOf(gv schema.GroupVersion, name string) string {
+	if p, ok := builtinShortNames[name]; ok {
+		return p
+	}
+	if name != strings.ToLower(name) { // a kind
+		plural, _ := meta.UnsafeGuessKindToResource(gv.WithKind(name))
+		return plural.Resource
+	}
+	return name
+}
+
+var verbOrder = []string{"get", "list", "watch", "create", "patch", "update", "delete"}
+
+type rbacRule struct {
+	group, resource string
+	verbs           map[string]bool
+	sources         []string
+}
+
+type ruleSet map[[2]string]*rbacRule
+
+func (rs ruleSet) add(group, resource, source string, verbs ...string) {
+	k := [2]string{group, resource}
+	r := rs[k]
+	if r == nil {
+		r = &rbacRule{group: group, resource: resource, verbs: map[string]bool{}}
+		rs[k] = r
+	}
+	for _, v := range verbs {
+		r.verbs[v] = true
+	}
+	if source != "" && !slices.Contains(r.sources, source) {
+		r.sources = append(r.sources, source)
+	}
+}
+
+func generateRBAC(cmd *cobra.Command, dir string, o rbacOptions) (string, []string, error) {
+	scripts, err := luabind.ReadDir(dir)
+	if err != nil {
+		return "", nil, err
+	}
+	if len(scripts) == 0 {
+		return "", nil, fmt.Errorf("no *.lua files in %s", dir)
+	}
+	saNS, saName, ok := strings.Cut(o.ServiceAccount, "/")
+	if !ok || saNS == "" || saName == "" {
+		return "", nil, fmt.Errorf("--service-account=%q: write it as namespace/name", o.ServiceAccount)
+	}
+	rt := luabind.New(luabind.Options{Shards: 1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	defer rt.Close()
+	report, err := rt.Load(cmd.Context(), scripts)
+	if err != nil {
+		return "", nil, fmt.Errorf("loading the scripts (run luaop check %s): %w", dir, err)
+	}
+	var warnings []string
+	watched, calls := ruleSet{}, ruleSet{}
+	for _, h := range report.Handlers {
+		if h.Resource.Resource == "" {
+			continue // operator-level hooks
+		}
+		gv := h.Resource.GroupVersion()
+		plural := pluralOf(gv, h.Resource.Resource)
+		file, _, _ := strings.Cut(h.Source, ":")
+		watched.add(gv.Group, plural, file, "get", "list", "watch", "patch")
+		watched.add(gv.Group, plural+"/status", file, "patch")
+	}
+	var unresolved []string
+	for _, c := range luabind.Analyze(scripts).KubeCalls {
+		where := fmt.Sprintf("%s:%d", c.File, c.Line)
+		if !c.Resolved {
+			unresolved = append(unresolved, fmt.Sprintf("%s: luaop.kube.%s", where, c.Verb))
+			continue
+		}
+		gv, err := schema.ParseGroupVersion(c.APIVersion)
+		if err != nil {
+			warnings = append(warnings, fmt.Sprintf("%s: luaop.kube.%s: apiVersion %q does not parse", where, c.Verb, c.APIVersion))
+			continue
+		}
+		verbs := []string{c.Verb}
+		if c.Verb == "apply" {
+			verbs = []string{"create", "patch"} // server-side apply creates what is missing
+		}
+		calls.add(gv.Group, pluralOf(gv, c.Kind), where+" "+c.Verb, verbs...)
+	}
+	if len(unresolved) > 0 {
+		warnings = append(warnings, fmt.Sprintf("%d luaop.kube call(s) whose apiVersion or kind is not a literal; grant their resources by hand:\n  %s",
+			len(unresolved), strings.Join(unresolved, "\n  ")))
+	}
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Least-privilege RBAC of the scripts in %s, generated by\n#   %s\n# Do not edit: run it again when the scripts change.\n", dir, o.command)
+	var rules strings.Builder
+	writeRules(&rules, "# Watched by the handlers: list/watch for the informers, get for re-reads, patch for\n# progress, finalizers and results (the status subresource).\n", watched)
+	writeRules(&rules, "# The scripts' luaop.kube calls.\n", calls)
+	rules.WriteString("# Events: handler outcomes and luaop.info/warn/exception (the recorder creates, then\n# patches repeats).\n- apiGroups: [\"\"]\n  resources: [events]\n  verbs: [create, patch]\n")
+
+	exact := len(o.Namespaces) > 0
+	for _, ns := range o.Namespaces {
+		if ns == "" || strings.ContainsAny(ns, "*?[!") {
+			exact = false
+			warnings = append(warnings, fmt.Sprintf("--namespaces %q is a pattern: the operator watches cluster-wide and filters, so it needs a ClusterRole", ns))
+		}
+	}
+	if exact {
+		for i, ns := range o.Namespaces {
+			if i > 0 {
+				b.WriteString("---\n")
+			}
+			fmt.Fprintf(&b, "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: %s\n  namespace: %s\nrules:\n%s", o.Name, ns, rules.String())
+			fmt.Fprintf(&b, "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: %s\n  namespace: %s\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: %s\nsubjects:\n- kind: ServiceAccount\n  name: %s\n  namespace: %s\n",
+				o.Name, ns, o.Name, saName, saNS)
+		}
+	} else {
+		fmt.Fprintf(&b, "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: %s\nrules:\n%s", o.Name, rules.String())
+		fmt.Fprintf(&b, "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: %s\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: %s\nsubjects:\n- kind: ServiceAccount\n  name: %s\n  namespace: %s\n",
+			o.Name, o.Name, saName, saNS)
+	}
+	if o.LeaderElect {
+		ns := o.LeaderNamespace
+		if ns == "" {
+			ns = saNS
+		}
+		name := o.Name + "-leader-election"
+		fmt.Fprintf(&b, "---\n# Leader election: the Lease lives in the operator's own namespace only.\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: %s\n  namespace: %s\nrules:\n- apiGroups: [coordination.k8s.io]\n  resources: [leases]\n  verbs: [get, create, update]\n", name, ns)
+		fmt.Fprintf(&b, "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: %s\n  namespace: %s\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: %s\nsubjects:\n- kind: ServiceAccount\n  name: %s\n  namespace: %s\n",
+			name, ns, name, saName, saNS)
+	}
+	return b.String(), warnings, nil
+}
+
+// writeRules writes a rule set as RBAC rules: one rule per API group and set of
+// verbs, resources sorted, with where each comes from.
+func writeRules(b *strings.Builder, comment string, rs ruleSet) {
+	if len(rs) == 0 {
+		return
+	}
+	type group struct {
+		apiGroup, verbs string
+		resources       []string
+		sources         []string
+	}
+	groups := map[[2]string]*group{}
+	for _, r := range rs {
+		var verbs []string
+		for _, v := range verbOrder {
+			if r.verbs[v] {
+				verbs = append(verbs, v)
+			}
+		}
+		k := [2]string{r.group, strings.Join(verbs, ", ")}
+		g := groups[k]
+		if g == nil {
+			g = &group{apiGroup: r.group, verbs: k[1]}
+			groups[k] = g
+		}
+		g.resources = append(g.resources, r.resource)
+		for _, s := range r.sources {
+			if !slices.Contains(g.sources, s) {
+				g.sources = append(g.sources, s)
+			}
+		}
+	}
+	keys := make([][2]string, 0, len(groups))
+	for k := range groups {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i][0] != keys[j][0] {
+			return keys[i][0] < keys[j][0]
+		}
+		return len(keys[i][1]) > len(keys[j][1])
+	})
+	b.WriteString(comment)
+	for _, k := range keys {
+		g := groups[k]
+		sort.Strings(g.resources)
+		sort.Slice(g.sources, func(i, j int) bool { return sourceLess(g.sources[i], g.sources[j]) })
+		apiGroup := g.apiGroup
+		if apiGroup == "" {
+			apiGroup = `""`
+		}
+		fmt.Fprintf(b, "#   from %s\n- apiGroups: [%s]\n  resources: [%s]\n  verbs: [%s]\n", strings.Join(g.sources, ", "), apiGroup, strings.Join(g.resources, ", "), g.verbs)
+	}
+}
+
+// sourceLess orders "file:line ..." by file, then line number.
+func sourceLess(a, b string) bool {
+	fa, la, _ := strings.Cut(a, ":")
+	fb, lb, _ := strings.Cut(b, ":")
+	if fa != fb {
+		return fa < fb
+	}
+	var na, nb int
+	fmt.Sscan(la, &na)
+	fmt.Sscan(lb, &nb)
+	return na < nb
+}
+
+// rbacCommandLine is the command that makes the output, for its header.
+func rbacCommandLine(dir string, o rbacOptions) string {
+	args := []string{"luaop", "rbac"}
+	if o.Name != "luaop" {
+		args = append(args, "--name", o.Name)
+	}
+	if o.ServiceAccount != "luaop-system/luaop" {
+		args = append(args, "--service-account", o.ServiceAccount)
+	}
+	if o.LeaderElect {
+		args = append(args, "--leader-elect")
+	}
+	if o.LeaderNamespace != "" {
+		args = append(args, "--leader-election-namespace", o.LeaderNamespace)
+	}
+	if len(o.Namespaces) > 0 {
+		args = append(args, "--namespaces", strings.Join(o.Namespaces, ","))
+	}
+	return strings.Join(append(args, dir), " ")
+}

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/luaop/luaop/testcluster"
+)
+
+// deploy/rbac.yaml is exactly what `luaop rbac` makes of the example scripts.
+func TestDeployRBACIsGenerated(t *testing.T) {
+	t.Chdir(testcluster.RepoRoot())
+	out, stderr, err := runCLI(t, "rbac", "--leader-elect", "scripts/examples")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stderr != "" {
+		t.Errorf("warnings for the examples: %s", stderr)
+	}
+	want, err := os.ReadFile(filepath.Join("deploy", "rbac.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out != string(want) {
+		t.Errorf("deploy/rbac.yaml drifted from the scripts' needs; regenerate it:\n  go run ./cmd/luaop rbac --leader-elect scripts/examples > deploy/rbac.yaml\n%s",
+			lineDiff(string(want), out))
+	}
+}
+
+// lineDiff shows the lines only one side has (-deploy/rbac.yaml +luaop rbac).
+func lineDiff(want, got string) string {
+	count := func(s string) map[string]int {
+		m := map[string]int{}
+		for _, l := range strings.Split(s, "\n") {
+			m[l]++
+		}
+		return m
+	}
+	w, g := count(want), count(got)
+	var b strings.Builder
+	for _, l := range strings.Split(want, "\n") {
+		if g[l] == 0 {
+			b.WriteString("- " + l + "\n")
+		}
+	}
+	for _, l := range strings.Split(got, "\n") {
+		if w[l] == 0 {
+			b.WriteString("+ " + l + "\n")
+		}
+	}
+	return b.String()
+}
+
+func TestRBACRulesAndWarnings(t *testing.T) {
+	dir := t.TempDir()
+	src := `local luaop = require("luaop")
+local function child(ctx) return { apiVersion = "apps/v1", kind = "Deployment", metadata = {} } end
+luaop.on.create("v1/cm", function(ctx)
+  luaop.kube.apply(child(ctx))
+  luaop.kube.delete("networking.k8s.io/v1", "Ingress", ctx.namespace, "x")
+  luaop.kube.get("policy/v1", "PodDisruptionBudget", ctx.namespace, "x")
+  luaop.kube.list(ctx.spec.apiVersion, ctx.spec.kind, ctx.namespace)
+end)
+luaop.timer("example.com/v1/Policy", function(ctx) end, { interval = 5 })
+`
+	if err := os.WriteFile(filepath.Join(dir, "a.lua"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, err := runCLI(t, "rbac", "--namespaces", "team-a,team-b", "--service-account", "ops/op", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"- apiGroups: [\"\"]\n  resources: [configmaps]\n  verbs: [get, list, watch, patch]\n",
+		"- apiGroups: [\"\"]\n  resources: [configmaps/status]\n  verbs: [patch]\n",
+		"- apiGroups: [apps]\n  resources: [deployments]\n  verbs: [create, patch]\n",
+		"- apiGroups: [example.com]\n  resources: [policies]\n",
+		"- apiGroups: [networking.k8s.io]\n  resources: [ingresses]\n  verbs: [delete]\n",
+		"- apiGroups: [policy]\n  resources: [poddisruptionbudgets]\n  verbs: [get]\n",
+		"kind: Role\nmetadata:\n  name: luaop\n  namespace: team-a\n",
+		"kind: RoleBinding\nmetadata:\n  name: luaop\n  namespace: team-b\n",
+		"- kind: ServiceAccount\n  name: op\n  namespace: ops\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks\n%s\n---\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "ClusterRole") || strings.Contains(out, "leases") {
+		t.Errorf("namespaced output without --leader-elect has a ClusterRole or leases:\n%s", out)
+	}
+	if !strings.Contains(stderr, "warning: 1 luaop.kube call(s) whose apiVersion or kind is not a literal; grant their resources by hand:\n  a.lua:7: luaop.kube.list") {
+		t.Errorf("stderr: %s", stderr)
+	}
+}
