@@ -56,7 +56,7 @@ LUAOP_LOG_FORMAT) or as a key of the config file given with --config.`,
 	}
 	root.PersistentFlags().String("config", "", "config file (YAML, JSON or TOML) with the same keys as the flags")
 	root.AddCommand(newDevCommand(v), newRunCommand(v), newStubsCommand(), newVersionCommand(),
-		newCheckCommand(), newRBACCommand())
+		newCheckCommand(), newRBACCommand(), newTestCommand())
 	return root
 }
 

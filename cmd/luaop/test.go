@@ -1,0 +1,65 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+
+	"github.com/spf13/cobra"
+
+	"github.com/luaop/luaop/scripttest"
+)
+
+func newTestCommand() *cobra.Command {
+	var run, tests string
+	var verbose bool
+	cmd := &cobra.Command{
+		Use:   "test DIR",
+		Short: "Run the handler test cases of DIR/tests/*.yaml without a cluster",
+		Long: `Run the test cases of DIR/tests/*.yaml (or --tests FOLDER) against the scripts of
+DIR, without a cluster: each case runs one handler (or every change handler of a
+cause) on an object, with luaop.kube answered by an in-memory fake API, and compares
+the patch, the resulting object, status, the error, the Events and the luaop.kube
+calls with what the case expects. Daemons run one iteration (until their first
+luaop.sleep), timers one tick. The format is in README.md ("Test your handlers").
+
+Prints FAIL and a diff for each failing case (ok for each passing one with -v) and
+exits with status 1 when any fails.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dir := args[0]
+			if tests == "" {
+				tests = filepath.Join(dir, "tests")
+			}
+			files, err := scripttest.Files(tests)
+			if err != nil {
+				return err
+			}
+			if len(files) == 0 {
+				return fmt.Errorf("no test files (*.yaml) in %s", tests)
+			}
+			opts := scripttest.Options{Scripts: dir, Tests: files, Out: cmd.OutOrStdout(), Verbose: verbose}
+			if run != "" {
+				if opts.Run, err = regexp.Compile(run); err != nil {
+					return fmt.Errorf("-run: %w", err)
+				}
+			}
+			if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+				return fmt.Errorf("%s is not a folder of Lua scripts", dir)
+			}
+			sum, err := scripttest.Run(cmd.Context(), opts)
+			if err != nil {
+				return err
+			}
+			if sum.Failed > 0 {
+				return silentError{fmt.Errorf("%d case(s) failed", sum.Failed)}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&run, "run", "", "run only the cases whose FILE/NAME matches this regular expression")
+	cmd.Flags().StringVar(&tests, "tests", "", "folder of the test files (default: DIR/tests)")
+	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "print passing cases too")
+	return cmd
+}

@@ -1,0 +1,607 @@
+// Package scripttest runs test cases of luaop handlers without a cluster (luaop
+// test): each case gives an object (and optionally its old version), the handler id
+// or the cause to run, objects for an in-memory fake of the API, and the expected
+// outcome: the patch, the resulting object, status, the error, the Events posted and
+// the luaop.kube calls made. The format is documented in README.md ("Test your
+// handlers").
+package scripttest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	"sigs.k8s.io/yaml"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/luaop/luaop/luabind"
+	"github.com/luaop/luaop/processing/causes"
+	"github.com/luaop/luaop/state"
+)
+
+// File is one YAML file of test cases.
+type File struct {
+	Cases []Case `json:"cases"`
+}
+
+// Case is one test case.
+type Case struct {
+	Name string `json:"name"`
+	// Handler is the id of the handler to run; Cause (create, update, delete,
+	// resume) runs every change handler of the object's resource serving it whose
+	// filters match, in registration order. One of them is required.
+	Handler string `json:"handler,omitempty"`
+	Cause   string `json:"cause,omitempty"`
+	// Object is the object, inline; ObjectFile a YAML file holding it (relative to
+	// the test file). Old is the previous version (updates, field handlers).
+	Object     map[string]any `json:"object,omitempty"`
+	ObjectFile string         `json:"objectFile,omitempty"`
+	Old        map[string]any `json:"old,omitempty"`
+	// Resource is the watched resource ("group/version/plural") when it cannot be
+	// told from the object's apiVersion and the handlers (cause mode).
+	Resource string `json:"resource,omitempty"`
+	// EventType is the watch event type for on.event handlers (default MODIFIED).
+	EventType string `json:"eventType,omitempty"`
+	// Objects are the objects the fake API holds (luaop.kube get/list/...).
+	Objects []map[string]any `json:"objects,omitempty"`
+	// Indexes are the operator's indexes as handlers see them: index -> key -> values.
+	Indexes map[string]map[string][]any `json:"indexes,omitempty"`
+	Expect  Expect                      `json:"expect"`
+}
+
+// Expect is the expected outcome; only what is given is compared. Maps are compared
+// as subsets (keys not given are not compared); lists, strings and numbers exactly.
+type Expect struct {
+	Patch  map[string]any `json:"patch,omitempty"`
+	Object map[string]any `json:"object,omitempty"`
+	Status map[string]any `json:"status,omitempty"`
+	// Result is what the handler returned (status.<id> for change handlers and
+	// timers; the entries of an index function).
+	Result any `json:"result,omitempty"`
+	// Error is the error raised; without it, an error fails the case.
+	Error *ExpectError `json:"error,omitempty"`
+	// Events are the Events posted, in order (type, reason, message: subsets).
+	Events []map[string]any `json:"events,omitempty"`
+	// Kube are the luaop.kube calls made, in order, each a subset of {verb,
+	// apiVersion, kind, namespace, name, body, error}.
+	Kube []map[string]any `json:"kube,omitempty"`
+	// Objects are objects the fake API must hold afterwards (subsets).
+	Objects []map[string]any `json:"objects,omitempty"`
+	// Skipped: the handler's filters do not match the object.
+	Skipped bool `json:"skipped,omitempty"`
+}
+
+// ExpectError describes an expected error.
+type ExpectError struct {
+	// Type: temporary (luaop.temporary_error), permanent (luaop.permanent_error)
+	// or error (anything else: retried after the handler's backoff).
+	Type    string   `json:"type,omitempty"`
+	Message string   `json:"message,omitempty"` // a substring of the message
+	Delay   *float64 `json:"delay,omitempty"`   // seconds (temporary errors)
+}
+
+// Options configure Run.
+type Options struct {
+	// Scripts is the scripts folder; Tests the YAML files of cases.
+	Scripts string
+	Tests   []string
+	// Run, when set, selects the cases whose "file/name" it matches.
+	Run *regexp.Regexp
+	// Verbose prints passing cases too.
+	Out     io.Writer
+	Verbose bool
+}
+
+// Summary counts the cases.
+type Summary struct{ Passed, Failed int }
+
+// Run runs the test cases and writes go-test-like output: "ok"/"FAIL" per case, a
+// diff for each failure, and a last line.
+func Run(ctx context.Context, o Options) (Summary, error) {
+	var sum Summary
+	scripts, err := luabind.ReadDir(o.Scripts)
+	if err != nil {
+		return sum, err
+	}
+	start := time.Now()
+	for _, path := range o.Tests {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return sum, err
+		}
+		var f File
+		if err := yaml.UnmarshalStrict(data, &f); err != nil {
+			return sum, fmt.Errorf("%s: %w", path, err)
+		}
+		for i, c := range f.Cases {
+			name := c.Name
+			if name == "" {
+				name = fmt.Sprintf("case%d", i+1)
+			}
+			full := filepath.Base(path) + "/" + name
+			if o.Run != nil && !o.Run.MatchString(full) {
+				continue
+			}
+			t0 := time.Now()
+			failures := runCase(ctx, scripts, filepath.Dir(path), c)
+			took := time.Since(t0).Round(time.Millisecond)
+			if len(failures) == 0 {
+				sum.Passed++
+				if o.Verbose {
+					fmt.Fprintf(o.Out, "ok    %s (%s)\n", full, took)
+				}
+				continue
+			}
+			sum.Failed++
+			fmt.Fprintf(o.Out, "FAIL  %s (%s)\n", full, took)
+			for _, f := range failures {
+				fmt.Fprintf(o.Out, "    %s\n", strings.ReplaceAll(strings.TrimRight(f, "\n"), "\n", "\n    "))
+			}
+		}
+	}
+	took := time.Since(start).Round(time.Millisecond)
+	if sum.Failed > 0 {
+		fmt.Fprintf(o.Out, "FAIL  %d of %d case(s) failed (%s)\n", sum.Failed, sum.Failed+sum.Passed, took)
+	} else {
+		fmt.Fprintf(o.Out, "ok    %d case(s) passed (%s)\n", sum.Passed, took)
+	}
+	return sum, nil
+}
+
+// outcome is what running a case produced.
+type outcome struct {
+	patch   *state.Patch
+	result  any
+	err     error
+	skipped bool
+}
+
+func runCase(ctx context.Context, scripts []luabind.Script, dir string, c Case) []string {
+	obj := c.Object
+	if c.ObjectFile != "" {
+		data, err := os.ReadFile(filepath.Join(dir, c.ObjectFile))
+		if err != nil {
+			return []string{err.Error()}
+		}
+		if err := yaml.Unmarshal(data, &obj); err != nil {
+			return []string{fmt.Sprintf("%s: %v", c.ObjectFile, err)}
+		}
+	}
+	if obj == nil {
+		return []string{"the case gives no object (object: or objectFile:)"}
+	}
+	if (c.Handler == "") == (c.Cause == "") {
+		return []string{"give either handler: ID or cause: create|update|delete|resume"}
+	}
+	obj = normalize(obj).(map[string]any)
+	meta, _ := obj["metadata"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
+		obj["metadata"] = meta
+	}
+	if _, ok := meta["uid"]; !ok {
+		meta["uid"] = "00000000-0000-0000-0000-000000000001"
+	}
+	kube := newFakeKube(c.Objects)
+	var logs strings.Builder
+	rt := luabind.New(luabind.Options{Shards: 1, Kube: kube, HandlerTimeout: 10 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	defer rt.Close()
+	if _, err := rt.Load(ctx, scripts); err != nil {
+		return []string{"loading the scripts: " + err.Error()}
+	}
+	indexes := state.NewIndexes()
+	for name, byKey := range c.Indexes {
+		indexes.Declare(name)
+		for key, values := range byKey {
+			for i, v := range values {
+				indexes.Set(name, fmt.Sprintf("test/%s/%d", key, i), map[string]any{key: v})
+			}
+		}
+	}
+	for _, s := range rt.Specs() {
+		if s.Kind == causes.KindIndex {
+			indexes.Declare(s.ID)
+		}
+	}
+
+	var specs []causes.Spec
+	if c.Handler != "" {
+		for _, s := range append(rt.Specs(), rt.Hooks()...) {
+			if s.ID == c.Handler {
+				specs = append(specs, s)
+			}
+		}
+		if len(specs) == 0 {
+			var ids []string
+			for _, s := range rt.Specs() {
+				ids = append(ids, s.ID)
+			}
+			return []string{fmt.Sprintf("no handler %q; the scripts register %s", c.Handler, strings.Join(ids, ", "))}
+		}
+	} else {
+		reason := causes.Reason(c.Cause)
+		for _, s := range rt.Specs() {
+			if s.Kind == causes.KindChange && s.Serves(reason) && resourceMatches(s.Resource, obj, c.Resource) {
+				specs = append(specs, s)
+			}
+		}
+		if len(specs) == 0 {
+			return []string{fmt.Sprintf("no change handler serves %s for %s", c.Cause, obj["apiVersion"])}
+		}
+	}
+
+	total := state.NewPatch()
+	var first outcome
+	ran := 0
+	for _, spec := range specs {
+		out := runHandler(ctx, rt, spec, c, obj, indexes)
+		if out.skipped {
+			if c.Handler != "" {
+				first.skipped = true
+			}
+			continue
+		}
+		ran++
+		if out.patch != nil {
+			total.Merge(out.patch.Map())
+		}
+		if c.Handler != "" || first.err == nil && out.err != nil {
+			first.err = out.err
+		}
+		if c.Handler != "" {
+			first.result = out.result
+		}
+	}
+	var failures []string
+	fail := func(format string, args ...any) { failures = append(failures, fmt.Sprintf(format, args...)) }
+	if first.skipped != c.Expect.Skipped {
+		if first.skipped {
+			fail("the handler's filters do not match the object (expect skipped: true if that is intended)")
+		} else {
+			fail("want the handler skipped by its filters, but it ran")
+		}
+	}
+	if c.Handler == "" && ran == 0 && !c.Expect.Skipped {
+		fail("no handler's filters match the object")
+	}
+	e := c.Expect
+	switch {
+	case first.err != nil && e.Error == nil:
+		fail("unexpected error: %s", describeError(first.err))
+	case first.err == nil && e.Error != nil:
+		fail("want an error (%s), got none", e.Error.Type)
+	case first.err != nil:
+		if d := checkError(first.err, e.Error); d != "" {
+			fail("%s", d)
+		}
+	}
+	patch := normalize(total.Map())
+	if e.Patch != nil {
+		compare(&failures, "patch", e.Patch, patch)
+	}
+	if e.Status != nil {
+		status, _ := state.Resolve(patch, []string{"status"})
+		compare(&failures, "status (of the patch)", e.Status, status)
+	}
+	if e.Result != nil {
+		compare(&failures, "result", normalize(e.Result), normalize(first.result))
+	}
+	if e.Object != nil {
+		a, _ := json.Marshal(obj)
+		b, _ := json.Marshal(patch)
+		merged, err := jsonpatch.MergePatch(a, b)
+		var after any
+		if err == nil {
+			err = json.Unmarshal(merged, &after)
+		}
+		if err != nil {
+			fail("applying the patch: %v", err)
+		} else {
+			compare(&failures, "object (after the patch)", e.Object, after)
+		}
+	}
+	kube.mu.Lock()
+	defer kube.mu.Unlock()
+	if e.Events != nil {
+		compare(&failures, "events", normalize(e.Events), normalize(kube.events))
+	}
+	if e.Kube != nil {
+		compare(&failures, "luaop.kube calls", normalize(e.Kube), normalize(kube.calls))
+	}
+	for _, want := range e.Objects {
+		av, kind, ns, name := typeOf(want)
+		got, ok := kube.objects[objectKey(av, kind, ns, name)]
+		if !ok {
+			fail("the fake API holds no %s %s %s/%s", av, kind, ns, name)
+			continue
+		}
+		compare(&failures, fmt.Sprintf("object %s %s/%s in the fake API", kind, ns, name), normalize(want), normalize(got))
+	}
+	if len(failures) > 0 && logs.Len() > 0 {
+		failures = append(failures, "log:\n  "+strings.ReplaceAll(strings.TrimRight(logs.String(), "\n"), "\n", "\n  "))
+	}
+	return failures
+}
+
+// resourceMatches tells whether a handler's resource is the object's.
+func resourceMatches(r causes.Resource, obj map[string]any, explicit string) bool {
+	if explicit != "" {
+		return r.String() == explicit
+	}
+	av, _ := obj["apiVersion"].(string)
+	kind, _ := obj["kind"].(string)
+	gv, err := schema.ParseGroupVersion(av)
+	if err != nil || gv != r.GroupVersion() {
+		return false
+	}
+	plural, _ := meta.UnsafeGuessKindToResource(gv.WithKind(kind))
+	return r.Resource == plural.Resource || r.Resource == kind
+}
+
+const prefix = "luaop.dev"
+
+// runHandler runs one handler the way the processing core calls it.
+func runHandler(ctx context.Context, rt *luabind.Runtime, spec causes.Spec, c Case, obj map[string]any, indexes *state.Indexes) outcome {
+	cause := causes.Cause{Resource: spec.Resource, Body: obj}
+	patch := state.NewPatch()
+	call := causes.Call{Handler: spec, Patch: patch, Started: time.Now(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Indexes: indexes}
+	switch spec.Kind {
+	case causes.KindChange:
+		reason := causes.Reason(c.Cause)
+		if reason == "" {
+			reason = spec.Reasons[0]
+			if c.Old != nil && spec.Serves(causes.Update) {
+				reason = causes.Update
+			}
+		}
+		cause.Reason = reason
+		essence := withFields(state.Essence(obj, prefix), obj, spec.Field)
+		switch reason {
+		case causes.Create:
+			cause.New, cause.Diff = essence, state.Compare(nil, essence)
+		case causes.Update, causes.Resume:
+			var old map[string]any
+			if c.Old != nil {
+				o := normalize(c.Old).(map[string]any)
+				old = withFields(state.Essence(o, prefix), o, spec.Field)
+			}
+			cause.Old, cause.New = old, essence
+			if reason == causes.Update {
+				cause.Diff = state.Compare(old, essence)
+			}
+		}
+		if len(spec.Field) > 0 {
+			cause.Diff = cause.Diff.Reduce(spec.Field)
+			if (reason == causes.Create || reason == causes.Update) && len(cause.Diff) == 0 {
+				return outcome{skipped: true}
+			}
+			cause.Old, _ = state.Resolve(cause.Old, spec.Field)
+			cause.New, _ = state.Resolve(cause.New, spec.Field)
+		}
+	case causes.KindEvent:
+		cause.EventType = c.EventType
+		if cause.EventType == "" {
+			cause.EventType = "MODIFIED"
+		}
+	}
+	call.Cause = cause
+	if spec.Kind != "startup" && spec.Kind != "cleanup" && spec.Kind != "probe" {
+		ok, err := rt.Match(ctx, spec, cause)
+		if err != nil {
+			return outcome{err: fmt.Errorf("filter: %w", err)}
+		}
+		if !ok {
+			return outcome{skipped: true}
+		}
+	}
+	if spec.Kind == causes.KindDaemon {
+		// One iteration: the first luaop.sleep hands the patch over and stops the
+		// daemon (sleep returns false, ctx.stopped() is true).
+		stopped := make(chan struct{})
+		closed := false
+		call.Stopped = stopped
+		call.Latest = func() map[string]any { return obj }
+		call.Flush = func(p map[string]any) {
+			patch.Merge(p)
+			if !closed {
+				closed = true
+				close(stopped)
+			}
+		}
+		err := rt.RunDaemon(ctx, call)
+		return outcome{patch: patch, err: err}
+	}
+	res, err := rt.Invoke(ctx, call)
+	if err == nil && res.Value != nil && (spec.Kind == causes.KindChange || spec.Kind == causes.KindTimer) {
+		patch.Set([]string{"status", spec.ID}, res.Value)
+	}
+	return outcome{patch: patch, result: res.Value, err: err}
+}
+
+// withFields adds a field handler's field to the essence when the essence lacks it
+// (status.phase), as the processing core does.
+func withFields(essence, body map[string]any, field []string) map[string]any {
+	if len(field) == 0 {
+		return essence
+	}
+	if _, ok := state.Resolve(essence, field); ok {
+		return essence
+	}
+	v, ok := state.Resolve(body, field)
+	if !ok {
+		return essence
+	}
+	p := state.NewPatch()
+	p.Merge(essence)
+	p.Set(field, v)
+	return p.Map()
+}
+
+func describeError(err error) string {
+	if t, ok := causes.AsTemporary(err); ok {
+		return fmt.Sprintf("temporary error %q, retry in %s", t.Message, t.Delay)
+	}
+	if causes.IsPermanent(err) {
+		return fmt.Sprintf("permanent error %q", err.Error())
+	}
+	return err.Error()
+}
+
+func checkError(err error, want *ExpectError) string {
+	typ, msg := "error", err.Error()
+	var delay *time.Duration
+	if t, ok := causes.AsTemporary(err); ok {
+		typ, msg, delay = "temporary", t.Message, &t.Delay
+	} else if causes.IsPermanent(err) {
+		var p *causes.PermanentError
+		errors.As(err, &p)
+		typ, msg = "permanent", p.Message
+	}
+	var problems []string
+	if want.Type != "" && want.Type != typ {
+		problems = append(problems, fmt.Sprintf("error type: want %s, got %s", want.Type, typ))
+	}
+	if want.Message != "" && !strings.Contains(msg, want.Message) {
+		problems = append(problems, fmt.Sprintf("error message: want it to contain %q, got %q", want.Message, msg))
+	}
+	if want.Delay != nil {
+		wantD := time.Duration(*want.Delay * float64(time.Second))
+		if delay == nil || *delay != wantD {
+			got := "none"
+			if delay != nil {
+				got = delay.String()
+			}
+			problems = append(problems, fmt.Sprintf("error delay: want %s, got %s", wantD, got))
+		}
+	}
+	if len(problems) > 0 {
+		return strings.Join(problems, "\n") + "\n(the error: " + describeError(err) + ")"
+	}
+	return ""
+}
+
+// normalize makes values comparable: JSON types only (numbers float64).
+func normalize(v any) any {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return v
+	}
+	var out any
+	_ = json.Unmarshal(data, &out)
+	return out
+}
+
+// prune keeps of got what want names (maps as subsets, recursively).
+func prune(want, got any) any {
+	switch w := want.(type) {
+	case map[string]any:
+		g, ok := got.(map[string]any)
+		if !ok {
+			return got
+		}
+		out := map[string]any{}
+		for k, wv := range w {
+			if gv, ok := g[k]; ok {
+				out[k] = prune(wv, gv)
+			} else if wv == nil {
+				out[k] = nil // null in the expectation: absent (or null)
+			}
+		}
+		return out
+	case []any:
+		g, ok := got.([]any)
+		if !ok || len(g) != len(w) {
+			return got
+		}
+		out := make([]any, len(g))
+		for i := range g {
+			out[i] = prune(w[i], g[i])
+		}
+		return out
+	}
+	return got
+}
+
+// compare adds a failure with a diff when got, reduced to what want names, differs.
+func compare(failures *[]string, what string, want, got any) {
+	want = normalize(want)
+	pruned := prune(want, normalize(got))
+	if reflect.DeepEqual(want, pruned) {
+		return
+	}
+	*failures = append(*failures, fmt.Sprintf("%s: (-want +got)\n%s", what, diff(toYAML(want), toYAML(pruned))))
+}
+
+func toYAML(v any) string {
+	if v == nil {
+		return "null\n"
+	}
+	data, err := yaml.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(data)
+}
+
+// diff is a line diff (longest common subsequence), "-" for want, "+" for got.
+func diff(a, b string) string {
+	x, y := strings.Split(strings.TrimRight(a, "\n"), "\n"), strings.Split(strings.TrimRight(b, "\n"), "\n")
+	n, m := len(x), len(y)
+	lcs := make([][]int, n+1)
+	for i := range lcs {
+		lcs[i] = make([]int, m+1)
+	}
+	for i := n - 1; i >= 0; i-- {
+		for j := m - 1; j >= 0; j-- {
+			if x[i] == y[j] {
+				lcs[i][j] = lcs[i+1][j+1] + 1
+			} else {
+				lcs[i][j] = max(lcs[i+1][j], lcs[i][j+1])
+			}
+		}
+	}
+	var out strings.Builder
+	i, j := 0, 0
+	for i < n || j < m {
+		switch {
+		case i < n && j < m && x[i] == y[j]:
+			out.WriteString("  " + x[i] + "\n")
+			i, j = i+1, j+1
+		case i < n && (j == m || lcs[i+1][j] >= lcs[i][j+1]):
+			out.WriteString("- " + x[i] + "\n")
+			i++
+		default:
+			out.WriteString("+ " + y[j] + "\n")
+			j++
+		}
+	}
+	return out.String()
+}
+
+// Files lists the test files of a folder: *.yaml and *.yml, sorted.
+func Files(dir string) ([]string, error) {
+	var files []string
+	for _, p := range []string{"*.yaml", "*.yml"} {
+		m, err := filepath.Glob(filepath.Join(dir, p))
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, m...)
+	}
+	sort.Strings(files)
+	return files, nil
+}
