@@ -51,6 +51,50 @@ type callThread struct {
 	cancel context.CancelFunc
 }
 
+// Sizes of a call thread's stacks. gopher-lua's NewThread gives a thread the options
+// of the state it is made from; the shard's main state (newSandboxState) runs only
+// script loads, while every call and every daemon has a thread of its own, and a
+// daemon parked in luaop.sleep holds its thread as long as it sleeps. So threads get
+// smaller stacks than the main state, which both grow on demand:
+//   - the data stack (gopher-lua's "registry", 16 bytes a slot) starts at
+//     threadRegistrySize slots (a daemon parked in a sleep loop fits, no growth),
+//     and grows to what is needed plus threadRegistryGrowStep slots, up to
+//     threadRegistryMaxSize slots (2 MiB); beyond it the call fails with the Lua
+//     error "registry overflow". It never shrinks: a pooled thread keeps what its
+//     largest call needed. gopher-lua grows it by a fixed step, copying it each
+//     time, so filling it costs max²/(2*step) slot copies: the max is chosen for
+//     that to stay well under a handler deadline (about 0.3 s to overflow here,
+//     where the main state's 1M slots took 12 s and, with this step, 33 s). It
+//     bounds what a call can push at once (unpack, varargs: Lua 5.1 allows
+//     about 8,000); recursion stays within it (the call stack's 256 frames of at
+//     most 250 registers are 64K slots), and table.concat does not use it.
+//   - the call stack (MinimizeStackMemory, inherited): segments of 8 frames added
+//     as calls nest, up to the main state's CallStackSize frames (256); beyond it
+//     the call fails with the Lua error "stack overflow".
+//
+// Measured by BenchmarkParkedDaemonMemory (luabind) and BenchmarkIdleDaemons (e2e,
+// `make bench-daemons`); see BENCHMARKS.md.
+const (
+	threadRegistrySize     = 64
+	threadRegistryGrowStep = 256
+	threadRegistryMaxSize  = 128 * 1024
+)
+
+// newThread makes a call thread of the shard's state with the small stacks above.
+// Shard lock held (the main state's Options are swapped around NewThread).
+func (s *shard) newThread() *lua.LState {
+	main := s.L.Options
+	opts := main
+	opts.RegistrySize = threadRegistrySize
+	opts.RegistryGrowStep = threadRegistryGrowStep
+	opts.RegistryMaxSize = threadRegistryMaxSize
+	opts.MinimizeStackMemory = true
+	s.L.Options = opts
+	L, _ := s.L.NewThread() // the main state has no context: no cancel function
+	s.L.Options = main
+	return L
+}
+
 // getThread takes an idle thread or makes one. Shard lock held.
 func (s *shard) getThread() *callThread {
 	if n := len(s.idle); n > 0 {
@@ -59,7 +103,7 @@ func (s *shard) getThread() *callThread {
 		s.idle = s.idle[:n-1]
 		return t
 	}
-	L, _ := s.L.NewThread() // the main state has no context: no cancel function
+	L := s.newThread()
 	t := &callThread{L: L}
 	s.threads[L] = t
 	return t
