@@ -43,9 +43,11 @@ BENCH_FLAGS ?=
 bench:
 	LUAOP_TEST_CLUSTER_DIR=$(CACHE)/cluster-bench localcluster/with-cluster.sh go run ./bench $(BENCH_FLAGS)
 
-# 2,000 objects with a sleeping daemon each: memory per daemon and idle CPU.
+# 2,000 and 10,000 objects with a sleeping daemon each: memory per daemon (heap,
+# goroutine stacks, RSS) and idle CPU. BENCH_DAEMONS=2000 for one size (about 2 minutes).
+BENCH_DAEMONS ?= 2000,10000
 bench-daemons:
-	LUAOP_TEST_CLUSTER_DIR=$(CACHE)/cluster-bench localcluster/with-cluster.sh go test -run XXX -bench IdleDaemons -benchtime 1x -timeout 20m ./e2e
+	LUAOP_BENCH_DAEMONS=$(BENCH_DAEMONS) LUAOP_TEST_CLUSTER_DIR=$(CACHE)/cluster-bench localcluster/with-cluster.sh go test -run XXX -bench IdleDaemons -benchtime 1x -timeout 40m ./e2e
 
 # I/O-bound handlers: 200 objects whose create handler waits in luaop.sleep(1), luaop
 # --workers=16: time until all are handled, and /healthz latency meanwhile (about 2

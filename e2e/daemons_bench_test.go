@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"runtime"
+	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,12 +38,35 @@ func (h countingHandler) Handle(_ context.Context, r slog.Record) error {
 func (h countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h countingHandler) WithGroup(string) slog.Handler      { return h }
 
-func inUse() (heap, stacks uint64) {
+// memStats: the Go heap in use and the goroutine stacks after two GCs, and the
+// process's VmRSS after the heap's free pages went back to the OS.
+type memStats struct {
+	heap, stacks, rss uint64
+	goroutines        int
+}
+
+func readMem() memStats {
 	runtime.GC()
 	runtime.GC()
+	debug.FreeOSMemory()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
-	return m.HeapInuse, m.StackInuse
+	return memStats{heap: m.HeapInuse, stacks: m.StackInuse, rss: vmRSS(), goroutines: runtime.NumGoroutine()}
+}
+
+// vmRSS is this process's resident set size in bytes (0 if unknown).
+func vmRSS() uint64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseUint(f[1], 10, 64)
+			return kb * 1024
+		}
+	}
+	return 0
 }
 
 func cpuTime() time.Duration {
@@ -49,13 +75,38 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// BenchmarkIdleDaemons: 2,000 objects, each with a daemon sleeping in a loop. It
-// reports the memory each daemon adds (heap and stacks, against the same operator
-// holding the same objects without daemons) and the CPU the operator uses while the
-// daemons sleep. One measurement per run, whatever b.N (the setup is the work).
-// Run: make bench-daemons.
+// daemonCounts: LUAOP_BENCH_DAEMONS, comma-separated (make bench-daemons
+// BENCH_DAEMONS=2000); default 2000 and 10000.
+func daemonCounts(b *testing.B) []int {
+	v := os.Getenv("LUAOP_BENCH_DAEMONS")
+	if v == "" {
+		return []int{2000, 10000}
+	}
+	var ns []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			b.Fatalf("LUAOP_BENCH_DAEMONS=%q: want positive counts, comma-separated", v)
+		}
+		ns = append(ns, n)
+	}
+	return ns
+}
+
+// BenchmarkIdleDaemons: N objects (2,000 and 10,000 by default, LUAOP_BENCH_DAEMONS),
+// each with a daemon sleeping in a loop. It reports the memory each daemon adds
+// against the same operator holding the same objects without daemons: Go heap,
+// goroutine stacks, their sum, and VmRSS (after returning free heap pages to the OS),
+// the goroutines per daemon, and the CPU the operator uses while the daemons sleep.
+// One measurement per run, whatever b.N (the setup is the work). Run: make
+// bench-daemons.
 func BenchmarkIdleDaemons(b *testing.B) {
-	const objects = 2000
+	for _, n := range daemonCounts(b) {
+		b.Run(fmt.Sprintf("daemons=%d", n), func(b *testing.B) { idleDaemons(b, n) })
+	}
+}
+
+func idleDaemons(b *testing.B, objects int) {
 	ns := env.Namespace(b)
 	var wg sync.WaitGroup
 	names := make(chan int)
@@ -77,43 +128,61 @@ func BenchmarkIdleDaemons(b *testing.B) {
 	close(names)
 	wg.Wait()
 
-	run := func(src string, wantStarted int64) (heap, stacks uint64, idleCPU float64, op *testcluster.RunningOperator) {
+	run := func(src string, wantStarted int64) (m memStats, idleCPU float64, op *testcluster.RunningOperator) {
 		var started atomic.Int64
 		log := slog.New(countingHandler{prefix: "daemon started", n: &started})
-		op = env.StartOperator(b, ns, operator.Options{Logger: log, Scripts: script(src)})
-		testcluster.Eventually(b, 3*time.Minute, func() (bool, string) {
+		op = env.StartOperatorAsync(b, ns, operator.Options{Logger: log, Scripts: script(src)})
+		testcluster.Eventually(b, 10*time.Minute, func() (bool, string) { // 10,000 objects take longer than StartOperator's 20 s
+			return op.Ready(), "the operator is not ready (scripts loaded, initial listing processed)"
+		})
+		testcluster.Eventually(b, 10*time.Minute, func() (bool, string) {
 			return started.Load() >= wantStarted, fmt.Sprintf("%d of %d daemons started", started.Load(), wantStarted)
 		})
 		time.Sleep(2 * time.Second) // let the finalizer patches settle
-		heap, stacks = inUse()
+		m = readMem()
 		c0, t0 := cpuTime(), time.Now()
 		time.Sleep(10 * time.Second)
 		idleCPU = float64(cpuTime()-c0) / float64(time.Since(t0)) * 100
-		return heap, stacks, idleCPU, op
+		return m, idleCPU, op
 	}
-	baseHeap, baseStacks, baseCPU, op := run(`
+	base, baseCPU, op := run(`
 		local luaop = require("luaop")
 		luaop.on.event("examples.luaop.dev/v1/widgets", function(ctx) end, { id = "spy" })
 	`, 0)
 	_ = op.Stop()
-	heap, stacks, daemonCPU, op := run(`
+	with, daemonCPU, op := run(`
 		local luaop = require("luaop")
 		luaop.daemon("examples.luaop.dev/v1/widgets", function(ctx)
 			while luaop.sleep(30) do end
 		end, { id = "sleeper" })
-	`, objects)
+	`, int64(objects))
 	_ = op.Stop()
-	for i := 0; i < objects; i++ { // release the finalizers so the namespace can go
-		_, _ = env.Dynamic.Resource(widgets).Namespace(ns).Patch(context.Background(), fmt.Sprintf("w%d", i),
-			types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+	var rel sync.WaitGroup
+	idx := make(chan int)
+	for w := 0; w < 8; w++ { // release the finalizers so the namespace can go
+		rel.Add(1)
+		go func() {
+			defer rel.Done()
+			for i := range idx {
+				_, _ = env.Dynamic.Resource(widgets).Namespace(ns).Patch(context.Background(), fmt.Sprintf("w%d", i),
+					types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+			}
+		}()
 	}
-	heapPer := (float64(heap) - float64(baseHeap)) / objects
-	stackPer := (float64(stacks) - float64(baseStacks)) / objects
+	for i := 0; i < objects; i++ {
+		idx <- i
+	}
+	close(idx)
+	rel.Wait()
+	per := func(a, b uint64) float64 { return (float64(a) - float64(b)) / float64(objects) }
+	heapPer, stackPer, rssPer := per(with.heap, base.heap), per(with.stacks, base.stacks), per(with.rss, base.rss)
 	b.ReportMetric(heapPer+stackPer, "B/daemon")
 	b.ReportMetric(heapPer, "heap-B/daemon")
 	b.ReportMetric(stackPer, "stack-B/daemon")
+	b.ReportMetric(rssPer, "rss-B/daemon")
+	b.ReportMetric(float64(with.goroutines-base.goroutines)/float64(objects), "goroutines/daemon")
 	b.ReportMetric(daemonCPU, "%cpu-idle-daemons")
 	b.ReportMetric(baseCPU, "%cpu-idle-baseline")
-	b.Logf("without daemons: heap %d B, stacks %d B; with %d sleeping daemons: heap %d B, stacks %d B; idle CPU %.3f%% (baseline %.3f%%)",
-		baseHeap, baseStacks, objects, heap, stacks, daemonCPU, baseCPU)
+	b.Logf("without daemons: heap %d B, stacks %d B, RSS %d B, %d goroutines; with %d sleeping daemons: heap %d B, stacks %d B, RSS %d B, %d goroutines; idle CPU %.3f%% (baseline %.3f%%)",
+		base.heap, base.stacks, base.rss, base.goroutines, objects, with.heap, with.stacks, with.rss, with.goroutines, daemonCPU, baseCPU)
 }
