@@ -77,7 +77,7 @@ func TestFieldHandlerRunsOnlyForItsField(t *testing.T) {
 	create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w}, spec: {size: 1, color: red}}")
 	waitField(t, widgets, ns, "w", "status.size.new", int64(1))
 	mergePatch(t, widgets, ns, "w", `{"spec":{"color":"blue"}}`)
-	waitField(t, widgets, ns, "w", "metadata.annotations.luaop\\.dev/last-handled-configuration", `{"spec":{"color":"blue","size":1}}`)
+	waitHandled(t, widgets, ns, "w", `{"spec":{"color":"blue","size":1}}`)
 	mergePatch(t, widgets, ns, "w", `{"spec":{"size":5}}`)
 	waitField(t, widgets, ns, "w", "status.size.old", int64(1))
 	waitField(t, widgets, ns, "w", "status.size.new", int64(5))
@@ -108,13 +108,16 @@ func TestSubhandlersKeepTheirOwnProgress(t *testing.T) {
 	create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w}, spec: {size: 1}}")
 	waitField(t, widgets, ns, "w", "status.steps", map[string]any{"a": "done", "b": "done", "c": "done"})
 	testcluster.Eventually(t, 10*time.Second, func() (bool, string) {
-		ann := get(t, widgets, ns, "w").GetAnnotations()
-		for k := range ann {
+		obj := get(t, widgets, ns, "w")
+		for k := range obj.GetAnnotations() {
 			if strings.HasPrefix(k, "luaop.dev/steps") {
 				return false, "progress of steps still stored: " + k
 			}
 		}
-		_, handled := ann["luaop.dev/last-handled-configuration"]
+		if progress, _, _ := unstructured.NestedMap(obj.Object, "status", "luaop_dev", "progress"); len(progress) > 0 {
+			return false, fmt.Sprintf("progress still stored: %v", progress)
+		}
+		_, handled := diffBaseOf(obj)
 		return handled, "waiting for the cause to complete"
 	})
 	logs := op.Log.String()

@@ -60,7 +60,7 @@ func TestSpecChangesUnderConcurrentDaemonWritesAreNeverSwallowed(t *testing.T) {
 		end, { id = "heartbeat" })
 	`)})
 	create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w}, spec: {size: 0}}")
-	waitField(t, widgets, ns, "w", "metadata.annotations.luaop\\.dev/last-handled-configuration", `{"spec":{"size":0}}`)
+	waitHandled(t, widgets, ns, "w", `{"spec":{"size":0}}`)
 	const last = 40
 	for i := 1; i <= last; i++ {
 		patch := fmt.Sprintf(`{"spec":{"size":%d}}`, i)

@@ -83,11 +83,11 @@ func TestTemporaryErrorRetriesAfterItsDelay(t *testing.T) {
 	var sawProgress bool
 	testcluster.Eventually(t, 15*time.Second, func() (bool, string) {
 		obj := get(t, widgets, ns, "w")
-		if rec, ok := obj.GetAnnotations()["luaop.dev/flaky"]; ok && strings.Contains(rec, `"retries"`) {
+		if rec, ok := progressOf(obj, "flaky"); ok && strings.Contains(rec, `"retries"`) {
 			sawProgress = true
 		}
 		st, _ := obj.Object["status"].(map[string]any)
-		_, progressLeft := obj.GetAnnotations()["luaop.dev/flaky"]
+		_, progressLeft := progressOf(obj, "flaky")
 		return st["flaky"] != nil && !progressLeft, "waiting for status.flaky and the progress annotation's purge"
 	})
 	obj := get(t, widgets, ns, "w")
@@ -115,7 +115,7 @@ func TestPermanentErrorIsNotRetried(t *testing.T) {
 		end, { id = "doomed" })
 	`)})
 	create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w}, spec: {size: 1}}")
-	waitField(t, widgets, ns, "w", "metadata.annotations.luaop\\.dev/last-handled-configuration", `{"spec":{"size":1}}`)
+	waitHandled(t, widgets, ns, "w", `{"spec":{"size":1}}`)
 	time.Sleep(time.Second)
 	logs := op.Log.String()
 	if n := strings.Count(logs, "attempting"); n != 1 {
@@ -137,7 +137,7 @@ func TestRetriesLimitTurnsIntoFailure(t *testing.T) {
 		end, { id = "limited", retries = 2, backoff = 0.2 })
 	`)})
 	create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w}, spec: {size: 1}}")
-	waitField(t, widgets, ns, "w", "metadata.annotations.luaop\\.dev/last-handled-configuration", `{"spec":{"size":1}}`)
+	waitHandled(t, widgets, ns, "w", `{"spec":{"size":1}}`)
 	logs := op.Log.String()
 	if n := strings.Count(logs, "msg=\"try "); n != 2 {
 		t.Errorf("the handler ran %d times, want 2 (retries = 2)", n)

@@ -5,6 +5,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -135,4 +136,45 @@ func processingWith(progress state.ProgressStorage) processing.Options {
 func startWithoutWaiting(t *testing.T, ns string, opts operator.Options) *testcluster.RunningOperator {
 	t.Helper()
 	return env.StartOperatorAsync(t, ns, opts)
+}
+
+// diffBaseOf is the stored diff-base of an object, from whichever storage holds it:
+// annotations, or status (the default for custom resources whose status keeps
+// unknown fields).
+func diffBaseOf(obj *unstructured.Unstructured) (string, bool) {
+	if v, ok := obj.GetAnnotations()["luaop.dev/last-handled-configuration"]; ok {
+		return v, true
+	}
+	v, ok, _ := unstructured.NestedString(obj.Object, "status", "luaop_dev", "last-handled-configuration")
+	return v, ok
+}
+
+// progressOf is a handler's stored progress record as JSON, from either storage.
+func progressOf(obj *unstructured.Unstructured, id string) (string, bool) {
+	if v, ok := obj.GetAnnotations()["luaop.dev/"+id]; ok {
+		return v, true
+	}
+	rec, ok, _ := unstructured.NestedMap(obj.Object, "status", "luaop_dev", "progress", id)
+	if !ok {
+		return "", false
+	}
+	data, _ := json.Marshal(rec)
+	return string(data), true
+}
+
+// waitHandled waits until the object's stored diff-base is want (its last handled
+// state), and returns the object.
+func waitHandled(t *testing.T, gvr schema.GroupVersionResource, ns, name, want string) *unstructured.Unstructured {
+	t.Helper()
+	var obj *unstructured.Unstructured
+	testcluster.Eventually(t, 15*time.Second, func() (bool, string) {
+		var err error
+		obj, err = env.Dynamic.Resource(gvr).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		got, ok := diffBaseOf(obj)
+		return ok && got == want, "waiting for the handled state " + want + ": have " + got
+	})
+	return obj
 }

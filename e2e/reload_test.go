@@ -93,7 +93,7 @@ func TestHotReloadKeepsMemosAndUnchangedDaemons(t *testing.T) {
 	})
 	// Daemons start a cycle before the creation is recorded: change the spec only
 	// once it is, or the creation is (rightly) handled with the new size.
-	waitField(t, widgets, ns, "w", "metadata.annotations.luaop\\.dev/last-handled-configuration", `{"spec":{"size":1}}`)
+	waitHandled(t, widgets, ns, "w", `{"spec":{"size":1}}`)
 	mergePatch(t, widgets, ns, "w", `{"spec":{"size":2}}`)
 	waitField(t, widgets, ns, "w", "status.count", int64(1))
 

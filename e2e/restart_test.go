@@ -33,7 +33,7 @@ func TestRestartMidwayResumesProgress(t *testing.T) {
 	first := startWith(t, ns, operator.Options{Scripts: script(twoStepScript)})
 	create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w}, spec: {size: 1}}")
 	testcluster.Eventually(t, 10*time.Second, func() (bool, string) {
-		rec := get(t, widgets, ns, "w").GetAnnotations()["luaop.dev/second"]
+		rec, _ := progressOf(get(t, widgets, ns, "w"), "second")
 		return strings.Contains(rec, `"retries":1`), "waiting for the second handler's first failure to be stored: " + rec
 	})
 	if err := first.Stop(); err != nil {
@@ -70,7 +70,7 @@ func TestResumeAfterRestartRunsOnceAndNoCreate(t *testing.T) {
 		return strings.Contains(second.Log.String(), "resumed w"), "waiting for the resume handler"
 	})
 	mergePatch(t, widgets, ns, "w", `{"metadata":{"labels":{"touched":"yes"}}}`)
-	waitField(t, widgets, ns, "w", "metadata.annotations.luaop\\.dev/last-handled-configuration", `{"metadata":{"labels":{"touched":"yes"}},"spec":{"size":1}}`)
+	waitHandled(t, widgets, ns, "w", `{"metadata":{"labels":{"touched":"yes"}},"spec":{"size":1}}`)
 	logs := second.Log.String()
 	if n := strings.Count(logs, "resumed w"); n != 1 {
 		t.Errorf("resume ran %d times, want once", n)
@@ -102,7 +102,7 @@ func TestBurstOfUpdatesNeverSeesStaleBodies(t *testing.T) {
 		end, { id = "upd" })
 	`)})
 	create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w}, spec: {counter: 0}}")
-	waitField(t, widgets, ns, "w", "metadata.annotations.luaop\\.dev/last-handled-configuration", `{"spec":{"counter":0}}`)
+	waitHandled(t, widgets, ns, "w", `{"spec":{"counter":0}}`)
 	for i := 1; i <= 200; i++ {
 		mergePatch(t, widgets, ns, "w", fmt.Sprintf(`{"spec":{"counter":%d}}`, i))
 	}

@@ -44,7 +44,14 @@ func (c *cycle) apply(ctx context.Context) error {
 		if err != nil || resp == nil {
 			return err
 		}
-		c.checkPruning(status, resp)
+		if moved := c.fallBackIfStoragePruned(status, resp); moved != nil {
+			merged := state.NewPatch()
+			merged.Merge(main)
+			merged.Merge(moved)
+			main = withUID(merged.Map(), c.mem.uid)
+		} else {
+			c.checkPruning(status, resp)
+		}
 		last = resp
 		c.carriedWritten = c.carriedWritten || c.carried
 	}

@@ -1,7 +1,9 @@
 package processing
 
 import (
+	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/tools/record"
@@ -21,10 +23,19 @@ type Options struct {
 	// Prefix is the annotation and finalizer prefix of this operator. Defaults to
 	// "luaop.dev". Two operators handling the same objects need different prefixes.
 	Prefix string
-	// Progress stores per-handler progress. Defaults to annotations under Prefix.
+	// ProgressStorage and DiffBaseStorage say where per-handler progress and the
+	// last handled essence are kept: StorageAuto (the default) chooses per resource:
+	// status when the resource has a status subresource whose schema keeps the
+	// field StatusField (one /status patch per handled change), annotations
+	// otherwise; StorageAnnotations or StorageStatus force one. Whatever is chosen,
+	// the other storage is read too, so switching never handles anything twice.
+	ProgressStorage, DiffBaseStorage StorageMode
+	// StatusField is the field of status used by status storage. Defaults to Prefix
+	// with dots as underscores ("luaop_dev").
+	StatusField string
+	// Progress and DiffBase, when set, replace the storages above for every
+	// resource, as they are (custom storages).
 	Progress state.ProgressStorage
-	// DiffBase stores the last handled essence. Defaults to the annotation
-	// <Prefix>/last-handled-configuration.
 	DiffBase state.DiffBaseStorage
 	// Lifecycle picks the handlers run per cycle. Defaults to LifecycleAsap.
 	Lifecycle Lifecycle
@@ -87,11 +98,14 @@ func (o *Options) setDefaults() {
 	if o.Prefix == "" {
 		o.Prefix = "luaop.dev"
 	}
-	if o.Progress == nil {
-		o.Progress = state.NewAnnotationsProgress(o.Prefix)
+	if o.StatusField == "" {
+		o.StatusField = strings.ReplaceAll(o.Prefix, ".", "_")
 	}
-	if o.DiffBase == nil {
-		o.DiffBase = state.NewAnnotationsDiffBase(o.Prefix)
+	if o.ProgressStorage == "" {
+		o.ProgressStorage = StorageAuto
+	}
+	if o.DiffBaseStorage == "" {
+		o.DiffBaseStorage = StorageAuto
 	}
 	if o.Lifecycle == "" {
 		o.Lifecycle = LifecycleAsap
@@ -112,6 +126,24 @@ func (o *Options) setDefaults() {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
+}
+
+// StorageMode chooses where the operator's bookkeeping is kept on objects.
+type StorageMode string
+
+const (
+	StorageAuto        StorageMode = "auto"
+	StorageAnnotations StorageMode = "annotations"
+	StorageStatus      StorageMode = "status"
+)
+
+// ParseStorageMode checks a storage setting.
+func ParseStorageMode(s string) (StorageMode, error) {
+	switch m := StorageMode(s); m {
+	case StorageAuto, StorageAnnotations, StorageStatus:
+		return m, nil
+	}
+	return "", fmt.Errorf("unknown storage %q: use auto, annotations or status", s)
 }
 
 // Finalizer is the finalizer this operator puts on objects that need it.

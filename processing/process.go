@@ -81,7 +81,7 @@ func (o *Operator) process(ctx context.Context, key objectKey) (time.Duration, e
 		}
 		mem.eventPatch.Merge(eventPatch.Map())
 	}
-	c := &cycle{op: o, key: key, info: info, body: latest, log: log, now: now, patch: state.NewPatch(), specs: specs, st: st, mem: mem}
+	c := &cycle{op: o, key: key, info: info, store: info.storage(), body: latest, log: log, now: now, patch: state.NewPatch(), specs: specs, st: st, mem: mem}
 
 	// Indexes and daemons follow the newest body at once; they need no consistency.
 	c.updateIndexes(ctx)
@@ -258,6 +258,7 @@ type cycle struct {
 	op    *Operator
 	key   objectKey
 	info  *resourceInfo
+	store *storage // where this resource's bookkeeping lives, for this cycle
 	body  *unstructured.Unstructured
 	specs []causes.Spec
 	log   *slog.Logger
@@ -291,7 +292,7 @@ func (c *cycle) run(ctx context.Context, facts objectFacts) (time.Duration, erro
 	o := c.op
 	body := c.body.Object
 	finalizer := o.opts.finalizer()
-	detected := detectChangeCauseWith(body, o.opts.Prefix, finalizer, o.opts.DiffBase, facts, c.handlerFields())
+	detected := detectChangeCauseWith(body, o.opts.Prefix, finalizer, c.store.diffBase, facts, c.handlerFields())
 	if detected.diffBaseProblem != nil {
 		c.log.Warn(detected.diffBaseProblem.Error())
 	}
@@ -323,7 +324,10 @@ func (c *cycle) run(ctx context.Context, facts objectFacts) (time.Duration, erro
 		if err := c.apply(ctx); err != nil { // what daemons and event handlers wrote
 			return 0, err
 		}
-		return 0, c.patchFinalizers(ctx, needed)
+		if err := c.patchFinalizers(ctx, needed); err != nil || !o.opts.DryRun {
+			return 0, err
+		}
+		// A dry run writes no finalizer, so no event follows: go on as if it had.
 	}
 
 	// A cause runs over several cycles (one handler per cycle by default). Once one
@@ -536,7 +540,7 @@ func (c *cycle) handle(ctx context.Context, cause causes.Cause, facts objectFact
 	specs, perHandler := c.selectHandlers(ctx, cause, facts)
 	states := make([]handlerState, len(specs))
 	for i, spec := range specs {
-		rec, found := o.opts.Progress.Fetch(body, spec.ID)
+		rec, found := c.store.progress.Fetch(body, spec.ID)
 		if found && rec.Purpose != "" && rec.Purpose != string(cause.Reason) {
 			// A record left by another cause (an update arrived while a create
 			// was retrying): this cause starts fresh.
@@ -584,7 +588,7 @@ func (c *cycle) handle(ctx context.Context, cause causes.Cause, facts objectFact
 	}
 	for _, h := range states {
 		if h.found || h.record.Started != nil {
-			o.opts.Progress.Store(body, c.patch, h.spec.ID, h.record)
+			c.store.progress.Store(body, c.patch, h.spec.ID, h.record)
 		}
 	}
 	if err := c.apply(ctx); err != nil {
@@ -613,7 +617,7 @@ func (c *cycle) finishCause(cause causes.Cause, states []handlerState) {
 	purge := func(id string) {
 		if !purged[id] {
 			purged[id] = true
-			o.opts.Progress.Purge(body, c.patch, id)
+			c.store.progress.Purge(body, c.patch, id)
 		}
 	}
 	for _, h := range states {
@@ -625,7 +629,7 @@ func (c *cycle) finishCause(cause causes.Cause, states []handlerState) {
 	}
 	for _, spec := range c.specs {
 		if spec.Kind == causes.KindChange {
-			if rec, ok := o.opts.Progress.Fetch(body, spec.ID); ok {
+			if rec, ok := c.store.progress.Fetch(body, spec.ID); ok {
 				c.purgeSubrefs(rec.Subrefs, 0)
 				purge(spec.ID)
 			}
@@ -648,7 +652,7 @@ func (c *cycle) finishCause(cause causes.Cause, states []handlerState) {
 		handled = c.finishEssence // what the first finishers saw (see run)
 	}
 	essence, _ := handled.(map[string]any)
-	if err := o.opts.DiffBase.Store(body, c.patch, essence); err != nil {
+	if err := c.store.diffBase.Store(body, c.patch, essence); err != nil {
 		c.log.Error("cannot store the diff-base: the next change will be seen as a creation again; "+
 			"keep big data out of the spec or use a custom storage", "error", err)
 	}
@@ -660,10 +664,10 @@ func (c *cycle) purgeSubrefs(ids []string, depth int) {
 		return
 	}
 	for _, id := range ids {
-		if rec, ok := c.op.opts.Progress.Fetch(c.body.Object, id); ok {
+		if rec, ok := c.store.progress.Fetch(c.body.Object, id); ok {
 			c.purgeSubrefs(rec.Subrefs, depth+1)
 		}
-		c.op.opts.Progress.Purge(c.body.Object, c.patch, id)
+		c.store.progress.Purge(c.body.Object, c.patch, id)
 	}
 }
 
@@ -742,7 +746,7 @@ func (c *cycle) runSubhandlers(ctx context.Context, parent causes.Spec, rec stat
 	children := make([]handlerState, len(subs))
 	rec.Subrefs = rec.Subrefs[:0]
 	for i, sub := range subs {
-		child, found := o.opts.Progress.Fetch(body, sub.ID)
+		child, found := c.store.progress.Fetch(body, sub.ID)
 		if found && child.Purpose != "" && child.Purpose != string(reason) {
 			child, found = state.HandlerRecord{}, false
 		}
@@ -755,7 +759,7 @@ func (c *cycle) runSubhandlers(ctx context.Context, parent causes.Spec, rec stat
 	}
 	for _, ch := range children {
 		if ch.found || ch.record.Started != nil {
-			o.opts.Progress.Store(body, c.patch, ch.spec.ID, ch.record)
+			c.store.progress.Store(body, c.patch, ch.spec.ID, ch.record)
 		}
 		c.subhandlerIDs = append(c.subhandlerIDs, ch.spec.ID)
 	}

@@ -62,6 +62,7 @@ func (o *Operator) refreshResources(ctx context.Context, specs []causes.Spec) {
 	var missing []causes.Resource
 	for _, spelling := range fresh {
 		if info, err := lookupResource(o.disco, spelling); err == nil {
+			o.settleStorage(ctx, info)
 			resolved[spelling] = info
 		} else {
 			missing = append(missing, spelling)
@@ -87,6 +88,17 @@ func (o *Operator) refreshResources(ctx context.Context, specs []causes.Spec) {
 			o.resolveAndWatch(ctx, spelling)
 		}()
 	}
+}
+
+// settleStorage chooses where a resolved resource's bookkeeping goes, and says so.
+func (o *Operator) settleStorage(ctx context.Context, info *resourceInfo) {
+	s := o.chooseStorage(ctx, info)
+	info.store.Store(s)
+	where := "annotations"
+	if s.inStatus {
+		where = "status"
+	}
+	o.log.Info("storage chosen", "resource", causes.Resource{GroupVersionResource: info.gvr}.String(), "storage", where, "reason", s.reason)
 }
 
 // bind records resolved spellings and returns the watchers to start (one per
@@ -131,6 +143,7 @@ func (o *Operator) resolveAndWatch(ctx context.Context, spelling causes.Resource
 	if err != nil {
 		return // ctx cancelled
 	}
+	o.settleStorage(ctx, info)
 	for _, w := range o.bind(map[causes.Resource]*resourceInfo{spelling: info}) {
 		w.run(ctx)
 	}

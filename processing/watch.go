@@ -24,6 +24,8 @@ type resourceInfo struct {
 	kind              string
 	namespaced        bool
 	statusSubresource bool
+	// store is where the resource's bookkeeping lives (storage.go).
+	store atomic.Pointer[storage]
 }
 
 // watcher runs the informers of one canonical resource. Informers (reflectors) list,

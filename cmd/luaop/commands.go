@@ -24,7 +24,6 @@ import (
 	"github.com/luaop/luaop/metrics"
 	"github.com/luaop/luaop/operator"
 	"github.com/luaop/luaop/processing"
-	"github.com/luaop/luaop/state"
 )
 
 func newDevCommand(v *viper.Viper) *cobra.Command {
@@ -134,12 +133,9 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 		ShutdownGracePeriod: s.ShutdownGrace,
 		Logger:              log,
 	}
-	if s.ProgressStorage == "status" {
-		popts.Progress = state.NewStatusProgress(statusField(s.Prefix))
-	}
-	if s.DiffBaseStorage == "status" {
-		popts.DiffBase = state.NewStatusDiffBase(statusField(s.Prefix))
-	}
+	popts.ProgressStorage = processing.StorageMode(s.ProgressStorage)
+	popts.DiffBaseStorage = processing.StorageMode(s.DiffBaseStorage)
+	popts.StatusField = statusField(s.Prefix)
 	operator.Instrument(&popts, m)
 	oopts := operator.Options{
 		ScriptsDir: dir,

@@ -192,6 +192,7 @@ func generateRBAC(cmd *cobra.Command, dir string, o rbacOptions) (string, []stri
 				o.Name, ns, o.Name, saName, saNS)
 		}
 	} else {
+		rules.WriteString("# CustomResourceDefinitions: read to choose where progress is kept (status when the schema\n# keeps it: one write per handled change; annotations otherwise).\n- apiGroups: [apiextensions.k8s.io]\n  resources: [customresourcedefinitions]\n  verbs: [get]\n")
 		fmt.Fprintf(&b, "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: %s\nrules:\n%s", o.Name, rules.String())
 		fmt.Fprintf(&b, "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: %s\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: %s\nsubjects:\n- kind: ServiceAccount\n  name: %s\n  namespace: %s\n",
 			o.Name, o.Name, saName, saNS)

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/luaop/luaop/luabind"
+	"github.com/luaop/luaop/processing"
 )
 
 // settings are every option of the operator, read through viper from flags,
@@ -68,8 +69,8 @@ func addOperatorFlags(fs *pflag.FlagSet, logFormat string) {
 	fs.Int("workers", 16, "objects processed at once")
 	fs.Int("shards", 0, "Lua states running handlers in parallel (0: one per CPU)")
 	fs.String("prefix", "luaop.dev", "prefix of the annotations and the finalizer this operator writes")
-	fs.String("progress-storage", "annotations", "where handler progress is kept: annotations or status")
-	fs.String("diffbase-storage", "annotations", "where the last handled state is kept: annotations or status (status and status progress make one /status patch per cycle)")
+	fs.String("progress-storage", "auto", "where handler progress is kept: auto (per resource: status when the CRD has a status subresource whose schema keeps unknown fields, else annotations), annotations or status")
+	fs.String("diffbase-storage", "auto", "where the last handled state is kept: auto, annotations or status (status for both makes one /status patch per handled change)")
 	fs.String("lifecycle", "asap", "handlers run per cycle: asap (one, fewest retries first), one-by-one, all-at-once")
 	fs.Duration("handler-timeout", 30*time.Second, "deadline of one Lua handler call")
 	fs.Duration("consistency-timeout", 5*time.Second, "how long change handlers wait for the operator's own last patch to come back through the watch")
@@ -128,8 +129,8 @@ func loadSettings(cmd *cobra.Command, v *viper.Viper) (settings, error) {
 		s.Kubeconfig = os.Getenv("KUBECONFIG")
 	}
 	for flag, value := range map[string]string{"progress-storage": s.ProgressStorage, "diffbase-storage": s.DiffBaseStorage} {
-		if value != "annotations" && value != "status" {
-			return s, fmt.Errorf("--%s=%q: use annotations or status", flag, value)
+		if _, err := processing.ParseStorageMode(value); err != nil {
+			return s, fmt.Errorf("--%s: %w", flag, err)
 		}
 	}
 	if s.ProbeCache < 0 {

@@ -25,7 +25,7 @@ func TestSettingsPrecedence(t *testing.T) {
 		check func(t *testing.T, s settings)
 	}{
 		{"defaults", nil, nil, func(t *testing.T, s settings) {
-			if s.Workers != 16 || s.Prefix != "luaop.dev" || s.LogFormat != "json" || s.HandlerTimeout != 30*time.Second || s.ProgressStorage != "annotations" {
+			if s.Workers != 16 || s.Prefix != "luaop.dev" || s.LogFormat != "json" || s.HandlerTimeout != 30*time.Second || s.ProgressStorage != "auto" || s.DiffBaseStorage != "auto" {
 				t.Errorf("defaults: %+v", s)
 			}
 		}},

@@ -1,0 +1,122 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/luaop/luaop/operator"
+	"github.com/luaop/luaop/processing"
+	"github.com/luaop/luaop/testcluster"
+)
+
+// Issue 13: with no storage setting, a custom resource whose status is a subresource
+// and keeps unknown fields gets its bookkeeping in status: a handled creation is one
+// write (the object changes once), and the choice is logged with its reason. A CRD
+// whose status schema would prune it stays on annotations, with the reason.
+func TestDefaultStorageIsOneStatusPatchWhereTheSchemaKeepsIt(t *testing.T) {
+	ns := env.Namespace(t)
+	op := startWith(t, ns, operator.Options{Scripts: script(`
+		local luaop = require("luaop")
+		luaop.on.create("examples.luaop.dev/v1/widgets", function(ctx) return "done" end, { id = "once" })
+		luaop.on.create("e2e.luaop.dev/v1/strictthings", function(ctx) ctx.patch.status.phase = "Made" end, { id = "strict" })
+	`)})
+	obj := create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w}, spec: {size: 1}}")
+	w, err := env.Dynamic.Resource(widgets).Namespace(ns).Watch(context.Background(), metav1.ListOptions{
+		FieldSelector: "metadata.name=w", ResourceVersion: obj.GetResourceVersion()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	modified := 0
+	for timeout := time.After(2 * time.Second); ; {
+		select {
+		case ev := <-w.ResultChan():
+			if ev.Type == "MODIFIED" {
+				modified++
+			}
+			continue
+		case <-timeout:
+		}
+		break
+	}
+	got := get(t, widgets, ns, "w")
+	if modified != 1 {
+		t.Errorf("the object changed %d times after its creation, want once (one /status patch)", modified)
+	}
+	if base, ok := diffBaseOf(got); !ok || len(got.GetAnnotations()) != 0 {
+		t.Errorf("want the diff-base in status and no annotation: diff-base %q, annotations %v", base, got.GetAnnotations())
+	}
+	logs := op.Log.String()
+	if !strings.Contains(logs, `msg="storage chosen" resource=examples.luaop.dev/v1/widgets storage=status`) {
+		t.Errorf("the choice for widgets is not logged as status:\n%s", logs)
+	}
+	if !strings.Contains(logs, `msg="storage chosen" resource=e2e.luaop.dev/v1/strictthings storage=annotations reason="the status schema would prune`) {
+		t.Errorf("the choice for strict things is not logged as annotations with its reason:\n%s", logs)
+	}
+	create(t, strictThings, ns, "{apiVersion: e2e.luaop.dev/v1, kind: StrictThing, metadata: {name: s}, spec: {size: 1}}")
+	waitHandled(t, strictThings, ns, "s", `{"spec":{"size":1}}`)
+	if _, ok := get(t, strictThings, ns, "s").GetAnnotations()["luaop.dev/last-handled-configuration"]; !ok {
+		t.Errorf("strict things keep their diff-base in annotations")
+	}
+}
+
+// Issue 13: switching storage (an upgrade to the new default, or a setting changed)
+// never runs a handler again: objects handled in one storage are read from it by an
+// operator using the other, and their bookkeeping moves on the next change.
+func TestSwitchingStorageNeverRunsAHandlerAgain(t *testing.T) {
+	for _, from := range []processing.StorageMode{processing.StorageAnnotations, processing.StorageStatus} {
+		to := processing.StorageStatus
+		if from == processing.StorageStatus {
+			to = processing.StorageAnnotations
+		}
+		t.Run(fmt.Sprintf("%s to %s", from, to), func(t *testing.T) {
+			ns := env.Namespace(t)
+			src := `
+				local luaop = require("luaop")
+				luaop.on.create("examples.luaop.dev/v1/widgets", function(ctx)
+					ctx.logger.info("RUN create " .. ctx.name)
+					return "made"
+				end, { id = "made" })
+				luaop.on.update("examples.luaop.dev/v1/widgets", function(ctx)
+					ctx.logger.info("RUN update " .. ctx.name)
+					return ctx.spec.size
+				end, { id = "updated" })
+			`
+			mode := func(m processing.StorageMode) operator.Options {
+				return operator.Options{Scripts: script(src), Processing: processing.Options{ProgressStorage: m, DiffBaseStorage: m}}
+			}
+			first := startWith(t, ns, mode(from))
+			for i := 0; i < 5; i++ {
+				create(t, widgets, ns, fmt.Sprintf("{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w%d}, spec: {size: 1}}", i))
+			}
+			for i := 0; i < 5; i++ {
+				waitHandled(t, widgets, ns, fmt.Sprintf("w%d", i), `{"spec":{"size":1}}`)
+			}
+			if err := first.Stop(); err != nil {
+				t.Fatal(err)
+			}
+			second := startWith(t, ns, mode(to))
+			time.Sleep(time.Second)
+			if n := strings.Count(second.Log.String(), "RUN "); n != 0 {
+				t.Fatalf("%d handler runs after switching storage, want none:\n%s", n, second.Log.String())
+			}
+			mergePatch(t, widgets, ns, "w0", `{"spec":{"size":2}}`)
+			obj := waitHandled(t, widgets, ns, "w0", `{"spec":{"size":2}}`)
+			testcluster.Eventually(t, 5*time.Second, func() (bool, string) {
+				return strings.Count(second.Log.String(), "RUN update w0") == 1, "waiting for the update"
+			})
+			_, inAnnotations := obj.GetAnnotations()["luaop.dev/last-handled-configuration"]
+			if inAnnotations != (to == processing.StorageAnnotations) {
+				t.Errorf("after the change the diff-base is in annotations: %v, want %v", inAnnotations, to == processing.StorageAnnotations)
+			}
+			if n := strings.Count(second.Log.String(), "RUN "); n != 1 {
+				t.Errorf("%d handler runs after switching storage and one change, want 1:\n%s", n, second.Log.String())
+			}
+		})
+	}
+}
