@@ -326,3 +326,67 @@ func TestPrematchUsesTheHandlersFieldAndSkipsOldNewFilters(t *testing.T) {
 	e.patch("w1", `{"status":{"phase":"Ready"}}`)
 	e.eventually("the handler ran for Pending -> Ready", func() bool { return len(h.callsOf("ready_fn", "w1")) == 1 })
 }
+
+// widgetsCRD is the CustomResourceDefinition of the test widgets: status is a
+// subresource and keeps unknown fields, so "auto" storage keeps progress in status.
+func widgetsCRD() *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+		"metadata": map[string]any{"name": "widgets.example.luaop.dev"},
+		"spec": map[string]any{"group": "example.luaop.dev", "versions": []any{map[string]any{
+			"name": "v1", "subresources": map[string]any{"status": map[string]any{}},
+			"schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "properties": map[string]any{
+				"status": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}},
+		}}},
+	}}
+}
+
+// Issue 13: with auto storage and a CRD that keeps it, the bookkeeping goes to status
+// (one /status patch per handled change, no annotation).
+func TestAutoStorageKeepsProgressInStatusWhenTheSchemaKeepsIt(t *testing.T) {
+	h := newFakeHandlers()
+	h.add(changeSpec("create_fn", causes.Create), func(ctx context.Context, call causes.Call) (causes.Result, error) {
+		return causes.Result{Value: "made"}, nil
+	})
+	e := startEnv(t, h, Options{}, widgetsCRD())
+	e.create("w1", map[string]any{"size": int64(1)})
+	e.eventually("the diff-base in status", func() bool {
+		_, ok, _ := unstructured.NestedString(e.get("w1").Object, "status", "luaop_dev", "last-handled-configuration")
+		return ok
+	})
+	if a := e.get("w1").GetAnnotations(); len(a) != 0 {
+		t.Errorf("annotations written with status storage: %v", a)
+	}
+	var writes int
+	for _, a := range e.dyn.Actions() {
+		if a.GetVerb() == "patch" && a.GetResource() == widgetsGVR {
+			writes++
+		}
+	}
+	if writes != 1 {
+		t.Errorf("%d patches for one handled creation, want 1", writes)
+	}
+}
+
+// Issue 13: when the server turns out to prune the status storage (the CRD's schema
+// changed), the resource falls back to annotations and what was pruned is written
+// there at once: no handler runs again.
+func TestPrunedStatusStorageFallsBackToAnnotationsWithoutRunningAgain(t *testing.T) {
+	h := newFakeHandlers()
+	h.add(changeSpec("create_fn", causes.Create), func(ctx context.Context, call causes.Call) (causes.Result, error) {
+		return causes.Result{Value: "made"}, nil
+	})
+	h.add(changeSpec("update_fn", causes.Update), nil)
+	e := startEnv(t, h, Options{pruneStatusField: "luaop_dev"}, widgetsCRD())
+	e.create("w1", map[string]any{"size": int64(1)})
+	e.eventually("the diff-base moved to annotations", func() bool {
+		_, ok := e.annotations("w1")["luaop.dev/last-handled-configuration"]
+		return ok
+	})
+	e.never("the create handler running again", func() bool { return len(h.callsOf("create_fn", "w1")) > 1 })
+	e.patch("w1", `{"spec":{"size":2}}`)
+	e.eventually("an update handled from the annotations", func() bool { return len(h.callsOf("update_fn", "w1")) == 1 })
+	if v, _, _ := unstructured.NestedString(e.get("w1").Object, "status", "create_fn"); v != "made" {
+		t.Errorf("the handler's result was lost: %q", v)
+	}
+}

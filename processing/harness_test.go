@@ -208,9 +208,9 @@ func startEnv(t *testing.T, h *fakeHandlers, opts Options, objects ...*unstructu
 		objs = append(objs, o)
 	}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(newScheme(), map[schema.GroupVersionResource]string{
-		widgetsGVR: "WidgetList", configmapsGVR: "ConfigMapList",
+		widgetsGVR: "WidgetList", configmapsGVR: "ConfigMapList", crdsGVR: "CustomResourceDefinitionList",
 	}, objs...)
-	stampResourceVersions(dyn)
+	stampResourceVersions(dyn, opts.pruneStatusField)
 	clk := testingclock.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	opts.Clock = clk
 	if opts.Logger == nil {
@@ -360,7 +360,9 @@ func uidPrecondition(old runtime.Object, patch []byte) error {
 // respect the core relies on: every write gives the object a new, increasing
 // resourceVersion, which the watch then delivers (client-go's tracker keeps its
 // versions aside and never writes them into objects).
-func stampResourceVersions(dyn *dynamicfake.FakeDynamicClient) {
+// prune, when it names a field of status, is dropped from every /status write, as a
+// server whose CRD schema does not keep it would.
+func stampResourceVersions(dyn *dynamicfake.FakeDynamicClient, prune string) {
 	var mu sync.Mutex
 	var rv int64 = 100
 	next := func() string { rv++; return fmt.Sprint(rv) }
@@ -410,6 +412,9 @@ func stampResourceVersions(dyn *dynamicfake.FakeDynamicClient) {
 			u := &unstructured.Unstructured{}
 			if err := json.Unmarshal(merged, &u.Object); err != nil {
 				return true, nil, err
+			}
+			if prune != "" && a.GetSubresource() == "status" {
+				unstructured.RemoveNestedField(u.Object, "status", prune)
 			}
 			u.SetResourceVersion(next())
 			if err := tracker.Update(a.GetResource(), u, a.GetNamespace()); err != nil {
