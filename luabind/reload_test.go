@@ -38,6 +38,9 @@ luaop.on.create("example.com/v1/widgets", function(ctx) return "c" end, {id = "c
 	if want := []string{"b.lua"}; !reflect.DeepEqual(rep.Compiled, want) {
 		t.Errorf("reload compiled %v, want %v", rep.Compiled, want)
 	}
+	if rep.Held <= 0 || rep.Held > rep.Took {
+		t.Errorf("Held = %s, want more than 0 and at most Took (%s)", rep.Held, rep.Took)
+	}
 	for uid, want := range map[string]any{"u1": "b2", "u2": "b2", "u3": "b2"} { // several shards
 		if res := rttMustInvoke(t, rt, "b", rttCause(uid)); res.Value != want {
 			t.Errorf("%s: b = %#v, want %#v", uid, res.Value, want)

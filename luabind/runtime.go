@@ -148,6 +148,9 @@ type LoadReport struct {
 	Handlers []causes.Spec
 	Hash     string
 	Took     time.Duration
+	// Held is the longest time the load held one Lua state (running the scripts
+	// there; the shards run in parallel): the longest a handler call waited for it.
+	Held time.Duration
 }
 
 // Load compiles and runs the scripts in every shard and, only if all of that
@@ -229,11 +232,13 @@ func (r *Runtime) Load(ctx context.Context, scripts []Script) (LoadReport, error
 	}
 	gen := &generation{specs: first.specs, filters: first.filters, hooks: first.hooks,
 		hash: hex.EncodeToString(hash.Sum(nil)), files: files, protoKeys: keys}
+	var held time.Duration
 	for i, sh := range r.shards {
 		sh.commit(staged[i])
+		held = max(held, staged[i].held)
 	}
 	r.gen.Store(gen)
-	return LoadReport{Files: files, Compiled: compiled, Handlers: append(append([]causes.Spec(nil), gen.specs...), gen.hooks...), Hash: gen.hash, Took: time.Since(start)}, nil
+	return LoadReport{Files: files, Compiled: compiled, Handlers: append(append([]causes.Spec(nil), gen.specs...), gen.hooks...), Hash: gen.hash, Took: time.Since(start), Held: held}, nil
 }
 
 // inCurrent tells whether the current generation uses a compiled file.

@@ -7,6 +7,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"time"
 
 	lua "github.com/yuin/gopher-lua"
 
@@ -75,6 +76,8 @@ type collected struct {
 type shardGeneration struct {
 	fns map[string]*handlerFns
 	env *lua.LTable
+	// held is how long staging held the shard: its calls waited at most that long.
+	held time.Duration
 }
 
 func newShard(rt *Runtime, idx int) *shard {
@@ -121,6 +124,7 @@ func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lu
 		return nil, nil, fmt.Errorf("loading the scripts: %w", err)
 	}
 	defer s.unlock()
+	locked := time.Now()
 	L := s.L
 	env := L.NewTable()
 	envMT := L.NewTable()
@@ -196,7 +200,7 @@ func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lu
 			return nil, nil, err
 		}
 	}
-	return &shardGeneration{fns: col.fns, env: env}, col, nil
+	return &shardGeneration{fns: col.fns, env: env, held: time.Since(locked)}, col, nil
 }
 
 func (s *shard) commit(g *shardGeneration) {
