@@ -18,6 +18,8 @@
 //  4. resume: the operator is stopped (SIGTERM) and started again on the N handled
 //     objects: time to /readyz 200 (luaop) or to exit with all seen done (reference),
 //     and how many handlers ran again (expected: none).
+//  5. drain: N objects created on a fresh namespace with no operator running, then
+//     the operator started: time until every object is handled.
 //
 // See BENCHMARKS.md for the method, the figures and their analysis.
 package main
@@ -280,12 +282,12 @@ func repoRoot() (string, error) {
 // --- the report ---------------------------------------------------------------------
 
 func printTable(w *os.File, results []*runResult, ns []int, workers, creators int) {
-	fmt.Fprintf(w, "\nluaop vs bare client-go: %d workers each, %d concurrent clients sending; medians of the runs of each N (all runs under details);\naims: ratio >= 0.9 at N=1000, < 7 KB/object beyond the reference, 0 re-runs (the worst run counts)\n\n",
+	fmt.Fprintf(w, "\nluaop vs bare client-go: %d workers each, %d concurrent clients sending; medians of the runs of each N (all runs under details);\naims: ratio >= 0.9 at N=1000, < 7 KB/object beyond the reference, 0 re-runs (the worst run counts);\nlatency: storms (live) = the object's create/patch call returned -> its result seen by the watch; drain = the operator's spawn -> the object seen handled;\ndrain = N objects created with no operator running, then the operator started: obj/s (time from the spawn to the last one handled)\n\n",
 		workers, creators)
 	all := results
 	results = aggregate(results)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "scenario\tN\tbare obj/s\tluaop obj/s\tratio\tp50 bare / luaop\tp99 bare / luaop\tpeak RSS bare\tpeak RSS luaop\tre-runs")
+	fmt.Fprintln(tw, "scenario\tN\tbare obj/s\tluaop obj/s\tratio\tlatency p50 bare / luaop\tlatency p99 bare / luaop\tpeak RSS bare\tpeak RSS luaop\tre-runs")
 	for _, n := range ns {
 		bare := find(results, "bare", n)
 		for _, r := range results {
@@ -324,6 +326,16 @@ func printTable(w *os.File, results []*runResult, ns []int, workers, creators in
 			fmt.Fprintf(tw, "resume%s\t%d\t%s\t%s\t%s\t\t\t%s\t%s\t%s\n", suffix, n,
 				resumeCell(n, br.took), resumeCell(n, r.resume.took), ratio(perSec(n, br.took), perSec(n, r.resume.took), 0),
 				mib(br.peakRSS), mib(r.resume.peakRSS), reruns(r.resume.reruns, r.resume.reruns >= 0))
+			// drain: N objects waiting, then the operator starts; obj/s (time to all
+			// handled), latency from the spawn to each object handled.
+			var bd drainResult
+			if ok(bare) {
+				bd = bare.drain
+			}
+			fmt.Fprintf(tw, "drain%s\t%d\t%s\t%s\t%s\t%s / %s\t%s / %s\t%s\t%s\t%s\n", suffix, n,
+				resumeCell(n, bd.took), resumeCell(n, r.drain.took), ratio(bd.rate, r.drain.rate, 0),
+				ms(bd.p50), ms(r.drain.p50), ms(bd.p99), ms(r.drain.p99), mib(bd.peakRSS), mib(r.drain.peakRSS),
+				reruns(r.drain.runs-n, r.drain.runs >= 0))
 			// memory: bytes per object idle.
 			if r.measurable || r.rssN > 0 {
 				bb, lb := perObject(bare), perObject(r)
@@ -389,7 +401,7 @@ func printTable(w *os.File, results []*runResult, ns []int, workers, creators in
 
 	fmt.Fprintln(w, "\ndetails: CPU = user+system time of the process during the phase; writes = new resourceVersions the benchmark's watch saw, per object;\nserver = CPU of kube-apiserver+etcd+kube-controller-manager during the storm; others = CPU of everything else (kernel, other work on the machine;\nthe benchmark's own senders and watch excluded); busy = share of all the machine's CPUs in use during the storm")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "impl\tN\trun\tcreate: sent in / all handled / CPU / writes / server / others / busy\tupdate: sent in / all handled / CPU / writes / server / others / busy\trestart: ready / idle / CPU / writes\tRSS empty / N idle / peak\tobject\thandler runs (create, update)")
+	fmt.Fprintln(tw, "impl\tN\trun\tcreate: sent in / all handled / CPU / writes / server / others / busy\tupdate: sent in / all handled / CPU / writes / server / others / busy\trestart: ready / idle / CPU / writes\tdrain: created in / all handled / CPU\tRSS empty / N idle / peak\tobject\thandler runs (create, update)")
 	for _, r := range all {
 		if r.err != nil {
 			fmt.Fprintf(tw, "%s\t%d\t%d\tFAILED: %s\n", r.variant, r.n, r.rep, truncate(r.err.Error(), 160))
@@ -403,10 +415,11 @@ func printTable(w *os.File, results []*runResult, ns []int, workers, creators in
 		if r.resume.quiet > 0 {
 			quiet = secs(r.resume.quiet)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s / %s / %s / %.2f / %s / %s / %.0f%%\t%s / %s / %s / %.2f / %s / %s / %.0f%%\t%s / %s / %s / %d\t%s / %s / %s\t%d B\t%s\n", r.variant, r.n, r.rep,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s / %s / %s / %.2f / %s / %s / %.0f%%\t%s / %s / %s / %.2f / %s / %s / %.0f%%\t%s / %s / %s / %d\t%s / %s / %s\t%s / %s / %s\t%d B\t%s\n", r.variant, r.n, r.rep,
 			secs(r.create.issue), secs(r.create.total), cpu(r.create.cpu), float64(r.create.writes)/float64(r.n), cpu(r.create.server), cpu(r.create.other), 100*r.create.busy,
 			secs(r.update.issue), secs(r.update.total), cpu(r.update.cpu), float64(r.update.writes)/float64(r.n), cpu(r.update.server), cpu(r.update.other), 100*r.update.busy,
 			secs(r.resume.took), quiet, cpu(r.resume.cpu), r.resume.writes,
+			secs(r.drain.created), secs(r.drain.took), cpu(r.drain.cpu),
 			mib(r.rss0), mib(r.rssN), mib(r.firstPeak), r.objBytes, runs)
 	}
 	tw.Flush()
@@ -560,6 +573,16 @@ func aggregate(results []*runResult) []*runResult {
 				writes:  worst(g, func(r *runResult) int { return r.resume.writes }),
 				peakRSS: med(g, func(r *runResult) int64 { return r.resume.peakRSS }),
 				cpu:     med(g, func(r *runResult) time.Duration { return r.resume.cpu }),
+			}
+			agg.drain = drainResult{
+				took:    med(g, func(r *runResult) time.Duration { return r.drain.took }),
+				rate:    med(g, func(r *runResult) float64 { return r.drain.rate }),
+				p50:     med(g, func(r *runResult) time.Duration { return r.drain.p50 }),
+				p99:     med(g, func(r *runResult) time.Duration { return r.drain.p99 }),
+				created: med(g, func(r *runResult) time.Duration { return r.drain.created }),
+				peakRSS: med(g, func(r *runResult) int64 { return r.drain.peakRSS }),
+				cpu:     med(g, func(r *runResult) time.Duration { return r.drain.cpu }),
+				runs:    worst(g, func(r *runResult) int { return r.drain.runs - r.n }) + g[0].n,
 			}
 			agg.rss0 = med(g, func(r *runResult) int64 { return r.rss0 })
 			agg.rssN = med(g, func(r *runResult) int64 { return r.rssN })

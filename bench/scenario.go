@@ -46,6 +46,18 @@ type resumeResult struct {
 	cpu     time.Duration
 }
 
+// drainResult: N objects created with no operator running, then the operator started.
+type drainResult struct {
+	took    time.Duration // spawn -> the last object seen handled
+	rate    float64       // N / took
+	p50     time.Duration // spawn -> each object seen handled
+	p99     time.Duration
+	created time.Duration // how long creating the N objects took (no operator running)
+	peakRSS int64         // VmHWM at the end
+	cpu     time.Duration // CPU time of the process from spawn to the last object handled
+	runs    int           // create handler runs counted in the log (luaop); -1: n/a
+}
+
 type runResult struct {
 	variant    string
 	n          int
@@ -53,6 +65,7 @@ type runResult struct {
 	create     stormResult
 	update     stormResult
 	resume     resumeResult
+	drain      drainResult
 	rss0, rssN int64 // VmRSS idle on the empty namespace, then holding N objects (in-process: Go heap+stacks)
 	firstPeak  int64 // the first process's peak RSS over its life (VmHWM)
 	firstCPU   time.Duration
@@ -256,7 +269,137 @@ func runVariant(ctx context.Context, cl *cluster, subj subject, n int, opt runOp
 	countLogLines(second.logPath(), res.logLines)
 	progress("%s restart: %s to %s, %d handler re-runs, %d writes", tag, res.resume.took.Round(time.Millisecond),
 		map[bool]string{true: "exit with all done", false: "/readyz 200"}[subj.name() == "bare"], max(res.resume.reruns, 0), res.resume.writes)
+
+	res.drain, err = drain(ctx, cl, subj, n, opt, tag, logDir)
+	if err != nil {
+		return fail("drain: %v", err)
+	}
 	return res
+}
+
+// drain: N objects are created on a fresh namespace with no operator running; once
+// all exist, the operator starts, and the benchmark's watch times until every object
+// shows status.handled (from just before the spawn, as for resume).
+func drain(ctx context.Context, cl *cluster, subj subject, n int, opt runOptions, tag, logDir string) (res drainResult, err error) {
+	res.runs = -1
+	ns, err := cl.createNamespace(ctx, subj.name()+"-drain", n)
+	if err != nil {
+		return res, err
+	}
+	progress("%s drain: namespace %s", tag, ns)
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		if subj.finalizers() {
+			if err := cl.releaseFinalizers(dctx, ns, opt.creators); err != nil {
+				progress("%s drain cleanup: releasing the finalizers: %v", tag, err)
+			}
+		}
+		if err := cl.deleteNamespace(dctx, ns); err != nil {
+			progress("%s drain cleanup: %v", tag, err)
+		}
+	}()
+	trCtx, trCancel := context.WithCancel(ctx)
+	defer trCancel()
+	tr, err := cl.startTracker(trCtx, ns, n)
+	if err != nil {
+		return res, err
+	}
+	sctx, cancel := context.WithTimeout(ctx, opt.timeout)
+	defer cancel()
+	t0 := time.Now()
+	if err := createObjects(sctx, cl, ns, n, opt.creators); err != nil {
+		return res, fmt.Errorf("creating %d objects with no operator running: %w", n, err)
+	}
+	res.created = time.Since(t0)
+	tr.setPhase(phaseCreate) // from here, the first time each object shows status.handled
+	progress("%s drain: %d objects waiting (created in %s); starting the operator", tag, n, res.created.Round(time.Millisecond))
+	start := time.Now()
+	for i := range n {
+		tr.issuedAt(i, start)
+	}
+	inst, err := subj.launch(ns, 0, filepath.Join(logDir, "drain.log"))
+	if err != nil {
+		return res, err
+	}
+	defer inst.stop()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		seen, _ := tr.counts()
+		if seen >= n {
+			break
+		}
+		select {
+		case <-inst.exited():
+			return res, fmt.Errorf("the operator exited: %v (log: %s)", inst.exitErr(), inst.logPath())
+		case <-sctx.Done():
+			return res, fmt.Errorf("%d/%d handled after %s: %w", seen, n, time.Since(start).Round(time.Second), sctx.Err())
+		case <-tick.C:
+			progress("%s drain: %d/%d handled", tag, seen, n)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	lat, last := tr.latencies()
+	res.took = last.Sub(start)
+	res.rate = float64(n) / res.took.Seconds()
+	slices.Sort(lat)
+	res.p50, res.p99 = percentile(lat, 0.50), percentile(lat, 0.99)
+	if inst.pid() != 0 {
+		res.peakRSS, _, _ = procStats(inst.pid())
+		res.cpu, _ = procCPU(inst.pid())
+	}
+	quiesce(sctx, inst) // the create handlers' trailing writes, and no second run
+	if r := inst.runs("create"); r >= 0 {
+		res.runs = r
+	}
+	if err := inst.stop(); err != nil {
+		return res, fmt.Errorf("stopping: %v", err)
+	}
+	progress("%s drain: %d objects in %s (%.0f obj/s), p50 %s, p99 %s from the start", tag, n, res.took.Round(time.Millisecond), res.rate,
+		res.p50.Round(time.Millisecond), res.p99.Round(time.Millisecond))
+	return res, nil
+}
+
+// createObjects creates objects 0..n-1 on ns with a few concurrent clients.
+func createObjects(ctx context.Context, cl *cluster, ns string, n, creators int) error {
+	client := cl.dyn.Resource(benchGVR).Namespace(ns)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var errMu sync.Mutex
+	var firstErr error
+	for range creators {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				err := retry(ctx, func() error {
+					_, err := client.Create(ctx, newObject(i), metav1.CreateOptions{})
+					if apierrors.IsAlreadyExists(err) {
+						err = nil // an earlier attempt went through
+					}
+					return err
+				})
+				if err != nil {
+					errMu.Lock()
+					if firstErr == nil {
+						firstErr = fmt.Errorf("%s: %w", objectName(i), err)
+					}
+					errMu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
+	return ctx.Err()
 }
 
 // waitReady polls until the instance is ready; it fails when it exits first.
