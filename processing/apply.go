@@ -2,6 +2,7 @@ package processing
 
 import (
 	"context"
+	"log/slog"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -71,7 +72,9 @@ func (c *cycle) apply(ctx context.Context) error {
 	if last != nil {
 		c.last = last
 		c.expectVersion(last.GetResourceVersion())
-		c.log.Debug("patched", "resourceVersion", last.GetResourceVersion(), "expectedVersion", c.mem.expectedVersion)
+		if c.log.Enabled(ctx, slog.LevelDebug) {
+			c.log.Debug("patched", "resourceVersion", last.GetResourceVersion(), "expectedVersion", c.mem.expectedVersion)
+		}
 		for _, id := range c.succeeded {
 			if c.mem.succeededAt == nil {
 				c.mem.succeededAt = map[string]string{}

@@ -553,9 +553,11 @@ func (c *cycle) handle(ctx context.Context, cause causes.Cause, facts objectFact
 		i := indexOf(states, h.spec.ID)
 		// Why a handler runs: with this line a re-run shows which version of the
 		// object it ran on and what its stored progress said then.
-		c.log.Debug("running handler", "handler", h.spec.ID, "reason", string(cause.Reason),
-			"resourceVersion", c.body.GetResourceVersion(), "expectedVersion", c.mem.expectedVersion,
-			"progressFound", h.found, "retries", h.record.Retries)
+		if c.log.Enabled(ctx, slog.LevelDebug) {
+			c.log.Debug("running handler", "handler", h.spec.ID, "reason", string(cause.Reason),
+				"resourceVersion", c.body.GetResourceVersion(), "expectedVersion", c.mem.expectedVersion,
+				"progressFound", h.found, "retries", h.record.Retries)
+		}
 		if at, ok := c.mem.succeededAt[h.spec.ID+"/"+string(cause.Reason)]; ok && !h.found && cause.Reason != causes.Update {
 			c.log.Warn("running a handler again after its success: the object seen does not show it",
 				"handler", h.spec.ID, "reason", string(cause.Reason), "succeededInWrite", at, "resourceVersionSeen", c.body.GetResourceVersion())
