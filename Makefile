@@ -4,7 +4,7 @@ CACHE ?= $(or $(LUAOP_CACHE),$(HOME)/.cache/luaop)
 BIN := $(CURDIR)/bin
 GO_TEST_FLAGS ?= -race -count=1 -timeout 40m
 
-.PHONY: dev test unit cluster cluster-down build bench bench-daemons bench-sleep soak
+.PHONY: dev test unit cluster cluster-down build bench bench-daemons bench-sleep bench-reload soak
 
 build:
 	go build -o $(BIN)/luaop ./cmd/luaop
@@ -48,6 +48,13 @@ bench:
 BENCH_DAEMONS ?= 2000,10000
 bench-daemons:
 	LUAOP_BENCH_DAEMONS=$(BENCH_DAEMONS) LUAOP_TEST_CLUSTER_DIR=$(CACHE)/cluster-bench localcluster/with-cluster.sh go test -run XXX -bench IdleDaemons -benchtime 1x -timeout 40m ./e2e
+
+# Reload latency (save -> new handler active) with 1, 50, 500 and 2,000 script files,
+# then reload under load: 10,000 objects (LUAOP_BENCH_OBJECTS) created and updated
+# while a script is saved every second. See BENCHMARKS.md, "Reload".
+bench-reload:
+	go test -run XXX -bench ReloadLatency -benchtime 100x ./devloop
+	LUAOP_TEST_CLUSTER_DIR=$(CACHE)/cluster-bench localcluster/with-cluster.sh go test -run XXX -bench ReloadUnderLoad -benchtime 1x -timeout 40m ./e2e
 
 # I/O-bound handlers: 200 objects whose create handler waits in luaop.sleep(1), luaop
 # --workers=16: time until all are handled, and /healthz latency meanwhile (about 2

@@ -15,8 +15,12 @@ type ReloadEvent struct {
 	// Err is the load's error (file:line); the previous scripts keep serving.
 	Err error
 	// Latency runs from the first file event of the burst to the new handlers being
-	// active (or the error being known).
+	// active (the swap at the end of Report.Took), or the error being known.
 	Latency time.Duration
+	// Total runs from the first file event to the loader's return: Latency plus what
+	// the loader does after the swap (the operator schedules a cycle for every
+	// object, so that daemons and timers follow the new handlers).
+	Total time.Duration
 }
 
 // Loader makes a script set current, atomically (operator.Operator.LoadScripts).
@@ -34,9 +38,15 @@ func Reload(ctx context.Context, changes <-chan Change, load Loader, report func
 			if !ok {
 				return
 			}
+			start := time.Now()
 			rep, err := load(ctx, ch.Scripts)
+			total := time.Since(ch.At)
+			latency := total
+			if err == nil && rep.Took > 0 {
+				latency = min(start.Sub(ch.At)+rep.Took, total)
+			}
 			if report != nil {
-				report(ReloadEvent{Files: ch.Files, Report: rep, Err: err, Latency: time.Since(ch.At)})
+				report(ReloadEvent{Files: ch.Files, Report: rep, Err: err, Latency: latency, Total: total})
 			}
 		}
 	}

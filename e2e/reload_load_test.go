@@ -180,6 +180,9 @@ type rulFigures struct {
 	// heldMax is the longest a reload held a Lua state (LoadReport.Held): the
 	// longest a cycle can have waited because of a reload.
 	heldMax time.Duration
+	// callMax is the longest Operator.LoadScripts call: the load, then a cycle
+	// scheduled for every object (processing's Refresh).
+	callMax time.Duration
 	// stallRun is the longest handler run overlapping a load (it includes the wait
 	// for the Lua state a load holds); pause is the longest time objects waited in
 	// the work queue with no worker taking one, among those overlapping a load: the
@@ -191,9 +194,9 @@ type rulFigures struct {
 }
 
 func (f rulFigures) String() string {
-	return fmt.Sprintf("%d objects, %d updates, %d handler runs; %d reloads (%d failed): save -> active p50 %s p99 %s max %s, load max %s, Lua state held max %s; "+
+	return fmt.Sprintf("%d objects, %d updates, %d handler runs; %d reloads (%d failed): save -> active p50 %s p99 %s max %s, load max %s, Lua state held max %s, LoadScripts max %s; "+
 		"longest handler run overlapping a reload %s; longest work-queue pause overlapping a reload %s (overlapping none: %s); churn %s, settled %s later",
-		f.objects, f.updates, f.handlerRuns, f.reloads, f.failedReloads, ms(f.reloadP50), ms(f.reloadP99), ms(f.reloadMax), ms(f.loadMax), ms(f.heldMax),
+		f.objects, f.updates, f.handlerRuns, f.reloads, f.failedReloads, ms(f.reloadP50), ms(f.reloadP99), ms(f.reloadMax), ms(f.loadMax), ms(f.heldMax), ms(f.callMax),
 		ms(f.stallRun), ms(f.pause), ms(f.pauseOther), f.churn.Round(time.Millisecond), f.settle.Round(time.Millisecond))
 }
 
@@ -477,6 +480,9 @@ func runReloadUnderLoad(t testing.TB, n, updates int, saveEvery time.Duration, e
 	}
 	tl.mu.Lock()
 	fig.handlerRuns = len(tl.runs)
+	for _, w := range tl.loads {
+		fig.callMax = max(fig.callMax, w.to.Sub(w.from))
+	}
 	for _, r := range tl.runs {
 		for _, w := range tl.loads {
 			if w.overlaps(r.at.Add(-r.d), r.at) {
@@ -536,5 +542,36 @@ func TestReloadUnderLoad(t *testing.T) {
 	}
 	if fig.pause > max(100*time.Millisecond, fig.pauseOther) {
 		t.Errorf("the work queue paused %s across a reload, more than 100ms and than any pause without a reload (%s)", fig.pause, fig.pauseOther)
+	}
+}
+
+// BenchmarkReloadUnderLoad: 10,000 objects (LUAOP_BENCH_OBJECTS) created, then
+// updated twice each, while both script files are saved every second; the same
+// checks as TestReloadUnderLoad, and the figures as metrics. One measurement per
+// run, whatever b.N. Run: make bench-reload.
+func BenchmarkReloadUnderLoad(b *testing.B) {
+	n := 10000
+	if v, err := strconv.Atoi(os.Getenv("LUAOP_BENCH_OBJECTS")); err == nil && v > 0 {
+		n = v
+	}
+	every := time.Second
+	if os.Getenv("LUAOP_TEST_NO_RELOAD") != "" {
+		every = 0
+	}
+	fig := runReloadUnderLoad(b, n, 2, every, false)
+	b.Log(fig)
+	b.ReportMetric(float64(fig.reloads), "reloads")
+	b.ReportMetric(float64(fig.reloadP50.Microseconds())/1000, "reload-p50-ms")
+	b.ReportMetric(float64(fig.reloadP99.Microseconds())/1000, "reload-p99-ms")
+	b.ReportMetric(float64(fig.heldMax.Microseconds())/1000, "held-max-ms")
+	b.ReportMetric(fig.churn.Seconds(), "churn-s")
+	b.ReportMetric(float64(fig.stallRun.Microseconds())/1000, "run-overlapping-reload-max-ms")
+	b.ReportMetric(float64(fig.pause.Microseconds())/1000, "queue-pause-reload-max-ms")
+	b.ReportMetric(float64(fig.pauseOther.Microseconds())/1000, "queue-pause-other-max-ms")
+	if fig.pause > max(100*time.Millisecond, fig.pauseOther) {
+		b.Errorf("the work queue paused %s across a reload, more than 100ms and than any pause without a reload (%s)", fig.pause, fig.pauseOther)
+	}
+	if fig.heldMax > 100*time.Millisecond {
+		b.Errorf("a reload held a Lua state for %s (more than 100ms)", fig.heldMax)
 	}
 }

@@ -203,10 +203,11 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 			log.Error("reload failed; the previous scripts keep running", "files", ev.Files, "error", ev.Err, "latency_ms", millis(ev.Latency))
 		default:
 			// latency_ms: from the save (first file event) to the new handlers
-			// active; load_ms: the load alone; compiled: the files compiled (the
-			// others were unchanged).
+			// active; load_ms: the load alone; total_ms: to every object scheduled
+			// for a cycle; compiled: the files compiled (the others were unchanged).
 			log.Info("scripts reloaded", "files", ev.Files, "handlers", len(ev.Report.Handlers), "hash", ev.Report.Hash,
-				"latency_ms", millis(ev.Latency), "load_ms", millis(ev.Report.Took), "compiled", len(ev.Report.Compiled))
+				"latency_ms", millis(ev.Latency), "load_ms", millis(ev.Report.Took), "total_ms", millis(ev.Total),
+				"compiled", len(ev.Report.Compiled))
 		}
 	})
 	if s.HealthAddress != "" {
