@@ -40,23 +40,12 @@ func (c *cycle) apply(ctx context.Context) error {
 	main = withUID(main, c.mem.uid)
 	client := o.dynamic.Resource(c.info.gvr).Namespace(c.key.namespace)
 	var last *unstructured.Unstructured
-	if len(status) > 0 {
-		resp, err := c.patchStatus(ctx, status)
-		if err != nil || resp == nil {
-			return err
+	mainSent := false
+	sendMain := func() error {
+		mainSent = true
+		if len(main) == 0 {
+			return nil
 		}
-		if moved := c.fallBackIfStoragePruned(status, resp); moved != nil {
-			merged := state.NewPatch()
-			merged.Merge(main)
-			merged.Merge(moved)
-			main = withUID(merged.Map(), c.mem.uid)
-		} else {
-			c.checkPruning(status, resp)
-		}
-		last = resp
-		c.carriedWritten = c.carriedWritten || c.carried
-	}
-	if len(main) > 0 {
 		resp, err := c.send(ctx, "", func(data []byte) (*unstructured.Unstructured, error) {
 			return client.Patch(ctx, c.key.name, types.MergePatchType, data, metav1.PatchOptions{})
 		}, main)
@@ -68,10 +57,50 @@ func (c *cycle) apply(ctx context.Context) error {
 		}
 		last = resp
 		c.carriedWritten = c.carriedWritten || c.carried
+		c.expectVersion(resp.GetResourceVersion())
+		return nil
+	}
+	sendStatus := func() error {
+		if len(status) == 0 {
+			return nil
+		}
+		resp, err := c.patchStatus(ctx, status)
+		if err != nil || resp == nil {
+			return err
+		}
+		last = resp
+		c.carriedWritten = c.carriedWritten || c.carried
+		c.expectVersion(resp.GetResourceVersion())
+		moved := c.fallBackIfStoragePruned(status, resp)
+		if moved == nil {
+			c.checkPruning(status, resp)
+			return nil
+		}
+		if mainSent { // what was pruned goes in a patch of its own
+			main = withUID(moved, c.mem.uid)
+			return sendMain()
+		}
+		merged := state.NewPatch()
+		merged.Merge(main)
+		merged.Merge(moved)
+		main = withUID(merged.Map(), c.mem.uid)
+		return nil
+	}
+	// The write that carries the bookkeeping goes last: if the other one fails, the
+	// handlers are not recorded as done and run again rather than lose what they
+	// wrote (kopf sends the object, then /status).
+	first, second := sendStatus, sendMain
+	if c.store.progressInStatus || c.store.diffBaseInStatus {
+		first, second = sendMain, sendStatus
+	}
+	if err := first(); err != nil {
+		return err
+	}
+	if err := second(); err != nil {
+		return err
 	}
 	if last != nil {
 		c.last = last
-		c.expectVersion(last.GetResourceVersion())
 		if c.log.Enabled(ctx, slog.LevelDebug) {
 			c.log.Debug("patched", "resourceVersion", last.GetResourceVersion(), "expectedVersion", c.mem.expectedVersion)
 		}

@@ -390,3 +390,22 @@ func TestPrunedStatusStorageFallsBackToAnnotationsWithoutRunningAgain(t *testing
 		t.Errorf("the handler's result was lost: %q", v)
 	}
 }
+
+// A status field declared in the schema but closed (no preserve-unknown-fields) would
+// keep an empty map and drop what luaop writes inside: auto storage does not take it.
+func TestAutoStorageRefusesADeclaredButClosedStatusField(t *testing.T) {
+	crd := widgetsCRD()
+	versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
+	v := versions[0].(map[string]any)
+	_ = unstructured.SetNestedField(v, map[string]any{"type": "object", "properties": map[string]any{
+		"luaop_dev": map[string]any{"type": "object"}}}, "schema", "openAPIV3Schema", "properties", "status")
+	_ = unstructured.SetNestedSlice(crd.Object, versions, "spec", "versions")
+	h := newFakeHandlers()
+	h.add(changeSpec("create_fn", causes.Create), nil)
+	e := startEnv(t, h, Options{}, crd)
+	e.create("w1", map[string]any{"size": int64(1)})
+	e.eventually("the diff-base in annotations", func() bool {
+		_, ok := e.annotations("w1")["luaop.dev/last-handled-configuration"]
+		return ok
+	})
+}

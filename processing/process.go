@@ -615,6 +615,13 @@ func (c *cycle) handle(ctx context.Context, cause causes.Cause, facts objectFact
 func (c *cycle) finishCause(cause causes.Cause, states []handlerState) {
 	o := c.op
 	body := c.body.Object
+	if cause.Reason == causes.Delete {
+		// The object goes: its records go with it. Purging them first would make a
+		// write of its own, and if the finalizer's removal then failed, the next
+		// cycle would find no record and run the delete handlers again.
+		c.releaseFinalizer = hasFinalizer(body, o.opts.finalizer())
+		return
+	}
 	purged := map[string]bool{}
 	purge := func(id string) {
 		if !purged[id] {
@@ -636,10 +643,6 @@ func (c *cycle) finishCause(cause causes.Cause, states []handlerState) {
 				purge(spec.ID)
 			}
 		}
-	}
-	if cause.Reason == causes.Delete {
-		c.releaseFinalizer = hasFinalizer(body, o.opts.finalizer())
-		return
 	}
 	c.resumeIsHandled = true
 	if !c.hasChangeHandlers() {

@@ -22,7 +22,8 @@ type storage struct {
 	diffBase state.DiffBaseStorage
 	// inStatus: progress and diff-base both in status, so a handled change of a
 	// resource with a status subresource is one /status patch.
-	inStatus bool
+	inStatus                           bool
+	progressInStatus, diffBaseInStatus bool
 	reason   string
 }
 
@@ -68,6 +69,7 @@ func (o *Operator) storageFor(statusOK bool, why string) *storage {
 		s.diffBase, diffBaseInStatus = o.opts.DiffBase, false
 	}
 	s.inStatus = progressInStatus && diffBaseInStatus
+	s.progressInStatus, s.diffBaseInStatus = progressInStatus, diffBaseInStatus
 	switch {
 	case o.opts.Progress != nil || o.opts.DiffBase != nil:
 		s.reason = "custom storage"
@@ -79,6 +81,14 @@ func (o *Operator) storageFor(statusOK bool, why string) *storage {
 		s.reason = why
 	}
 	return s
+}
+
+// annotationsStorage keeps everything in annotations, whatever the settings: the
+// fallback when the server prunes status storage.
+func (o *Operator) annotationsStorage(reason string) *storage {
+	annotationsP, statusP := state.NewAnnotationsProgress(o.opts.Prefix), state.NewStatusProgress(o.opts.StatusField)
+	annotationsD, statusD := state.NewAnnotationsDiffBase(o.opts.Prefix), state.NewStatusDiffBase(o.opts.StatusField)
+	return &storage{progress: state.NewSmartProgress(annotationsP, statusP), diffBase: state.NewSmartDiffBase(annotationsD, statusD), reason: reason}
 }
 
 // crdKeepsStatusField reads the resource's CRD: does the served version's schema keep
@@ -108,8 +118,13 @@ func (o *Operator) crdKeepsStatusField(ctx context.Context, gvr schema.GroupVers
 		if keep, _ := status["x-kubernetes-preserve-unknown-fields"].(bool); keep {
 			return true, ""
 		}
-		field := strings.Split(o.opts.StatusField, ".")[0]
-		if _, declared, _ := unstructured.NestedMap(status, "properties", field); declared {
+		// A declared field keeps what luaop writes only if it keeps unknown fields
+		// itself (luaop writes progress.<handler id> and last-handled-configuration).
+		declared := status
+		for _, part := range strings.Split(o.opts.StatusField, ".") {
+			declared, _, _ = unstructured.NestedMap(declared, "properties", part)
+		}
+		if keep, _ := declared["x-kubernetes-preserve-unknown-fields"].(bool); keep {
 			return true, ""
 		}
 		return false, "the status schema would prune status." + o.opts.StatusField +
@@ -123,16 +138,27 @@ func (o *Operator) crdKeepsStatusField(ctx context.Context, gvr schema.GroupVers
 // annotations for good, and what was just pruned is written there, in this cycle's
 // next patch, so no handler runs again for it. Returns that patch's part.
 func (c *cycle) fallBackIfStoragePruned(sent map[string]any, resp *unstructured.Unstructured) map[string]any {
-	field := strings.Split(c.op.opts.StatusField, ".")[0]
-	sentStatus, _ := sent["status"].(map[string]any)
-	ours, ok := sentStatus[field].(map[string]any)
-	if !ok || !c.store.inStatus {
+	path := append([]string{"status"}, strings.Split(c.op.opts.StatusField, ".")...)
+	sentOurs, ok, _ := unstructured.NestedFieldNoCopy(sent, path...)
+	ours, _ := sentOurs.(map[string]any)
+	if !ok || ours == nil || !c.store.progressInStatus && !c.store.diffBaseInStatus {
 		return nil
 	}
-	if _, kept, _ := unstructured.NestedFieldNoCopy(resp.Object, "status", field); kept {
+	// Kept only if every part sent came back (a declared but closed field keeps
+	// an empty map and drops what is inside).
+	pruned := false
+	for key, v := range ours {
+		if v == nil {
+			continue
+		}
+		if _, kept, _ := unstructured.NestedFieldNoCopy(resp.Object, append(path, key)...); !kept {
+			pruned = true
+		}
+	}
+	if !pruned {
 		return nil
 	}
-	fallback := c.op.storageFor(false, "the server pruned status."+c.op.opts.StatusField+" (the CRD's schema changed)")
+	fallback := c.op.annotationsStorage("the server pruned status." + c.op.opts.StatusField + " (the CRD's schema does not keep it)")
 	c.info.store.Store(fallback)
 	c.store = fallback
 	c.log.Warn("status storage pruned by the server: this resource keeps its progress in annotations from now on",

@@ -183,6 +183,9 @@ func generateRBAC(cmd *cobra.Command, dir string, o rbacOptions) (string, []stri
 		}
 	}
 	if exact {
+		warnings = append(warnings, "with Roles only, the operator cannot read CustomResourceDefinitions (cluster-scoped): "+
+			"it keeps progress in annotations (two writes per handled change); grant get on customresourcedefinitions "+
+			"in a ClusterRole to let it use status storage (one write)")
 		for i, ns := range o.Namespaces {
 			if i > 0 {
 				b.WriteString("---\n")
