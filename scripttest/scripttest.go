@@ -7,6 +7,7 @@
 package scripttest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -62,8 +63,11 @@ type Case struct {
 	Expect  Expect                      `json:"expect"`
 }
 
-// Expect is the expected outcome; only what is given is compared. Maps are compared
-// as subsets (keys not given are not compared); lists, strings and numbers exactly.
+// Expect is the expected outcome; only what is given is compared. Non-empty maps are
+// compared as subsets (keys not given are not compared); lists, strings and numbers
+// exactly. An empty map or list given explicitly ({} or []) asserts emptiness: patch:
+// {} means no patch was written, status: {} no status, events/kube/objects: [] none.
+// result: null asserts that the handler returned nothing.
 type Expect struct {
 	Patch  map[string]any `json:"patch,omitempty"`
 	Object map[string]any `json:"object,omitempty"`
@@ -82,7 +86,42 @@ type Expect struct {
 	Objects []map[string]any `json:"objects,omitempty"`
 	// Skipped: the handler's filters do not match the object.
 	Skipped bool `json:"skipped,omitempty"`
+
+	// given holds the keys the case wrote, so that an explicit {}, [] or null can
+	// be told from an expectation that is not given.
+	given map[string]bool
 }
+
+// UnmarshalJSON records which expectations are given (sigs.k8s.io/yaml turns the
+// YAML into JSON first) and decodes the rest strictly. objects: {} is read as
+// objects: [] (no objects).
+func (e *Expect) UnmarshalJSON(data []byte) error {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return err
+	}
+	if r, ok := raw["objects"]; ok && strings.TrimSpace(string(r)) == "{}" {
+		raw["objects"] = json.RawMessage("[]")
+		data, _ = json.Marshal(raw)
+	}
+	type plain Expect
+	var p plain
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return err
+	}
+	*e = Expect(p)
+	e.given = map[string]bool{}
+	for k := range raw {
+		e.given[k] = true
+	}
+	return nil
+}
+
+// Given tells whether the case wrote the expectation key (patch, status, result, ...),
+// even as {}, [] or null.
+func (e Expect) Given(key string) bool { return e.given[key] }
 
 // ExpectError describes an expected error.
 type ExpectError struct {
@@ -103,7 +142,13 @@ type Options struct {
 	// Verbose prints passing cases too.
 	Out     io.Writer
 	Verbose bool
+	// Prefix is the operator's annotation and status prefix (luaop run --prefix);
+	// empty means DefaultPrefix.
+	Prefix string
 }
+
+// DefaultPrefix is luaop run's default --prefix.
+const DefaultPrefix = "luaop.dev"
 
 // Summary counts the cases.
 type Summary struct{ Passed, Failed int }
@@ -115,6 +160,10 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	scripts, err := luabind.ReadDir(o.Scripts)
 	if err != nil {
 		return sum, err
+	}
+	prefix := o.Prefix
+	if prefix == "" {
+		prefix = DefaultPrefix
 	}
 	start := time.Now()
 	for _, path := range o.Tests {
@@ -136,7 +185,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 				continue
 			}
 			t0 := time.Now()
-			failures := runCase(ctx, scripts, filepath.Dir(path), c)
+			failures := runCase(ctx, scripts, filepath.Dir(path), prefix, c)
 			took := time.Since(t0).Round(time.Millisecond)
 			if len(failures) == 0 {
 				sum.Passed++
@@ -169,7 +218,7 @@ type outcome struct {
 	skipped bool
 }
 
-func runCase(ctx context.Context, scripts []luabind.Script, dir string, c Case) []string {
+func runCase(ctx context.Context, scripts []luabind.Script, dir, prefix string, c Case) []string {
 	obj := c.Object
 	if c.ObjectFile != "" {
 		data, err := os.ReadFile(filepath.Join(dir, c.ObjectFile))
@@ -232,6 +281,11 @@ func runCase(ctx context.Context, scripts []luabind.Script, dir string, c Case) 
 			}
 			return []string{fmt.Sprintf("no handler %q; the scripts register %s", c.Handler, strings.Join(ids, ", "))}
 		}
+		for _, s := range specs {
+			if msg := checkResource(s, obj, c.Resource); msg != "" {
+				return []string{msg}
+			}
+		}
 	} else {
 		reason := causes.Reason(c.Cause)
 		for _, s := range rt.Specs() {
@@ -248,7 +302,7 @@ func runCase(ctx context.Context, scripts []luabind.Script, dir string, c Case) 
 	var first outcome
 	ran := 0
 	for _, spec := range specs {
-		out := runHandler(ctx, rt, spec, c, obj, indexes)
+		out := runHandler(ctx, rt, spec, c, prefix, obj, indexes)
 		if out.skipped {
 			if c.Handler != "" {
 				first.skipped = true
@@ -290,14 +344,18 @@ func runCase(ctx context.Context, scripts []luabind.Script, dir string, c Case) 
 		}
 	}
 	patch := normalize(total.Map())
-	if e.Patch != nil {
-		compare(&failures, "patch", e.Patch, patch)
+	// Given as {} (or null), patch and status assert that nothing was written.
+	if e.Given("patch") {
+		compare(&failures, "patch", emptyMapIfNil(e.Patch), patch)
 	}
-	if e.Status != nil {
+	if e.Given("status") {
 		status, _ := state.Resolve(patch, []string{"status"})
-		compare(&failures, "status (of the patch)", e.Status, status)
+		compare(&failures, "status (of the patch)", emptyMapIfNil(e.Status), status)
 	}
-	if e.Result != nil {
+	if e.Given("result") && c.Handler == "" {
+		fail("result: is compared only in handler: cases (with cause:, several handlers may run); use status:")
+	} else if e.Given("result") {
+		// result: null asserts that the handler returned nothing.
 		compare(&failures, "result", normalize(e.Result), normalize(first.result))
 	}
 	if e.Object != nil {
@@ -316,11 +374,20 @@ func runCase(ctx context.Context, scripts []luabind.Script, dir string, c Case) 
 	}
 	kube.mu.Lock()
 	defer kube.mu.Unlock()
-	if e.Events != nil {
-		compare(&failures, "events", normalize(e.Events), normalize(kube.events))
+	if e.Given("events") {
+		compare(&failures, "events", emptyListIfNil(e.Events), normalize(kube.events))
 	}
-	if e.Kube != nil {
-		compare(&failures, "luaop.kube calls", normalize(e.Kube), normalize(kube.calls))
+	if e.Given("kube") {
+		compare(&failures, "luaop.kube calls", emptyListIfNil(e.Kube), normalize(kube.calls))
+	}
+	if e.Given("objects") && len(e.Objects) == 0 && len(kube.objects) > 0 {
+		var held []string
+		for _, o := range kube.objects {
+			av, kind, ns, name := typeOf(o)
+			held = append(held, fmt.Sprintf("%s %s %s/%s", av, kind, ns, name))
+		}
+		sort.Strings(held)
+		fail("want the fake API to hold no objects (objects: []), it holds %s", strings.Join(held, ", "))
 	}
 	for _, want := range e.Objects {
 		av, kind, ns, name := typeOf(want)
@@ -335,6 +402,32 @@ func runCase(ctx context.Context, scripts []luabind.Script, dir string, c Case) 
 		failures = append(failures, "log:\n  "+strings.ReplaceAll(strings.TrimRight(logs.String(), "\n"), "\n", "\n  "))
 	}
 	return failures
+}
+
+// checkResource tells (as a failure message) when the object of a handler: case is
+// not of the handler's resource: its apiVersion must be the resource's group and
+// version, and its kind the resource's (by Kubernetes' plural rules, or resource:
+// given as the handler's resource for irregular plurals). Handlers without a
+// resource (startup, cleanup, probe hooks) take any object.
+func checkResource(spec causes.Spec, obj map[string]any, explicit string) string {
+	if spec.Resource.Resource == "" {
+		return ""
+	}
+	av, _ := obj["apiVersion"].(string)
+	kind, _ := obj["kind"].(string)
+	if explicit != "" {
+		gv, err := schema.ParseGroupVersion(av)
+		if explicit == spec.Resource.String() && err == nil && gv == spec.Resource.GroupVersion() {
+			return ""
+		}
+		return fmt.Sprintf("handler %s watches %s, but the case gives resource: %s and an object of apiVersion %q, kind %q",
+			spec.ID, spec.Resource, explicit, av, kind)
+	}
+	if resourceMatches(spec.Resource, obj, "") {
+		return ""
+	}
+	return fmt.Sprintf("handler %s watches %s, but the object is apiVersion %q, kind %q (give resource: %s if the kind's plural is irregular)",
+		spec.ID, spec.Resource, av, kind, spec.Resource)
 }
 
 // resourceMatches tells whether a handler's resource is the object's.
@@ -352,10 +445,8 @@ func resourceMatches(r causes.Resource, obj map[string]any, explicit string) boo
 	return r.Resource == plural.Resource || r.Resource == kind
 }
 
-const prefix = "luaop.dev"
-
 // runHandler runs one handler the way the processing core calls it.
-func runHandler(ctx context.Context, rt *luabind.Runtime, spec causes.Spec, c Case, obj map[string]any, indexes *state.Indexes) outcome {
+func runHandler(ctx context.Context, rt *luabind.Runtime, spec causes.Spec, c Case, prefix string, obj map[string]any, indexes *state.Indexes) outcome {
 	cause := causes.Cause{Resource: spec.Resource, Body: obj}
 	patch := state.NewPatch()
 	call := causes.Call{Handler: spec, Patch: patch, Started: time.Now(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Indexes: indexes}
@@ -426,11 +517,59 @@ func runHandler(ctx context.Context, rt *luabind.Runtime, spec causes.Spec, c Ca
 		return outcome{patch: patch, err: err}
 	}
 	res, err := rt.Invoke(ctx, call)
-	if err == nil && res.Value != nil && (spec.Kind == causes.KindChange || spec.Kind == causes.KindTimer) {
+	// As the core does: change handlers, timers and event handlers
+	// (processing/process.go runEventHandlers) store what they return in status.<id>.
+	if err == nil && res.Value != nil && (spec.Kind == causes.KindChange || spec.Kind == causes.KindTimer || spec.Kind == causes.KindEvent) {
 		patch.Set([]string{"status", spec.ID}, res.Value)
+	}
+	if err == nil && len(res.Subhandlers) > 0 {
+		err = runSubhandlers(ctx, rt, call, res.Subhandlers)
 	}
 	return outcome{patch: patch, result: res.Value, err: err}
 }
+
+// maxSubhandlerDepth is the core's limit (processing: maxSubhandlerDepth).
+const maxSubhandlerDepth = 8
+
+// runSubhandlers runs the subhandlers a handler registered, each once, in order, with
+// the parent's cause and patch, as the processing core does right after the parent:
+// a subhandler's result goes to status.<parent id>/<child id> (its id), and the
+// subhandlers it registers in turn run after it. Every subhandler runs; the first
+// error is returned, naming the subhandler.
+func runSubhandlers(ctx context.Context, rt *luabind.Runtime, parent causes.Call, subs []causes.Spec) error {
+	if strings.Count(parent.Handler.ID, "/") >= maxSubhandlerDepth {
+		return &subhandlerError{id: parent.Handler.ID, err: fmt.Errorf("subhandlers nested deeper than %d levels", maxSubhandlerDepth)}
+	}
+	var first error
+	for _, sub := range subs {
+		call := parent
+		call.Handler, call.Started, call.Runtime = sub, time.Now(), 0
+		res, err := rt.Invoke(ctx, call)
+		if err != nil {
+			err = &subhandlerError{id: sub.ID, err: err}
+		} else {
+			if res.Value != nil {
+				call.Patch.Set([]string{"status", sub.ID}, res.Value)
+			}
+			if len(res.Subhandlers) > 0 {
+				err = runSubhandlers(ctx, rt, call, res.Subhandlers)
+			}
+		}
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// subhandlerError is a subhandler's error, the case's error.
+type subhandlerError struct {
+	id  string
+	err error
+}
+
+func (e *subhandlerError) Error() string { return "subhandler " + e.id + " failed: " + e.err.Error() }
+func (e *subhandlerError) Unwrap() error { return e.err }
 
 // withFields adds a field handler's field to the essence when the essence lacks it
 // (status.phase), as the processing core does.
@@ -452,6 +591,10 @@ func withFields(essence, body map[string]any, field []string) map[string]any {
 }
 
 func describeError(err error) string {
+	var sub *subhandlerError
+	if errors.As(err, &sub) {
+		return "subhandler " + sub.id + " failed: " + describeError(sub.err)
+	}
 	if t, ok := causes.AsTemporary(err); ok {
 		return fmt.Sprintf("temporary error %q, retry in %s", t.Message, t.Delay)
 	}
@@ -505,12 +648,27 @@ func normalize(v any) any {
 	return out
 }
 
-// prune keeps of got what want names (maps as subsets, recursively).
+func emptyMapIfNil(m map[string]any) any {
+	if m == nil {
+		return map[string]any{}
+	}
+	return m
+}
+
+func emptyListIfNil(l []map[string]any) any {
+	if l == nil {
+		return []any{}
+	}
+	return l
+}
+
+// prune keeps of got what want names (non-empty maps as subsets, recursively; an
+// empty map in want keeps all of got, so that {} asserts emptiness).
 func prune(want, got any) any {
 	switch w := want.(type) {
 	case map[string]any:
 		g, ok := got.(map[string]any)
-		if !ok {
+		if !ok || len(w) == 0 {
 			return got
 		}
 		out := map[string]any{}
@@ -539,7 +697,21 @@ func prune(want, got any) any {
 // compare adds a failure with a diff when got, reduced to what want names, differs.
 func compare(failures *[]string, what string, want, got any) {
 	want = normalize(want)
-	pruned := prune(want, normalize(got))
+	got = normalize(got)
+	if got == nil {
+		// Nothing written compares equal to an expected {} or [].
+		switch w := want.(type) {
+		case map[string]any:
+			if len(w) == 0 {
+				got = map[string]any{}
+			}
+		case []any:
+			if len(w) == 0 {
+				got = []any{}
+			}
+		}
+	}
+	pruned := prune(want, got)
 	if reflect.DeepEqual(want, pruned) {
 		return
 	}

@@ -12,7 +12,7 @@ import (
 )
 
 func newTestCommand() *cobra.Command {
-	var run, tests string
+	var run, tests, prefix string
 	var verbose bool
 	cmd := &cobra.Command{
 		Use:   "test DIR",
@@ -39,7 +39,7 @@ exits with status 1 when any fails.`,
 			if len(files) == 0 {
 				return fmt.Errorf("no test files (*.yaml) in %s", tests)
 			}
-			opts := scripttest.Options{Scripts: dir, Tests: files, Out: cmd.OutOrStdout(), Verbose: verbose}
+			opts := scripttest.Options{Scripts: dir, Tests: files, Out: cmd.OutOrStdout(), Verbose: verbose, Prefix: prefix}
 			if run != "" {
 				if opts.Run, err = regexp.Compile(run); err != nil {
 					return fmt.Errorf("-run: %w", err)
@@ -60,6 +60,7 @@ exits with status 1 when any fails.`,
 	}
 	cmd.Flags().StringVar(&run, "run", "", "run only the cases whose FILE/NAME matches this regular expression")
 	cmd.Flags().StringVar(&tests, "tests", "", "folder of the test files (default: DIR/tests)")
+	cmd.Flags().StringVar(&prefix, "prefix", scripttest.DefaultPrefix, "prefix of the operator's annotations, as given to luaop run --prefix (its annotations are not part of the handlers' view of the object)")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "print passing cases too")
 	return cmd
 }

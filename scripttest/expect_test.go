@@ -1,0 +1,130 @@
+package scripttest
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// expectScripts are the handlers the expectation tests run.
+const expectScripts = `local luaop = require("luaop")
+local R = "example.com/v1/things"
+luaop.on.create(R, function(ctx)
+  if ctx.spec.status then ctx.patch.status.note = "x" end
+  if ctx.spec.label then ctx.patch.metadata.labels = {a = "b"} end
+  if ctx.spec.event then luaop.info(ctx.body, "Made", "made it") end
+  if ctx.spec.kube then luaop.kube.create({apiVersion = "v1", kind = "ConfigMap", metadata = {name = "made", namespace = "ns"}}) end
+  if ctx.spec.ret then return {ok = true} end
+end, {id = "plain"})
+luaop.on.create(R, function(ctx)
+  ctx.subhandler(function(sub) return {k = 1} end, {id = "good"})
+  ctx.subhandler(function(sub)
+    if sub.spec.childfails then error(luaop.permanent_error("child broke")) end
+    sub.patch.status.second = true
+    return {k = 2}
+  end, {id = "bad"})
+  return "parent"
+end, {id = "parent"})
+luaop.on.event(R, function(ctx) return {seen = ctx.name} end, {id = "watch"})
+luaop.on.create(R, function(ctx)
+  local a = ctx.new.metadata.annotations or {}
+  return {hidden = a["example.org/last"] == nil, kept = a["luaop.dev/last"] ~= nil}
+end, {id = "annotations"})
+`
+
+// runOne runs one case (YAML, the list item without "- ") against expectScripts and
+// returns whether it passed and the output.
+func runOne(t *testing.T, prefix, c string) (bool, string) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "h.lua"), []byte(expectScripts), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(c), "\n")
+	for i := range lines {
+		if i == 0 {
+			lines[i] = "- " + lines[i]
+		} else {
+			lines[i] = "  " + lines[i]
+		}
+	}
+	path := filepath.Join(dir, "cases.yaml")
+	if err := os.WriteFile(path, []byte("cases:\n"+strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	sum, err := Run(context.Background(), Options{Scripts: dir, Tests: []string{path}, Out: &out, Prefix: prefix})
+	if err != nil {
+		return false, err.Error()
+	}
+	return sum.Failed == 0 && sum.Passed == 1, out.String()
+}
+
+const thing = `object: {apiVersion: example.com/v1, kind: Thing, metadata: {name: a, namespace: ns}, spec: %s}`
+
+func obj(spec string) string { return strings.Replace(thing, "%s", spec, 1) }
+
+func TestExpectations(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		prefix string
+		c      string
+		pass   bool
+		out    string // a substring of the output when the case fails
+	}{
+		// 1. An explicit {} or [] asserts emptiness; non-empty maps stay subsets.
+		{name: "patch {} and nothing written", c: "handler: plain\n" + obj("{}") + "\nexpect: {patch: {}}", pass: true},
+		{name: "patch {} but a label written", c: "handler: plain\n" + obj("{label: true}") + "\nexpect: {patch: {}}", out: "patch: (-want +got)"},
+		{name: "patch {} but a result", c: "handler: plain\n" + obj("{ret: true}") + "\nexpect: {patch: {}}", out: "+ status:"},
+		{name: "patch subset still", c: "handler: plain\n" + obj("{label: true, status: true}") + "\nexpect: {patch: {metadata: {labels: {a: b}}}}", pass: true},
+		{name: "status {} and none written", c: "handler: plain\n" + obj("{label: true}") + "\nexpect: {status: {}}", pass: true},
+		{name: "status {} but written", c: "handler: plain\n" + obj("{status: true}") + "\nexpect: {status: {}}", out: "+ note: x"},
+		{name: "status null but written", c: "handler: plain\n" + obj("{status: true}") + "\nexpect: {status: null}", out: "+ note: x"},
+		{name: "nested {} asserts an empty map", c: "handler: plain\n" + obj("{ret: true}") + "\nexpect: {status: {plain: {}}}", out: "+   ok: true"},
+		{name: "events [] and none", c: "handler: plain\n" + obj("{}") + "\nexpect: {events: []}", pass: true},
+		{name: "events [] but one", c: "handler: plain\n" + obj("{event: true}") + "\nexpect: {events: []}", out: "events: (-want +got)"},
+		{name: "events null but one", c: "handler: plain\n" + obj("{event: true}") + "\nexpect: {events: null}", out: "events: (-want +got)"},
+		{name: "kube [] but a call", c: "handler: plain\n" + obj("{kube: true}") + "\nexpect: {kube: []}", out: "luaop.kube calls: (-want +got)"},
+		{name: "objects [] and none", c: "handler: plain\n" + obj("{}") + "\nexpect: {objects: []}", pass: true},
+		{name: "objects [] but one made", c: "handler: plain\n" + obj("{kube: true}") + "\nexpect: {objects: []}", out: "want the fake API to hold no objects (objects: []), it holds v1 ConfigMap ns/made"},
+		{name: "objects {} but one made", c: "handler: plain\n" + obj("{kube: true}") + "\nexpect: {objects: {}}", out: "want the fake API to hold no objects"},
+		{name: "unknown expectation still rejected", c: "handler: plain\n" + obj("{}") + "\nexpect: {patches: {}}", out: "unknown field"},
+
+		// 2. Subhandlers run, their results and errors count.
+		{name: "child error fails the case", c: "handler: parent\n" + obj("{childfails: true}") + "\nexpect: {}", out: "unexpected error: subhandler parent/bad failed: permanent error \"child broke\""},
+		{name: "child error expected", c: "handler: parent\n" + obj("{childfails: true}") + "\nexpect: {error: {type: permanent, message: child broke}, status: {parent: parent, parent/good: {k: 1}}}", pass: true},
+		{name: "child results in status", c: "handler: parent\n" + obj("{}") + "\nexpect: {status: {parent: parent, parent/good: {k: 1}, parent/bad: {k: 2}, second: true}, result: parent}", pass: true},
+		{name: "child error by cause", c: "cause: create\n" + obj("{childfails: true}") + "\nexpect: {}", out: "subhandler parent/bad failed"},
+
+		// 3. result: null asserts that nothing was returned.
+		{name: "result null and none", c: "handler: plain\n" + obj("{}") + "\nexpect: {result: null}", pass: true},
+		{name: "result by cause", c: "cause: create\n" + obj("{}") + "\nexpect: {result: null}", out: "result: is compared only in handler: cases"},
+		{name: "result null but returned", c: "handler: plain\n" + obj("{ret: true}") + "\nexpect: {result: null}", out: "result: (-want +got)"},
+
+		// 4. Event handlers' results go to status.<id>.
+		{name: "event result in status", c: "handler: watch\n" + obj("{}") + "\nexpect: {status: {watch: {seen: a}}}", pass: true},
+
+		// 5. The prefix comes from the options.
+		{name: "default prefix", c: "handler: annotations\n" + strings.Replace(obj("{}"), "namespace: ns}", "namespace: ns, annotations: {luaop.dev/last: x, example.org/last: y}}", 1) + "\nexpect: {result: {hidden: false, kept: false}}", pass: true},
+		{name: "other prefix", prefix: "example.org", c: "handler: annotations\n" + strings.Replace(obj("{}"), "namespace: ns}", "namespace: ns, annotations: {luaop.dev/last: x, example.org/last: y}}", 1) + "\nexpect: {result: {hidden: true, kept: true}}", pass: true},
+
+		// 6. The object must be of the handler's resource.
+		{name: "wrong kind", c: "handler: plain\nobject: {apiVersion: v1, kind: ConfigMap, metadata: {name: a}}\nexpect: {}", out: `handler plain watches example.com/v1/things, but the object is apiVersion "v1", kind "ConfigMap"`},
+		{name: "wrong version", c: "handler: plain\nobject: {apiVersion: example.com/v2, kind: Thing, metadata: {name: a}}\nexpect: {}", out: "handler plain watches example.com/v1/things"},
+		{name: "wrong explicit resource", c: "handler: plain\nresource: example.com/v1/others\n" + obj("{}") + "\nexpect: {}", out: "but the case gives resource: example.com/v1/others"},
+		{name: "explicit resource", c: "handler: plain\nresource: example.com/v1/things\nobject: {apiVersion: example.com/v1, kind: Thingy, metadata: {name: a}}\nexpect: {}", pass: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pass, out := runOne(t, tc.prefix, tc.c)
+			if pass != tc.pass {
+				t.Fatalf("passed: %v, want %v\n%s", pass, tc.pass, out)
+			}
+			if !tc.pass && !strings.Contains(out, tc.out) {
+				t.Errorf("output lacks %q:\n%s", tc.out, out)
+			}
+		})
+	}
+}
