@@ -91,8 +91,6 @@ func TestSpecChangesUnderConcurrentDaemonWritesAreNeverSwallowed(t *testing.T) {
 	t.Logf("%d patches reached the field handler in %d runs", last, len(runs))
 }
 
-
-
 // Issue 12.4 with the real Lua filters: a script whose only handler is on.field with a
 // value filter handles its objects (prematch looks at the handler's field, old or
 // new, and leaves out the old/new filters, as kopf).

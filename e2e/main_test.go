@@ -178,3 +178,26 @@ func waitHandled(t *testing.T, gvr schema.GroupVersionResource, ns, name, want s
 	})
 	return obj
 }
+
+// modificationsWithin counts the MODIFIED events of an object, from the version given,
+// during d: how many writes handling it cost.
+func modificationsWithin(t *testing.T, gvr schema.GroupVersionResource, ns string, obj *unstructured.Unstructured, d time.Duration) int {
+	t.Helper()
+	w, err := env.Dynamic.Resource(gvr).Namespace(ns).Watch(context.Background(), metav1.ListOptions{
+		FieldSelector: "metadata.name=" + obj.GetName(), ResourceVersion: obj.GetResourceVersion()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	modified := 0
+	for timeout := time.After(d); ; {
+		select {
+		case ev := <-w.ResultChan():
+			if ev.Type == "MODIFIED" {
+				modified++
+			}
+		case <-timeout:
+			return modified
+		}
+	}
+}

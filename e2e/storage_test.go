@@ -1,13 +1,10 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/luaop/luaop/operator"
 	"github.com/luaop/luaop/processing"
@@ -26,24 +23,7 @@ func TestDefaultStorageIsOneStatusPatchWhereTheSchemaKeepsIt(t *testing.T) {
 		luaop.on.create("e2e.luaop.dev/v1/strictthings", function(ctx) ctx.patch.status.phase = "Made" end, { id = "strict" })
 	`)})
 	obj := create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w}, spec: {size: 1}}")
-	w, err := env.Dynamic.Resource(widgets).Namespace(ns).Watch(context.Background(), metav1.ListOptions{
-		FieldSelector: "metadata.name=w", ResourceVersion: obj.GetResourceVersion()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	modified := 0
-	for timeout := time.After(2 * time.Second); ; {
-		select {
-		case ev := <-w.ResultChan():
-			if ev.Type == "MODIFIED" {
-				modified++
-			}
-			continue
-		case <-timeout:
-		}
-		break
-	}
+	modified := modificationsWithin(t, widgets, ns, obj, 2*time.Second)
 	got := get(t, widgets, ns, "w")
 	if modified != 1 {
 		t.Errorf("the object changed %d times after its creation, want once (one /status patch)", modified)

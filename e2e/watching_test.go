@@ -90,24 +90,7 @@ func TestStatusStorageMakesOnePatchPerCreation(t *testing.T) {
 		luaop.on.create("examples.luaop.dev/v1/widgets", function(ctx) return "done" end, { id = "once" })
 	`)})
 	obj := create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w}, spec: {size: 1}}")
-	w, err := env.Dynamic.Resource(widgets).Namespace(ns).Watch(context.Background(), metav1.ListOptions{
-		FieldSelector: "metadata.name=w", ResourceVersion: obj.GetResourceVersion()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	modified := 0
-	timeout := time.After(2 * time.Second)
-	for done := false; !done; {
-		select {
-		case ev := <-w.ResultChan():
-			if ev.Type == "MODIFIED" {
-				modified++
-			}
-		case <-timeout:
-			done = true
-		}
-	}
+	modified := modificationsWithin(t, widgets, ns, obj, 2*time.Second)
 	got := get(t, widgets, ns, "w")
 	st, _ := got.Object["status"].(map[string]any)
 	if st["once"] != "done" {
