@@ -24,7 +24,7 @@ type storage struct {
 	// resource with a status subresource is one /status patch.
 	inStatus                           bool
 	progressInStatus, diffBaseInStatus bool
-	reason   string
+	reason                             string
 }
 
 func (i *resourceInfo) storage() *storage { return i.store.Load() }
