@@ -119,11 +119,13 @@ func (o *Operator) bind(resolved map[causes.Resource]*resourceInfo) []*watcher {
 		} else {
 			late = append(late, canonical)
 		}
-		if spelling != canonical {
+	}
+	o.res.mu.Unlock()
+	for spelling, info := range resolved {
+		if canonical := (causes.Resource{GroupVersionResource: info.gvr}); spelling != canonical {
 			o.log.Debug("resource resolved", "as written", spelling.String(), "resource", canonical.String())
 		}
 	}
-	o.res.mu.Unlock()
 	if len(late) > 0 {
 		// A spelling resolved after its resource was watched: its objects get a
 		// cycle with the handlers now complete.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -44,17 +43,7 @@ func TestDryRunSetting(t *testing.T) {
 // the patch of their results and the luaop.kube writes they would have made), and
 // nothing changes on the objects or anywhere else.
 func TestRunDryRunWritesNothing(t *testing.T) {
-	env, err := testcluster.Connect()
-	if errors.Is(err, testcluster.ErrNoCluster) {
-		t.Skip("LUAOP_TEST_NO_CLUSTER=1: this test needs a cluster")
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	root := testcluster.RepoRoot()
-	if err := env.InstallCRDs(context.Background(), filepath.Join(root, "scripts", "examples", "crds")); err != nil {
-		t.Fatal(err)
-	}
+	env, root := exampleCluster(t)
 	ns := env.Namespace(t)
 	docs, _ := testcluster.DecodeYAML(strings.NewReader(fmt.Sprintf(`{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w}, spec: {size: 2}}
 ---

@@ -23,17 +23,7 @@ import (
 // `luaop run` as shipped: the example scripts against the test cluster, with its
 // health, readiness and metrics endpoints scraped as Kubernetes and Prometheus would.
 func TestRunServesHealthReadinessAndMetrics(t *testing.T) {
-	env, err := testcluster.Connect()
-	if errors.Is(err, testcluster.ErrNoCluster) {
-		t.Skip("LUAOP_TEST_NO_CLUSTER=1: this test needs a cluster")
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	root := testcluster.RepoRoot()
-	if err := env.InstallCRDs(context.Background(), filepath.Join(root, "scripts", "examples", "crds")); err != nil {
-		t.Fatal(err)
-	}
+	env, root := exampleCluster(t)
 	ns := env.Namespace(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -106,4 +96,22 @@ func TestRunServesHealthReadinessAndMetrics(t *testing.T) {
 		}
 		return true, ""
 	})
+}
+
+// exampleCluster connects to the test cluster (skipping without one) with the example
+// CRDs installed, and returns the repository's root.
+func exampleCluster(t *testing.T) (*testcluster.Env, string) {
+	t.Helper()
+	env, err := testcluster.Connect()
+	if errors.Is(err, testcluster.ErrNoCluster) {
+		t.Skip("LUAOP_TEST_NO_CLUSTER=1: this test needs a cluster")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := testcluster.RepoRoot()
+	if err := env.InstallCRDs(context.Background(), filepath.Join(root, "scripts", "examples", "crds")); err != nil {
+		t.Fatal(err)
+	}
+	return env, root
 }
