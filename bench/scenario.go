@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 )
 
 type stormResult struct {
@@ -99,20 +100,9 @@ func runVariant(ctx context.Context, cl *cluster, subj subject, n int, opt runOp
 		return fail("%v", err)
 	}
 	progress("%s namespace %s", tag, ns)
-	defer func() {
-		// Whatever happened (Ctrl-C included), the namespace goes, with a bound.
-		// The operator is stopped by now (deferred later, run earlier).
-		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		if subj.finalizers() {
-			if err := cl.releaseFinalizers(dctx, ns, opt.creators); err != nil {
-				progress("%s cleanup: releasing the finalizers: %v", tag, err)
-			}
-		}
-		if err := cl.deleteNamespace(dctx, ns); err != nil {
-			progress("%s cleanup: %v", tag, err)
-		}
-	}()
+	// Whatever happened (Ctrl-C included), the namespace goes, with a bound. The
+	// operator is stopped by then (deferred later, run earlier).
+	defer cleanUp(cl, subj, ns, opt.creators, tag)
 	trCtx, trCancel := context.WithCancel(ctx)
 	defer trCancel()
 	tr, err := cl.startTracker(trCtx, ns, n)
@@ -287,18 +277,7 @@ func drain(ctx context.Context, cl *cluster, subj subject, n int, opt runOptions
 		return res, err
 	}
 	progress("%s drain: namespace %s", tag, ns)
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		if subj.finalizers() {
-			if err := cl.releaseFinalizers(dctx, ns, opt.creators); err != nil {
-				progress("%s drain cleanup: releasing the finalizers: %v", tag, err)
-			}
-		}
-		if err := cl.deleteNamespace(dctx, ns); err != nil {
-			progress("%s drain cleanup: %v", tag, err)
-		}
-	}()
+	defer cleanUp(cl, subj, ns, opt.creators, tag+" drain")
 	trCtx, trCancel := context.WithCancel(ctx)
 	defer trCancel()
 	tr, err := cl.startTracker(trCtx, ns, n)
@@ -361,14 +340,47 @@ func drain(ctx context.Context, cl *cluster, subj subject, n int, opt runOptions
 	return res, nil
 }
 
+// cleanUp deletes a run's namespace (after releasing the subject's finalizers), with
+// a bound of its own.
+func cleanUp(cl *cluster, subj subject, ns string, creators int, tag string) {
+	dctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if subj.finalizers() {
+		if err := cl.releaseFinalizers(dctx, ns, creators); err != nil {
+			progress("%s cleanup: releasing the finalizers: %v", tag, err)
+		}
+	}
+	if err := cl.deleteNamespace(dctx, ns); err != nil {
+		progress("%s cleanup: %v", tag, err)
+	}
+}
+
 // createObjects creates objects 0..n-1 on ns with a few concurrent clients.
 func createObjects(ctx context.Context, cl *cluster, ns string, n, creators int) error {
 	client := cl.dyn.Resource(benchGVR).Namespace(ns)
+	return forEachObject(ctx, n, creators, func(i int) error { return createObject(ctx, client, i) })
+}
+
+// createObject creates object i, retrying transport errors; one that an earlier
+// attempt created counts as created.
+func createObject(ctx context.Context, client dynamic.ResourceInterface, i int) error {
+	return retry(ctx, func() error {
+		_, err := client.Create(ctx, newObject(i), metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil // an earlier attempt went through
+		}
+		return err
+	})
+}
+
+// forEachObject runs fn for 0..n-1 with workers concurrent goroutines, and returns
+// the first error (naming the object), or ctx's.
+func forEachObject(ctx context.Context, n, workers int, fn func(i int) error) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	var errMu sync.Mutex
 	var firstErr error
-	for range creators {
+	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -377,14 +389,7 @@ func createObjects(ctx context.Context, cl *cluster, ns string, n, creators int)
 				if i >= n || ctx.Err() != nil {
 					return
 				}
-				err := retry(ctx, func() error {
-					_, err := client.Create(ctx, newObject(i), metav1.CreateOptions{})
-					if apierrors.IsAlreadyExists(err) {
-						err = nil // an earlier attempt went through
-					}
-					return err
-				})
-				if err != nil {
+				if err := fn(i); err != nil {
 					errMu.Lock()
 					if firstErr == nil {
 						firstErr = fmt.Errorf("%s: %w", objectName(i), err)
@@ -659,43 +664,16 @@ func warmUp(ctx context.Context, cl *cluster, n, creators int) error {
 	}()
 	client := cl.dyn.Resource(benchGVR).Namespace(ns)
 	start := time.Now()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	var errMu sync.Mutex
-	var firstErr error
-	for range creators {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n || ctx.Err() != nil {
-					return
-				}
-				err := retry(ctx, func() error {
-					_, err := client.Create(ctx, newObject(i), metav1.CreateOptions{})
-					if apierrors.IsAlreadyExists(err) {
-						err = nil
-					}
-					if err == nil {
-						_, err = client.Patch(ctx, objectName(i), types.MergePatchType, []byte(`{"spec":{"n":1}}`), metav1.PatchOptions{})
-					}
-					return err
-				})
-				if err != nil {
-					errMu.Lock()
-					if firstErr == nil {
-						firstErr = err
-					}
-					errMu.Unlock()
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if firstErr != nil {
-		return firstErr
+	if err := forEachObject(ctx, n, creators, func(i int) error {
+		if err := createObject(ctx, client, i); err != nil {
+			return err
+		}
+		return retry(ctx, func() error {
+			_, err := client.Patch(ctx, objectName(i), types.MergePatchType, []byte(`{"spec":{"n":1}}`), metav1.PatchOptions{})
+			return err
+		})
+	}); err != nil {
+		return err
 	}
 	progress("warm-up: %d objects created and updated in %s (no operator running)", n, time.Since(start).Round(time.Millisecond))
 	return ctx.Err()

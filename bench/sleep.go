@@ -24,9 +24,6 @@ import (
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
-
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // sleepScript: a create handler that waits one second in luaop.sleep (an I/O-bound
@@ -207,35 +204,21 @@ func runSleep(ctx context.Context, cl *cluster, luaopBin, kubeconfig, tmp, commi
 
 	// The storm: N creates by a few concurrent clients, with no client-side limit.
 	client := cl.dyn.Resource(benchGVR).Namespace(ns)
-	var next, issued atomic.Int64
-	errc := make(chan error, creators)
+	var issued atomic.Int64
+	errc := make(chan error, 1)
+	creatorsDone := make(chan struct{})
 	start := time.Now()
-	var wg sync.WaitGroup
-	for range creators {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n || sctx.Err() != nil {
-					return
-				}
-				err := retry(sctx, func() error {
-					_, err := client.Create(sctx, newObject(i), metav1.CreateOptions{})
-					if apierrors.IsAlreadyExists(err) {
-						return nil
-					}
-					return err
-				})
-				if err != nil {
-					errc <- fmt.Errorf("%s: %w", objectName(i), err)
-					return
-				}
-				tr.issuedAt(i, time.Now())
-				issued.Add(1)
+	go func() {
+		defer close(creatorsDone)
+		errc <- forEachObject(sctx, n, creators, func(i int) error {
+			if err := createObject(sctx, client, i); err != nil {
+				return err
 			}
-		}()
-	}
+			tr.issuedAt(i, time.Now())
+			issued.Add(1)
+			return nil
+		})
+	}()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	var failure error
@@ -247,6 +230,10 @@ wait:
 		}
 		select {
 		case err := <-errc:
+			if err == nil {
+				errc = nil // all created: wait for them to be handled
+				continue
+			}
 			failure = err
 			break wait
 		case <-inst.exited():
@@ -265,7 +252,7 @@ wait:
 	}
 	window.Store(&probeStats{}) // probes after the storm are not counted
 	stopPolling()
-	wg.Wait()
+	<-creatorsDone
 	lat, last := tr.latencies()
 	total := last.Sub(start)
 	slices.Sort(lat)
