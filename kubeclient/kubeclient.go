@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/reference"
 
 	"github.com/luaop/luaop/eventing"
+	"github.com/luaop/luaop/state"
 )
 
 // Client talks to the API server on behalf of scripts.
@@ -75,15 +76,6 @@ func (c *Client) resource(apiVersion, kind, namespace string) (dynamic.ResourceI
 	return c.dynamic.Resource(mapping.Resource), nil
 }
 
-func typeOf(obj map[string]any) (apiVersion, kind, namespace, name string) {
-	apiVersion, _ = obj["apiVersion"].(string)
-	kind, _ = obj["kind"].(string)
-	m, _ := obj["metadata"].(map[string]any)
-	namespace, _ = m["namespace"].(string)
-	name, _ = m["name"].(string)
-	return
-}
-
 // Get reads one object.
 func (c *Client) Get(ctx context.Context, apiVersion, kind, namespace, name string) (map[string]any, error) {
 	r, err := c.resource(apiVersion, kind, namespace)
@@ -116,7 +108,7 @@ func (c *Client) List(ctx context.Context, apiVersion, kind, namespace, selector
 
 // Create creates an object described by its own apiVersion, kind and metadata.
 func (c *Client) Create(ctx context.Context, obj map[string]any) (map[string]any, error) {
-	apiVersion, kind, ns, _ := typeOf(obj)
+	apiVersion, kind, ns, _ := state.Identity(obj)
 	r, err := c.resource(apiVersion, kind, ns)
 	if err != nil {
 		return nil, err
@@ -167,7 +159,7 @@ func (c *Client) Delete(ctx context.Context, apiVersion, kind, namespace, name s
 
 // Apply applies an object with server-side apply under the operator's field manager.
 func (c *Client) Apply(ctx context.Context, obj map[string]any, force bool) (map[string]any, error) {
-	apiVersion, kind, ns, name := typeOf(obj)
+	apiVersion, kind, ns, name := state.Identity(obj)
 	r, err := c.resource(apiVersion, kind, ns)
 	if err != nil {
 		return nil, err
@@ -213,7 +205,7 @@ func (c *Client) Event(ctx context.Context, obj map[string]any, eventType, reaso
 
 // eventSubject is the object an Event is about, reduced to what its reference needs.
 func eventSubject(obj map[string]any) (*unstructured.Unstructured, error) {
-	apiVersion, kind, namespace, name := typeOf(obj)
+	apiVersion, kind, namespace, name := state.Identity(obj)
 	if kind == "" || name == "" || apiVersion == "" {
 		return nil, fmt.Errorf("an event needs an object with apiVersion, kind and metadata.name (got apiVersion %q, kind %q, name %q)", apiVersion, kind, name)
 	}

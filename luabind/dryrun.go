@@ -6,6 +6,8 @@ import (
 	"log/slog"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+
+	"github.com/luaop/luaop/state"
 )
 
 // DryRunKube wraps the scripts' cluster access for a dry run (luaop run --dry-run):
@@ -90,16 +92,7 @@ func (d *dryRunKube) Event(ctx context.Context, obj map[string]any, eventType, r
 	if err := d.k.Event(ctx, obj, eventType, reason, message); err != nil {
 		return err
 	}
-	_, kind, ns, name := typeOfObject(obj)
+	_, kind, ns, name := state.Identity(obj)
 	d.log.Info("dry run: event not posted", "object", kind+" "+ns+"/"+name, "type", eventType, "reason", reason, "message", message)
 	return nil
-}
-
-func typeOfObject(obj map[string]any) (apiVersion, kind, namespace, name string) {
-	apiVersion, _ = obj["apiVersion"].(string)
-	kind, _ = obj["kind"].(string)
-	m, _ := obj["metadata"].(map[string]any)
-	namespace, _ = m["namespace"].(string)
-	name, _ = m["name"].(string)
-	return
 }

@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/luaop/luaop/state"
 )
 
 // Call is one luaop.kube call (or event) a handler made.
@@ -49,19 +51,10 @@ func objectKey(apiVersion, kind, ns, name string) string {
 func newFakeKube(objects []map[string]any) *fakeKube {
 	k := &fakeKube{objects: map[string]map[string]any{}, calls: []Call{}, events: []Event{}}
 	for _, o := range objects {
-		av, kind, ns, name := typeOf(o)
+		av, kind, ns, name := state.Identity(o)
 		k.objects[objectKey(av, kind, ns, name)] = o
 	}
 	return k
-}
-
-func typeOf(obj map[string]any) (apiVersion, kind, namespace, name string) {
-	apiVersion, _ = obj["apiVersion"].(string)
-	kind, _ = obj["kind"].(string)
-	m, _ := obj["metadata"].(map[string]any)
-	namespace, _ = m["namespace"].(string)
-	name, _ = m["name"].(string)
-	return
 }
 
 func groupResource(apiVersion, kind string) schema.GroupResource {
@@ -119,7 +112,7 @@ func (k *fakeKube) List(_ context.Context, apiVersion, kind, ns, selector string
 	}
 	var keys []string
 	for key, o := range k.objects {
-		av, kd, ons, _ := typeOf(o)
+		av, kd, ons, _ := state.Identity(o)
 		if av != apiVersion || kd != kind || (ns != "" && ons != ns) {
 			continue
 		}
@@ -150,7 +143,7 @@ func (k *fakeKube) List(_ context.Context, apiVersion, kind, ns, selector string
 func (k *fakeKube) Create(_ context.Context, obj map[string]any) (map[string]any, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	av, kind, ns, name := typeOf(obj)
+	av, kind, ns, name := state.Identity(obj)
 	key := objectKey(av, kind, ns, name)
 	var err error
 	if _, exists := k.objects[key]; exists {
@@ -223,7 +216,7 @@ func (k *fakeKube) Delete(_ context.Context, apiVersion, kind, ns, name string) 
 func (k *fakeKube) Apply(_ context.Context, obj map[string]any, _ bool) (map[string]any, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	av, kind, ns, name := typeOf(obj)
+	av, kind, ns, name := state.Identity(obj)
 	key := objectKey(av, kind, ns, name)
 	out := copyJSON(obj).(map[string]any)
 	if cur, ok := k.objects[key]; ok {

@@ -383,14 +383,14 @@ func runCase(ctx context.Context, scripts []luabind.Script, dir, prefix string, 
 	if e.Given("objects") && len(e.Objects) == 0 && len(kube.objects) > 0 {
 		var held []string
 		for _, o := range kube.objects {
-			av, kind, ns, name := typeOf(o)
+			av, kind, ns, name := state.Identity(o)
 			held = append(held, fmt.Sprintf("%s %s %s/%s", av, kind, ns, name))
 		}
 		sort.Strings(held)
 		fail("want the fake API to hold no objects (objects: []), it holds %s", strings.Join(held, ", "))
 	}
 	for _, want := range e.Objects {
-		av, kind, ns, name := typeOf(want)
+		av, kind, ns, name := state.Identity(want)
 		got, ok := kube.objects[objectKey(av, kind, ns, name)]
 		if !ok {
 			fail("the fake API holds no %s %s %s/%s", av, kind, ns, name)

@@ -244,3 +244,14 @@ func convertNumbers(v any) any {
 	}
 	return v
 }
+
+// Identity reads what names an object: its apiVersion, kind, namespace and name
+// (empty strings for what it lacks).
+func Identity(obj map[string]any) (apiVersion, kind, namespace, name string) {
+	apiVersion, _ = obj["apiVersion"].(string)
+	kind, _ = obj["kind"].(string)
+	m, _ := obj["metadata"].(map[string]any)
+	namespace, _ = m["namespace"].(string)
+	name, _ = m["name"].(string)
+	return
+}
