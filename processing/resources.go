@@ -95,7 +95,7 @@ func (o *Operator) settleStorage(ctx context.Context, info *resourceInfo) {
 	s := o.chooseStorage(ctx, info)
 	info.store.Store(s)
 	where := "annotations"
-	if s.inStatus {
+	if s.inStatus() {
 		where = "status"
 	}
 	o.log.Info("storage chosen", "resource", causes.Resource{GroupVersionResource: info.gvr}.String(), "storage", where, "reason", s.reason)

@@ -20,14 +20,16 @@ import (
 type storage struct {
 	progress state.ProgressStorage
 	diffBase state.DiffBaseStorage
-	// inStatus: progress and diff-base both in status, so a handled change of a
-	// resource with a status subresource is one /status patch.
-	inStatus                           bool
+	// Which of the two live in status.
 	progressInStatus, diffBaseInStatus bool
 	reason                             string
 }
 
 func (i *resourceInfo) storage() *storage { return i.store.Load() }
+
+// inStatus: progress and diff-base both in status, so a handled change of a resource
+// with a status subresource is one /status patch.
+func (s *storage) inStatus() bool { return s.progressInStatus && s.diffBaseInStatus }
 
 var crdsGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
@@ -68,7 +70,6 @@ func (o *Operator) storageFor(statusOK bool, why string) *storage {
 	if o.opts.DiffBase != nil {
 		s.diffBase, diffBaseInStatus = o.opts.DiffBase, false
 	}
-	s.inStatus = progressInStatus && diffBaseInStatus
 	s.progressInStatus, s.diffBaseInStatus = progressInStatus, diffBaseInStatus
 	switch {
 	case o.opts.Progress != nil || o.opts.DiffBase != nil:
