@@ -1,7 +1,8 @@
 # luaop image: a static binary on distroless, with the example scripts as a default
 # /scripts (the kustomize base in deploy/ mounts the luaop-scripts ConfigMap over it).
 #
-#   docker build -t luaop:latest .
+#   docker build -t luaop:latest --build-arg VERSION=$(git describe --tags --always --dirty) .
+#   make image                     (the same)
 #   docker buildx build --platform linux/amd64,linux/arm64 -t REGISTRY/luaop:TAG .
 #
 # The build stage needs only the Go module proxy (GOPROXY, default proxy.golang.org).
@@ -16,7 +17,10 @@ COPY . .
 # Cross-compiles for the target platform of buildx (empty: the build platform).
 ARG TARGETOS
 ARG TARGETARCH
-RUN GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -ldflags "-s -w" -o /luaop ./cmd/luaop
+# The version `luaop --version` prints: --build-arg VERSION=$(git describe --tags
+# --always --dirty), as `make image` does (.git is not part of the build context).
+ARG VERSION=devel
+RUN GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -ldflags "-s -w -X main.version=$VERSION" -o /luaop ./cmd/luaop
 
 FROM gcr.io/distroless/static:nonroot
 COPY --from=build /luaop /luaop

@@ -4,10 +4,19 @@ CACHE ?= $(or $(LUAOP_CACHE),$(HOME)/.cache/luaop)
 BIN := $(CURDIR)/bin
 GO_TEST_FLAGS ?= -race -count=1 -timeout 40m
 
-.PHONY: dev test unit cluster cluster-down build bench bench-daemons bench-sleep bench-reload soak
+.PHONY: dev test unit cluster cluster-down build image bench bench-daemons bench-sleep bench-reload soak
+
+# The version printed by `luaop --version` and `luaop version`.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+LDFLAGS := -X main.version=$(VERSION)
 
 build:
-	go build -o $(BIN)/luaop ./cmd/luaop
+	go build -ldflags "$(LDFLAGS)" -o $(BIN)/luaop ./cmd/luaop
+
+# The image, stamped with the same version (IMAGE=registry/luaop:tag to name it).
+IMAGE ?= luaop:latest
+image:
+	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
 
 # The developer loop: a local control plane (unless KUBECONFIG names a cluster), the
 # example CRDs and one example object applied, and the example handlers running.

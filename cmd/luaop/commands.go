@@ -9,7 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"runtime/debug"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -64,20 +64,6 @@ func newRunCommand(v *viper.Viper) *cobra.Command {
 	return cmd
 }
 
-func newVersionCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the version of luaop",
-		Run: func(cmd *cobra.Command, _ []string) {
-			version := "(devel)"
-			if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" {
-				version = info.Main.Version
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), "luaop", version)
-		},
-	}
-}
-
 func newLogger(s settings) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(s.LogLevel))
@@ -88,12 +74,17 @@ func newLogger(s settings) *slog.Logger {
 	return slog.New(slog.NewTextHandler(logOutput, opts))
 }
 
-func restConfig(s settings) (*rest.Config, error) {
+// clientConfig loads the kubeconfig as kubectl does: --kubeconfig (one file), else
+// the files of $KUBECONFIG (a list, merged), else ~/.kube/config, else the pod's
+// service account; --context picks a context other than the current one.
+func clientConfig(s settings) clientcmd.ClientConfig {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if s.Kubeconfig != "" {
-		rules.ExplicitPath = s.Kubeconfig
-	}
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: s.Context}).ClientConfig()
+	rules.ExplicitPath = s.Kubeconfig
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: s.Context})
+}
+
+func restConfig(s settings) (*rest.Config, error) {
+	cfg, err := clientConfig(s).ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("no usable kubeconfig (%w); give --kubeconfig, set KUBECONFIG, or start a local cluster with `make cluster`", err)
 	}
@@ -302,7 +293,7 @@ lua-check) agrees with luaop: put it as .luacheckrc in the scripts folder or abo
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if luacheckrc != "" {
-				if err := os.WriteFile(luacheckrc, []byte(luabind.Luacheckrc()), 0o644); err != nil {
+				if err := writeFileMkdir(luacheckrc, luabind.Luacheckrc()); err != nil {
 					return err
 				}
 			}
@@ -310,12 +301,23 @@ lua-check) agrees with luaop: put it as .luacheckrc in the scripts folder or abo
 				_, err := fmt.Fprint(cmd.OutOrStdout(), luabind.Stubs())
 				return err
 			}
-			return os.WriteFile(output, []byte(luabind.Stubs()), 0o644)
+			return writeFileMkdir(output, luabind.Stubs())
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "file to write (default: standard output)")
 	cmd.Flags().StringVar(&luacheckrc, "luacheckrc", "", "also write a .luacheckrc describing the sandbox to this file")
 	return cmd
+}
+
+// writeFileMkdir writes a file, creating its folder when missing.
+func writeFileMkdir(file, content string) error {
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return fmt.Errorf("creating the folder of %s: %w", file, err)
+	}
+	if err := os.WriteFile(file, []byte(content), 0o644); err != nil {
+		return fmt.Errorf("writing %s: %w", file, err)
+	}
+	return nil
 }
 
 // probeCache maps --probe-cache to operator.Options.ProbeCache, where 0 means the

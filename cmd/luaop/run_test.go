@@ -115,3 +115,24 @@ func exampleCluster(t *testing.T) (*testcluster.Env, string) {
 	}
 	return env, root
 }
+
+// KUBECONFIG as a list (a missing file first, as kubectl allows) reaches the cluster.
+func TestKubeconfigListReachesCluster(t *testing.T) {
+	exampleCluster(t)
+	kubeconfig := os.Getenv("LUAOP_TEST_KUBECONFIG")
+	if kubeconfig == "" {
+		t.Skip("the test cluster is not given by LUAOP_TEST_KUBECONFIG")
+	}
+	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "absent")+string(os.PathListSeparator)+kubeconfig)
+	s, err := parseSettings(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := restConfig(s)
+	if err != nil {
+		t.Fatalf("KUBECONFIG=%s: %v", os.Getenv("KUBECONFIG"), err)
+	}
+	if err := checkReachable(cfg); err != nil {
+		t.Fatalf("KUBECONFIG=%s: %v", os.Getenv("KUBECONFIG"), err)
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,19 +45,58 @@ func TestSettingsPrecedence(t *testing.T) {
 				t.Errorf("flag over env: workers = %d", s.Workers)
 			}
 		}},
+		{"LUAOP_CONFIG names the config file", nil, map[string]string{"LUAOP_CONFIG": config}, func(t *testing.T, s settings) {
+			if s.Workers != 7 || s.Prefix != "from-file.example" {
+				t.Errorf("LUAOP_CONFIG ignored: %+v", s)
+			}
+		}},
+		{"lists in the environment are split at commas", nil, map[string]string{"LUAOP_NAMESPACES": "a, b,team-*"}, func(t *testing.T, s settings) {
+			if strings.Join(s.Namespaces, "|") != "a|b|team-*" {
+				t.Errorf("LUAOP_NAMESPACES=a, b,team-*: namespaces %q, want [a b team-*]", s.Namespaces)
+			}
+		}},
+		{"-n is repeatable, --namespace is -n", []string{"-n", "a", "--namespace", "b", "--namespaces", "c,d"}, nil, func(t *testing.T, s settings) {
+			if strings.Join(s.Namespaces, "|") != "a|b|c|d" {
+				t.Errorf("namespaces %q, want [a b c d]", s.Namespaces)
+			}
+		}},
+		{"-A clears namespaces of the file and the environment", []string{"--config", config, "-A"}, map[string]string{"LUAOP_NAMESPACES": "x"}, func(t *testing.T, s settings) {
+			if len(s.Namespaces) != 0 {
+				t.Errorf("-A: namespaces %q, want none (cluster-wide)", s.Namespaces)
+			}
+		}},
+		{"-v is debug", []string{"-v"}, nil, func(t *testing.T, s settings) {
+			if s.LogLevel != "debug" {
+				t.Errorf("-v: log level %q", s.LogLevel)
+			}
+		}},
+		{"--quiet is warn, over the file's level", []string{"--config", config, "--quiet"}, nil, func(t *testing.T, s settings) {
+			if s.LogLevel != "warn" {
+				t.Errorf("--quiet: log level %q", s.LogLevel)
+			}
+		}},
+		{"LUAOP_VERBOSE=true", nil, map[string]string{"LUAOP_VERBOSE": "true"}, func(t *testing.T, s settings) {
+			if s.LogLevel != "debug" {
+				t.Errorf("LUAOP_VERBOSE=true: log level %q", s.LogLevel)
+			}
+		}},
+		{"warning is warn", []string{"--log-level", "WARNING"}, nil, func(t *testing.T, s settings) {
+			if s.LogLevel != "warn" {
+				t.Errorf("--log-level WARNING: log level %q", s.LogLevel)
+			}
+		}},
+		{"zero where zero means something", []string{"--shards", "0", "--probe-cache", "0", "--health-address", ""}, nil, func(t *testing.T, s settings) {
+			if s.Shards != 0 || s.ProbeCache != 0 || s.HealthAddress != "" {
+				t.Errorf("zeros: %+v", s)
+			}
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			for k, v := range tt.env {
 				t.Setenv(k, v)
 			}
-			v := viper.New()
-			cmd := newRunCommand(v)
-			cmd.Flags().String("config", "", "")
-			if err := cmd.ParseFlags(tt.args); err != nil {
-				t.Fatal(err)
-			}
-			s, err := loadSettings(cmd, v)
+			s, err := parseSettings(t, tt.args...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -65,16 +105,171 @@ func TestSettingsPrecedence(t *testing.T) {
 	}
 }
 
+// parseSettings reads the settings of `luaop run ARGS...` in the test's environment.
+func parseSettings(t *testing.T, args ...string) (settings, error) {
+	t.Helper()
+	for _, k := range []string{"LUAOP_CONFIG", "LUAOP_NAMESPACES", "KUBECONFIG"} {
+		if _, set := os.LookupEnv(k); !set {
+			t.Setenv(k, "") // restored afterwards; empty is unset for viper
+			os.Unsetenv(k)
+		}
+	}
+	v := viper.New()
+	cmd := newRunCommand(v)
+	cmd.Flags().String("config", "", "")
+	if err := cmd.ParseFlags(args); err != nil {
+		return settings{}, err
+	}
+	return loadSettings(cmd, v)
+}
+
+// Every setting refuses what it cannot use, naming where the value came from (flag,
+// variable or config file) and what is allowed, instead of replacing it silently.
 func TestSettingsRejectBadValues(t *testing.T) {
-	for _, args := range [][]string{{"--log-format", "xml"}, {"--progress-storage", "etcd"}, {"--lifecycle", "random"}} {
-		v := viper.New()
-		cmd := newRunCommand(v)
-		cmd.Flags().String("config", "", "")
-		if err := cmd.ParseFlags(args); err != nil {
+	dir := t.TempDir()
+	files := 0
+	file := func(content string) string {
+		files++
+		p := filepath.Join(dir, fmt.Sprintf("c%d.yaml", files))
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := loadSettings(cmd, v); err == nil {
-			t.Errorf("%v: want an error naming the accepted values", args)
+		return p
+	}
+	tests := []struct {
+		args []string
+		env  map[string]string
+		want []string // substrings of the error
+	}{
+		{[]string{"--workers", "0"}, nil, []string{"--workers=0", "at least 1"}},
+		{[]string{"--workers", "-2"}, nil, []string{"--workers=-2", "at least 1"}},
+		{nil, map[string]string{"LUAOP_WORKERS": "many"}, []string{`LUAOP_WORKERS="many"`, "whole number"}},
+		{[]string{"--shards", "-3"}, nil, []string{"--shards=-3", "at least 0"}},
+		{[]string{"--handler-timeout", "0s"}, nil, []string{"--handler-timeout", "greater than 0"}},
+		{nil, map[string]string{"LUAOP_HANDLER_TIMEOUT": "30"}, []string{`LUAOP_HANDLER_TIMEOUT="30"`, "with a unit"}},
+		{nil, map[string]string{"LUAOP_HANDLER_TIMEOUT": "soon"}, []string{`LUAOP_HANDLER_TIMEOUT="soon"`, "with a unit"}},
+		{[]string{"--consistency-timeout", "0s"}, nil, []string{"--consistency-timeout", "greater than 0"}},
+		{[]string{"--shutdown-grace-period", "-1s"}, nil, []string{"--shutdown-grace-period", "greater than 0"}},
+		{[]string{"--probe-cache", "-1s"}, nil, []string{"--probe-cache", "0 or more"}},
+		{[]string{"--log-level", "verbose"}, nil, []string{`--log-level="verbose"`, "debug, info, warn or error"}},
+		{[]string{"--log-format", "xml"}, nil, []string{`--log-format="xml"`, "plain or json"}},
+		{[]string{"--log-events-level", "loud"}, nil, []string{"--log-events-level", "debug, info, warning, error or none"}},
+		{[]string{"--progress-storage", "etcd"}, nil, []string{`--progress-storage="etcd"`, "auto, annotations or status"}},
+		{nil, map[string]string{"LUAOP_DIFFBASE_STORAGE": "disk"}, []string{`LUAOP_DIFFBASE_STORAGE="disk"`, "auto, annotations or status"}},
+		{[]string{"--lifecycle", "random"}, nil, []string{`--lifecycle="random"`, "asap, one-by-one or all-at-once"}},
+		{[]string{"--prefix", "My_Prefix"}, nil, []string{`--prefix="My_Prefix"`, "DNS subdomain"}},
+		{[]string{"--prefix", ""}, nil, []string{`--prefix=""`, "DNS subdomain"}},
+		{[]string{"--health-address", "8080"}, nil, []string{`--health-address="8080"`, "host:port"}},
+		{[]string{"--health-address", ":http"}, nil, []string{`--health-address=":http"`, "host:port"}},
+		{[]string{"--leader-election-name", "Not A Name"}, nil, []string{"--leader-election-name", "object name"}},
+		{[]string{"--leader-election-namespace", "Ops"}, nil, []string{"--leader-election-namespace", "object name"}},
+		{nil, map[string]string{"LUAOP_POST_EVENTS": "sometimes"}, []string{`LUAOP_POST_EVENTS="sometimes"`, "true or false"}},
+		{nil, map[string]string{"LUAOP_DRY_RUN": "yes please"}, []string{"LUAOP_DRY_RUN", "true or false"}},
+		{nil, map[string]string{"LUAOP_LEADER_ELECT": "2"}, []string{"LUAOP_LEADER_ELECT", "true or false"}},
+		{[]string{"-n", "Team-A"}, nil, []string{`--namespaces="Team-A"`, "namespace names"}},
+		{[]string{"-n", "team-["}, nil, []string{`--namespaces="team-["`, "globs"}},
+		{[]string{"-n", "!"}, nil, []string{`--namespaces="!"`, "exclusions"}},
+		{[]string{"-v", "-q"}, nil, []string{"-v/--verbose and -q/--quiet"}},
+		{[]string{"-v", "--log-level", "info"}, nil, []string{"--log-level and -v/--verbose"}},
+		{[]string{"-A", "-n", "a"}, nil, []string{"-A/--all-namespaces and -n/--namespaces"}},
+		{[]string{"--config", file("workers: 0\nshards: -1\n")}, nil, []string{"workers: 0 in ", "shards: -1 in ", "at least 1", "at least 0"}},
+		{[]string{"--config", file("handler-timeout: 30\n")}, nil, []string{"handler-timeout: 30 in ", "a number alone has no unit"}},
+		{[]string{"--config", file("namespaces: {a: b}\n")}, nil, []string{"namespaces: map[a:b] in ", "list of strings"}},
+		{[]string{"--config", filepath.Join(dir, "missing.yaml")}, nil, []string{"reading the config file", "missing.yaml"}},
+		{nil, map[string]string{"LUAOP_CONFIG": file("log_levle: debug\nnamespace: [a]\nworker: 2\nbogus: 1\n")}, []string{
+			`unknown key "log_levle": did you mean "log-level"?`,
+			`unknown key "namespace": did you mean "namespaces"?`,
+			`unknown key "worker": did you mean "workers"?`,
+			`unknown key "bogus"`,
+			"are its flags: all-namespaces, consistency-timeout"}},
+		{[]string{"--config", file("config: other.yaml\n")}, nil, []string{`unknown key "config"`}},
+	}
+	for _, tt := range tests {
+		name := strings.Join(tt.args, " ")
+		for k, v := range tt.env {
+			name += " " + k + "=" + v
 		}
+		t.Run(name, func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			_, err := parseSettings(t, tt.args...)
+			if err == nil {
+				t.Fatalf("no error; want one naming %q", tt.want)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+			if strings.Contains(err.Error(), "bogus") && strings.Contains(err.Error(), `"bogus": did you mean`) {
+				t.Errorf("error %q suggests a key for bogus; nothing is near it", err)
+			}
+		})
+	}
+}
+
+// KUBECONFIG is a list of files merged as kubectl merges them; --context picks
+// another context; --kubeconfig names one file.
+func TestKubeconfigLoadingRules(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	clusters := write("clusters", `apiVersion: v1
+kind: Config
+clusters:
+- name: one
+  cluster: {server: "https://one.example:6443"}
+- name: two
+  cluster: {server: "https://two.example:6443"}
+users:
+- name: me
+  user: {token: t}
+`)
+	contexts := write("contexts", `apiVersion: v1
+kind: Config
+current-context: first
+contexts:
+- name: first
+  context: {cluster: one, user: me}
+- name: second
+  context: {cluster: two, user: me}
+`)
+	alone := write("alone", `apiVersion: v1
+kind: Config
+current-context: c
+clusters: [{name: c, cluster: {server: "https://alone.example"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+`)
+	list := strings.Join([]string{clusters, filepath.Join(dir, "absent"), contexts}, string(os.PathListSeparator))
+	for _, tt := range []struct {
+		env  string
+		args []string
+		want string
+	}{
+		{list, nil, "https://one.example:6443"},
+		{list, []string{"--context", "second"}, "https://two.example:6443"},
+		{list, []string{"--kubeconfig", alone}, "https://alone.example"},
+	} {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			t.Setenv("KUBECONFIG", tt.env)
+			s, err := parseSettings(t, tt.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := restConfig(s)
+			if err != nil {
+				t.Fatalf("KUBECONFIG=%s %v: %v", tt.env, tt.args, err)
+			}
+			if cfg.Host != tt.want {
+				t.Errorf("KUBECONFIG=%s %v: server %s, want %s", tt.env, tt.args, cfg.Host, tt.want)
+			}
+		})
 	}
 }

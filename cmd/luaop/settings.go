@@ -1,0 +1,526 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/luaop/luaop/luabind"
+	"github.com/luaop/luaop/processing"
+)
+
+// settings are every option of the operator, read through viper from flags,
+// LUAOP_* environment variables and a config file, in that order of precedence.
+type settings struct {
+	Kubeconfig         string
+	Context            string
+	Namespaces         []string
+	Workers            int
+	Shards             int
+	Prefix             string
+	ProgressStorage    string
+	DiffBaseStorage    string
+	Lifecycle          string
+	HandlerTimeout     time.Duration
+	ConsistencyTimeout time.Duration
+	LogFormat          string
+	LogLevel           string
+	HealthAddress      string
+	ProbeCache         time.Duration
+	PostEvents         bool
+	LogEvents          string
+	ShutdownGrace      time.Duration
+	LeaderElect        bool
+	LeaderNamespace    string
+	LeaderName         string
+	DryRun             bool
+}
+
+// addClusterFlags declares how a command reaches the cluster and which namespaces it
+// serves, with kubectl's spellings: --kubeconfig, --context, -n (repeatable; also
+// --namespace) and -A.
+func addClusterFlags(fs *pflag.FlagSet) {
+	fs.String("kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, a list of files merged as kubectl does, then ~/.kube/config, then in-cluster)")
+	fs.String("context", "", "kubeconfig context to use (default: its current context)")
+	fs.StringSliceP("namespaces", "n", nil, "namespaces to serve, repeatable or comma-separated (also --namespace): names, globs (team-*), exclusions (!kube-*); none means cluster-wide")
+	fs.BoolP("all-namespaces", "A", false, "serve every namespace (overrides namespaces from LUAOP_NAMESPACES or the config file)")
+	fs.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+		if name == "namespace" {
+			name = "namespaces"
+		}
+		return pflag.NormalizedName(name)
+	})
+}
+
+// addOperatorFlags declares the settings shared by dev and run, with their defaults.
+func addOperatorFlags(fs *pflag.FlagSet, logFormat string) {
+	addClusterFlags(fs)
+	fs.Int("workers", 16, "objects processed at once (at least 1)")
+	fs.Int("shards", 0, "Lua states running handlers in parallel (0: one per CPU)")
+	fs.String("prefix", "luaop.dev", "prefix of the annotations and the finalizer this operator writes (a DNS subdomain; two operators on the same objects need different ones)")
+	fs.String("progress-storage", "auto", "where handler progress is kept: auto (per resource: status when the CRD has a status subresource whose schema keeps unknown fields, else annotations), annotations or status")
+	fs.String("diffbase-storage", "auto", "where the last handled state is kept: auto, annotations or status (status for both makes one /status patch per handled change)")
+	fs.String("lifecycle", "asap", "handlers run per cycle: asap (one, fewest retries first), one-by-one, all-at-once")
+	fs.Duration("handler-timeout", 30*time.Second, "deadline of one Lua handler call (> 0)")
+	fs.Duration("consistency-timeout", 5*time.Second, "how long change handlers wait for the operator's own last patch to come back through the watch (> 0)")
+	fs.String("log-format", logFormat, "log format: plain or json")
+	fs.String("log-level", "info", "log level: debug, info, warn, error")
+	fs.BoolP("verbose", "v", false, "log at debug level (--log-level=debug)")
+	fs.BoolP("quiet", "q", false, "log warnings and errors only (--log-level=warn)")
+	fs.String("health-address", ":8080", "address of /healthz and /readyz, host:port (empty: off)")
+	fs.Duration("probe-cache", 10*time.Second, "how long /healthz reuses the results of successful on.probe handlers before running them again (0: run them on every request)")
+	fs.Bool("post-events", true, "post Kubernetes Events: handler outcomes and the scripts' luaop.info/warn/exception (rate-limited per object)")
+	fs.String("log-events-level", "info", "ctx.logger messages at this level or above are also posted as Events of the object (kopf's default): debug, info, warning, error or none (needs --post-events)")
+	fs.Bool("leader-elect", false, "run several replicas: only the holder of a coordination.k8s.io Lease handles objects, the others stand by")
+	fs.String("leader-election-namespace", "", "namespace of the Lease (default: the pod's own namespace)")
+	fs.String("leader-election-name", "luaop", "name of the Lease; operators sharing one take turns")
+	fs.Duration("shutdown-grace-period", 20*time.Second, "on SIGTERM, how long running handlers and daemons may take to finish before they are cancelled (> 0)")
+	fs.Bool("dry-run", false, "run the handlers against the cluster but write nothing: patches, finalizer changes, the scripts' luaop.kube writes and Events are logged as they would have been sent (reads still go to the cluster; no leader election)")
+}
+
+// notSettings are flags that are not keys of the config file.
+var notSettings = []string{"help", "config", "version"}
+
+// loadSettings binds the command's flags, the LUAOP_* environment and the config file
+// (--config or LUAOP_CONFIG) into settings. Only the settings the command declares as
+// flags are read; the config file may hold no other key. Every invalid value is
+// reported, naming where it came from and what is allowed.
+func loadSettings(cmd *cobra.Command, v *viper.Viper) (settings, error) {
+	fs := cmd.Flags()
+	if err := v.BindPFlags(fs); err != nil {
+		return settings{}, err
+	}
+	v.SetEnvPrefix("LUAOP")
+	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
+	v.AutomaticEnv()
+	r := &settingsReader{fs: fs, v: v}
+	if file := v.GetString("config"); file != "" {
+		if err := r.readConfig(file); err != nil {
+			return settings{}, err
+		}
+	}
+
+	var s settings
+	s.Kubeconfig = r.str("kubeconfig")
+	s.Context = r.str("context")
+	s.Namespaces = r.namespaces("namespaces")
+	if r.bool("all-namespaces") {
+		if fs.Changed("namespaces") {
+			r.fail("-A/--all-namespaces and -n/--namespaces: give one of them")
+		}
+		s.Namespaces = nil
+	}
+	s.Workers = r.int("workers", 1, "a whole number of at least 1 (objects processed at once)")
+	s.Shards = r.int("shards", 0, "a whole number of at least 0 (0: one Lua state per CPU)")
+	s.Prefix = r.prefix("prefix")
+	s.ProgressStorage = r.storage("progress-storage")
+	s.DiffBaseStorage = r.storage("diffbase-storage")
+	s.Lifecycle = r.oneOf("lifecycle", "asap", "one-by-one", "all-at-once")
+	s.HandlerTimeout = r.duration("handler-timeout", false)
+	s.ConsistencyTimeout = r.duration("consistency-timeout", false)
+	s.LogFormat = r.oneOf("log-format", "plain", "json")
+	s.LogLevel = r.logLevel()
+	s.HealthAddress = r.address("health-address")
+	s.ProbeCache = r.duration("probe-cache", true)
+	s.PostEvents = r.bool("post-events")
+	s.LogEvents = r.logEventsLevel("log-events-level")
+	s.ShutdownGrace = r.duration("shutdown-grace-period", false)
+	s.LeaderElect = r.bool("leader-elect")
+	s.LeaderNamespace = r.dnsName("leader-election-namespace", true)
+	s.LeaderName = r.dnsName("leader-election-name", false)
+	s.DryRun = r.bool("dry-run")
+	return s, errors.Join(r.errs...)
+}
+
+// settingsReader reads typed settings from viper, collecting what is wrong.
+type settingsReader struct {
+	fs       *pflag.FlagSet
+	v        *viper.Viper
+	file     string
+	fileKeys map[string]bool
+	errs     []error
+}
+
+func (r *settingsReader) fail(format string, args ...any) {
+	r.errs = append(r.errs, fmt.Errorf(format, args...))
+}
+
+// readConfig reads the config file into viper after checking that every key is a
+// setting of the command.
+func (r *settingsReader) readConfig(file string) error {
+	keys := viper.New()
+	for _, vp := range []*viper.Viper{keys, r.v} {
+		vp.SetConfigFile(file)
+		if filepath.Ext(file) == "" {
+			vp.SetConfigType("yaml")
+		}
+	}
+	if err := keys.ReadInConfig(); err != nil {
+		return fmt.Errorf("reading the config file %s: %w", file, err)
+	}
+	known := r.known()
+	r.file, r.fileKeys = file, map[string]bool{}
+	var unknown []error
+	for key := range keys.AllSettings() {
+		r.fileKeys[key] = true
+		if slices.Contains(known, key) {
+			continue
+		}
+		hint := ""
+		if near := closest(key, known); near != "" {
+			hint = fmt.Sprintf(": did you mean %q?", near)
+		}
+		unknown = append(unknown, fmt.Errorf("%s: unknown key %q%s", file, key, hint))
+	}
+	if len(unknown) > 0 {
+		slices.SortFunc(unknown, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
+		unknown = append(unknown, fmt.Errorf("the keys of a config file of luaop %s are its flags: %s", r.commandName(), strings.Join(known, ", ")))
+		return errors.Join(unknown...)
+	}
+	if err := r.v.ReadInConfig(); err != nil {
+		return fmt.Errorf("reading the config file %s: %w", file, err)
+	}
+	return nil
+}
+
+func (r *settingsReader) commandName() string {
+	name := r.fs.Name()
+	if i := strings.LastIndex(name, " "); i >= 0 {
+		name = name[i+1:]
+	}
+	return name
+}
+
+// known are the keys of the settings the command has, sorted.
+func (r *settingsReader) known() []string {
+	var keys []string
+	r.fs.VisitAll(func(f *pflag.Flag) {
+		if !slices.Contains(notSettings, f.Name) {
+			keys = append(keys, f.Name)
+		}
+	})
+	slices.Sort(keys)
+	return keys
+}
+
+// closest is the known key nearest to a misspelled one, or "" when none is near.
+func closest(key string, known []string) string {
+	norm := strings.ReplaceAll(strings.ToLower(key), "_", "-")
+	best, bestDist := "", math.MaxInt
+	for _, k := range known {
+		if d := editDistance(norm, k); d < bestDist {
+			best, bestDist = k, d
+		}
+	}
+	if bestDist <= max(2, len(norm)/3) {
+		return best
+	}
+	return ""
+}
+
+// editDistance is the Levenshtein distance of two strings.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// has tells whether the command has the setting.
+func (r *settingsReader) has(key string) bool { return r.fs.Lookup(key) != nil }
+
+// describe names a setting's value as the user wrote it: --workers=0,
+// LUAOP_WORKERS=0, or "workers: 0 in luaop.yaml".
+func (r *settingsReader) describe(key string, value any) string {
+	if s, ok := value.(string); ok {
+		value = strconv.Quote(s)
+	}
+	if f := r.fs.Lookup(key); f != nil && f.Changed {
+		return fmt.Sprintf("--%s=%v", key, value)
+	}
+	env := "LUAOP_" + strings.ToUpper(strings.ReplaceAll(key, "-", "_"))
+	if _, ok := os.LookupEnv(env); ok {
+		return fmt.Sprintf("%s=%v", env, value)
+	}
+	if r.fileKeys[key] {
+		return fmt.Sprintf("%s: %v in %s", key, value, r.file)
+	}
+	return fmt.Sprintf("--%s=%v", key, value)
+}
+
+// invalid records that key's value is not allowed.
+func (r *settingsReader) invalid(key string, value any, allowed string) {
+	r.fail("invalid %s: use %s", r.describe(key, value), allowed)
+}
+
+func (r *settingsReader) str(key string) string {
+	if !r.has(key) {
+		return ""
+	}
+	switch x := r.v.Get(key).(type) {
+	case nil:
+		return ""
+	case string:
+		return x
+	case int, int64, float64, bool:
+		return fmt.Sprint(x)
+	default:
+		r.invalid(key, x, "a string")
+		return ""
+	}
+}
+
+func (r *settingsReader) oneOf(key string, allowed ...string) string {
+	s := r.str(key)
+	if r.has(key) && !slices.Contains(allowed, s) {
+		r.invalid(key, s, strings.Join(allowed[:len(allowed)-1], ", ")+" or "+allowed[len(allowed)-1])
+	}
+	return s
+}
+
+func (r *settingsReader) int(key string, least int, allowed string) int {
+	if !r.has(key) {
+		return 0
+	}
+	var n int
+	switch x := r.v.Get(key).(type) {
+	case int:
+		n = x
+	case int64:
+		n = int(x)
+	case float64:
+		if x != math.Trunc(x) {
+			r.invalid(key, x, allowed)
+			return 0
+		}
+		n = int(x)
+	case string:
+		var err error
+		if n, err = strconv.Atoi(strings.TrimSpace(x)); err != nil {
+			r.invalid(key, x, allowed)
+			return 0
+		}
+	default:
+		r.invalid(key, x, allowed)
+		return 0
+	}
+	if n < least {
+		r.invalid(key, n, allowed)
+	}
+	return n
+}
+
+func (r *settingsReader) bool(key string) bool {
+	if !r.has(key) {
+		return false
+	}
+	switch x := r.v.Get(key).(type) {
+	case bool:
+		return x
+	case string:
+		b, err := strconv.ParseBool(strings.TrimSpace(x))
+		if err != nil {
+			r.invalid(key, x, "true or false")
+		}
+		return b
+	default:
+		r.invalid(key, x, "true or false")
+		return false
+	}
+}
+
+// duration reads a duration with a unit ("30s", "1m30s"); zero is allowed only when
+// zeroOK, negative values never.
+func (r *settingsReader) duration(key string, zeroOK bool) time.Duration {
+	if !r.has(key) {
+		return 0
+	}
+	allowed := "a duration with a unit, greater than 0 (for example 30s, 2m, 1m30s)"
+	if zeroOK {
+		allowed = "a duration with a unit, 0 or more (for example 0, 10s, 1m)"
+	}
+	var d time.Duration
+	switch x := r.v.Get(key).(type) {
+	case time.Duration:
+		d = x
+	case string:
+		var err error
+		if d, err = time.ParseDuration(strings.TrimSpace(x)); err != nil {
+			r.invalid(key, x, allowed)
+			return 0
+		}
+	case int:
+		if x != 0 {
+			r.invalid(key, x, allowed+"; a number alone has no unit")
+			return 0
+		}
+	default:
+		r.invalid(key, x, allowed)
+		return 0
+	}
+	if d < 0 || (d == 0 && !zeroOK) {
+		r.invalid(key, d.String(), allowed)
+	}
+	return d
+}
+
+// list reads a list: a YAML list, or a string of comma-separated items (flags and
+// environment variables: LUAOP_NAMESPACES=a,b).
+func (r *settingsReader) list(key string) []string {
+	if !r.has(key) {
+		return nil
+	}
+	var items []string
+	switch x := r.v.Get(key).(type) {
+	case nil:
+	case string:
+		items = strings.Split(x, ",")
+	case []string:
+		for _, s := range x {
+			items = append(items, strings.Split(s, ",")...)
+		}
+	case []any:
+		for _, e := range x {
+			switch e := e.(type) {
+			case string:
+				items = append(items, e)
+			case int, int64, float64:
+				items = append(items, fmt.Sprint(e))
+			default:
+				r.invalid(key, x, "a list of strings")
+				return nil
+			}
+		}
+	default:
+		r.invalid(key, x, "a list of strings, or one string of comma-separated items")
+		return nil
+	}
+	var out []string
+	for _, s := range items {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// namespaces reads namespace patterns: names, path.Match globs, "!" exclusions.
+func (r *settingsReader) namespaces(key string) []string {
+	patterns := r.list(key)
+	for _, p := range patterns {
+		name := strings.TrimSpace(strings.TrimPrefix(p, "!"))
+		_, globErr := path.Match(name, "")
+		switch {
+		case name == "" || globErr != nil:
+			r.invalid(key, p, "namespace names, globs (team-*) or exclusions (!kube-*)")
+		case !strings.ContainsAny(name, `*?[\`) && len(validation.IsDNS1123Label(name)) > 0:
+			r.invalid(key, p, "namespace names (lower-case letters, digits and '-'), globs (team-*) or exclusions (!kube-*)")
+		}
+	}
+	return patterns
+}
+
+func (r *settingsReader) prefix(key string) string {
+	p := r.str(key)
+	if r.has(key) && len(validation.IsDNS1123Subdomain(p)) > 0 {
+		r.invalid(key, p, "a DNS subdomain (lower-case letters, digits, '-' and '.', such as luaop.dev or team-a.example.com): it prefixes the annotations and the finalizer")
+	}
+	return p
+}
+
+func (r *settingsReader) dnsName(key string, emptyOK bool) string {
+	n := r.str(key)
+	if !r.has(key) || (n == "" && emptyOK) {
+		return n
+	}
+	if len(validation.IsDNS1123Subdomain(n)) > 0 {
+		r.invalid(key, n, "a Kubernetes object name (lower-case letters, digits, '-' and '.')")
+	}
+	return n
+}
+
+func (r *settingsReader) storage(key string) string {
+	s := r.str(key)
+	if r.has(key) {
+		if _, err := processing.ParseStorageMode(s); err != nil {
+			r.invalid(key, s, "auto, annotations or status")
+		}
+	}
+	return s
+}
+
+func (r *settingsReader) logEventsLevel(key string) string {
+	s := r.str(key)
+	if r.has(key) {
+		if _, _, err := luabind.ParseLogEventsLevel(s); err != nil {
+			r.invalid(key, s, "debug, info, warning, error or none")
+		}
+	}
+	return s
+}
+
+// logLevel reads --log-level, and -v/--verbose and -q/--quiet that stand for it.
+func (r *settingsReader) logLevel() string {
+	if !r.has("log-level") {
+		return ""
+	}
+	level := strings.ToLower(r.str("log-level"))
+	switch level {
+	case "debug", "info", "warn", "error":
+	case "warning":
+		level = "warn"
+	default:
+		r.invalid("log-level", r.str("log-level"), "debug, info, warn or error")
+	}
+	verbose, quiet := r.bool("verbose"), r.bool("quiet")
+	switch {
+	case verbose && quiet:
+		r.fail("-v/--verbose and -q/--quiet: give one of them")
+	case (verbose || quiet) && r.fs.Changed("log-level"):
+		r.fail("--log-level and -v/--verbose or -q/--quiet: give one of them")
+	case verbose:
+		level = "debug"
+	case quiet:
+		level = "warn"
+	}
+	return level
+}
+
+// address reads a listen address: host:port, :port, or empty for off.
+func (r *settingsReader) address(key string) string {
+	a := r.str(key)
+	if !r.has(key) || a == "" {
+		return a
+	}
+	_, port, err := net.SplitHostPort(a)
+	if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 0 || n > 65535 {
+		r.invalid(key, a, "host:port or :port, such as :8080 or 127.0.0.1:8080 (empty: off)")
+	}
+	return a
+}
