@@ -18,18 +18,14 @@ IMAGE ?= luaop:latest
 image:
 	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
 
-# The developer loop: a local control plane (unless KUBECONFIG names a cluster), the
-# example CRDs and one example object applied, and the example handlers running.
+# The developer loop: the example CRDs and objects applied (server-side, by luaop dev
+# --apply: no kubectl) and the example handlers running, on the cluster KUBECONFIG
+# names; without KUBECONFIG, on a local control plane, built (once) and started here.
 dev: build
 	@set -euo pipefail; \
-	localcluster/deps.sh; \
-	if [ -z "$${KUBECONFIG:-}" ]; then export KUBECONFIG="$$(localcluster/up.sh)"; fi; \
-	kubectl="$$(localcluster/build.sh)/kubectl"; \
+	if [ -z "$${KUBECONFIG:-}" ]; then localcluster/deps.sh; KUBECONFIG="$$(localcluster/up.sh)"; export KUBECONFIG; fi; \
 	echo "[dev] cluster: $$KUBECONFIG"; \
-	$$kubectl apply --server-side --force-conflicts -f scripts/examples/crds/ >/dev/null; \
-	$$kubectl wait --for condition=established --timeout=30s -f scripts/examples/crds/ >/dev/null; \
-	(sleep 3; $$kubectl apply --server-side -f scripts/examples/objects/ >/dev/null && echo "[dev] applied scripts/examples/objects/: watch the handlers react") & \
-	exec $(BIN)/luaop dev scripts/examples
+	exec $(BIN)/luaop dev --apply scripts/examples/crds --apply scripts/examples/objects scripts/examples
 
 # The whole test suite against a dedicated local control plane, started and stopped here.
 test:

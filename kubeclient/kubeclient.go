@@ -62,11 +62,7 @@ func (c *Client) resource(apiVersion, kind, namespace string) (dynamic.ResourceI
 	if err != nil {
 		return nil, fmt.Errorf("apiVersion %q: %w", apiVersion, err)
 	}
-	mapping, err := c.mapper.RESTMapping(gv.WithKind(kind).GroupKind(), gv.Version)
-	if meta.IsNoMatchError(err) {
-		c.mapper.Reset()
-		mapping, err = c.mapper.RESTMapping(gv.WithKind(kind).GroupKind(), gv.Version)
-	}
+	mapping, err := c.restMapping(gv.WithKind(kind).GroupKind(), gv.Version)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s is not served by the cluster: %w", apiVersion, kind, err)
 	}
@@ -74,6 +70,16 @@ func (c *Client) resource(apiVersion, kind, namespace string) (dynamic.ResourceI
 		return c.dynamic.Resource(mapping.Resource).Namespace(namespace), nil
 	}
 	return c.dynamic.Resource(mapping.Resource), nil
+}
+
+// restMapping resolves a kind, refreshing discovery once when it is not known yet.
+func (c *Client) restMapping(gk schema.GroupKind, version string) (*meta.RESTMapping, error) {
+	mapping, err := c.mapper.RESTMapping(gk, version)
+	if meta.IsNoMatchError(err) {
+		c.mapper.Reset()
+		mapping, err = c.mapper.RESTMapping(gk, version)
+	}
+	return mapping, err
 }
 
 // Get reads one object.

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/luaop/luaop/devloop"
+	"github.com/luaop/luaop/kubeclient"
 	"github.com/luaop/luaop/leader"
 	"github.com/luaop/luaop/luabind"
 	"github.com/luaop/luaop/metrics"
@@ -31,7 +32,13 @@ func newDevCommand(v *viper.Viper) *cobra.Command {
 		Use:   "dev DIR",
 		Short: "Run the scripts of DIR against the current cluster, for development",
 		Long: `Run the Lua scripts of DIR as an operator against the cluster of the current
-kubeconfig context (or --kubeconfig / --context), with readable logs.`,
+kubeconfig context (or --kubeconfig / --context), with readable logs.
+
+--apply PATH (repeatable) first applies the objects of YAML files or folders with
+server-side apply, CustomResourceDefinitions first (waiting until they are
+Established), so that no kubectl is needed:
+
+  luaop dev --apply examples/crds --apply examples/objects examples`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			s, err := loadSettings(cmd, v)
@@ -42,6 +49,7 @@ kubeconfig context (or --kubeconfig / --context), with readable logs.`,
 		},
 	}
 	addOperatorFlags(cmd.Flags(), "plain")
+	cmd.Flags().StringSlice("apply", nil, "YAML files or folders to apply (server-side) before starting: CRDs first, waiting until they are Established, then the other objects (repeatable)")
 	_ = cmd.Flags().Set("health-address", "")
 	cmd.Flags().Lookup("health-address").DefValue = ""
 	return cmd
@@ -112,6 +120,11 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	}
 	if err := checkReachable(cfg); err != nil {
 		return err
+	}
+	if len(s.Apply) > 0 {
+		if err := applyManifests(ctx, cfg, s, log); err != nil {
+			return err
+		}
 	}
 	m := metrics.New()
 	popts := processing.Options{
@@ -211,6 +224,33 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	}
 	log.Info("watching the cluster", "server", cfg.Host, "scripts", dir)
 	return op.Start(ctx)
+}
+
+// applyManifests applies the objects of --apply (server-side), CRDs first.
+func applyManifests(ctx context.Context, cfg *rest.Config, s settings, log *slog.Logger) error {
+	manifests, err := kubeclient.ReadManifests(s.Apply...)
+	if err != nil {
+		return fmt.Errorf("--apply: %w", err)
+	}
+	ns, _, err := clientConfig(s).Namespace()
+	if err != nil {
+		return fmt.Errorf("--apply: the kubeconfig's namespace: %w", err)
+	}
+	client, err := kubeclient.New(cfg)
+	if err != nil {
+		return err
+	}
+	err = client.ApplyManifests(ctx, manifests, kubeclient.ApplyOptions{
+		Namespace: ns,
+		Progress: func(what, source, result string) {
+			log.Info(what+" "+result, "file", source)
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("--apply: %w", err)
+	}
+	log.Info("applied", "objects", len(manifests), "paths", strings.Join(s.Apply, ","))
+	return nil
 }
 
 // checkReachable fails fast, with what to do, when the API server does not answer.

@@ -47,6 +47,7 @@ type settings struct {
 	LeaderNamespace    string
 	LeaderName         string
 	DryRun             bool
+	Apply              []string
 }
 
 // addClusterFlags declares how a command reaches the cluster and which namespaces it
@@ -142,6 +143,15 @@ func loadSettings(cmd *cobra.Command, v *viper.Viper) (settings, error) {
 	s.LeaderNamespace = r.dnsName("leader-election-namespace", true)
 	s.LeaderName = r.dnsName("leader-election-name", false)
 	s.DryRun = r.bool("dry-run")
+	s.Apply = r.list("apply")
+	for _, p := range s.Apply {
+		if _, err := os.Stat(p); err != nil {
+			r.invalid("apply", p, "files or folders of YAML manifests ("+err.Error()+")")
+		}
+	}
+	if s.DryRun && len(s.Apply) > 0 {
+		r.fail("--apply writes to the cluster, --dry-run writes nothing: give one of them")
+	}
 	return s, errors.Join(r.errs...)
 }
 
