@@ -62,6 +62,10 @@ func markerUserdata(L *lua.LState, name string) lua.LValue {
 }
 
 // parseResource reads "group/version/plural" or "version/plural" (core group).
+// ParseResource parses a resource as scripts write it: "group/version/plural" or
+// "v1/plural" (a kind or a short name in place of the plural is resolved later).
+func ParseResource(s string) (causes.Resource, error) { return parseResource(s) }
+
 func parseResource(s string) (causes.Resource, error) {
 	parts := strings.Split(s, "/")
 	switch len(parts) {

@@ -149,4 +149,7 @@ func ParseStorageMode(s string) (StorageMode, error) {
 }
 
 // Finalizer is the finalizer this operator puts on objects that need it.
-func (o *Options) finalizer() string { return o.Prefix + "/finalizer" }
+func (o *Options) finalizer() string { return Finalizer(o.Prefix) }
+
+// Finalizer is the finalizer an operator with this prefix puts on objects.
+func Finalizer(prefix string) string { return prefix + "/finalizer" }

@@ -1,0 +1,357 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+
+	"github.com/luaop/luaop/luabind"
+	"github.com/luaop/luaop/processing"
+	"github.com/luaop/luaop/processing/causes"
+)
+
+func newReleaseCommand(v *viper.Viper) *cobra.Command {
+	var o releaseOptions
+	cmd := &cobra.Command{
+		Use:   "release [DIR]",
+		Short: "Remove luaop's finalizer (and with --purge its annotations and status field) from every object the scripts of DIR handle",
+		Long: `Remove the operator's finalizer (<prefix>/finalizer) from every object of the
+resources the scripts of DIR watch (and of the resources given with --resource), so
+that nothing stays stuck in deletion once the operator is gone: the step before
+uninstalling, or after scripts that needed a finalizer (delete handlers, daemons,
+timers) stopped handling a resource.
+
+With --purge it also removes the operator's annotations (<prefix>/*: handler progress
+and the last handled state) and its status field (status.<prefix with dots as
+underscores>), so that a later install handles every object as new. Handler results
+(status.<handler id>) are the scripts' data and stay.
+
+Stop the operator first (kubectl scale deployment/luaop --replicas=0): a running
+operator puts its finalizer back. Objects already being deleted are deleted by the API
+server as soon as the finalizer is gone, without their delete handlers.
+
+--prefix, --namespaces (-n, -A) and the kubeconfig are read as by luaop run (flags,
+LUAOP_* variables, --config). --dry-run sends every change as a server-side dry run
+and prints it: nothing is written.`,
+		Example: `  luaop release /scripts                       # every namespace
+  luaop release -n team-a --dry-run scripts/   # what would change in team-a
+  luaop release --purge --prefix ops.example.com scripts/
+  luaop release --resource example.com/v1/widgets`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := loadSettings(cmd, v)
+			if err != nil {
+				return err
+			}
+			if len(args) == 0 && len(o.resources) == 0 {
+				return errors.New("give the scripts' folder (luaop release DIR) or the resources (--resource group/version/plural)")
+			}
+			if len(args) == 1 {
+				o.dir = args[0]
+			}
+			cfg, err := restConfig(s)
+			if err != nil {
+				return err
+			}
+			if err := checkReachable(cfg); err != nil {
+				return err
+			}
+			_, err = release(cmd.Context(), cfg, s, o, cmd.OutOrStdout())
+			return err
+		},
+	}
+	fs := cmd.Flags()
+	addClusterFlags(fs)
+	fs.String("prefix", "luaop.dev", "the operator's prefix (luaop run --prefix): its finalizer is <prefix>/finalizer")
+	fs.Bool("dry-run", false, "print what would change and send it as a server-side dry run: nothing is written")
+	fs.BoolVar(&o.purge, "purge", false, "also remove the operator's annotations (<prefix>/*) and its status field (status.<prefix_with_underscores>)")
+	fs.StringSliceVar(&o.resources, "resource", nil, "a resource to release besides those of DIR, as scripts write it (group/version/plural, v1/plural); repeatable")
+	return cmd
+}
+
+type releaseOptions struct {
+	dir       string
+	resources []string
+	purge     bool
+}
+
+// releaseCount is what release did.
+type releaseCount struct {
+	objects, changed, failed int
+}
+
+// release removes the operator's finalizer (and with purge its annotations and status
+// field) from every object of the resources, printing a line per changed object and
+// per resource.
+func release(ctx context.Context, cfg *rest.Config, s settings, o releaseOptions, out io.Writer) (releaseCount, error) {
+	var total releaseCount
+	spellings, err := releaseResources(ctx, o)
+	if err != nil {
+		return total, err
+	}
+	allows, exact, err := processing.NamespaceMatcher(s.Namespaces)
+	if err != nil {
+		return total, err
+	}
+	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return total, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return total, err
+	}
+	r := releaser{
+		dyn:         dyn,
+		finalizer:   processing.Finalizer(s.Prefix),
+		annotations: s.Prefix + "/",
+		statusField: statusField(s.Prefix),
+		purge:       o.purge,
+		dryRun:      s.DryRun,
+		out:         out,
+	}
+	what := "finalizer " + r.finalizer
+	if o.purge {
+		what += ", annotations " + r.annotations + "*, status." + r.statusField
+	}
+	mode := ""
+	if s.DryRun {
+		mode = " (dry run: nothing is written)"
+	}
+	fmt.Fprintf(out, "releasing %d resource(s): removing %s%s\n", len(spellings), what, mode)
+	seen := map[string]bool{}
+	var errs []error
+	for _, sp := range spellings {
+		res, err := processing.ResolveResource(disco, sp)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", sp, err))
+			fmt.Fprintf(out, "%s: skipped: %v\n", sp, err)
+			continue
+		}
+		if seen[res.GVR.String()] {
+			continue
+		}
+		seen[res.GVR.String()] = true
+		c, err := r.releaseResource(ctx, res, allows, exact)
+		total.objects += c.objects
+		total.changed += c.changed
+		total.failed += c.failed
+		verb := "released"
+		if s.DryRun {
+			verb = "would be released"
+		}
+		fmt.Fprintf(out, "%s: %d object(s), %d %s", resourceString(res), c.objects, c.changed, verb)
+		if c.failed > 0 {
+			fmt.Fprintf(out, ", %d failed", c.failed)
+		}
+		fmt.Fprintln(out)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", resourceString(res), err))
+		}
+	}
+	if total.failed > 0 {
+		errs = append(errs, fmt.Errorf("%d object(s) could not be released; run luaop release again", total.failed))
+	}
+	return total, errors.Join(errs...)
+}
+
+// releaseResources are the resources the scripts of o.dir watch, and o.resources.
+func releaseResources(ctx context.Context, o releaseOptions) ([]causes.Resource, error) {
+	var out []causes.Resource
+	for _, r := range o.resources {
+		res, err := luabind.ParseResource(r)
+		if err != nil {
+			return nil, fmt.Errorf("--resource: %w", err)
+		}
+		out = append(out, res)
+	}
+	if o.dir == "" {
+		return out, nil
+	}
+	scripts, err := luabind.ReadDir(o.dir)
+	if err != nil {
+		return nil, err
+	}
+	if len(scripts) == 0 {
+		return nil, fmt.Errorf("no *.lua files in %s", o.dir)
+	}
+	rt := luabind.New(luabind.Options{Shards: 1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	defer rt.Close()
+	report, err := rt.Load(ctx, scripts)
+	if err != nil {
+		return nil, fmt.Errorf("loading the scripts (run luaop check %s), or name the resources with --resource: %w", o.dir, err)
+	}
+	for _, h := range report.Handlers {
+		if h.Resource.Resource != "" && !slices.Contains(out, h.Resource) {
+			out = append(out, h.Resource)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	return out, nil
+}
+
+func resourceString(r processing.ResolvedResource) string {
+	return causes.Resource{GroupVersionResource: r.GVR}.String()
+}
+
+type releaser struct {
+	dyn         dynamic.Interface
+	finalizer   string
+	annotations string // the annotations' prefix: "luaop.dev/"
+	statusField string
+	purge       bool
+	dryRun      bool
+	out         io.Writer
+}
+
+// releaseResource releases the objects of one resource, page by page.
+func (r releaser) releaseResource(ctx context.Context, res processing.ResolvedResource, allows func(string) bool, exact []string) (releaseCount, error) {
+	var c releaseCount
+	namespaces := []string{metav1.NamespaceAll}
+	if res.Namespaced && exact != nil {
+		namespaces = exact
+	}
+	for _, ns := range namespaces {
+		client := r.dyn.Resource(res.GVR).Namespace(ns)
+		opts := metav1.ListOptions{Limit: 500}
+		for {
+			list, err := client.List(ctx, opts)
+			if err != nil {
+				return c, fmt.Errorf("listing: %w", err)
+			}
+			for i := range list.Items {
+				obj := &list.Items[i]
+				if res.Namespaced && !allows(obj.GetNamespace()) {
+					continue
+				}
+				c.objects++
+				changed, err := r.releaseObject(ctx, res, obj)
+				switch {
+				case err != nil:
+					c.failed++
+					fmt.Fprintf(r.out, "%s %s: failed: %v\n", resourceString(res), objectName(obj), err)
+				case changed != "":
+					c.changed++
+					fmt.Fprintf(r.out, "%s %s: %s\n", resourceString(res), objectName(obj), changed)
+				}
+			}
+			if opts.Continue = list.GetContinue(); opts.Continue == "" {
+				break
+			}
+		}
+	}
+	return c, nil
+}
+
+func objectName(obj *unstructured.Unstructured) string {
+	if obj.GetNamespace() == "" {
+		return obj.GetName()
+	}
+	return obj.GetNamespace() + "/" + obj.GetName()
+}
+
+// releaseObject removes what the operator left on one object, re-reading it and
+// trying again when it changed meanwhile; it says what it removed ("" for nothing).
+func (r releaser) releaseObject(ctx context.Context, res processing.ResolvedResource, obj *unstructured.Unstructured) (string, error) {
+	client := r.dyn.Resource(res.GVR).Namespace(obj.GetNamespace())
+	var opts metav1.PatchOptions
+	if r.dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	for attempt := 0; ; attempt++ {
+		metaPatch, statusPatch, removed := r.patches(obj, res.StatusSubresource)
+		if len(removed) == 0 {
+			return "", nil
+		}
+		var err error
+		if metaPatch != nil {
+			_, err = client.Patch(ctx, obj.GetName(), types.JSONPatchType, metaPatch, opts)
+		}
+		if err == nil && statusPatch != nil {
+			_, err = client.Patch(ctx, obj.GetName(), types.JSONPatchType, statusPatch, opts, "status")
+		}
+		switch {
+		case err == nil:
+			return "removed " + strings.Join(removed, ", "), nil
+		case apierrors.IsNotFound(err):
+			return "", nil // deleted meanwhile
+		case (apierrors.IsConflict(err) || apierrors.IsInvalid(err)) && attempt < 5:
+			// The resourceVersion test failed: the object changed; read it again.
+			if obj, err = client.Get(ctx, obj.GetName(), metav1.GetOptions{}); err != nil {
+				if apierrors.IsNotFound(err) {
+					return "", nil
+				}
+				return "", err
+			}
+		default:
+			return "", err
+		}
+	}
+}
+
+// patches are the JSON patches that release obj: one of the object (finalizer,
+// annotations, and the status field when status is not a subresource) and one of its
+// status subresource, each tested against the object's resourceVersion so that a
+// concurrent change (another controller's finalizer) is never lost.
+func (r releaser) patches(obj *unstructured.Unstructured, statusSubresource bool) (metaPatch, statusPatch []byte, removed []string) {
+	test := map[string]any{"op": "test", "path": "/metadata/resourceVersion", "value": obj.GetResourceVersion()}
+	ops := []map[string]any{test}
+	finalizers := obj.GetFinalizers()
+	if kept := slices.DeleteFunc(slices.Clone(finalizers), func(f string) bool { return f == r.finalizer }); len(kept) != len(finalizers) {
+		ops = append(ops, map[string]any{"op": "replace", "path": "/metadata/finalizers", "value": kept})
+		removed = append(removed, "finalizer")
+	}
+	if r.purge {
+		var keys []string
+		for k := range obj.GetAnnotations() {
+			if strings.HasPrefix(k, r.annotations) {
+				keys = append(keys, k)
+			}
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			ops = append(ops, map[string]any{"op": "remove", "path": "/metadata/annotations/" + jsonPointerEscape(k)})
+		}
+		if len(keys) > 0 {
+			removed = append(removed, fmt.Sprintf("%d annotation(s)", len(keys)))
+		}
+	}
+	if len(ops) > 1 {
+		metaPatch, _ = json.Marshal(ops)
+	}
+	if r.purge {
+		if _, found, _ := unstructured.NestedFieldNoCopy(obj.Object, "status", r.statusField); found {
+			op := map[string]any{"op": "remove", "path": "/status/" + jsonPointerEscape(r.statusField)}
+			removed = append(removed, "status."+r.statusField)
+			if statusSubresource {
+				// Tested against the version the object patch (if any) produced is not
+				// known here; the status patch removes one field only the operator writes.
+				statusPatch, _ = json.Marshal([]map[string]any{op})
+			} else {
+				ops = append(ops, op)
+				metaPatch, _ = json.Marshal(ops)
+			}
+		}
+	}
+	return metaPatch, statusPatch, removed
+}
+
+func jsonPointerEscape(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
+}

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/viper"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/luaop/luaop/testcluster"
+)
+
+// runLuaop runs the luaop command line in-process and returns its output.
+func runLuaop(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
+	root := newRootCommand()
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(args)
+	err := root.ExecuteContext(context.Background())
+	return out.String(), err
+}
+
+// The uninstall story of kopf's users: the operator put its finalizer on objects and
+// is gone; objects deleted since are stuck. luaop release removes the finalizer (only
+// its own), they are deleted; --purge also removes its annotations and status field;
+// --prefix selects another operator's; --dry-run writes nothing.
+func TestReleaseUnsticksObjectsLeftByTheOperator(t *testing.T) {
+	env, root := exampleCluster(t)
+	ns := env.Namespace(t)
+	ctx := context.Background()
+	kubeconfig := testKubeconfig(t)
+	examples := filepath.Join(root, "scripts", "examples")
+	tenants := env.Dynamic.Resource(schema.GroupVersionResource{Group: "examples.luaop.dev", Version: "v1", Resource: "tenants"}).Namespace(ns)
+	widgets := env.Dynamic.Resource(schema.GroupVersionResource{Group: "examples.luaop.dev", Version: "v1", Resource: "widgets"}).Namespace(ns)
+
+	// The operator handles a Tenant (its delete handler needs the finalizer) and a Widget.
+	v := viper.New()
+	cmd := newRunCommand(v)
+	if err := cmd.ParseFlags([]string{"--kubeconfig", kubeconfig, "-n", ns, "--health-address", "", "--post-events=false", "-q"}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := loadSettings(cmd, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- runOperator(runCtx, s, examples, false) }()
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("luaop run ended with %v", err)
+			}
+		}
+	}
+	t.Cleanup(stop)
+	create := func(r interface {
+		Create(context.Context, *unstructured.Unstructured, metav1.CreateOptions, ...string) (*unstructured.Unstructured, error)
+	}, doc string) {
+		t.Helper()
+		objs, err := testcluster.DecodeYAML(strings.NewReader(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Create(ctx, objs[0], metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create(tenants, fmt.Sprintf("{apiVersion: examples.luaop.dev/v1, kind: Tenant, metadata: {name: t1}, spec: {team: red, registry: %s}}", ns))
+	create(widgets, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w1}, spec: {size: 1}}")
+	get := func(r interface {
+		Get(context.Context, string, metav1.GetOptions, ...string) (*unstructured.Unstructured, error)
+	}, name string) *unstructured.Unstructured {
+		t.Helper()
+		obj, err := r.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return obj
+	}
+	testcluster.Eventually(t, 30*time.Second, func() (bool, string) {
+		t1, err := tenants.Get(ctx, "t1", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		w1, err := widgets.Get(ctx, "w1", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		_, registered, _ := unstructured.NestedMap(t1.Object, "status", "register")
+		_, greeted, _ := unstructured.NestedMap(w1.Object, "status", "greet")
+		return slices.Contains(t1.GetFinalizers(), "luaop.dev/finalizer") && registered && greeted,
+			fmt.Sprintf("not handled yet: tenant finalizers %v status %v; widget status %v", t1.GetFinalizers(), t1.Object["status"], w1.Object["status"])
+	})
+	stop()
+
+	// Deleted without the operator: stuck on its finalizer.
+	if err := tenants.Delete(ctx, "t1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if t1 := get(tenants, "t1"); t1.GetDeletionTimestamp() == nil {
+		t.Fatalf("t1 is not being deleted: %v", t1.GetDeletionTimestamp())
+	}
+	// The Widget: another controller's finalizer next to luaop's and to another operator's.
+	patch := `{"metadata":{"finalizers":["other.example/keep","luaop.dev/finalizer","ops.example.com/finalizer"],"annotations":{"luaop.dev/mine":"x","other.example/keep":"y"}}}`
+	if _, err := widgets.Patch(ctx, "w1", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// --dry-run: printed, nothing written.
+	out, err := runLuaop(t, "release", "--kubeconfig", kubeconfig, "-n", ns, "--dry-run", examples)
+	if err != nil {
+		t.Fatalf("luaop release --dry-run: %v\n%s", err, out)
+	}
+	for _, want := range []string{"dry run", "examples.luaop.dev/v1/tenants " + ns + "/t1: removed finalizer", "examples.luaop.dev/v1/tenants: 1 object(s), 1 would be released"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("luaop release --dry-run printed\n%s\nwant %q", out, want)
+		}
+	}
+	if t1 := get(tenants, "t1"); !slices.Contains(t1.GetFinalizers(), "luaop.dev/finalizer") {
+		t.Errorf("--dry-run removed the finalizer of t1: %v", t1.GetFinalizers())
+	}
+
+	// release: the stuck Tenant goes; the Widget keeps the other finalizers, the
+	// annotations and the status.
+	out, err = runLuaop(t, "release", "--kubeconfig", kubeconfig, "-n", ns, examples)
+	if err != nil {
+		t.Fatalf("luaop release: %v\n%s", err, out)
+	}
+	t.Logf("luaop release:\n%s", out)
+	for _, want := range []string{"examples.luaop.dev/v1/tenants: 1 object(s), 1 released", "examples.luaop.dev/v1/widgets: 1 object(s), 1 released"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("luaop release printed\n%s\nwant %q", out, want)
+		}
+	}
+	testcluster.Eventually(t, 30*time.Second, func() (bool, string) {
+		_, err := tenants.Get(ctx, "t1", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprintf("the released tenant is still there (%v)", err)
+	})
+	w1 := get(widgets, "w1")
+	if got := w1.GetFinalizers(); !slices.Equal(got, []string{"other.example/keep", "ops.example.com/finalizer"}) {
+		t.Errorf("widget finalizers after release: %v, want the others' kept", got)
+	}
+	if _, ok := w1.GetAnnotations()["luaop.dev/mine"]; !ok {
+		t.Errorf("release without --purge removed luaop's annotations: %v", w1.GetAnnotations())
+	}
+	if _, found, _ := unstructured.NestedMap(w1.Object, "status", "luaop_dev"); !found {
+		t.Errorf("release without --purge removed status.luaop_dev: %v", w1.Object["status"])
+	}
+
+	// --purge: luaop's annotations and status field go; results and others' stay.
+	out, err = runLuaop(t, "release", "--kubeconfig", kubeconfig, "-n", ns, "--purge", examples)
+	if err != nil {
+		t.Fatalf("luaop release --purge: %v\n%s", err, out)
+	}
+	w1 = get(widgets, "w1")
+	for k := range w1.GetAnnotations() {
+		if strings.HasPrefix(k, "luaop.dev/") {
+			t.Errorf("--purge left the annotation %s", k)
+		}
+	}
+	if _, ok := w1.GetAnnotations()["other.example/keep"]; !ok {
+		t.Errorf("--purge removed another's annotation: %v", w1.GetAnnotations())
+	}
+	status, _, _ := unstructured.NestedMap(w1.Object, "status")
+	if _, ok := status["luaop_dev"]; ok {
+		t.Errorf("--purge left status.luaop_dev: %v", status)
+	}
+	if _, ok := status["greet"]; !ok {
+		t.Errorf("--purge removed the handler's result status.greet: %v", status)
+	}
+
+	// Another operator's prefix, on a resource named by --resource (no scripts).
+	out, err = runLuaop(t, "release", "--kubeconfig", kubeconfig, "-n", ns, "--prefix", "ops.example.com", "--resource", "examples.luaop.dev/v1/Widget")
+	if err != nil {
+		t.Fatalf("luaop release --prefix: %v\n%s", err, out)
+	}
+	if got := get(widgets, "w1").GetFinalizers(); !slices.Equal(got, []string{"other.example/keep"}) {
+		t.Errorf("widget finalizers after release --prefix ops.example.com: %v\n%s", got, out)
+	}
+}
+
+func TestReleaseNeedsResources(t *testing.T) {
+	if _, err := runLuaop(t, "release"); err == nil || !strings.Contains(err.Error(), "--resource") {
+		t.Errorf("luaop release without DIR or --resource: %v", err)
+	}
+}
