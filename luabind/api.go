@@ -27,6 +27,8 @@ func (s *shard) newModule() *lua.LTable {
 	}
 	on.RawSetString("field", L.NewFunction(s.registerField))
 	on.RawSetString("event", L.NewFunction(s.registerKind(causes.KindEvent, "event")))
+	on.RawSetString("validate", L.NewFunction(s.registerKind(causes.KindValidate, "validate")))
+	on.RawSetString("mutate", L.NewFunction(s.registerKind(causes.KindMutate, "mutate")))
 	for _, hook := range []string{"startup", "cleanup", "probe"} {
 		on.RawSetString(hook, L.NewFunction(s.registerHook(hook)))
 	}
@@ -38,6 +40,7 @@ func (s *shard) newModule() *lua.LTable {
 	mod.RawSetString("ABSENT", absentMarker(L))
 	installMarkers(L, mod)
 	installErrorConstructors(L, mod)
+	installAdmissionError(L, mod)
 	s.installKube(mod)
 	s.runPrelude(mod)
 	return mod
@@ -121,7 +124,11 @@ func (s *shard) registerField(L *lua.LState) int {
 
 func (s *shard) registerKind(kind causes.Kind, name string) lua.LGFunction {
 	return func(L *lua.LState) int {
-		col := s.mustCollect(L, "luaop."+name)
+		what := "luaop." + name
+		if kind == causes.KindEvent || kind.IsAdmission() {
+			what = "luaop.on." + name
+		}
+		col := s.mustCollect(L, what)
 		res := s.checkResource(L, 1)
 		fn := L.CheckFunction(2)
 		spec := causes.Spec{Kind: kind, Resource: res, Source: s.where(L)}
@@ -166,6 +173,9 @@ func (s *shard) add(L *lua.LState, col *collected, spec causes.Spec, fn *lua.LFu
 		// after each change and another idle period.
 		L.RaiseError("timer %q needs an interval or idle in seconds: {interval = 60} or {idle = 300}", spec.ID)
 	}
+	if spec.Kind.IsAdmission() {
+		checkAdmissionSpec(L, &spec)
+	}
 	if prev, dup := col.sources[spec.ID]; dup {
 		L.RaiseError("duplicate handler id %q (first registered at %s); give one of them another id = \"...\"", spec.ID, prev)
 	}
@@ -179,6 +189,8 @@ func (s *shard) add(L *lua.LState, col *collected, spec causes.Spec, fn *lua.LFu
 	switch spec.Kind {
 	case "startup", "cleanup", "probe":
 		col.hooks = append(col.hooks, spec)
+	case causes.KindValidate, causes.KindMutate:
+		col.admission = append(col.admission, spec)
 	default:
 		col.specs = append(col.specs, spec)
 	}
@@ -210,14 +222,14 @@ var knownOptions = map[string]bool{
 	"id": true, "retries": true, "backoff": true, "timeout": true, "errors": true, "param": true,
 	"labels": true, "annotations": true, "field": true, "value": true, "when": true, "old": true, "new": true,
 	"optional": true, "deleted": true, "interval": true, "initial_delay": true, "idle": true, "sharp": true,
-	"cancellation_timeout": true,
+	"cancellation_timeout": true, "operations": true, "side_effects": true, "failure_policy": true, "subresource": true,
 }
 
 func (s *shard) applyOptions(L *lua.LState, spec *causes.Spec, fns *handlerFns, f *dataFilters, opts *lua.LTable) {
 	opts.ForEach(func(k, v lua.LValue) {
 		key, ok := k.(lua.LString)
 		if !ok || !knownOptions[string(key)] {
-			L.RaiseError("unknown handler option %s; known options: id, retries, backoff, timeout, errors, param, labels, annotations, field, value, when, old, new, optional, deleted, interval, initial_delay, idle, sharp, cancellation_timeout", k.String())
+			L.RaiseError("unknown handler option %s; known options: id, retries, backoff, timeout, errors, param, labels, annotations, field, value, when, old, new, optional, deleted, interval, initial_delay, idle, sharp, cancellation_timeout, operations, side_effects, failure_policy, subresource", k.String())
 		}
 		name := string(key)
 		switch name {
@@ -281,6 +293,11 @@ func (s *shard) applyOptions(L *lua.LState, spec *causes.Spec, fns *handlerFns, 
 			spec.Sharp = lua.LVAsBool(v)
 		case "cancellation_timeout":
 			spec.CancellationTimeout = s.optSeconds(L, name, v)
+		case "operations", "side_effects", "failure_policy", "subresource":
+			if !spec.Kind.IsAdmission() {
+				L.RaiseError("option %s applies to admission handlers only (luaop.on.validate, luaop.on.mutate)", name)
+			}
+			s.admissionOption(L, spec, name, v)
 		}
 	})
 	f.change = spec.Kind == causes.KindChange

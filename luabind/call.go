@@ -31,6 +31,8 @@ type callState struct {
 	// ctx is the caller's context. A daemon's deadline restarts under it after each
 	// blocking function (a daemon runs for as long as it sleeps in between).
 	ctx context.Context
+	// adm is set for admission handlers and their filters (admission.go).
+	adm *admissionState
 }
 
 // lookup finds a handler's functions: registered by the scripts, or a subhandler
@@ -173,7 +175,23 @@ func (s *shard) match(ctx context.Context, spec causes.Spec, f *dataFilters, cau
 // matchCallbacks runs the filter functions of a handler, in kopf's order: labels,
 // annotations, value, old/new, when. Shard lock held.
 func (s *shard) matchCallbacks(ctx context.Context, spec causes.Spec, fns *handlerFns, f *dataFilters, cause causes.Cause) (bool, error) {
+	return s.matchCallbacksAdm(ctx, spec, fns, f, cause, nil)
+}
+
+// matchCallbacksAdm is matchCallbacks whose calls see the admission request adm
+// (nil for other handlers). Shard lock held.
+func (s *shard) matchCallbacksAdm(ctx context.Context, spec causes.Spec, fns *handlerFns, f *dataFilters, cause causes.Cause, adm *admissionState) (bool, error) {
 	call := causes.Call{Handler: spec, Cause: cause}
+	fcall := func(fn *lua.LFunction, args ...lua.LValue) (lua.LValue, error) {
+		if adm == nil {
+			ret, _, err := s.call(ctx, fn, call, fns, args...)
+			return ret, err
+		}
+		// A filter returns one value; its ctx has the request's fields.
+		fa := &admissionState{req: adm.req}
+		ret, err := s.run(&callState{call: call, fns: fns, logger: call.Logger, ctx: ctx, adm: fa}, fn, args...)
+		return ret, err
+	}
 	meta, _ := cause.Body["metadata"].(map[string]any)
 	for _, group := range []struct {
 		fns map[string]*lua.LFunction
@@ -186,7 +204,7 @@ func (s *shard) matchCallbacks(ctx context.Context, spec causes.Spec, fns *handl
 			if ok {
 				arg = toLua(s.L, v)
 			}
-			ret, _, err := s.call(ctx, fn, call, fns, arg)
+			ret, err := fcall(fn, arg)
 			if err != nil {
 				return false, fmt.Errorf("filter of %s on %q: %w", spec.ID, key, err)
 			}
@@ -205,7 +223,7 @@ func (s *shard) matchCallbacks(ctx context.Context, spec causes.Spec, fns *handl
 		// kopf: the value matches when the new or the old one does (new first).
 		matched := false
 		for _, fv := range f.fieldValues(cause) {
-			ret, _, err := s.call(ctx, fns.valueFn, call, fns, valueArg(fv))
+			ret, err := fcall(fns.valueFn, valueArg(fv))
 			if err != nil {
 				return false, fmt.Errorf("value filter of %s: %w", spec.ID, err)
 			}
@@ -228,7 +246,7 @@ func (s *shard) matchCallbacks(ctx context.Context, spec causes.Spec, fns *handl
 			if c.fn == nil {
 				continue
 			}
-			ret, _, err := s.call(ctx, c.fn, call, fns, valueArg(c.fv))
+			ret, err := fcall(c.fn, valueArg(c.fv))
 			if err != nil {
 				return false, fmt.Errorf("%s filter of %s: %w", c.name, spec.ID, err)
 			}
@@ -238,7 +256,7 @@ func (s *shard) matchCallbacks(ctx context.Context, spec causes.Spec, fns *handl
 		}
 	}
 	if fns.when != nil {
-		ret, _, err := s.call(ctx, fns.when, call, fns)
+		ret, err := fcall(fns.when)
 		if err != nil {
 			return false, fmt.Errorf("when filter of %s: %w", spec.ID, err)
 		}
@@ -276,7 +294,11 @@ func (s *shard) run(cs *callState, fn *lua.LFunction, args ...lua.LValue) (ret l
 		L.Push(a)
 	}
 	L.Push(cs.table)
-	perr := L.PCall(len(args)+1, 1, nil)
+	nret := 1
+	if cs.adm != nil {
+		nret = 2 // an admission handler returns false, "message" to reject
+	}
+	perr := L.PCall(len(args)+1, nret, nil)
 	reuse = true
 	if perr != nil {
 		// The thread's context is the deadline of the last stretch of Lua (a
@@ -285,6 +307,10 @@ func (s *shard) run(cs *callState, fn *lua.LFunction, args ...lua.LValue) (ret l
 			return lua.LNil, timeoutError(perr, s.rt.opts.HandlerTimeout)
 		}
 		return lua.LNil, luaError(perr)
+	}
+	if nret == 2 {
+		cs.adm.second = L.Get(-1)
+		return L.Get(-2), nil
 	}
 	return L.Get(-1), nil
 }
@@ -325,6 +351,9 @@ var ctxRoots = map[string]string{
 }
 
 func (s *shard) ctxField(L *lua.LState, cs *callState, key string) lua.LValue {
+	if cs.adm != nil && (key == "memo" || key == "reason") {
+		return s.admissionOverride(L, cs, key)
+	}
 	call := cs.call
 	body := call.Cause.Body
 	if cs.daemon && call.Latest != nil {
@@ -414,6 +443,8 @@ func (s *shard) ctxField(L *lua.LState, cs *callState, key string) lua.LValue {
 		}
 	case "resource":
 		return lua.LString(call.Handler.Resource.String())
+	case "operation", "userinfo", "dryrun", "subresource", "warnings":
+		return s.admissionField(L, cs, key)
 	case "subhandler":
 		if call.Handler.Kind != causes.KindChange {
 			return lua.LNil

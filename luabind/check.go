@@ -271,6 +271,7 @@ var regKinds = map[string]string{
 	"on.create": "change", "on.update": "change", "on.delete": "change", "on.resume": "change",
 	"on.field": "field", "on.event": "event", "daemon": "daemon", "timer": "timer", "index": "index",
 	"on.startup": "hook", "on.cleanup": "hook", "on.probe": "probe",
+	"on.validate": "admission", "on.mutate": "admission",
 }
 
 // optionApplies tells for each option the registrations it has an effect on.
@@ -279,7 +280,12 @@ func optionApplies(opt, fn string) (bool, string) {
 	switch opt {
 	case "id", "param":
 		return true, ""
-	case "retries", "backoff", "timeout", "errors":
+	case "timeout":
+		return kind != "event" && kind != "index" && kind != "probe",
+			"change handlers, daemons, timers, admission handlers, on.startup and on.cleanup"
+	case "operations", "side_effects", "failure_policy", "subresource":
+		return kind == "admission", "admission handlers (on.validate, on.mutate)"
+	case "retries", "backoff", "errors":
 		return kind == "change" || kind == "field" || kind == "daemon" || kind == "timer" || kind == "hook",
 			"change handlers, daemons, timers, on.startup and on.cleanup"
 	case "labels", "annotations", "field", "value", "when":

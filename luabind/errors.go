@@ -89,7 +89,10 @@ func luaError(err error) error {
 		if r, ok := obj.Value.(*leRaised); ok {
 			var te *causes.TemporaryError
 			var pe *causes.PermanentError
+			var ae *AdmissionError
 			switch {
+			case errors.As(r.err, &ae):
+				return &AdmissionError{Message: ae.Message, Code: ae.Code}
 			case errors.As(r.err, &te):
 				return &causes.TemporaryError{Message: te.Message, Delay: te.Delay}
 			case errors.As(r.err, &pe):
@@ -280,8 +283,18 @@ func (c *convCtx) initErrors(L *lua.LState) {
 			} else {
 				L.Push(lua.LNil)
 			}
+		case "code":
+			var ae *AdmissionError
+			if errors.As(r.err, &ae) {
+				L.Push(lua.LNumber(ae.Code))
+			} else {
+				L.Push(lua.LNil)
+			}
 		case "kind":
+			var ae *AdmissionError
 			switch {
+			case errors.As(r.err, &ae):
+				L.Push(lua.LString("admission"))
 			case isTemp:
 				L.Push(lua.LString("temporary"))
 			case isPerm:

@@ -212,6 +212,11 @@ func (s *shard) kube(L *lua.LState) Kube {
 	if s.rt.opts.Kube == nil {
 		L.RaiseError("luaop.kube is not available: the runtime has no cluster client")
 	}
+	if cs := s.callOf(L); cs != nil && cs.adm != nil && cs.adm.req.DryRun {
+		// A dry-run admission request must have no side effects: writes are
+		// logged, not sent.
+		return DryRunKube(s.rt.opts.Kube, s.log(L))
+	}
 	return s.rt.opts.Kube
 }
 

@@ -30,6 +30,20 @@
 ---luaop.ABSENT, or a function of the value (nil when absent) that returns true to match.
 ---@alias LuaopValueFilter any|LuaopMarker|fun(value: any, ctx: HandlerContext): boolean
 
+---An admission operation.
+---@alias LuaopAdmissionOperation
+---| "CREATE"
+---| "UPDATE"
+---| "DELETE"
+---| "CONNECT"
+---| "*"
+
+---An admission handler (luaop.on.validate, luaop.on.mutate). It allows the request by
+---returning nothing (or true), rejects it by returning false and a message, or by
+---raising error(luaop.admission_error(message, code)). Other errors, and running
+---past the webhook's timeout, are answered per the failure_policy option.
+---@alias LuaopAdmissionHandler fun(ctx: HandlerContext): (boolean|nil, string?)
+
 ---The kind of one change of a diff.
 ---@alias LuaopDiffOp
 ---| "add"    # the field appeared (old is luaop.null)
@@ -138,6 +152,10 @@
 ---@field idle? number Timers: run only after the object has been unchanged for this many seconds.
 ---@field sharp? boolean Timers: keep to the schedule (every `interval` from the first run) instead of waiting `interval` after each run ends.
 ---@field cancellation_timeout? number Daemons: seconds a stopped daemon may take to exit before it is cancelled (default 60).
+---@field operations? LuaopAdmissionOperation|LuaopAdmissionOperation[] Admission handlers: the operations served (default: all of them, "*").
+---@field side_effects? boolean Admission handlers: the handler writes elsewhere (sideEffects NoneOnDryRun instead of None). On dry runs its luaop.kube writes and Events are never sent either way.
+---@field failure_policy? "Fail"|"Ignore" Admission handlers: what a failing or late handler means: "Fail" (the default) rejects with the reason, "Ignore" allows with a warning. Also the webhook's failurePolicy (when the operator cannot be reached).
+---@field subresource? string Admission handlers: serve requests of this subresource ("status", "scale") instead of the resource itself.
 
 ---The argument of every handler and filter function: the object, the cause and the
 ---handler's tools. Fields are read on first use; body, spec, status, meta, labels,
@@ -156,6 +174,11 @@
 ---@field resourceVersion string? The object's metadata.resourceVersion.
 ---@field reason "create"|"update"|"delete"|"resume"|string|nil Why a change handler runs (nil when no reason applies).
 ---@field type "ADDED"|"MODIFIED"|"DELETED"|string|nil Event handlers: the watch event type.
+---@field operation "CREATE"|"UPDATE"|"DELETE"|"CONNECT"|nil Admission handlers: the request's operation.
+---@field userinfo {username: string, uid: string?, groups: string[]?, extra: table?}|nil Admission handlers: who sent the request (read-only).
+---@field dryrun boolean|nil Admission handlers: true when the request will not be persisted (its luaop.kube writes are then logged, not sent).
+---@field subresource string|nil Admission handlers: the subresource of the request ("status", "scale"), nil for the resource itself.
+---@field warnings string[]|nil Admission handlers: append strings to send them to the client as warnings.
 ---@field old any Value before the change: the old object, or the old field value for field handlers (nil on creation).
 ---@field new any Value after the change: the new object, or the new field value for field handlers (nil when removed).
 ---@field diff DiffItem[] The changes between old and new (empty when none).
@@ -247,6 +270,25 @@ function luaop.on.field(resource, field, fn, opts) end
 ---@param opts? HandlerOptions Id, param, filters.
 function luaop.on.event(resource, fn, opts) end
 
+---Registers a validating admission handler (kopf: on.validate): the API server asks
+---it about every request on objects of `resource` (the operations of
+---opts.operations), before the object is stored. Needs the webhook server
+---(--webhook-address). ctx has body (the object; the old one on DELETE), old (UPDATE),
+---operation, userinfo, dryrun, subresource, warnings (append strings: they reach the
+---client), logger, and the usual views of body. Return false, "message" to reject.
+---@param resource LuaopResource "group/version/plural" ("example.com/v1/widgets") or "v1/plural".
+---@param fn LuaopAdmissionHandler The handler.
+---@param opts? HandlerOptions Id, param, filters (labels, annotations, field, value, when), operations, side_effects, timeout (the webhook's, 1-30 s, default 10), failure_policy, subresource.
+function luaop.on.validate(resource, fn, opts) end
+
+---Registers a mutating admission handler (kopf: on.mutate): like on.validate, and what
+---it writes into ctx.patch (a merge patch: luaop.null deletes a field) is sent back as
+---the response's JSON patch, applied by the API server before the object is stored.
+---@param resource LuaopResource "group/version/plural" ("example.com/v1/widgets") or "v1/plural".
+---@param fn LuaopAdmissionHandler The handler.
+---@param opts? HandlerOptions Id, param, filters, operations, side_effects, timeout, failure_policy, subresource.
+function luaop.on.mutate(resource, fn, opts) end
+
 ---Registers an operator hook run once when the operator starts, before it handles
 ---objects (kopf: on.startup). Like kopf's activities, a failing startup handler is
 ---retried (after a temporary_error's delay, or `backoff`, 60 s by default) until it
@@ -305,6 +347,14 @@ function luaop.index(resource, fn, opts) end
 ---@param delay? number Seconds before the retry (default 60).
 ---@return LuaopError err The value to raise with error(...).
 function luaop.temporary_error(message, delay) end
+
+---Makes an error that rejects an admission request (kopf: AdmissionError), raised in
+---luaop.on.validate or luaop.on.mutate: error(luaop.admission_error("size too big", 422)).
+---The API server answers the client with the message and the code.
+---@param message string Why the request is rejected.
+---@param code? integer HTTP status code for the client (default 500, as kopf's).
+---@return LuaopError err The value to raise with error(...).
+function luaop.admission_error(message, code) end
 
 ---Makes an error that fails the handler for good, without retries (kopf:
 ---PermanentError): error(luaop.permanent_error("spec.size must be positive")).

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"reflect"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -105,7 +106,9 @@ type generation struct {
 	specs   []causes.Spec
 	filters map[string]*dataFilters // by handler id
 	hooks   []causes.Spec           // operator-level hooks, in registration order
-	hash    string
+	// admission are the validate and mutate handlers, in registration order.
+	admission []causes.Spec
+	hash      string
 	files   []string
 	// protoKeys are the compiled files of this generation (see Runtime.protos).
 	protoKeys map[protoKey]bool
@@ -230,7 +233,11 @@ func (r *Runtime) Load(ctx context.Context, scripts []Script) (LoadReport, error
 	for k := range used {
 		keys[k] = true
 	}
-	gen := &generation{specs: first.specs, filters: first.filters, hooks: first.hooks,
+	for i := range first.admission {
+		spec := &first.admission[i]
+		spec.CodeHash = r.codeHashCached(hashes, *spec, first.fns[spec.ID], sources)
+	}
+	gen := &generation{specs: first.specs, filters: first.filters, hooks: first.hooks, admission: first.admission,
 		hash: hex.EncodeToString(hash.Sum(nil)), files: files, protoKeys: keys}
 	var held time.Duration
 	for i, sh := range r.shards {
@@ -238,7 +245,7 @@ func (r *Runtime) Load(ctx context.Context, scripts []Script) (LoadReport, error
 		held = max(held, staged[i].held)
 	}
 	r.gen.Store(gen)
-	return LoadReport{Files: files, Compiled: compiled, Handlers: append(append([]causes.Spec(nil), gen.specs...), gen.hooks...), Hash: gen.hash, Took: time.Since(start), Held: held}, nil
+	return LoadReport{Files: files, Compiled: compiled, Handlers: slices.Concat(gen.specs, gen.admission, gen.hooks), Hash: gen.hash, Took: time.Since(start), Held: held}, nil
 }
 
 // inCurrent tells whether the current generation uses a compiled file.
@@ -339,7 +346,7 @@ func syntaxError(file string, err error) error {
 // sameRegistrations guards against scripts that register differently per state
 // (randomness, time): every shard must serve the same handlers.
 func sameRegistrations(a, b *collected) error {
-	if len(a.specs) != len(b.specs) || len(a.hooks) != len(b.hooks) {
+	if len(a.specs) != len(b.specs) || len(a.hooks) != len(b.hooks) || len(a.admission) != len(b.admission) {
 		return fmt.Errorf("the scripts registered different handlers in different Lua states; registration must not depend on time or randomness")
 	}
 	for i := range a.specs {
@@ -352,6 +359,10 @@ func sameRegistrations(a, b *collected) error {
 
 // Specs returns the resource handlers of the current generation.
 func (r *Runtime) Specs() []causes.Spec { return r.gen.Load().specs }
+
+// AdmissionHandlers returns the validate and mutate handlers of the current
+// generation, in registration order.
+func (r *Runtime) AdmissionHandlers() []causes.Spec { return r.gen.Load().admission }
 
 // Hooks returns the operator-level handlers (startup, cleanup, probe).
 func (r *Runtime) Hooks() []causes.Spec { return r.gen.Load().hooks }

@@ -66,7 +66,9 @@ func (f *handlerFns) setHasFilter() {
 type collected struct {
 	specs   []causes.Spec
 	hooks   []causes.Spec
-	filters map[string]*dataFilters
+	// admission are the validate and mutate handlers, in registration order.
+	admission []causes.Spec
+	filters   map[string]*dataFilters
 	fns     map[string]*handlerFns
 	sources map[string]string // id -> file:line, for duplicate errors
 	stems   map[string]int    // default-id counters

@@ -38,7 +38,15 @@ const (
 	KindDaemon Kind = "daemon"
 	KindTimer  Kind = "timer"
 	KindIndex  Kind = "index"
+	// Admission handlers (luaop.on.validate, luaop.on.mutate) answer the API
+	// server's admission reviews: they are served by the admission package, never
+	// by the processing core (no watch, no progress).
+	KindValidate Kind = "validate"
+	KindMutate   Kind = "mutate"
 )
+
+// IsAdmission tells whether a kind is an admission handler's.
+func (k Kind) IsAdmission() bool { return k == KindValidate || k == KindMutate }
 
 // ErrorMode says what an arbitrary (non-Temporary, non-Permanent) error means.
 type ErrorMode string
@@ -93,6 +101,16 @@ type Spec struct {
 	// CancellationTimeout is how long a stopped daemon may take to exit before it is
 	// cancelled. Defaults to 60s.
 	CancellationTimeout time.Duration
+	// Admission handlers (KindValidate, KindMutate): the operations they serve
+	// (CREATE, UPDATE, DELETE, CONNECT; empty means all of them, as in kopf),
+	// whether they have side effects other than on dry runs (kopf's side_effects:
+	// sideEffects NoneOnDryRun instead of None), their failure policy ("Fail", the
+	// default, or "Ignore") and the subresource they serve ("" the resource
+	// itself). Timeout is then the webhook's timeout (1 to 30 s, default 10 s).
+	Operations    []string
+	SideEffects   bool
+	FailurePolicy string
+	Subresource   string
 	// Source is "file:line" of the registration, for messages.
 	Source string
 	// CodeHash identifies the handler's code and options: a reload restarts a
