@@ -109,7 +109,7 @@ type generation struct {
 	// admission are the validate and mutate handlers, in registration order.
 	admission []causes.Spec
 	hash      string
-	files   []string
+	files     []string
 	// protoKeys are the compiled files of this generation (see Runtime.protos).
 	protoKeys map[protoKey]bool
 }

@@ -64,14 +64,14 @@ func (f *handlerFns) setHasFilter() {
 
 // collected is what one run of the scripts registered.
 type collected struct {
-	specs   []causes.Spec
-	hooks   []causes.Spec
+	specs []causes.Spec
+	hooks []causes.Spec
 	// admission are the validate and mutate handlers, in registration order.
 	admission []causes.Spec
 	filters   map[string]*dataFilters
-	fns     map[string]*handlerFns
-	sources map[string]string // id -> file:line, for duplicate errors
-	stems   map[string]int    // default-id counters
+	fns       map[string]*handlerFns
+	sources   map[string]string // id -> file:line, for duplicate errors
+	stems     map[string]int    // default-id counters
 }
 
 // shardGeneration is a staged load, committed when every shard succeeded.
