@@ -1,0 +1,229 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/luaop/luaop/processing"
+	"github.com/luaop/luaop/processing/causes"
+)
+
+// Syncer keeps the ValidatingWebhookConfiguration and the
+// MutatingWebhookConfiguration of one operator (by prefix) equal to its handlers.
+type Syncer struct {
+	Client    kubernetes.Interface
+	Discovery discovery.DiscoveryInterface
+	// Prefix is the operator's --prefix: the configurations are "<prefix>.validate"
+	// and "<prefix>.mutate", their webhooks "<id>.<kind>.<prefix>".
+	Prefix string
+	// ClientConfig tells how the API server reaches a path (URL or Service),
+	// without the caBundle; CABundle gives that.
+	ClientConfig func(path string) admissionregistrationv1.WebhookClientConfig
+	CABundle     func() []byte
+	Log          *slog.Logger
+}
+
+// ManagedByLabel marks the configurations luaop writes.
+const ManagedByLabel = "app.kubernetes.io/managed-by"
+
+// ConfigurationNames are the names of the two configurations of a prefix.
+func ConfigurationNames(prefix string) (validating, mutating string) {
+	return prefix + ".validate", prefix + ".mutate"
+}
+
+// Sync writes the configurations for handlers: created when missing, updated when
+// different, deleted when no handler of their kind is left. Handlers whose
+// resource the server does not serve (yet) are left out and named in unresolved.
+func (s *Syncer) Sync(ctx context.Context, handlers []Handler) (unresolved []string, err error) {
+	var validating []admissionregistrationv1.ValidatingWebhook
+	var mutating []admissionregistrationv1.MutatingWebhook
+	names := map[string]bool{}
+	for _, h := range handlers {
+		rules := h.Rules
+		if len(rules) == 0 {
+			rule, err := s.rule(h)
+			if err != nil {
+				unresolved = append(unresolved, fmt.Sprintf("%s (%s): %v", h.ID, h.Source, err))
+				continue
+			}
+			rules = []admissionregistrationv1.RuleWithOperations{rule}
+		}
+		name := webhookName(h, s.Prefix, names)
+		cc := s.ClientConfig(h.Path())
+		cc.CABundle = s.CABundle()
+		fp := admissionregistrationv1.Fail
+		if h.ignore() {
+			fp = admissionregistrationv1.Ignore
+		}
+		se := admissionregistrationv1.SideEffectClassNone
+		if h.SideEffects {
+			se = admissionregistrationv1.SideEffectClassNoneOnDryRun
+		}
+		timeout := int32(h.timeout().Seconds())
+		match := admissionregistrationv1.Equivalent
+		objSel, nsSel := h.ObjectSelector, h.NamespaceSelector
+		if objSel == nil {
+			objSel = &metav1.LabelSelector{}
+		}
+		if nsSel == nil {
+			nsSel = &metav1.LabelSelector{}
+		}
+		versions := []string{"v1"}
+		switch h.Kind {
+		case causes.KindValidate:
+			validating = append(validating, admissionregistrationv1.ValidatingWebhook{Name: name, ClientConfig: cc, Rules: rules,
+				FailurePolicy: &fp, SideEffects: &se, TimeoutSeconds: &timeout, AdmissionReviewVersions: versions,
+				MatchPolicy: &match, ObjectSelector: objSel, NamespaceSelector: nsSel})
+		case causes.KindMutate:
+			never := admissionregistrationv1.NeverReinvocationPolicy
+			mutating = append(mutating, admissionregistrationv1.MutatingWebhook{Name: name, ClientConfig: cc, Rules: rules,
+				FailurePolicy: &fp, SideEffects: &se, TimeoutSeconds: &timeout, AdmissionReviewVersions: versions,
+				MatchPolicy: &match, ObjectSelector: objSel, NamespaceSelector: nsSel, ReinvocationPolicy: &never})
+		}
+	}
+	vname, mname := ConfigurationNames(s.Prefix)
+	errV := s.syncValidating(ctx, vname, validating)
+	errM := s.syncMutating(ctx, mname, mutating)
+	return unresolved, errors.Join(errV, errM)
+}
+
+// rule resolves a Lua handler's resource into its webhook rule.
+func (s *Syncer) rule(h Handler) (admissionregistrationv1.RuleWithOperations, error) {
+	gvr, _, namespaced, err := processing.ResolveResource(s.Discovery, h.Resource)
+	if err != nil {
+		return admissionregistrationv1.RuleWithOperations{}, err
+	}
+	ops := []admissionregistrationv1.OperationType{admissionregistrationv1.OperationAll}
+	if len(h.Operations) > 0 {
+		ops = ops[:0]
+		for _, o := range h.Operations {
+			ops = append(ops, admissionregistrationv1.OperationType(o))
+		}
+	}
+	scope := admissionregistrationv1.ClusterScope
+	if namespaced {
+		scope = admissionregistrationv1.NamespacedScope
+	}
+	res := gvr.Resource
+	if h.Subresource != "" {
+		res += "/" + h.Subresource
+	}
+	return admissionregistrationv1.RuleWithOperations{Operations: ops, Rule: admissionregistrationv1.Rule{
+		APIGroups: []string{gvr.Group}, APIVersions: []string{gvr.Version}, Resources: []string{res}, Scope: &scope}}, nil
+}
+
+var nonName = regexp.MustCompile(`[^a-z0-9.-]+`)
+
+// webhookName is "<id>.<kind>.<prefix>" made a DNS name (lower case; other
+// characters as '-'), numbered when two ids end up the same.
+func webhookName(h Handler, prefix string, taken map[string]bool) string {
+	id := strings.Trim(nonName.ReplaceAllString(strings.ToLower(h.ID), "-"), "-.")
+	if id == "" {
+		id = "handler"
+	}
+	base := id + "." + string(h.Kind) + "." + prefix
+	name := base
+	for n := 2; taken[name]; n++ {
+		name = fmt.Sprintf("%s-%d.%s.%s", id, n, h.Kind, prefix)
+	}
+	taken[name] = true
+	return name
+}
+
+func (s *Syncer) meta(name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: name, Labels: map[string]string{ManagedByLabel: "luaop"}}
+}
+
+func (s *Syncer) syncValidating(ctx context.Context, name string, hooks []admissionregistrationv1.ValidatingWebhook) error {
+	api := s.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	cur, err := api.Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		if len(hooks) == 0 {
+			return nil
+		}
+		_, err = api.Create(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: s.meta(name), Webhooks: hooks}, metav1.CreateOptions{})
+		s.logged("created", "ValidatingWebhookConfiguration", name, len(hooks), err)
+		return wrap(err, "creating", name)
+	case err != nil:
+		return wrap(err, "reading", name)
+	case len(hooks) == 0:
+		err = api.Delete(ctx, name, metav1.DeleteOptions{})
+		s.logged("deleted", "ValidatingWebhookConfiguration", name, 0, err)
+		return wrap(ignoreNotFound(err), "deleting", name)
+	case equality.Semantic.DeepEqual(cur.Webhooks, hooks):
+		return nil
+	}
+	cur.Webhooks = hooks
+	_, err = api.Update(ctx, cur, metav1.UpdateOptions{})
+	s.logged("updated", "ValidatingWebhookConfiguration", name, len(hooks), err)
+	return wrap(err, "updating", name)
+}
+
+func (s *Syncer) syncMutating(ctx context.Context, name string, hooks []admissionregistrationv1.MutatingWebhook) error {
+	api := s.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
+	cur, err := api.Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		if len(hooks) == 0 {
+			return nil
+		}
+		_, err = api.Create(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: s.meta(name), Webhooks: hooks}, metav1.CreateOptions{})
+		s.logged("created", "MutatingWebhookConfiguration", name, len(hooks), err)
+		return wrap(err, "creating", name)
+	case err != nil:
+		return wrap(err, "reading", name)
+	case len(hooks) == 0:
+		err = api.Delete(ctx, name, metav1.DeleteOptions{})
+		s.logged("deleted", "MutatingWebhookConfiguration", name, 0, err)
+		return wrap(ignoreNotFound(err), "deleting", name)
+	case equality.Semantic.DeepEqual(cur.Webhooks, hooks):
+		return nil
+	}
+	cur.Webhooks = hooks
+	_, err = api.Update(ctx, cur, metav1.UpdateOptions{})
+	s.logged("updated", "MutatingWebhookConfiguration", name, len(hooks), err)
+	return wrap(err, "updating", name)
+}
+
+// Remove deletes both configurations of the prefix (absent ones are fine).
+func (s *Syncer) Remove(ctx context.Context) error {
+	vname, mname := ConfigurationNames(s.Prefix)
+	errV := ignoreNotFound(s.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, vname, metav1.DeleteOptions{}))
+	errM := ignoreNotFound(s.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, mname, metav1.DeleteOptions{}))
+	return errors.Join(wrap(errV, "deleting", vname), wrap(errM, "deleting", mname))
+}
+
+func (s *Syncer) logged(what, kind, name string, webhooks int, err error) {
+	if err == nil && s.Log != nil {
+		s.Log.Info("webhook configuration "+what, "kind", kind, "name", name, "webhooks", webhooks)
+	}
+}
+
+func ignoreNotFound(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+func wrap(err error, verb, name string) error {
+	if err == nil {
+		return nil
+	}
+	if apierrors.IsForbidden(err) {
+		return fmt.Errorf("%s the webhook configuration %s: %w; grant the operator get, create, update and delete of validatingwebhookconfigurations and mutatingwebhookconfigurations (luaop rbac)", verb, name, err)
+	}
+	return fmt.Errorf("%s the webhook configuration %s: %w", verb, name, err)
+}

@@ -1,0 +1,280 @@
+package admission
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/luaop/luaop/luabind"
+)
+
+// Options configure Webhooks.
+type Options struct {
+	// Address is where the HTTPS server listens (":9443", "127.0.0.1:0").
+	Address string
+	// CertDir holds tls.crt, tls.key and optionally ca.crt; empty: a CA and a
+	// serving certificate are generated at start.
+	CertDir string
+	// Service ("namespace/name") makes the API server call the webhook through that
+	// Service (in-cluster), on ServicePort (default 443). Empty: URL.
+	Service     string
+	ServicePort int32
+	// URL is the base URL the API server calls ("https://host:port"); empty means
+	// https://127.0.0.1:<listening port>, right for a control plane on this machine.
+	URL string
+	// Prefix names the configurations (the operator's --prefix).
+	Prefix string
+	// RemoveOnExit deletes the configurations when Start returns (luaop dev: a
+	// webhook nobody answers would reject every request it covers).
+	RemoveOnExit bool
+	Logger       *slog.Logger
+}
+
+// Webhooks runs the admission server and keeps the configurations in sync.
+type Webhooks struct {
+	opts   Options
+	cfg    *rest.Config
+	server *Server
+	certs  *Certificates
+	syncer *Syncer
+	ln     net.Listener
+	log    *slog.Logger
+	// unreachable explains why the API server cannot call this operator (a remote
+	// cluster and a loopback URL): configurations are then not written.
+	unreachable string
+
+	trigger chan struct{}
+	serving atomic.Bool
+	synced  atomic.Bool
+}
+
+// New listens on opts.Address and prepares the certificates and the syncer;
+// nothing is served until Start. rt serves the Lua handlers (nil: Go ones only).
+func New(cfg *rest.Config, rt *luabind.Runtime, opts Options) (*Webhooks, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.ServicePort == 0 {
+		opts.ServicePort = 443
+	}
+	w := &Webhooks{opts: opts, cfg: cfg, log: opts.Logger, trigger: make(chan struct{}, 1)}
+	var svcNS, svcName string
+	if opts.Service != "" {
+		var ok bool
+		svcNS, svcName, ok = strings.Cut(opts.Service, "/")
+		if !ok || svcNS == "" || svcName == "" {
+			return nil, fmt.Errorf("--webhook-service=%q: write it as namespace/name", opts.Service)
+		}
+	}
+	var base *url.URL
+	if opts.URL != "" {
+		u, err := url.Parse(opts.URL)
+		if err != nil || u.Scheme != "https" || u.Host == "" {
+			return nil, fmt.Errorf("--webhook-url=%q: give an https URL (https://host:port)", opts.URL)
+		}
+		base = u
+	}
+	var err error
+	if opts.CertDir != "" {
+		if w.certs, err = LoadCertificates(opts.CertDir); err != nil {
+			return nil, err
+		}
+	} else {
+		var hosts []string
+		if svcName != "" {
+			hosts = append(hosts, svcName+"."+svcNS+".svc", svcName+"."+svcNS+".svc.cluster.local", svcName+"."+svcNS)
+		}
+		if base != nil {
+			hosts = append(hosts, base.Hostname())
+		}
+		if w.certs, err = GenerateCertificates(hosts); err != nil {
+			return nil, fmt.Errorf("generating the webhook certificate: %w", err)
+		}
+	}
+	if w.ln, err = net.Listen("tcp", opts.Address); err != nil {
+		return nil, fmt.Errorf("webhook server: cannot listen on %s: %w", opts.Address, err)
+	}
+	if base == nil && svcName == "" {
+		port := w.ln.Addr().(*net.TCPAddr).Port
+		host := "127.0.0.1"
+		if h, _, err := net.SplitHostPort(opts.Address); err == nil && h != "" && !isUnspecified(h) {
+			host = h
+		}
+		base = &url.URL{Scheme: "https", Host: net.JoinHostPort(host, strconv.Itoa(port))}
+		if !isLoopbackHost(host) || !serverOnLoopback(cfg) {
+			if isLoopbackHost(host) {
+				w.unreachable = fmt.Sprintf("the cluster at %s is not on this machine and cannot call the webhook at %s: give --webhook-url (an https address the API server reaches) or --webhook-service (in-cluster); the validate and mutate handlers are not registered with the API server", cfg.Host, base)
+			}
+		}
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	w.server = NewServer(rt, opts.Logger)
+	w.syncer = &Syncer{Client: client, Discovery: disco, Prefix: opts.Prefix, CABundle: w.certs.CABundle, Log: opts.Logger,
+		ClientConfig: func(path string) admissionregistrationv1.WebhookClientConfig {
+			if svcName != "" {
+				port := opts.ServicePort
+				return admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{
+					Namespace: svcNS, Name: svcName, Path: &path, Port: &port}}
+			}
+			u := strings.TrimSuffix(base.String(), "/") + path
+			return admissionregistrationv1.WebhookClientConfig{URL: &u}
+		}}
+	return w, nil
+}
+
+func isUnspecified(h string) bool {
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsUnspecified()
+}
+
+func isLoopbackHost(h string) bool {
+	if h == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
+
+// serverOnLoopback tells whether the API server of cfg runs on this machine.
+func serverOnLoopback(cfg *rest.Config) bool {
+	u, err := url.Parse(cfg.Host)
+	if err != nil {
+		return false
+	}
+	host := u.Hostname()
+	if host == "" { // "127.0.0.1:6443" without a scheme
+		host, _, _ = net.SplitHostPort(cfg.Host)
+	}
+	return isLoopbackHost(host)
+}
+
+// Server is the admission server (register Go handlers there, or with Register).
+func (w *Webhooks) Server() *Server { return w.server }
+
+// Register adds a Go handler and schedules a sync.
+func (w *Webhooks) Register(h Handler) error {
+	if err := w.server.Register(h); err != nil {
+		return err
+	}
+	w.Resync()
+	return nil
+}
+
+// Addr is the address the server listens on.
+func (w *Webhooks) Addr() net.Addr { return w.ln.Addr() }
+
+// Unreachable is why the API server cannot call the webhooks ("" when it can).
+func (w *Webhooks) Unreachable() string { return w.unreachable }
+
+// Ready tells whether the server is serving (readiness: the Service's endpoints
+// wait for it).
+func (w *Webhooks) Ready() bool { return w.serving.Load() }
+
+// Synced tells whether the configurations were written at least once.
+func (w *Webhooks) Synced() bool { return w.synced.Load() }
+
+// Resync schedules a sync of the configurations (after a reload); it does not wait.
+func (w *Webhooks) Resync() {
+	select {
+	case w.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// Remove deletes the configurations.
+func (w *Webhooks) Remove(ctx context.Context) error { return w.syncer.Remove(ctx) }
+
+// retryEvery is how often a sync that failed or left resources out is tried again.
+const retryEvery = 10 * time.Second
+
+// Start serves until ctx ends, syncing the configurations at start, on Resync and
+// while some are not written; with RemoveOnExit it deletes them before returning.
+func (w *Webhooks) Start(ctx context.Context) error {
+	mux := http.NewServeMux()
+	mux.Handle("/", w.server)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second,
+		TLSConfig: &tls.Config{GetCertificate: w.certs.GetCertificate, MinVersion: tls.VersionTLS12},
+		ErrorLog:  nil}
+	errc := make(chan error, 1)
+	go func() {
+		w.serving.Store(true)
+		errc <- srv.ServeTLS(w.ln, "", "")
+	}()
+	w.log.Info("webhook server listening", "address", w.ln.Addr().String())
+	if w.unreachable != "" {
+		w.log.Warn("webhooks not registered: " + w.unreachable)
+	}
+	w.Resync()
+	var retry <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			w.serving.Store(false)
+			if w.opts.RemoveOnExit && w.unreachable == "" {
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+				if err := w.Remove(rctx); err != nil {
+					w.log.Error("removing the webhook configurations", "error", err)
+				} else {
+					w.log.Info("webhook configurations removed")
+				}
+				cancel()
+			}
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = srv.Shutdown(sctx)
+			cancel()
+			return nil
+		case err := <-errc:
+			w.serving.Store(false)
+			if errors.Is(err, http.ErrServerClosed) {
+				return nil
+			}
+			return fmt.Errorf("webhook server: %w", err)
+		case <-w.trigger:
+		case <-retry:
+		}
+		retry = nil
+		if !w.sync(ctx) {
+			retry = time.After(retryEvery)
+		}
+	}
+}
+
+// sync writes the configurations once; false when it should be tried again.
+func (w *Webhooks) sync(ctx context.Context) bool {
+	if w.unreachable != "" {
+		return true
+	}
+	handlers := w.server.Handlers()
+	unresolved, err := w.syncer.Sync(ctx, handlers)
+	if err != nil {
+		w.log.Error("webhook configurations not written; retrying in "+retryEvery.String(), "error", err)
+		return false
+	}
+	w.synced.Store(true)
+	if len(unresolved) > 0 {
+		w.log.Warn("admission handlers whose resource the cluster does not serve (yet) are left out; retrying in "+retryEvery.String(), "handlers", strings.Join(unresolved, "; "))
+		return false
+	}
+	return true
+}
