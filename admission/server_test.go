@@ -179,7 +179,10 @@ func TestServeTimeout(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
 	if err := srv.Register(Handler{ID: "stuck", Kind: causes.KindValidate, Timeout: time.Second, FailurePolicy: "Ignore",
-		Admit: func(ctx context.Context, _ Request) (Response, error) { <-release; return Response{Allowed: false}, nil }}); err != nil {
+		Admit: func(ctx context.Context, _ Request) (Response, error) {
+			<-release
+			return Response{Allowed: false}, nil
+		}}); err != nil {
 		t.Fatal(err)
 	}
 	ts := httptest.NewServer(srv)
