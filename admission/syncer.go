@@ -32,6 +32,10 @@ type Syncer struct {
 	ClientConfig func(path string) admissionregistrationv1.WebhookClientConfig
 	CABundle     func() []byte
 	Log          *slog.Logger
+	// Namespaces are the operator's --namespaces: when all are plain names (or
+	// plain "!name" exclusions) the webhooks of Lua handlers get a namespaceSelector
+	// sending only requests of those namespaces (globs cannot be expressed: all).
+	Namespaces []string
 }
 
 // ManagedByLabel marks the configurations luaop writes.
@@ -76,6 +80,9 @@ func (s *Syncer) Sync(ctx context.Context, handlers []Handler) (unresolved []str
 		if objSel == nil {
 			objSel = &metav1.LabelSelector{}
 		}
+		if nsSel == nil && len(h.Rules) == 0 {
+			nsSel = namespaceSelector(s.Namespaces)
+		}
 		if nsSel == nil {
 			nsSel = &metav1.LabelSelector{}
 		}
@@ -100,10 +107,11 @@ func (s *Syncer) Sync(ctx context.Context, handlers []Handler) (unresolved []str
 
 // rule resolves a Lua handler's resource into its webhook rule.
 func (s *Syncer) rule(h Handler) (admissionregistrationv1.RuleWithOperations, error) {
-	gvr, _, namespaced, err := processing.ResolveResource(s.Discovery, h.Resource)
+	rr, err := processing.ResolveResource(s.Discovery, h.Resource)
 	if err != nil {
 		return admissionregistrationv1.RuleWithOperations{}, err
 	}
+	gvr, namespaced := rr.GVR, rr.Namespaced
 	ops := []admissionregistrationv1.OperationType{admissionregistrationv1.OperationAll}
 	if len(h.Operations) > 0 {
 		ops = ops[:0]
@@ -226,4 +234,32 @@ func wrap(err error, verb, name string) error {
 		return fmt.Errorf("%s the webhook configuration %s: %w; grant the operator get, create, update and delete of validatingwebhookconfigurations and mutatingwebhookconfigurations (luaop rbac)", verb, name, err)
 	}
 	return fmt.Errorf("%s the webhook configuration %s: %w", verb, name, err)
+}
+
+// namespaceSelector expresses plain namespace names and exclusions as a selector on
+// the kubernetes.io/metadata.name label; nil when there are none or a glob.
+func namespaceSelector(patterns []string) *metav1.LabelSelector {
+	var in, out []string
+	for _, p := range patterns {
+		name, excluded := strings.CutPrefix(p, "!")
+		if name == "" || strings.ContainsAny(name, "*?[") {
+			return nil
+		}
+		if excluded {
+			out = append(out, name)
+		} else {
+			in = append(in, name)
+		}
+	}
+	sel := &metav1.LabelSelector{}
+	if len(in) > 0 {
+		sel.MatchExpressions = append(sel.MatchExpressions, metav1.LabelSelectorRequirement{Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpIn, Values: in})
+	}
+	if len(out) > 0 {
+		sel.MatchExpressions = append(sel.MatchExpressions, metav1.LabelSelectorRequirement{Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: out})
+	}
+	if len(sel.MatchExpressions) == 0 {
+		return nil
+	}
+	return sel
 }

@@ -41,7 +41,11 @@ type Options struct {
 	// RemoveOnExit deletes the configurations when Start returns (luaop dev: a
 	// webhook nobody answers would reject every request it covers).
 	RemoveOnExit bool
-	Logger       *slog.Logger
+	// DryRun serves the handlers but writes no configuration (luaop run --dry-run).
+	DryRun bool
+	// Namespaces are the operator's --namespaces (see Syncer.Namespaces).
+	Namespaces []string
+	Logger     *slog.Logger
 }
 
 // Webhooks runs the admission server and keeps the configurations in sync.
@@ -121,6 +125,9 @@ func New(cfg *rest.Config, rt *luabind.Runtime, opts Options) (*Webhooks, error)
 			}
 		}
 	}
+	if opts.DryRun {
+		w.unreachable = "dry run: the webhook configurations are not written"
+	}
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -130,7 +137,7 @@ func New(cfg *rest.Config, rt *luabind.Runtime, opts Options) (*Webhooks, error)
 		return nil, err
 	}
 	w.server = NewServer(rt, opts.Logger)
-	w.syncer = &Syncer{Client: client, Discovery: disco, Prefix: opts.Prefix, CABundle: w.certs.CABundle, Log: opts.Logger,
+	w.syncer = &Syncer{Client: client, Discovery: disco, Prefix: opts.Prefix, CABundle: w.certs.CABundle, Log: opts.Logger, Namespaces: opts.Namespaces,
 		ClientConfig: func(path string) admissionregistrationv1.WebhookClientConfig {
 			if svcName != "" {
 				port := opts.ServicePort
@@ -184,6 +191,14 @@ func (w *Webhooks) Register(h Handler) error {
 // Addr is the address the server listens on.
 func (w *Webhooks) Addr() net.Addr { return w.ln.Addr() }
 
+// URL is the address the API server is given for path ("" with a Service).
+func (w *Webhooks) URL(path string) string {
+	if u := w.syncer.ClientConfig(path).URL; u != nil {
+		return *u
+	}
+	return ""
+}
+
 // Unreachable is why the API server cannot call the webhooks ("" when it can).
 func (w *Webhooks) Unreachable() string { return w.unreachable }
 
@@ -222,9 +237,6 @@ func (w *Webhooks) Start(ctx context.Context) error {
 		errc <- srv.ServeTLS(w.ln, "", "")
 	}()
 	w.log.Info("webhook server listening", "address", w.ln.Addr().String())
-	if w.unreachable != "" {
-		w.log.Warn("webhooks not registered: " + w.unreachable)
-	}
 	w.Resync()
 	var retry <-chan time.Time
 	for {
@@ -262,10 +274,13 @@ func (w *Webhooks) Start(ctx context.Context) error {
 
 // sync writes the configurations once; false when it should be tried again.
 func (w *Webhooks) sync(ctx context.Context) bool {
+	handlers := w.server.Handlers()
 	if w.unreachable != "" {
+		if len(handlers) > 0 {
+			w.log.Warn("admission handlers not registered with the API server: " + w.unreachable)
+		}
 		return true
 	}
-	handlers := w.server.Handlers()
 	unresolved, err := w.syncer.Sync(ctx, handlers)
 	if err != nil {
 		w.log.Error("webhook configurations not written; retrying in "+retryEvery.String(), "error", err)

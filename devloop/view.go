@@ -90,6 +90,17 @@ func (v *View) Loaded(dir string, r luabind.LoadReport) {
 	v.println(text)
 }
 
+// Note shows one line about the session (the webhook server's address, or why the
+// cluster cannot reach it), marked as fine or as a problem.
+func (v *View) Note(ok bool, text string) {
+	stamp := v.render(v.styles.dim, time.Now().Format("15:04:05"))
+	if ok {
+		v.println(fmt.Sprintf("%s %s", stamp, text))
+		return
+	}
+	v.println(fmt.Sprintf("%s %s %s", stamp, v.render(v.styles.fail, "✘"), v.render(v.styles.fail, text)))
+}
+
 // Reloaded shows one reload attempt.
 func (v *View) Reloaded(ev ReloadEvent) {
 	stamp := v.render(v.styles.dim, time.Now().Format("15:04:05"))

@@ -194,14 +194,3 @@ func (w *watcher) notify(eventType string, obj any, initial bool) {
 	o.queue.Add(key)
 }
 
-// ResolveResource resolves a resource as a script spells it (plural, singular, kind
-// or short name) through discovery, as the watchers do: its canonical
-// group/version/plural, its kind and whether it is namespaced. The admission
-// package derives webhook rules from it.
-func ResolveResource(disco discovery.DiscoveryInterface, spelling causes.Resource) (gvr schema.GroupVersionResource, kind string, namespaced bool, err error) {
-	info, err := lookupResource(disco, spelling)
-	if err != nil {
-		return schema.GroupVersionResource{}, "", false, err
-	}
-	return info.gvr, info.kind, info.namespaced, nil
-}

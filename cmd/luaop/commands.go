@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/luaop/luaop/admission"
 	"github.com/luaop/luaop/devloop"
 	"github.com/luaop/luaop/kubeclient"
 	"github.com/luaop/luaop/leader"
@@ -52,6 +53,13 @@ Established), so that no kubectl is needed:
 	cmd.Flags().StringSlice("apply", nil, "YAML files or folders to apply (server-side) before starting: CRDs first, waiting until they are Established, then the other objects (repeatable)")
 	_ = cmd.Flags().Set("health-address", "")
 	cmd.Flags().Lookup("health-address").DefValue = ""
+	// In development the webhooks are on, on loopback (a local control plane calls
+	// them there), and removed at exit: a webhook nobody answers would reject
+	// every request it covers.
+	for flag, value := range map[string]string{"webhook-address": "127.0.0.1:0", "webhook-cleanup": "true"} {
+		_ = cmd.Flags().Set(flag, value)
+		cmd.Flags().Lookup(flag).DefValue = value
+	}
 	return cmd
 }
 
@@ -158,6 +166,14 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	if err != nil {
 		return err
 	}
+	var webhooks *admission.Webhooks
+	if s.WebhookAddress != "" {
+		webhooks, err = admission.New(cfg, op.Runtime(), admission.Options{Address: s.WebhookAddress, CertDir: s.WebhookCertDir,
+			Service: s.WebhookService, URL: s.WebhookURL, Prefix: s.Prefix, RemoveOnExit: s.WebhookCleanup, DryRun: s.DryRun, Namespaces: s.Namespaces, Logger: log})
+		if err != nil {
+			return err
+		}
+	}
 	var elector *leader.Elector
 	if s.LeaderElect && s.DryRun {
 		log.Warn("dry run: --leader-elect ignored (a dry run takes no Lease)")
@@ -192,17 +208,38 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 			m.Reload(err == nil)
 		}
 	}
+	if webhooks != nil {
+		// Every replica serves the webhooks (a standby too: it holds the scripts).
+		webhooksDone := make(chan struct{})
+		wctx, stopWebhooks := context.WithCancel(ctx)
+		defer func() { stopWebhooks(); <-webhooksDone }() // with --webhook-cleanup, removed before exiting
+		go func() {
+			defer close(webhooksDone)
+			if err := webhooks.Start(wctx); err != nil {
+				log.Error("webhook server stopped", "error", err)
+			}
+		}()
+	}
 	if dev {
 		view.Loaded(dir, report)
+		if webhooks != nil && len(op.Runtime().AdmissionHandlers()) > 0 {
+			webhooksNote(view, webhooks, op.Runtime())
+		}
 	} else {
 		log.Info("scripts loaded", "files", len(report.Files), "handlers", len(report.Handlers), "hash", report.Hash)
 	}
 	go devloop.Reload(ctx, changes, op.LoadScripts, func(ev devloop.ReloadEvent) {
 		m.Reload(ev.Err == nil)
 		m.ReloadLatency(ev.Err == nil, ev.Latency)
+		if webhooks != nil && ev.Err == nil {
+			webhooks.Resync() // the configurations follow the handlers
+		}
 		switch {
 		case dev:
 			view.Reloaded(ev)
+			if webhooks != nil && ev.Err == nil && len(op.Runtime().AdmissionHandlers()) > 0 {
+				webhooksNote(view, webhooks, op.Runtime())
+			}
 		case ev.Err != nil:
 			log.Error("reload failed; the previous scripts keep running", "files", ev.Files, "error", ev.Err, "latency_ms", millis(ev.Latency))
 		default:
@@ -215,7 +252,7 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 		}
 	})
 	if s.HealthAddress != "" {
-		go serveHealth(ctx, log, s.HealthAddress, op, m, elector)
+		go serveHealth(ctx, log, s.HealthAddress, op, m, elector, webhooks)
 	}
 	if elector != nil {
 		// Only the leader watches and handles; ErrLeadershipLost ends the process
@@ -280,7 +317,7 @@ func healthz(probe func(context.Context) (map[string]any, bool)) http.HandlerFun
 	}
 }
 
-func serveHealth(ctx context.Context, log *slog.Logger, addr string, op *operator.Operator, m *metrics.Metrics, elector *leader.Elector) {
+func serveHealth(ctx context.Context, log *slog.Logger, addr string, op *operator.Operator, m *metrics.Metrics, elector *leader.Elector, webhooks *admission.Webhooks) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m.Handler())
 	// /healthz answers with the on.probe handlers' results (kopf's liveness probes).
@@ -290,6 +327,11 @@ func serveHealth(ctx context.Context, log *slog.Logger, addr string, op *operato
 	// answers 500: the kubelet reads the status code, not the body.
 	mux.HandleFunc("/healthz", healthz(op.Probe))
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if webhooks != nil && !webhooks.Ready() {
+			// The Service sends admission reviews to ready pods only.
+			http.Error(w, "not ready: the webhook server is not serving yet", http.StatusServiceUnavailable)
+			return
+		}
 		if elector != nil && !elector.IsLeader() {
 			// A standby is ready: it holds the scripts and waits for the lease; a
 			// rollout must not stall on it.
@@ -373,4 +415,15 @@ func probeCache(s settings) time.Duration {
 // named *_ms: a number in JSON, unlike a time.Duration (integer nanoseconds).
 func millis(d time.Duration) float64 {
 	return float64(d.Microseconds()) / 1000
+}
+
+// webhooksNote tells in the dev view where the API server calls the admission
+// handlers, or, loudly, why it cannot.
+func webhooksNote(view *devloop.View, w *admission.Webhooks, rt *luabind.Runtime) {
+	if why := w.Unreachable(); why != "" {
+		view.Note(false, "webhooks: "+why)
+		return
+	}
+	n := len(rt.AdmissionHandlers())
+	view.Note(true, fmt.Sprintf("webhooks: %d admission handler(s) served at %s", n, strings.TrimSuffix(w.URL("/"), "/")))
 }

@@ -48,6 +48,11 @@ type settings struct {
 	LeaderName         string
 	DryRun             bool
 	Apply              []string
+	WebhookAddress     string
+	WebhookCertDir     string
+	WebhookService     string
+	WebhookURL         string
+	WebhookCleanup     bool
 }
 
 // addClusterFlags declares how a command reaches the cluster and which namespaces it
@@ -89,6 +94,11 @@ func addOperatorFlags(fs *pflag.FlagSet, logFormat string) {
 	fs.String("leader-election-namespace", "", "namespace of the Lease (default: the pod's own namespace)")
 	fs.String("leader-election-name", "luaop", "name of the Lease; operators sharing one take turns")
 	fs.Duration("shutdown-grace-period", 20*time.Second, "on SIGTERM, how long running handlers and daemons may take to finish before they are cancelled (> 0)")
+	fs.String("webhook-address", "", "address of the HTTPS server of the validate and mutate handlers, host:port (\":9443\"; empty: off)")
+	fs.String("webhook-cert-dir", "", "folder with tls.crt, tls.key and optionally ca.crt (cert-manager, a mounted Secret); empty: a CA and a certificate are generated at start")
+	fs.String("webhook-service", "", "namespace/name of the Service the API server calls the webhooks through (in-cluster); empty: --webhook-url")
+	fs.String("webhook-url", "", "https base URL the API server calls the webhooks at; empty: https://127.0.0.1:<port> (a control plane on this machine)")
+	fs.Bool("webhook-cleanup", false, "delete the webhook configurations when the operator stops")
 	fs.Bool("dry-run", false, "run the handlers against the cluster but write nothing: patches, finalizer changes, the scripts' luaop.kube writes and Events are logged as they would have been sent (reads still go to the cluster; no leader election)")
 }
 
@@ -144,6 +154,17 @@ func loadSettings(cmd *cobra.Command, v *viper.Viper) (settings, error) {
 	s.LeaderName = r.dnsName("leader-election-name", false)
 	s.DryRun = r.bool("dry-run")
 	s.Apply = r.list("apply")
+	s.WebhookAddress = r.address("webhook-address")
+	s.WebhookCertDir = r.str("webhook-cert-dir")
+	s.WebhookService = r.str("webhook-service")
+	if ns, name, ok := strings.Cut(s.WebhookService, "/"); s.WebhookService != "" && (!ok || ns == "" || name == "") {
+		r.invalid("webhook-service", s.WebhookService, "namespace/name of a Service")
+	}
+	s.WebhookURL = r.str("webhook-url")
+	if s.WebhookURL != "" && !strings.HasPrefix(s.WebhookURL, "https://") {
+		r.invalid("webhook-url", s.WebhookURL, "an https:// URL the API server reaches")
+	}
+	s.WebhookCleanup = r.bool("webhook-cleanup")
 	for _, p := range s.Apply {
 		if _, err := os.Stat(p); err != nil {
 			r.invalid("apply", p, "files or folders of YAML manifests ("+err.Error()+")")
