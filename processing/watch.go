@@ -193,4 +193,3 @@ func (w *watcher) notify(eventType string, obj any, initial bool) {
 	o.objects.record(key, eventType, u, initial, idx.has(w.resource, causes.KindEvent))
 	o.queue.Add(key)
 }
-
