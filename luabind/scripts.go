@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -12,6 +13,12 @@ import (
 // ReadDir reads the Lua scripts of a folder: every *.lua file below it, following
 // symbolic links to files (a ConfigMap volume's keys are links into its ..data folder).
 // Hidden entries (".git", "..data", ".#file") and editor leftovers are skipped.
+//
+// A ConfigMap is one flat folder (its keys cannot hold "/"), so a top-level file whose
+// name holds "__" stands for a file of a sub-folder: "lib__util.lua" is read as
+// "lib/util.lua" (a module, require("lib.util")), "lib__net__http.lua" as
+// "lib/net/http.lua". Names with an empty part ("__init.lua", "a____b.lua") are kept
+// as they are. A file and its flat spelling both present are an error.
 func ReadDir(dir string) ([]Script, error) {
 	t, err := ReadTree(dir)
 	return t.Scripts, err
@@ -32,6 +39,7 @@ type Tree struct {
 // symbolic links, in the same single walk (a watcher needs both after every read).
 func ReadTree(dir string) (Tree, error) {
 	var t Tree
+	seen := map[string]string{} // script name -> the file read as it
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -63,7 +71,15 @@ func ReadTree(dir string) (Tree, error) {
 		if d.Type()&fs.ModeSymlink != 0 {
 			t.Links = append(t.Links, p)
 		}
-		t.Scripts = append(t.Scripts, Script{Name: filepath.ToSlash(rel), Source: src})
+		name := filepath.ToSlash(rel)
+		if !strings.Contains(name, "/") {
+			name = FlatKeyPath(name)
+		}
+		if first, dup := seen[name]; dup {
+			return fmt.Errorf("scripts %s and %s both stand for %s (a top-level a__b.lua is read as a/b.lua, for ConfigMaps): keep one", first, rel, name)
+		}
+		seen[name] = rel
+		t.Scripts = append(t.Scripts, Script{Name: name, Source: src})
 		return nil
 	})
 	if err != nil {
@@ -71,6 +87,20 @@ func ReadTree(dir string) (Tree, error) {
 	}
 	sort.Slice(t.Scripts, func(i, j int) bool { return t.Scripts[i].Name < t.Scripts[j].Name })
 	return t, nil
+}
+
+// FlatKeyPath is the path a top-level file name stands for: "lib__util.lua" ->
+// "lib/util.lua" (ConfigMap keys cannot hold "/"); other names are returned as they are.
+func FlatKeyPath(name string) string {
+	stem, ok := strings.CutSuffix(name, ".lua")
+	if !ok || !strings.Contains(stem, "__") {
+		return name
+	}
+	parts := strings.Split(stem, "__")
+	if slices.Contains(parts, "") {
+		return name
+	}
+	return strings.Join(parts, "/") + ".lua"
 }
 
 // IgnoredName tells whether a file or folder name is not part of the scripts: hidden

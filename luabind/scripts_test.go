@@ -1,0 +1,100 @@
+package luabind
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// ConfigMap keys cannot hold "/": a top-level lib__util.lua stands for lib/util.lua.
+func TestFlatKeyPath(t *testing.T) {
+	for name, want := range map[string]string{
+		"widgets.lua":           "widgets.lua",
+		"lib__util.lua":         "lib/util.lua",
+		"lib__net__http.lua":    "lib/net/http.lua",
+		"lib__init.lua":         "lib/init.lua",
+		"my_helpers__str.lua":   "my_helpers/str.lua",
+		"__init.lua":            "__init.lua",
+		"a____b.lua":            "a____b.lua",
+		"lib__.lua":             "lib__.lua",
+		"notes__todo.txt":       "notes__todo.txt",
+		"single_underscore.lua": "single_underscore.lua",
+	} {
+		if got := FlatKeyPath(name); got != want {
+			t.Errorf("FlatKeyPath(%q) = %q, want %q", name, got, want)
+		}
+	}
+}
+
+// A ConfigMap mounted as a folder (keys as links into ..data, as the kubelet makes
+// it) with modules as lib__x.lua keys: require finds them by their folder names, and
+// errors name the mapped path.
+func TestReadDirMapsFlatKeysToModules(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "..2026_11_30_16_00_00.1")
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		"widgets.lua":        "local luaop = require('luaop')\nlocal util = require('lib.util')\nluaop.on.create('example.com/v1/widgets', function(ctx) return util.twice(2) end, {id = util.name})\n",
+		"lib__util.lua":      "local http = require('lib.net.http')\nreturn { twice = function(x) return 2 * x end, name = http.id }\n",
+		"lib__net__http.lua": "return { id = 'from-module' }\n",
+	}
+	for name, src := range files {
+		if err := os.WriteFile(filepath.Join(data, name), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(filepath.Base(data), filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	for name := range files {
+		if err := os.Symlink(filepath.Join("..data", name), filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	scripts, err := ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range scripts {
+		names = append(names, s.Name)
+	}
+	if got := strings.Join(names, " "); got != "lib/net/http.lua lib/util.lua widgets.lua" {
+		t.Fatalf("ReadDir names: %s", got)
+	}
+	rt := rttRuntime(t, Options{})
+	rep, err := rt.Load(context.Background(), scripts)
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	if len(rep.Handlers) != 1 || rep.Handlers[0].ID != "from-module" {
+		t.Errorf("handlers: %+v; want one with the id the module lib.net.http gave", rep.Handlers)
+	}
+
+	// An error in a module names its path as require knows it.
+	if err := os.WriteFile(filepath.Join(data, "lib__util.lua"), []byte("return {\n  twice = error('boom'),\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	scripts, err = ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Load(context.Background(), scripts); err == nil || !strings.Contains(err.Error(), "lib/util.lua:2") {
+		t.Errorf("Load of a broken module: %v; want an error at lib/util.lua:2", err)
+	}
+
+	// Both spellings of one module: refused.
+	if err := os.MkdirAll(filepath.Join(dir, "lib"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "lib", "util.lua"), []byte("return {}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadDir(dir); err == nil || !strings.Contains(err.Error(), "both stand for lib/util.lua") {
+		t.Errorf("ReadDir with lib/util.lua and lib__util.lua: %v", err)
+	}
+}
