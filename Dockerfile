@@ -1,5 +1,5 @@
 # luaop image: a static binary on distroless, with the example scripts as a default
-# /scripts (the kustomize base in deploy/ mounts the luaop-scripts ConfigMap over it).
+# /scripts (deploy/base mounts the luaop-scripts ConfigMap of an overlay over it).
 #
 #   docker build -t luaop:latest --build-arg VERSION=$(git describe --tags --always --dirty) .
 #   make image                     (the same)

@@ -1,7 +1,10 @@
-// Tests of the kustomize base in deploy/: the copies of scripts/examples are in sync,
-// the rendered manifests hold what the deployment needs (the scripts mounted as a
-// folder, a locked-down pod, probes, least-privilege RBAC covering every example CRD),
-// and the API server accepts them (server-side dry run against the test cluster).
+// Tests of deploy/: the base (no scripts), the examples overlay (its copies of
+// scripts/examples are in sync; the rendered manifests hold what the deployment needs:
+// the scripts mounted as a folder, a locked-down pod, probes, sized resources,
+// least-privilege RBAC covering every example CRD; the API server accepts them, in a
+// server-side dry run against the test cluster), the my-scripts template (sub-folders
+// as ConfigMap keys, loaded by luaop as they would be from the mount) and the
+// ServiceMonitor component.
 //
 // Rendering uses kubectl kustomize: $LUAOP_KUBECTL, else the kubectl that
 // localcluster/build.sh built (never building it here), else kubectl from PATH.
@@ -23,11 +26,14 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/luaop/luaop/luabind"
 )
 
 const (
@@ -56,9 +62,9 @@ func cmdContext(t *testing.T) context.Context {
 
 func TestScriptsInSync(t *testing.T) {
 	deployDir, _, _ := paths(t)
-	out, err := exec.CommandContext(cmdContext(t), "bash", filepath.Join(deployDir, "check-sync.sh")).CombinedOutput()
+	out, err := exec.CommandContext(cmdContext(t), "bash", filepath.Join(deployDir, "examples", "check-sync.sh")).CombinedOutput()
 	if err != nil {
-		t.Fatalf("deploy/check-sync.sh: %v\n%s\nfix: run deploy/sync-scripts.sh", err, out)
+		t.Fatalf("deploy/examples/check-sync.sh: %v\n%s\nfix: run deploy/examples/sync-scripts.sh", err, out)
 	}
 }
 
@@ -94,16 +100,20 @@ func kubectl(t *testing.T) string {
 	return ""
 }
 
-// render runs kubectl kustomize on deploy/ and returns the YAML and its objects.
-func render(t *testing.T, kubectlPath string) ([]byte, []unstructured.Unstructured) {
+// render runs kubectl kustomize on a folder of deploy/ and returns the YAML and its
+// objects.
+func render(t *testing.T, kubectlPath, folder string) ([]byte, []unstructured.Unstructured) {
 	t.Helper()
 	deployDir, _, _ := paths(t)
+	if !filepath.IsAbs(folder) {
+		folder = filepath.Join(deployDir, folder)
+	}
 	var stderr bytes.Buffer
-	cmd := exec.CommandContext(cmdContext(t), kubectlPath, "kustomize", deployDir)
+	cmd := exec.CommandContext(cmdContext(t), kubectlPath, "kustomize", folder)
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("kubectl kustomize deploy/: %v\n%s", err, stderr.String())
+		t.Fatalf("kubectl kustomize %s: %v\n%s", folder, err, stderr.String())
 	}
 	return out, decodeAll(t, out)
 }
@@ -154,7 +164,7 @@ func one(t *testing.T, objs []unstructured.Unstructured, kind, name string, out 
 
 func TestDeploy(t *testing.T) {
 	k := kubectl(t)
-	yamlOut, objs := render(t, k)
+	yamlOut, objs := render(t, k, "examples")
 
 	t.Run("Namespace", func(t *testing.T) {
 		one(t, objs, "Namespace", namespace, nil)
@@ -174,6 +184,7 @@ func TestDeploy(t *testing.T) {
 	t.Run("Deployment", func(t *testing.T) { checkDeployment(t, objs) })
 	t.Run("CRDs", func(t *testing.T) { checkCRDs(t, objs) })
 	t.Run("RBAC", func(t *testing.T) { checkRBAC(t, objs) })
+	t.Run("Availability", func(t *testing.T) { checkAvailability(t, objs) })
 	t.Run("ServerDryRun", func(t *testing.T) { serverDryRun(t, k, yamlOut) })
 }
 
@@ -337,14 +348,162 @@ func checkDeployment(t *testing.T, objs []unstructured.Unstructured) {
 		q    string
 	}{
 		"requests.cpu":    {c.Resources.Requests, corev1.ResourceCPU, "100m"},
-		"requests.memory": {c.Resources.Requests, corev1.ResourceMemory, "64Mi"},
-		"limits.memory":   {c.Resources.Limits, corev1.ResourceMemory, "256Mi"},
+		"requests.memory": {c.Resources.Requests, corev1.ResourceMemory, "128Mi"},
+		"limits.memory":   {c.Resources.Limits, corev1.ResourceMemory, "384Mi"},
 	} {
 		got, ok := want.list[want.res]
 		if !ok || got.Cmp(resource.MustParse(want.q)) != 0 {
 			t.Errorf("resources.%s: want %s, got %v", name, want.q, got.String())
 		}
 	}
+	if _, limited := c.Resources.Limits[corev1.ResourceCPU]; limited {
+		t.Errorf("resources.limits.cpu is set: throttling only delays handlers")
+	}
+	// GOMEMLIMIT: the Go GC's soft limit, from the container's memory limit.
+	memLimit := false
+	for _, e := range c.Env {
+		if e.Name == "GOMEMLIMIT" && e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil &&
+			e.ValueFrom.ResourceFieldRef.Resource == "limits.memory" && e.ValueFrom.ResourceFieldRef.ContainerName == c.Name {
+			memLimit = true
+		}
+	}
+	if !memLimit {
+		t.Errorf("env: want GOMEMLIMIT from the container's limits.memory (resourceFieldRef), got %+v", c.Env)
+	}
+	if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "metrics" && p.ContainerPort == 9090 }) {
+		t.Errorf("ports: want metrics 9090 (luaop's default --metrics-address), got %+v", c.Ports)
+	}
+}
+
+// checkAvailability: the namespace enforces the restricted Pod Security Standard, a
+// PodDisruptionBudget lets a drain take one replica at a time, and a Service exposes
+// the metrics port of the pods.
+func checkAvailability(t *testing.T, objs []unstructured.Unstructured) {
+	ns := one(t, objs, "Namespace", namespace, nil)
+	for _, mode := range []string{"enforce", "warn", "audit"} {
+		if got := ns.GetLabels()["pod-security.kubernetes.io/"+mode]; got != "restricted" {
+			t.Errorf("namespace %s: pod-security.kubernetes.io/%s = %q, want restricted", namespace, mode, got)
+		}
+	}
+	var d appsv1.Deployment
+	one(t, objs, "Deployment", "luaop", &d)
+	podLabels := d.Spec.Template.Labels
+	selects := func(sel map[string]string) bool {
+		for k, v := range sel {
+			if podLabels[k] != v {
+				return false
+			}
+		}
+		return len(sel) > 0
+	}
+	var pdb policyv1.PodDisruptionBudget
+	one(t, objs, "PodDisruptionBudget", "luaop", &pdb)
+	if pdb.Spec.Selector == nil || !selects(pdb.Spec.Selector.MatchLabels) {
+		t.Errorf("PodDisruptionBudget luaop selects %v, not the pods (labels %v)", pdb.Spec.Selector, podLabels)
+	}
+	if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 || pdb.Spec.MinAvailable != nil {
+		t.Errorf("PodDisruptionBudget luaop: want maxUnavailable 1 (a drain never blocks on two replicas), got %+v", pdb.Spec)
+	}
+	var svc corev1.Service
+	one(t, objs, "Service", "luaop-metrics", &svc)
+	if !selects(svc.Spec.Selector) {
+		t.Errorf("Service luaop-metrics selects %v, not the pods (labels %v)", svc.Spec.Selector, podLabels)
+	}
+	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Name != "metrics" || svc.Spec.Ports[0].TargetPort.String() != "metrics" {
+		t.Errorf("Service luaop-metrics: want the port metrics to the pods' port metrics, got %+v", svc.Spec.Ports)
+	}
+}
+
+// The base holds no example: no scripts, no CRD, no RBAC (those depend on the scripts).
+func TestBaseHasNoExamples(t *testing.T) {
+	_, objs := render(t, kubectl(t), "base")
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "Namespace", "ServiceAccount", "Deployment", "PodDisruptionBudget", "Service":
+		default:
+			t.Errorf("the base renders %s %s; it should hold only what every deployment shares", o.GetKind(), o.GetName())
+		}
+	}
+	checkAvailability(t, objs)
+}
+
+// The template for one's own scripts renders, and its ConfigMap, written out as the
+// kubelet mounts it (one flat folder), loads in luaop with the module of a sub-folder
+// (the key lib__greeting.lua read as lib/greeting.lua).
+func TestMyScriptsOverlay(t *testing.T) {
+	_, objs := render(t, kubectl(t), "my-scripts")
+	cm := scriptsConfigMap(t, objs)
+	var keys []string
+	mount := t.TempDir()
+	for k, v := range cm.Data {
+		keys = append(keys, k)
+		if err := os.WriteFile(filepath.Join(mount, k), []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slices.Sort(keys)
+	if !slices.Equal(keys, []string{"hello.lua", "lib__greeting.lua"}) {
+		t.Errorf("ConfigMap %s keys %v, want [hello.lua lib__greeting.lua]", cm.Name, keys)
+	}
+	scripts, err := luabind.ReadDir(mount)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := luabind.New(luabind.Options{Shards: 1})
+	defer rt.Close()
+	report, err := rt.Load(context.Background(), scripts)
+	if err != nil {
+		t.Fatalf("loading the ConfigMap's scripts as luaop would from /scripts: %v", err)
+	}
+	if len(report.Handlers) != 1 || report.Handlers[0].ID != "hello" {
+		t.Errorf("handlers %+v, want hello", report.Handlers)
+	}
+	var d appsv1.Deployment
+	one(t, objs, "Deployment", "luaop", &d)
+	one(t, objs, "ClusterRole", "luaop", nil)
+	checkAvailability(t, objs)
+}
+
+// The ServiceMonitor component, added to an overlay, scrapes the metrics Service.
+func TestServiceMonitorComponent(t *testing.T) {
+	deployDir, _, _ := paths(t)
+	overlay := t.TempDir()
+	kustomization := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+- %s
+components:
+- %s
+`, relPath(t, overlay, filepath.Join(deployDir, "examples")), relPath(t, overlay, filepath.Join(deployDir, "components", "servicemonitor")))
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, objs := render(t, kubectl(t), overlay)
+	sm := one(t, objs, "ServiceMonitor", "luaop", nil)
+	if sm.GetNamespace() != namespace {
+		t.Errorf("ServiceMonitor in %q, want %q", sm.GetNamespace(), namespace)
+	}
+	sel, _, _ := unstructured.NestedStringMap(sm.Object, "spec", "selector", "matchLabels")
+	var svc corev1.Service
+	one(t, objs, "Service", "luaop-metrics", &svc)
+	for k, v := range sel {
+		if svc.Labels[k] != v {
+			t.Errorf("ServiceMonitor selects %s=%s; the Service has %v", k, v, svc.Labels)
+		}
+	}
+	endpoints, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
+	if len(endpoints) != 1 || endpoints[0].(map[string]any)["port"] != svc.Spec.Ports[0].Name {
+		t.Errorf("ServiceMonitor endpoints %v; want the Service's port %s", endpoints, svc.Spec.Ports[0].Name)
+	}
+}
+
+func relPath(t *testing.T, from, to string) string {
+	t.Helper()
+	rel, err := filepath.Rel(from, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rel
 }
 
 func checkProbe(t *testing.T, name string, p *corev1.Probe, path string) {

@@ -9,23 +9,35 @@ import (
 	"github.com/luaop/luaop/testcluster"
 )
 
-// deploy/rbac.yaml is exactly what `luaop rbac` makes of the example scripts.
+// The rbac.yaml of each overlay of deploy/ is exactly what `luaop rbac` makes of its
+// scripts, run from the overlay's folder as its kustomization.yaml says.
 func TestDeployRBACIsGenerated(t *testing.T) {
-	t.Chdir(testcluster.RepoRoot())
-	out, stderr, err := runCLI(t, "rbac", "--leader-elect", "scripts/examples")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if stderr != "" {
-		t.Errorf("warnings for the examples: %s", stderr)
-	}
-	want, err := os.ReadFile(filepath.Join("deploy", "rbac.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out != string(want) {
-		t.Errorf("deploy/rbac.yaml drifted from the scripts' needs; regenerate it:\n  go run ./cmd/luaop rbac --leader-elect scripts/examples > deploy/rbac.yaml\n%s",
-			lineDiff(string(want), out))
+	for _, tt := range []struct{ dir, scripts, fix string }{
+		{".", "scripts/examples", "go run ./cmd/luaop rbac --leader-elect scripts/examples > deploy/examples/rbac.yaml"},
+		{"deploy/my-scripts", "scripts", "(cd deploy/my-scripts && go run ../../cmd/luaop rbac --leader-elect scripts > rbac.yaml)"},
+	} {
+		t.Run(tt.dir, func(t *testing.T) {
+			t.Chdir(filepath.Join(testcluster.RepoRoot(), tt.dir))
+			out, stderr, err := runCLI(t, "rbac", "--leader-elect", tt.scripts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if stderr != "" {
+				t.Errorf("warnings for %s: %s", tt.scripts, stderr)
+			}
+			file := filepath.Join(testcluster.RepoRoot(), "deploy", "examples", "rbac.yaml")
+			if tt.dir != "." {
+				file = "rbac.yaml"
+			}
+			want, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out != string(want) {
+				t.Errorf("%s drifted from the needs of %s; regenerate it from the repository's root:\n  %s\n%s",
+					file, tt.scripts, tt.fix, lineDiff(string(want), out))
+			}
+		})
 	}
 }
 

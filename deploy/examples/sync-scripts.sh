@@ -1,22 +1,22 @@
 #!/usr/bin/env bash
-# Copies the example handlers and CRDs into deploy/, where kustomize may read them:
-#   scripts/examples/*.lua          -> deploy/scripts/   (the luaop-scripts ConfigMap)
-#   scripts/examples/crds/*.y{a,}ml -> deploy/crds/      (resources)
-# and rewrites the two generated blocks of deploy/kustomization.yaml (between the
+# Copies the example handlers and CRDs into deploy/examples, where kustomize may read them:
+#   scripts/examples/*.lua          -> deploy/examples/scripts/   (the luaop-scripts ConfigMap)
+#   scripts/examples/crds/*.y{a,}ml -> deploy/examples/crds/      (resources)
+# and rewrites the two generated blocks of deploy/examples/kustomization.yaml (between the
 # "# BEGIN <name>" and "# END <name>" markers) to list exactly those files, because
 # kustomize takes neither globs nor folders in configMapGenerator files.
 #
 # kustomize's default load restrictor (LoadRestrictionsRootOnly) refuses files above
 # the kustomization folder, and symlinks out of it, so the copies are committed and
-# deploy/check-sync.sh fails when they drift from scripts/examples.
+# deploy/examples/check-sync.sh fails when they drift from scripts/examples.
 #
-#   deploy/sync-scripts.sh          update deploy/ in place
-#   deploy/sync-scripts.sh OUT_DIR  write scripts/, crds/ and update OUT_DIR/kustomization.yaml
+#   deploy/examples/sync-scripts.sh          update deploy/examples in place
+#   deploy/examples/sync-scripts.sh OUT_DIR  write scripts/, crds/ and update OUT_DIR/kustomization.yaml
 #                                   (check-sync.sh uses this on a scratch copy)
 set -euo pipefail
 export LC_ALL=C  # the same glob order, hence the same kustomization.yaml, everywhere
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-src="$(cd "$here/../scripts/examples" && pwd)"
+src="$(cd "$here/../../scripts/examples" && pwd)"
 out="${1:-$here}"
 kust="$out/kustomization.yaml"
 
@@ -35,7 +35,7 @@ for f in "${luas[@]}"; do
   [[ "$name" =~ ^[-._a-zA-Z0-9]+$ ]] || die "$name cannot be a ConfigMap key: rename it (allowed: letters, digits, - _ .)"
 done
 
-# fresh copies: files removed from scripts/examples disappear from deploy/ too
+# fresh copies: files removed from scripts/examples disappear from deploy/examples too
 rm -rf "$out/scripts" "$out/crds"
 mkdir -p "$out/scripts" "$out/crds"
 script_entries=()
