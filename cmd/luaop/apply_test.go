@@ -206,6 +206,10 @@ func TestMakeDevUsesKubeconfigWithoutBuildingTheControlPlane(t *testing.T) {
 		if t.Failed() {
 			t.Logf("make dev:\n%s", out.String())
 		}
+		// The operator is gone: release its finalizers, or the namespace never goes.
+		if out, err := runLuaop(t, "release", "--kubeconfig", kubeconfig, "-n", ns, filepath.Join(root, "scripts", "examples")); err != nil {
+			t.Errorf("luaop release: %v\n%s", err, out)
+		}
 	})
 
 	widgets := schema.GroupVersionResource{Group: "examples.luaop.dev", Version: "v1", Resource: "widgets"}

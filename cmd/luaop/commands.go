@@ -280,7 +280,11 @@ func applyManifests(ctx context.Context, cfg *rest.Config, s settings, log *slog
 	err = client.ApplyManifests(ctx, manifests, kubeclient.ApplyOptions{
 		Namespace: ns,
 		Progress: func(what, source, result string) {
-			log.Info(what+" "+result, "file", source)
+			level := slog.LevelInfo
+			if result == "established" || result == "unchanged" {
+				level = slog.LevelDebug
+			}
+			log.Log(ctx, level, what+" "+result, "file", source)
 		},
 	})
 	if err != nil {

@@ -193,6 +193,10 @@ func TestReleaseUnsticksObjectsLeftByTheOperator(t *testing.T) {
 	if got := get(widgets, "w1").GetFinalizers(); !slices.Equal(got, []string{"other.example/keep"}) {
 		t.Errorf("widget finalizers after release --prefix ops.example.com: %v\n%s", got, out)
 	}
+	// The other controller's finalizer, so that the namespace can go.
+	if _, err := widgets.Patch(ctx, "w1", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestReleaseNeedsResources(t *testing.T) {
