@@ -59,6 +59,7 @@ func markerUserdata(L *lua.LState, name string) lua.LValue {
 	ud.Value = name
 	mt := L.NewTable()
 	mt.RawSetString("__tostring", L.NewFunction(func(L *lua.LState) int { L.Push(lua.LString(name)); return 1 }))
+	mt.RawSetString("__metatable", lua.LFalse)
 	L.SetMetatable(ud, mt)
 	reg.RawSetString(name, ud)
 	return ud

@@ -340,6 +340,7 @@ func (s *shard) newCtxMetatable() *lua.LTable {
 		L.Push(v)
 		return 1
 	}))
+	mt.RawSetString("__metatable", lua.LFalse) // shared by every call's ctx
 	return mt
 }
 
@@ -492,6 +493,7 @@ func (s *shard) newPatchMetatable() *lua.LTable {
 		L.Push(child)
 		return 1
 	}))
+	mt.RawSetString("__metatable", lua.LFalse) // shared by every call's patch
 	return mt
 }
 
@@ -512,7 +514,8 @@ func prunePatchTable(t *lua.LTable, mt *lua.LTable) bool {
 	return k == lua.LNil
 }
 
-// newLogger builds ctx.logger: debug/info/warn/error write to the logger of the call
+// newLogger builds the table of ctx.logger (scripts get a read-only view of it,
+// s.logger): debug/info/warn/error write to the logger of the call
 // in progress, which is tagged with the object and the handler; messages at or above
 // Options.LogEvents are also posted as Events of the object (postLogEvent). Both
 // ctx.logger.info("x") and ctx.logger:info("x") work.
@@ -523,7 +526,7 @@ func (s *shard) newLogger() *lua.LTable {
 		level := level
 		t.RawSetString(name, L.NewFunction(func(L *lua.LState) int {
 			start := 1
-			if L.GetTop() >= 1 && L.Get(1) == t {
+			if self := L.Get(1); L.GetTop() >= 1 && (self == t || self == s.logger) {
 				start = 2
 			}
 			var parts []string

@@ -133,26 +133,29 @@ func (noCluster) Event(context.Context, map[string]any, string, string, string) 
 }
 
 // SandboxGlobals lists the globals a script sees, with the fields of those that are
-// library tables (string, table, math, os, package), from a real sandbox state.
+// library tables (string, table, math, os), from a real sandbox state.
 func SandboxGlobals() map[string][]string {
 	L := newSandboxState(sandboxOptions{})
 	defer L.Close()
+	iso := newIsolation(L, nil)
 	out := map[string][]string{"require": nil, "_G": nil}
-	L.G.Global.ForEach(func(k, v lua.LValue) {
+	iso.base.ForEach(func(k, v lua.LValue) {
 		name, ok := k.(lua.LString)
 		if !ok {
 			return
 		}
 		var fields []string
-		if t, ok := v.(*lua.LTable); ok && string(name) != "_G" {
-			t.ForEach(func(fk, _ lua.LValue) {
-				if s, ok := fk.(lua.LString); ok {
-					fields = append(fields, string(s))
+		if ud, ok := v.(*lua.LUserData); ok {
+			if view, ok := ud.Value.(*roView); ok {
+				view.fields.ForEach(func(fk, _ lua.LValue) {
+					if s, ok := fk.(lua.LString); ok {
+						fields = append(fields, string(s))
+					}
+				})
+				sort.Strings(fields)
+				if fields == nil {
+					fields = []string{}
 				}
-			})
-			sort.Strings(fields)
-			if fields == nil {
-				fields = []string{}
 			}
 		}
 		out[string(name)] = fields
@@ -193,7 +196,7 @@ func Luacheckrc() string {
 	}
 	b.WriteString("  },\n}\n")
 	b.WriteString("std = \"luaop\"\n")
-	b.WriteString("-- Scripts of one folder share one global environment (a file may define what\n-- another uses); luacheck checks files one by one, so allow defining globals.\nallow_defined_top = true\n")
+	b.WriteString("-- Each script has its own globals (files share values through require), so a\n-- global a file defines at its top level is that file's.\nallow_defined_top = true\n")
 	b.WriteString("max_line_length = false\n")
 	b.WriteString("-- Handlers receive ctx whether they use it or not.\nignore = { \"212/ctx\" }\n")
 	return b.String()
@@ -332,9 +335,9 @@ func (s *scope) child() *scope { return &scope{parent: s, names: map[string]*bin
 type analyzer struct {
 	a        *Analysis
 	file     string
-	globals  map[string][]string // the sandbox's
-	defined  map[string]bool     // globals the scripts assign
-	ids      map[string]string   // literal handler ids -> where
+	globals  map[string][]string        // the sandbox's
+	defined  map[string]map[string]bool // per file, the globals it assigns
+	ids      map[string]string          // literal handler ids -> where
 	reported map[string]bool
 	quiet    bool // evaluating, not reporting
 }
@@ -361,14 +364,15 @@ func Analyze(scripts []Script) *Analysis {
 		}
 		chunks[s.Name] = chunk
 	}
-	z := &analyzer{a: a, globals: SandboxGlobals(), defined: map[string]bool{}, ids: map[string]string{}, reported: map[string]bool{}}
+	z := &analyzer{a: a, globals: SandboxGlobals(), defined: map[string]map[string]bool{}, ids: map[string]string{}, reported: map[string]bool{}}
 	names := make([]string, 0, len(chunks))
 	for n := range chunks {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		collectGlobals(chunks[n], z.defined)
+		z.defined[n] = map[string]bool{}
+		collectGlobals(chunks[n], z.defined[n])
 	}
 	for _, n := range names {
 		z.file = n
@@ -622,7 +626,7 @@ func (z *analyzer) expr(e ast.Expr, sc *scope) {
 	case *ast.IdentExpr:
 		z.global(e, sc)
 	case *ast.AttrGetExpr:
-		if id, ok := e.Object.(*ast.IdentExpr); ok && sc.lookup(id.Value) == nil && !z.defined[id.Value] {
+		if id, ok := e.Object.(*ast.IdentExpr); ok && sc.lookup(id.Value) == nil && !z.defined[z.file][id.Value] {
 			if fields, lib := z.globals[id.Value]; lib && fields != nil {
 				if k, ok := e.Key.(*ast.StringExpr); ok && !contains(fields, k.Value) {
 					z.problem(e.Line(), [2]int{}, "%s.%s is not available in luaop's sandbox (its %s has %s)", id.Value, k.Value, id.Value, strings.Join(fields, ", "))
@@ -678,21 +682,38 @@ var missingGlobals = map[string]string{
 	"bit32":      "",
 	"utf8":       "",
 	"loadstring": "",
+	"package":    "require(\"name\") loads the modules of the scripts folder",
+	"module":     "a module file returns its table (return M), which require gives every script",
 }
 
 func (z *analyzer) global(id *ast.IdentExpr, sc *scope) {
 	name := id.Value
-	if sc.lookup(name) != nil || z.defined[name] {
+	if sc.lookup(name) != nil || z.defined[z.file][name] {
 		return
 	}
 	if _, ok := z.globals[name]; ok {
 		return
 	}
+	for _, other := range sortedKeys(z.defined) {
+		if z.defined[other][name] {
+			z.problem(id.Line(), [2]int{}, "%s is a global of %s, and each script has its own globals: share it through a module (return it from lib/name.lua, then local name = require(\"lib.name\"))", name, other)
+			return
+		}
+	}
 	hint := missingGlobals[name]
 	if hint != "" {
 		hint = "; " + hint
 	}
-	z.problem(id.Line(), [2]int{}, "%s is not available in luaop's sandbox (Lua 5.1 without io, debug, coroutine, dofile, loadfile)%s", name, hint)
+	z.problem(id.Line(), [2]int{}, "%s is not available in luaop's sandbox (Lua 5.1 without io, debug, coroutine, dofile, loadfile, package, module)%s", name, hint)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 func contains(list []string, s string) bool {

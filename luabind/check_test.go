@@ -147,3 +147,29 @@ func TestLuacheckAgrees(t *testing.T) {
 		t.Errorf("luacheck flags good.lua:\n%s", out)
 	}
 }
+
+// Issue 16: each script has its own globals, so check reports a global read in one
+// file and defined only in another, and the sandbox's package and module are gone.
+func TestCheckReportsGlobalsOfOtherFiles(t *testing.T) {
+	rep := Check(context.Background(), []Script{
+		{Name: "a.lua", Source: []byte("PREFIX = 'x'\nlocal function f() return PREFIX end\n")},
+		{Name: "b.lua", Source: []byte("local luaop = require('luaop')\nluaop.on.create('v1/configmaps', function() return PREFIX end)\nlocal p = package.loaded\n")},
+	})
+	var got []string
+	for _, p := range rep.Problems {
+		got = append(got, p.String())
+	}
+	want := []string{
+		"b.lua:2: PREFIX is a global of a.lua, and each script has its own globals: share it through a module",
+		"b.lua:3: package is not available in luaop's sandbox",
+		"b.lua:3: attempt to index a non-table object(nil) with key 'loaded'", // the load's own error
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d problems, want %d:\n%s", len(got), len(want), strings.Join(got, "\n"))
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("problem %d:\n got %s\nwant %s...", i, got[i], want[i])
+		}
+	}
+}

@@ -120,6 +120,10 @@ func newConvCtx(L *lua.LState) *convCtx {
 	c.arrayMT.RawSetString(cvMarkerKey, cvMarkArray)
 	c.objectMT = L.CreateTable(0, 1)
 	c.objectMT.RawSetString(cvMarkerKey, cvMarkObject)
+	// Shared by every marked table of the state: protected, so that no script changes
+	// them for the others (the shards' setmetatable may still replace them on a table).
+	c.arrayMT.RawSetString("__metatable", lua.LFalse)
+	c.objectMT.RawSetString("__metatable", lua.LFalse)
 
 	c.initProxy(L)
 	c.initErrors(L)

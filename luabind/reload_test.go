@@ -113,18 +113,18 @@ luaop.on.create("example.com/v1/widgets", function(ctx) return "b1" end, {id = "
 	}
 }
 
-// A file's registration may depend on other files (globals, modules): the handler
-// file is unchanged, yet its spec and code hash follow what it depends on.
+// A file's registration may depend on other files (modules): the handler file is
+// unchanged, yet its spec, code hash and behaviour follow what it depends on.
 func TestReloadUnchangedFileFollowsItsDependencies(t *testing.T) {
 	rt := rttRuntime(t, Options{Shards: 2})
 	timer := `local luaop = require("luaop")
 local opts = require("lib.opts")
-luaop.timer("example.com/v1/widgets", function(ctx) return PREFIX end, {id = "t", interval = opts.interval})
+luaop.timer("example.com/v1/widgets", function(ctx) return opts.prefix end, {id = "t", interval = opts.interval})
 `
-	rttLoad(t, rt, "a_globals.lua", `PREFIX = "one"`, "b_timer.lua", timer, "lib/opts.lua", `return {interval = 10}`)
+	rttLoad(t, rt, "b_timer.lua", timer, "lib/opts.lua", `return {interval = 10, prefix = "one"}`)
 	before := rttSpec(t, rt, "t")
-	rep := rttLoad(t, rt, "a_globals.lua", `PREFIX = "two"`, "b_timer.lua", timer, "lib/opts.lua", `return {interval = 20}`)
-	if want := []string{"a_globals.lua", "lib/opts.lua"}; !reflect.DeepEqual(rep.Compiled, want) {
+	rep := rttLoad(t, rt, "b_timer.lua", timer, "lib/opts.lua", `return {interval = 20, prefix = "two"}`)
+	if want := []string{"lib/opts.lua"}; !reflect.DeepEqual(rep.Compiled, want) {
 		t.Errorf("compiled %v, want %v", rep.Compiled, want)
 	}
 	after := rttSpec(t, rt, "t")
@@ -135,12 +135,7 @@ luaop.timer("example.com/v1/widgets", function(ctx) return PREFIX end, {id = "t"
 		t.Errorf("code hash unchanged although the timer's options changed")
 	}
 	if res := rttMustInvoke(t, rt, "t", rttCause("u1")); res.Value != "two" {
-		t.Errorf("global seen by the unchanged file's handler = %#v, want two", res.Value)
-	}
-	// A global dropped from a file is gone, though the file reading it is unchanged.
-	rttLoad(t, rt, "a_globals.lua", `-- no more PREFIX`, "b_timer.lua", timer, "lib/opts.lua", `return {interval = 20}`)
-	if res := rttMustInvoke(t, rt, "t", rttCause("u1")); res.Value != nil {
-		t.Errorf("a dropped global is still visible: %#v", res.Value)
+		t.Errorf("module value seen by the unchanged file's handler = %#v, want two", res.Value)
 	}
 }
 

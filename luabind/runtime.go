@@ -163,11 +163,11 @@ type LoadReport struct {
 // A reload is incremental where that keeps the semantics: only files whose content
 // changed are compiled (the compiled prototypes are cached by name and content hash,
 // and shared by every shard), and code hashes are reused for handlers whose function
-// and options did not change. Every top-level file still runs in every shard, into
-// a fresh global environment, as on the first load: files share that environment
-// and a file's registrations may depend on what others defined, so skipping an
-// unchanged file would change what it registers. Each file's run is cheap (its
-// prototype is ready); the shards run in parallel.
+// and options did not change. Every top-level file still runs in every shard, each
+// into a fresh global environment of its own, as on the first load: a file's
+// registrations may depend on the modules it requires (run once per load), so
+// skipping an unchanged file would change what it registers. Each file's run is
+// cheap (its prototype is ready); the shards run in parallel.
 func (r *Runtime) Load(ctx context.Context, scripts []Script) (LoadReport, error) {
 	start := time.Now()
 	r.loadMu.Lock()

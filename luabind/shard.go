@@ -28,12 +28,14 @@ type shard struct {
 	memos  *lua.LTable // object uid -> memo table; survives reloads
 	// opMemo is the memo of operator-level hooks (startup, cleanup, probe).
 	opMemo *lua.LTable
-	module *lua.LTable // the `luaop` module of this state
-	fns    map[string]*handlerFns
+	module *lua.LTable // the `luaop` module of this state (Go and the prelude use it)
+	// iso gives each script its own globals and read-only views of the shared
+	// libraries and of the module (isolation.go).
+	iso *isolation
+	fns map[string]*handlerFns
 	// subFns are the subhandlers registered by the last call of their parents, per
 	// object uid: closures live only as long as the parent's registration.
 	subFns map[string]map[string]*handlerFns
-	env    *lua.LTable
 	// collecting is set while scripts load: registrations go there.
 	collecting *collected
 	// threads maps every call thread of this state (see thread.go) to its slot,
@@ -42,7 +44,7 @@ type shard struct {
 	idle    []*callThread
 
 	ctxMT, patchMT *lua.LTable
-	logger         *lua.LTable
+	logger         lua.LValue // ctx.logger: a read-only view, shared by every call
 }
 
 // handlerFns are the Lua values of one handler in one shard.
@@ -77,7 +79,6 @@ type collected struct {
 // shardGeneration is a staged load, committed when every shard succeeded.
 type shardGeneration struct {
 	fns map[string]*handlerFns
-	env *lua.LTable
 	// held is how long staging held the shard: its calls waited at most that long.
 	held time.Duration
 }
@@ -90,13 +91,13 @@ func newShard(rt *Runtime, idx int) *shard {
 			s.log(L).Info(msg)
 		},
 	})
-	installIteration(s.L)
 	s.memos = s.L.NewTable()
 	s.opMemo = s.L.NewTable()
 	s.module = s.newModule()
 	s.ctxMT = s.newCtxMetatable()
 	s.patchMT = s.newPatchMetatable()
-	s.logger = s.newLogger()
+	s.iso = newIsolation(s.L, s.module)
+	s.logger = s.iso.view(s.L, "ctx.logger", s.newLogger(), 0)
 	s.fns = map[string]*handlerFns{}
 	s.subFns = map[string]map[string]*handlerFns{}
 	return s
@@ -118,9 +119,11 @@ func moduleName(file string) string {
 	return strings.ReplaceAll(name, "/", ".")
 }
 
-// stage runs the scripts into a fresh global environment of this state. Top-level
-// files are the handler scripts, run in name order; files in subfolders are modules
-// that only run when required. Globals of the previous load are not visible.
+// stage runs the scripts of this state, each file in a fresh global environment of
+// its own (isolation.go). Top-level files are the handler scripts, run in name order;
+// files in subfolders are modules that only run when required, once per load, their
+// value shared by every file that requires them. Globals of the previous load are not
+// visible.
 func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lua.FunctionProto) (*shardGeneration, *collected, error) {
 	if err := s.lock(ctx); err != nil {
 		return nil, nil, fmt.Errorf("loading the scripts: %w", err)
@@ -128,12 +131,6 @@ func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lu
 	defer s.unlock()
 	locked := time.Now()
 	L := s.L
-	env := L.NewTable()
-	envMT := L.NewTable()
-	envMT.RawSetString("__index", L.Get(lua.GlobalsIndex))
-	L.SetMetatable(env, envMT)
-	env.RawSetString("_G", env)
-
 	byModule := make(map[string]string, len(files))
 	for _, f := range files {
 		byModule[moduleName(f)] = f
@@ -141,6 +138,7 @@ func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lu
 	loaded := make(map[string]lua.LValue, len(files))
 	loading := map[string]bool{}
 	var run func(file string) (lua.LValue, error)
+	var require *lua.LFunction
 	run = func(file string) (lua.LValue, error) {
 		mod := moduleName(file)
 		if v, ok := loaded[mod]; ok {
@@ -152,7 +150,7 @@ func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lu
 		loading[mod] = true
 		defer delete(loading, mod)
 		fn := L.NewFunctionFromProto(protos[file])
-		fn.Env = env
+		fn.Env = s.iso.newEnv(L, require)
 		L.Push(fn)
 		if err := L.PCall(0, 1, nil); err != nil {
 			return nil, luaError(err)
@@ -165,10 +163,10 @@ func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lu
 		loaded[mod] = v
 		return v, nil
 	}
-	env.RawSetString("require", L.NewFunction(func(L *lua.LState) int {
+	require = L.NewFunction(func(L *lua.LState) int {
 		name := L.CheckString(1)
 		if name == "luaop" {
-			L.Push(s.module)
+			L.Push(s.iso.module)
 			return 1
 		}
 		file, ok := byModule[name]
@@ -182,7 +180,7 @@ func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lu
 		}
 		L.Push(v)
 		return 1
-	}))
+	})
 
 	n := len(s.fns) // the previous load's handlers: a reload registers about as many
 	col := &collected{filters: map[string]*dataFilters{}, fns: make(map[string]*handlerFns, n),
@@ -202,12 +200,12 @@ func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lu
 			return nil, nil, err
 		}
 	}
-	return &shardGeneration{fns: col.fns, env: env, held: time.Since(locked)}, col, nil
+	return &shardGeneration{fns: col.fns, held: time.Since(locked)}, col, nil
 }
 
 func (s *shard) commit(g *shardGeneration) {
 	s.relock()
-	s.fns, s.env = g.fns, g.env
+	s.fns = g.fns
 	s.unlock()
 }
 
