@@ -2,6 +2,7 @@ package luabind
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -33,6 +34,8 @@ type callState struct {
 	ctx context.Context
 	// adm is set for admission handlers and their filters (admission.go).
 	adm *admissionState
+	// mem is the call as the memory budget's watchdog sees it.
+	mem memCall
 }
 
 // lookup finds a handler's functions: registered by the scripts, or a subhandler
@@ -282,8 +285,11 @@ func (s *shard) run(cs *callState, fn *lua.LFunction, args ...lua.LValue) (ret l
 	L.SetMetatable(cs.table, s.ctxMT)
 	t.cs = cs
 	s.setDeadline(t, cs.ctx)
+	cs.mem.what = "handler " + cs.call.Handler.ID
+	s.rt.mem.enter(&cs.mem, t.cancel)
 	reuse := false
 	defer func() {
+		s.rt.mem.leave(&cs.mem)
 		if r := recover(); r != nil {
 			err = fmt.Errorf("%s: internal error while running the handler: %v", cs.call.Handler.ID, r)
 		}
@@ -299,8 +305,14 @@ func (s *shard) run(cs *callState, fn *lua.LFunction, args ...lua.LValue) (ret l
 		nret = 2 // an admission handler returns false, "message" to reject
 	}
 	perr := L.PCall(len(args)+1, nret, nil)
-	reuse = true
+	// A thread whose call ended in a Go panic (a call stack overflow is one) may
+	// hold a broken stack: not reused.
+	var apiErr *lua.ApiError
+	reuse = !errors.As(perr, &apiErr) || apiErr.Type != lua.ApiErrorPanic
 	if perr != nil {
+		if cs.mem.hit.Load() {
+			return lua.LNil, s.rt.mem.budgetError(perr, &cs.mem)
+		}
 		// The thread's context is the deadline of the last stretch of Lua (a
 		// daemon's restarts after every blocking function).
 		if L.Context().Err() != nil && cs.ctx.Err() == nil {

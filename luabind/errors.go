@@ -122,6 +122,11 @@ func luaError(err error) error {
 		}
 		if ae.Type == lua.ApiErrorPanic {
 			se.Message = "panic in a Go function: " + strings.TrimSpace(msg)
+			if strings.Contains(msg, "lua callstack overflow") {
+				// gopher-lua's growing call stack panics where its fixed one
+				// raises: the same limit, said the same way.
+				se.Message = "stack overflow"
+			}
 			break
 		}
 		se.Message = strings.TrimSpace(msg)

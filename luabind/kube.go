@@ -144,8 +144,14 @@ func (s *shard) installKube(mod *lua.LTable) {
 		return 1
 	}))
 	jsonMod.RawSetString("decode", L.NewFunction(func(L *lua.LState) int {
+		data := []byte(L.CheckString(1))
+		if err := s.checkDecodeSize(data); err != nil {
+			L.Push(lua.LNil)
+			L.Push(lua.LString("json.decode: " + err.Error()))
+			return 2
+		}
 		var v any
-		if err := utiljson.Unmarshal([]byte(L.CheckString(1)), &v); err != nil {
+		if err := utiljson.Unmarshal(data, &v); err != nil {
 			L.Push(lua.LNil)
 			L.Push(lua.LString("json.decode: " + err.Error()))
 			return 2
@@ -157,7 +163,15 @@ func (s *shard) installKube(mod *lua.LTable) {
 
 	yamlMod := L.NewTable()
 	yamlMod.RawSetString("decode", L.NewFunction(func(L *lua.LState) int {
-		data, err := yaml.YAMLToJSON([]byte(L.CheckString(1)))
+		src := []byte(L.CheckString(1))
+		err := s.checkDecodeSize(src)
+		var data []byte
+		if err == nil {
+			data, err = yaml.YAMLToJSON(src)
+		}
+		if err == nil {
+			err = s.checkDecodeSize(data)
+		}
 		var v any
 		if err == nil {
 			err = utiljson.Unmarshal(data, &v)
@@ -262,4 +276,29 @@ func (s *shard) pushError(L *lua.LState, err error) int {
 	L.Push(lua.LString(err.Error()))
 	L.Push(lua.LString(fmt.Sprint(apierrors.ReasonForError(err))))
 	return 3
+}
+
+// maxDecodeValues bounds the values (objects, lists, and their items) of a document
+// luaop.json.decode or luaop.yaml.decode converts: each becomes Lua values of about
+// a hundred bytes, so a few MiB of "[]," would otherwise become gigabytes, in one Go
+// call that the memory budget's watchdog cannot interrupt.
+const maxDecodeValues = 1 << 18
+
+// checkDecodeSize refuses documents over MaxStringSize bytes or with more than
+// maxDecodeValues values (counted from the bytes: brackets, braces and commas, so
+// ones inside strings count too, which only errs on the safe side).
+func (s *shard) checkDecodeSize(data []byte) error {
+	if limit := s.rt.opts.MaxStringSize; len(data) > limit {
+		return fmt.Errorf("document too large (%s, more than the %s allowed)", FormatBytes(uint64(len(data))), FormatBytes(uint64(limit)))
+	}
+	n := 1
+	for _, b := range data {
+		if b == '[' || b == '{' || b == ',' || b == '\n' {
+			n++
+		}
+	}
+	if n > maxDecodeValues {
+		return fmt.Errorf("document too large (about %d values, more than the %d allowed)", n, maxDecodeValues)
+	}
+	return nil
 }

@@ -32,8 +32,14 @@ type Options struct {
 	// HandlerTimeout bounds every Lua call (handlers, filters, script loading), so an
 	// endless loop fails that call instead of stalling the operator. Defaults to 30s.
 	HandlerTimeout time.Duration
-	// MaxStringSize bounds strings built by string.rep and friends. Defaults to 16 MiB.
+	// MaxStringSize bounds strings built by string.rep and friends, and the size of
+	// documents luaop.json.decode and luaop.yaml.decode accept. Defaults to 16 MiB.
 	MaxStringSize int
+	// MemoryBudget bounds, in bytes, the operator's heap while Lua runs: the call
+	// running longest when the heap goes over it is cancelled with an error naming
+	// file:line (errors.Is(err, ErrMemoryBudget)) and retried like any handler
+	// error (memory.go). 0 means DefaultMemoryBudget(); negative, no budget.
+	MemoryBudget int64
 	// Logger receives script output (print, ctx.logger). Defaults to slog.Default().
 	Logger *slog.Logger
 	// Kube serves luaop.kube and the event helpers. Without it they raise an error.
@@ -57,6 +63,9 @@ func (o *Options) setDefaults() {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.MemoryBudget == 0 {
+		o.MemoryBudget, _ = DefaultMemoryBudget()
+	}
 }
 
 // Script is one Lua file of the scripts folder.
@@ -73,6 +82,8 @@ type Runtime struct {
 	// shards are the object shards followed by the hook shard (operator-level
 	// handlers, uid ""): Load and Close go through all of them.
 	shards []*shard
+	// mem cancels Lua calls when the heap goes over the memory budget.
+	mem    *memWatch
 	loadMu sync.Mutex // one load at a time
 	gen    atomic.Pointer[generation]
 	// opMemo is the operator memo as the last successful startup handler left it:
@@ -117,7 +128,7 @@ type generation struct {
 // New creates the shards' Lua states; no handler exists until Load succeeds.
 func New(opts Options) *Runtime {
 	opts.setDefaults()
-	r := &Runtime{opts: opts}
+	r := &Runtime{opts: opts, mem: newMemWatch(opts.MemoryBudget, opts.Logger)}
 	for i := 0; i <= opts.Shards; i++ { // the last one serves the hooks
 		r.shards = append(r.shards, newShard(r, i))
 	}
@@ -308,6 +319,9 @@ func (r *Runtime) codeHashCached(next map[string]codeHashEntry, spec causes.Spec
 	next[spec.ID] = codeHashEntry{spec: spec, proto: proto, hash: h}
 	return h
 }
+
+// MemoryBudget is the budget in force, in bytes (0: none).
+func (r *Runtime) MemoryBudget() int64 { return int64(r.mem.budget) }
 
 // Hash is the content hash of the loaded scripts ("" before the first load).
 func (r *Runtime) Hash() string { return r.gen.Load().hash }

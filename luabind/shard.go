@@ -139,6 +139,7 @@ func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lu
 	loading := map[string]bool{}
 	var run func(file string) (lua.LValue, error)
 	var require *lua.LFunction
+	mc := &memCall{what: "loading the scripts"}
 	run = func(file string) (lua.LValue, error) {
 		mod := moduleName(file)
 		if v, ok := loaded[mod]; ok {
@@ -153,6 +154,9 @@ func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lu
 		fn.Env = s.iso.newEnv(L, require)
 		L.Push(fn)
 		if err := L.PCall(0, 1, nil); err != nil {
+			if mc.hit.Load() {
+				return nil, s.rt.mem.budgetError(err, mc)
+			}
 			return nil, luaError(err)
 		}
 		v := L.Get(-1)
@@ -191,6 +195,8 @@ func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lu
 	defer cancel()
 	L.SetContext(cctx)
 	defer L.RemoveContext()
+	s.rt.mem.enter(mc, cancel)
+	defer s.rt.mem.leave(mc)
 	defer L.SetTop(0)
 	for _, f := range files {
 		if strings.Contains(f, "/") {

@@ -177,6 +177,7 @@ func (s *shard) blocking(L *lua.LState, wait func(ctx context.Context)) {
 	// Another call may resume coroutines of its own meanwhile: the shared "current
 	// coroutine" of the state is this call's again when it continues.
 	current := L.G.CurrentThread
+	s.rt.mem.leave(&cs.mem) // a parked call allocates nothing: never the one to cancel
 	s.unlock()
 	defer func() {
 		s.relock()
@@ -184,10 +185,14 @@ func (s *shard) blocking(L *lua.LState, wait func(ctx context.Context)) {
 		if s.closed { // Close ran while this call was parked (processing stops calls before)
 			L.RaiseError("%s", errClosed.Error())
 		}
+		if cs.mem.hit.Load() { // cancelled before it parked: a daemon's new deadline must not hide it
+			L.RaiseError("%s", ErrMemoryBudget.Error())
+		}
 		if cs.daemon {
 			// A daemon's deadline bounds the Lua run between two waits.
 			s.setDeadline(t, cs.ctx)
 		}
+		s.rt.mem.enter(&cs.mem, t.cancel)
 	}()
 	wait(ctx)
 }

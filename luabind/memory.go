@@ -1,0 +1,246 @@
+package luabind
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The memory budget.
+//
+// gopher-lua has no allocation hook, so a script can grow the operator's heap without
+// bound (s = s .. s, a table filled in a loop), and in a container that is an OOM kill
+// of every object's handling. The budget bounds the Go heap while Lua runs:
+//   - a watchdog goroutine runs while any Lua call is running (not parked in a
+//     blocking function): every memTick it reads the heap's live-object bytes
+//     (runtime/metrics, no stop-the-world). Above the budget it runs a GC (at most
+//     every memGCEvery) to tell garbage from live data, and if the heap is still
+//     above, cancels the Lua call that has been running longest since it last took
+//     its state (a memory bomb runs without pause; ordinary handlers are short):
+//     gopher-lua checks the call's context between instructions, so the call fails
+//     at its next instruction with ErrMemoryBudget, "memory budget exceeded", naming
+//     file:line. Then it waits for that call to end before cancelling another.
+//   - the error is an ordinary handler error: retried after the handler's backoff,
+//     never in a tight loop; other objects keep being served.
+//   - cheap guards stop the big single allocations the watchdog cannot interrupt:
+//     string.rep, string.format, string.gsub and table.concat refuse results over
+//     Options.MaxStringSize; luaop.json.decode and luaop.yaml.decode refuse documents
+//     over MaxStringSize bytes or with more than maxDecodeValues values; the call
+//     stack (sandboxOptions.CallStackSize) and data stack (threadRegistryMaxSize)
+//     are bounded, so deep recursion fails with "stack overflow".
+//
+// What the budget cannot prevent: one instruction that allocates (s .. s of a large
+// string) finishes before the cancellation is seen, so the heap may pass the budget
+// by that instruction's allocation before the call stops; hence the default of half
+// the memory limit. The budget counts the whole heap (informer caches included), not
+// Lua alone: data a script keeps (in a memo or a global) stays counted after its call.
+
+// ErrMemoryBudget is what errors.Is finds in the error of a call cancelled because
+// the heap went over the memory budget.
+var ErrMemoryBudget = errors.New("memory budget exceeded")
+
+// DefaultFixedMemoryBudget is the budget when neither GOMEMLIMIT nor a container
+// memory limit is known.
+const DefaultFixedMemoryBudget = 1 << 30
+
+const (
+	memTick    = 5 * time.Millisecond
+	memGCEvery = 100 * time.Millisecond
+)
+
+// DefaultMemoryBudget is the budget used when Options.MemoryBudget is 0, and where it
+// comes from: half of GOMEMLIMIT when it is set, else half of the cgroup's memory
+// limit (memory.max, or memory.limit_in_bytes of cgroup v1), else
+// DefaultFixedMemoryBudget.
+func DefaultMemoryBudget() (int64, string) {
+	if limit := debug.SetMemoryLimit(-1); limit > 0 && limit < math.MaxInt64 {
+		return limit / 2, "half of GOMEMLIMIT"
+	}
+	if limit, ok := cgroupMemoryLimit(); ok {
+		return limit / 2, "half of the container's memory limit"
+	}
+	return DefaultFixedMemoryBudget, "fixed default (no GOMEMLIMIT, no container memory limit)"
+}
+
+func cgroupMemoryLimit() (int64, bool) {
+	for _, p := range []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil || n <= 0 || n >= 1<<60 { // "max", or cgroup v1's "unlimited"
+			continue
+		}
+		return n, true
+	}
+	return 0, false
+}
+
+// FormatBytes writes a size as people read it: 512.0 MiB.
+func FormatBytes(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// memWatch is the watchdog of one Runtime. mu guards every field below it; it is
+// never held while calling out (a cancel function is called after unlocking).
+type memWatch struct {
+	budget uint64 // 0: no budget
+	logger *slog.Logger
+	heap   func() uint64 // the heap reading (heapObjects)
+
+	mu      sync.Mutex
+	active  map[*memCall]struct{}
+	running bool // the watchdog goroutine runs
+	lastGC  time.Time
+}
+
+// memCall is one Lua call as the watchdog sees it (a handler call or a script load).
+type memCall struct {
+	what string // "handler x", "loading the scripts"
+	// hit is set when the watchdog cancelled the call; heapAt is the reading then.
+	hit    atomic.Bool
+	heapAt atomic.Uint64
+	// since and cancel are set by enter (mu held): the start of the current stretch
+	// of Lua and the function ending its context.
+	since  time.Time
+	cancel context.CancelFunc
+}
+
+func newMemWatch(budget int64, logger *slog.Logger) *memWatch {
+	w := &memWatch{logger: logger, heap: heapObjects, active: map[*memCall]struct{}{}}
+	if budget > 0 {
+		w.budget = uint64(budget)
+	}
+	return w
+}
+
+// heapObjects reads the bytes of heap objects, live or not yet swept.
+func heapObjects() uint64 {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	return s[0].Value.Uint64()
+}
+
+// enter records that mc runs Lua from now on under a context ended by cancel.
+func (w *memWatch) enter(mc *memCall, cancel context.CancelFunc) {
+	if w == nil || w.budget == 0 {
+		return
+	}
+	w.mu.Lock()
+	mc.since, mc.cancel = time.Now(), cancel
+	w.active[mc] = struct{}{}
+	if !w.running {
+		w.running = true
+		go w.loop()
+	}
+	w.mu.Unlock()
+}
+
+// leave records that mc stopped running Lua (ended, or parked in a blocking function).
+func (w *memWatch) leave(mc *memCall) {
+	if w == nil || w.budget == 0 {
+		return
+	}
+	w.mu.Lock()
+	delete(w.active, mc)
+	mc.cancel = nil
+	w.mu.Unlock()
+}
+
+// loop runs while calls are active.
+func (w *memWatch) loop() {
+	t := time.NewTicker(memTick)
+	defer t.Stop()
+	for range t.C {
+		w.mu.Lock()
+		if len(w.active) == 0 {
+			w.running = false
+			w.mu.Unlock()
+			return
+		}
+		waiting := false // a cancelled call has not ended yet
+		for mc := range w.active {
+			if mc.hit.Load() {
+				waiting = true
+				break
+			}
+		}
+		w.mu.Unlock()
+		if waiting || w.heap() <= w.budget {
+			continue
+		}
+		if time.Since(w.lastGC) < memGCEvery {
+			continue
+		}
+		runtime.GC() // garbage is not over the budget; what survives this is
+		w.lastGC = time.Now()
+		heap := w.heap()
+		if heap <= w.budget {
+			continue
+		}
+		w.cancelOldest(heap)
+	}
+}
+
+// cancelOldest cancels the active call running longest since it took its state.
+func (w *memWatch) cancelOldest(heap uint64) {
+	w.mu.Lock()
+	var victim *memCall
+	for mc := range w.active {
+		if victim == nil || mc.since.Before(victim.since) {
+			victim = mc
+		}
+	}
+	var cancel context.CancelFunc
+	if victim != nil {
+		victim.heapAt.Store(heap)
+		victim.hit.Store(true)
+		cancel = victim.cancel
+	}
+	w.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	w.logger.Warn("memory budget exceeded: cancelling the Lua call running longest",
+		"call", victim.what, "heap", FormatBytes(heap), "budget", FormatBytes(w.budget))
+	cancel()
+}
+
+// budgetError is the error of a call the watchdog cancelled: where the script was
+// stopped (file:line, from the Lua error) and why.
+func (w *memWatch) budgetError(err error, mc *memCall) error {
+	se := &ScriptError{cause: ErrMemoryBudget,
+		Message: fmt.Sprintf("memory budget exceeded: the operator's heap reached %s, over the budget of %s for Lua calls (--lua-memory-budget), so this call was cancelled; a script that builds large strings or tables in a loop must bound them",
+			FormatBytes(mc.heapAt.Load()), FormatBytes(w.budget))}
+	var orig *ScriptError
+	if errors.As(luaError(err), &orig) {
+		se.File, se.Line, se.Traceback = orig.File, orig.Line, orig.Traceback
+	}
+	return se
+}

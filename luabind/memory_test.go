@@ -1,0 +1,194 @@
+package luabind
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// mbtRuntime is a runtime whose memory budget is the heap now plus headroom.
+func mbtRuntime(t *testing.T, headroom uint64, pairs ...string) (*Runtime, uint64) {
+	t.Helper()
+	runtime.GC()
+	budget := heapObjects() + headroom
+	rt := rttNew(t, Options{Shards: 2, HandlerTimeout: 5 * time.Minute, MemoryBudget: int64(budget)}, pairs...)
+	return rt, budget
+}
+
+// mbtHeapUnder asserts the heap, after a GC, is back under the budget.
+func mbtHeapUnder(t *testing.T, budget uint64) {
+	t.Helper()
+	runtime.GC()
+	if h := heapObjects(); h > budget {
+		t.Errorf("heap after GC = %s, over the budget of %s: the memory was not released", FormatBytes(h), FormatBytes(budget))
+	}
+}
+
+const mbtBombs = `local luaop = require("luaop")
+local R = "example.com/v1/widgets"
+luaop.on.create(R, function(ctx)
+  local t = {}
+  while true do t[#t + 1] = {n = #t, s = "item"} end
+end, {id = "table"})
+luaop.on.create(R, function(ctx)
+  local s = "0123456789abcdef"
+  while true do s = s .. s end
+end, {id = "doubling"})
+luaop.on.create(R, function(ctx)
+  local t = {}
+  for i = 1, 1e9 do t[i] = string.rep("x", 1e6) .. i end
+end, {id = "rep"})
+luaop.on.create(R, function(ctx)
+  local t = {}
+  while true do t[#t + 1] = table.concat({string.rep("y", 1e5), #t}, ",") end
+end, {id = "concat"})
+luaop.on.create(R, function(ctx)
+  local parts = {}
+  for i = 1, 1e9 do parts[i] = string.format("%s-%d", "item", i) end
+end, {id = "format"})
+luaop.on.create(R, function(ctx) return "fine" end, {id = "fine"})
+`
+
+// Issue 16, memory bombs: each handler grows the heap without bound; the watchdog
+// cancels it once the heap is over the budget, with "memory budget exceeded" naming
+// file:line; the memory is released (the heap after GC is back under the budget) and
+// the runtime keeps serving other objects and the same object.
+func TestMemoryBudgetCancelsBombs(t *testing.T) {
+	lines := map[string]string{"table": "bombs.lua:5", "doubling": "bombs.lua:9", "rep": "bombs.lua:13", "concat": "bombs.lua:17", "format": "bombs.lua:21"}
+	rt, budget := mbtRuntime(t, 96<<20, "bombs.lua", mbtBombs)
+	for _, id := range []string{"table", "doubling", "rep", "concat", "format"} {
+		t.Run(id, func(t *testing.T) {
+			_, _, err := rttInvoke(t, rt, id, rttCause("bomb-"+id))
+			if err == nil {
+				t.Fatal("the bomb returned")
+			}
+			if !errors.Is(err, ErrMemoryBudget) {
+				t.Fatalf("error is not the budget's: %v", err)
+			}
+			msg := err.Error()
+			if !strings.HasPrefix(msg, lines[id]+": memory budget exceeded") {
+				t.Errorf("error = %q, want it to start with %q", msg, lines[id]+": memory budget exceeded")
+			}
+			mbtHeapUnder(t, budget)
+			// Another object, and the same one, are served.
+			for _, uid := range []string{"other-" + id, "bomb-" + id} {
+				if res := rttMustInvoke(t, rt, "fine", rttCause(uid)); res.Value != "fine" {
+					t.Errorf("%s after the bomb: %#v", uid, res.Value)
+				}
+			}
+		})
+	}
+}
+
+// A bomb at the top level of a script fails the load with the budget's error, and the
+// scripts loaded before keep serving.
+func TestMemoryBudgetCancelsLoad(t *testing.T) {
+	rt, budget := mbtRuntime(t, 96<<20, "a.lua", `local luaop = require("luaop")
+luaop.on.create("example.com/v1/widgets", function(ctx) return "a" end, {id = "a"})`)
+	_, err := rt.Load(context.Background(), rttScripts("a.lua", `local luaop = require("luaop")
+local cache = {}
+while true do cache[#cache + 1] = {1, 2, 3} end`))
+	if !errors.Is(err, ErrMemoryBudget) || !strings.HasPrefix(err.Error(), "a.lua:3: memory budget exceeded") {
+		t.Fatalf("load error = %v", err)
+	}
+	mbtHeapUnder(t, budget)
+	if res := rttMustInvoke(t, rt, "a", rttCause("u1")); res.Value != "a" {
+		t.Errorf("the previous scripts stopped serving: %#v", res.Value)
+	}
+}
+
+// Calls waiting in a blocking function allocate nothing and are never the ones
+// cancelled; a short call running meanwhile is not either (the bomb runs longest).
+func TestMemoryBudgetSparesOtherCalls(t *testing.T) {
+	rt, budget := mbtRuntime(t, 96<<20, "a.lua", `local luaop = require("luaop")
+luaop.on.create("example.com/v1/widgets", function(ctx)
+  local t = {}
+  while true do t[#t + 1] = {n = #t} end
+end, {id = "bomb"})
+luaop.on.create("example.com/v1/widgets", function(ctx)
+  luaop.sleep(0.2)
+  return "slept"
+end, {id = "sleeper"})
+`)
+	done := make(chan error, 4)
+	for i := range 4 {
+		go func() {
+			res, _, err := rttInvoke(t, rt, "sleeper", rttCause("sleeper-"+string(rune('a'+i))))
+			if err == nil && res.Value != "slept" {
+				err = errors.New("sleeper returned " + res.Value.(string))
+			}
+			done <- err
+		}()
+	}
+	if _, _, err := rttInvoke(t, rt, "bomb", rttCause("bomb")); !errors.Is(err, ErrMemoryBudget) {
+		t.Fatalf("bomb: %v", err)
+	}
+	for range 4 {
+		if err := <-done; err != nil {
+			t.Errorf("a sleeping call failed: %v", err)
+		}
+	}
+	mbtHeapUnder(t, budget)
+}
+
+// The guards that stop single big allocations the watchdog cannot interrupt, and the
+// stack bounds: each gives a clear error with file:line, the runtime goes on.
+func TestMemoryGuards(t *testing.T) {
+	rt := rttNew(t, Options{Shards: 1}, "g.lua", `local luaop = require("luaop")
+local R = "example.com/v1/widgets"
+luaop.on.create(R, function(ctx) return string.rep("x", 1e10) end, {id = "rep"})
+luaop.on.create(R, function(ctx) local t = {} for i = 1, 20 do t[i] = string.rep("z", 1e6) end return table.concat(t) end, {id = "concat"})
+luaop.on.create(R, function(ctx) return string.format("%s%s%s", string.rep("a", 9e6), string.rep("b", 9e6), "c") end, {id = "format"})
+luaop.on.create(R, function(ctx)
+  local v, err = luaop.json.decode("[" .. string.rep("[],", 4e6) .. "[]]")
+  if v == nil then error(err) end
+end, {id = "json"})
+luaop.on.create(R, function(ctx)
+  local v, err = luaop.yaml.decode(string.rep("- []\n", 3e5))
+  if v == nil then error(err) end
+end, {id = "yaml"})
+luaop.on.create(R, function(ctx) local function f(n) return 1 + f(n + 1) end return f(1) end, {id = "recursion"})
+luaop.on.create(R, function(ctx)
+  local t = setmetatable({}, {__index = function(t, k) return t[k .. "x"] end})
+  return t.a
+end, {id = "metarecursion"})
+luaop.on.create(R, function(ctx) local t = {} for i = 1, 3e5 do t[i] = i end return unpack(t) end, {id = "unpack"})
+luaop.on.create(R, function(ctx) return #luaop.json.encode(luaop.json.decode(string.rep(" ", 1e6) .. "[1, 2]")) end, {id = "decodes"})
+`)
+	cases := []struct{ id, want string }{
+		{"rep", "g.lua:3: string.rep: result too large"},
+		{"concat", "g.lua:4: table.concat: result too large"},
+		{"format", "g.lua:5: string.format: result too large"},
+		{"json", "g.lua:8: json.decode: document too large (about 8000003 values, more than the 262144 allowed)"},
+		{"yaml", "g.lua:12: yaml.decode: document too large"},
+		{"recursion", "g.lua:14: stack overflow"},
+		{"metarecursion", "g.lua:16: stack overflow"},
+		{"unpack", "g.lua:19: registry overflow"},
+	}
+	for _, tc := range cases {
+		_, _, err := rttInvoke(t, rt, tc.id, rttCause("u-"+tc.id))
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("%s: error = %v, want it to start with %q", tc.id, err, tc.want)
+		}
+	}
+	// A large but reasonable document decodes.
+	if res := rttMustInvoke(t, rt, "decodes", rttCause("u1")); res.Value != int64(5) {
+		t.Errorf("decodes = %#v", res.Value)
+	}
+}
+
+func TestDefaultMemoryBudget(t *testing.T) {
+	budget, source := DefaultMemoryBudget()
+	if budget <= 0 || source == "" {
+		t.Fatalf("DefaultMemoryBudget() = %d, %q", budget, source)
+	}
+	if rt := rttRuntime(t, Options{}); rt.MemoryBudget() != budget {
+		t.Errorf("a runtime's default budget = %d, want %d (%s)", rt.MemoryBudget(), budget, source)
+	}
+	if rt := rttRuntime(t, Options{MemoryBudget: -1}); rt.MemoryBudget() != 0 {
+		t.Errorf("MemoryBudget -1 gives %d, want no budget", rt.MemoryBudget())
+	}
+}
