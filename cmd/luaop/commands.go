@@ -119,6 +119,9 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 		log = slog.New(view.Handler())
 	}
 	slog.SetDefault(log)
+	for _, w := range s.Warnings {
+		log.Warn(w)
+	}
 	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
 		return fmt.Errorf("%s is not a folder of Lua scripts", dir)
 	}

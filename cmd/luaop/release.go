@@ -59,6 +59,9 @@ and prints it: nothing is written.`,
 			if err != nil {
 				return err
 			}
+			for _, w := range s.Warnings {
+				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
+			}
 			if len(args) == 0 && len(o.resources) == 0 {
 				return errors.New("give the scripts' folder (luaop release DIR) or the resources (--resource group/version/plural)")
 			}

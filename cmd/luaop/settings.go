@@ -53,6 +53,8 @@ type settings struct {
 	WebhookService     string
 	WebhookURL         string
 	WebhookCleanup     bool
+	// Warnings are LUAOP_* variables that look like misspelled settings: logged at start.
+	Warnings []string
 }
 
 // addClusterFlags declares how a command reaches the cluster and which namespaces it
@@ -173,6 +175,7 @@ func loadSettings(cmd *cobra.Command, v *viper.Viper) (settings, error) {
 	if s.DryRun && len(s.Apply) > 0 {
 		r.fail("--apply writes to the cluster, --dry-run writes nothing: give one of them")
 	}
+	s.Warnings = r.envWarnings()
 	return s, errors.Join(r.errs...)
 }
 
@@ -211,7 +214,7 @@ func (r *settingsReader) readConfig(file string) error {
 			continue
 		}
 		hint := ""
-		if near := closest(key, known); near != "" {
+		if near := closest(key, known, max(2, len(key)/3)); near != "" {
 			hint = fmt.Sprintf(": did you mean %q?", near)
 		}
 		unknown = append(unknown, fmt.Errorf("%s: unknown key %q%s", file, key, hint))
@@ -247,8 +250,8 @@ func (r *settingsReader) known() []string {
 	return keys
 }
 
-// closest is the known key nearest to a misspelled one, or "" when none is near.
-func closest(key string, known []string) string {
+// closest is the known key nearest to a misspelled one within maxDist edits, or "".
+func closest(key string, known []string, maxDist int) string {
 	norm := strings.ReplaceAll(strings.ToLower(key), "_", "-")
 	best, bestDist := "", math.MaxInt
 	for _, k := range known {
@@ -256,10 +259,35 @@ func closest(key string, known []string) string {
 			best, bestDist = k, d
 		}
 	}
-	if bestDist <= max(2, len(norm)/3) {
+	if bestDist <= maxDist {
 		return best
 	}
 	return ""
+}
+
+// envWarnings names the LUAOP_* variables that look like a misspelled setting
+// (LUAOP_WORKRES): viper reads only the exact names, so they would be ignored. Others
+// (LUAOP_TEST_KUBECONFIG, the tools' own) are left alone.
+func (r *settingsReader) envWarnings() []string {
+	known := r.known()
+	var out []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		rest, ok := strings.CutPrefix(name, "LUAOP_")
+		if !ok || rest == "CONFIG" {
+			continue
+		}
+		key := strings.ReplaceAll(strings.ToLower(rest), "_", "-")
+		if slices.Contains(known, key) || len(key) < 4 {
+			continue
+		}
+		if near := closest(key, known, 2); near != "" {
+			out = append(out, fmt.Sprintf("%s is not a setting of luaop %s and is ignored: did you mean LUAOP_%s?",
+				name, r.commandName(), strings.ToUpper(strings.ReplaceAll(near, "-", "_"))))
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // editDistance is the Levenshtein distance of two strings.

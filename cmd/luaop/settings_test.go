@@ -273,3 +273,26 @@ contexts: [{name: c, context: {cluster: c, user: u}}]
 		})
 	}
 }
+
+// A LUAOP_* variable that looks like a misspelled setting is named with the right one
+// (viper ignores it); the tools' own variables are not.
+func TestSettingsWarnAboutMisspelledVariables(t *testing.T) {
+	t.Setenv("LUAOP_WORKRES", "3")
+	t.Setenv("LUAOP_NAMESPACE", "a")
+	t.Setenv("LUAOP_TEST_KUBECONFIG", "/somewhere")
+	t.Setenv("LUAOP_CACHE", "/cache")
+	s, err := parseSettings(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(s.Warnings, "\n")
+	for _, want := range []string{"LUAOP_WORKRES is not a setting of luaop run and is ignored: did you mean LUAOP_WORKERS?",
+		"LUAOP_NAMESPACE is not a setting of luaop run and is ignored: did you mean LUAOP_NAMESPACES?"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("warnings %q lack %q", s.Warnings, want)
+		}
+	}
+	if len(s.Warnings) != 2 {
+		t.Errorf("warnings %q: want exactly the two misspellings", s.Warnings)
+	}
+}

@@ -75,3 +75,20 @@ func TestStubsCreatesFolders(t *testing.T) {
 		}
 	}
 }
+
+// make build and the image stamp the version as the test above does.
+func TestBuildsStampTheVersion(t *testing.T) {
+	for _, f := range []string{"Makefile", "Dockerfile"} {
+		b, err := os.ReadFile(filepath.Join("..", "..", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), "-X main.version=$") {
+			t.Errorf("%s does not stamp the version (-ldflags \"-X main.version=...\")", f)
+		}
+	}
+	mk, _ := os.ReadFile(filepath.Join("..", "..", "Makefile"))
+	if !strings.Contains(string(mk), "git describe --tags --always --dirty") {
+		t.Errorf("the Makefile's version is not git describe's")
+	}
+}
