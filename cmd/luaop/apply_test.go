@@ -82,6 +82,8 @@ kind: ConfigMap
 metadata: {name: applied, namespace: %[1]s}
 data: {a: "1"}
 `, ns))
+	// Without a namespace: the one of -n, as kubectl apply -n would.
+	write("objects/second.yaml", `{apiVersion: applytest.luaop.dev/v1, kind: ApplyTest, metadata: {name: second}, spec: {size: 2}}`)
 	write("objects/ignored.txt", "not a manifest")
 	write("scripts/applytest.lua", `local luaop = require("luaop")
 luaop.on.create("applytest.luaop.dev/v1/applytests", function(ctx)
@@ -118,6 +120,9 @@ end, { id = "seen" })
 		size, _, _ := unstructured.NestedInt64(obj.Object, "status", "seen", "size")
 		return size == 1, fmt.Sprintf("status of the applied object: %v", obj.Object["status"])
 	})
+	if _, err := env.Dynamic.Resource(tests).Namespace(ns).Get(ctx, "second", metav1.GetOptions{}); err != nil {
+		t.Errorf("the object without a namespace is not in the namespace of -n: %v", err)
+	}
 	cm, err := env.Dynamic.Resource(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}).Namespace(ns).Get(ctx, "applied", metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("the ConfigMap of --apply: %v", err)

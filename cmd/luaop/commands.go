@@ -272,9 +272,14 @@ func applyManifests(ctx context.Context, cfg *rest.Config, s settings, log *slog
 	if err != nil {
 		return fmt.Errorf("--apply: %w", err)
 	}
+	// Objects without a namespace go where kubectl apply would put them: the one
+	// namespace of -n, else the kubeconfig context's.
 	ns, _, err := clientConfig(s).Namespace()
 	if err != nil {
 		return fmt.Errorf("--apply: the kubeconfig's namespace: %w", err)
+	}
+	if len(s.Namespaces) == 1 && !strings.ContainsAny(s.Namespaces[0], "*?[!") {
+		ns = s.Namespaces[0]
 	}
 	client, err := kubeclient.New(cfg)
 	if err != nil {

@@ -204,3 +204,52 @@ func TestReleaseNeedsResources(t *testing.T) {
 		t.Errorf("luaop release without DIR or --resource: %v", err)
 	}
 }
+
+// The patches release sends: only the operator's finalizer, tested against the
+// object's version; with purge its annotations and status field, on the status
+// subresource when there is one.
+func TestReleasePatches(t *testing.T) {
+	obj := func(finalizers []any, annotations map[string]any, status map[string]any) *unstructured.Unstructured {
+		m := map[string]any{"resourceVersion": "42", "name": "o"}
+		if finalizers != nil {
+			m["finalizers"] = finalizers
+		}
+		if annotations != nil {
+			m["annotations"] = annotations
+		}
+		o := map[string]any{"metadata": m}
+		if status != nil {
+			o["status"] = status
+		}
+		return &unstructured.Unstructured{Object: o}
+	}
+	r := releaser{finalizer: "luaop.dev/finalizer", annotations: "luaop.dev/", statusField: "luaop_dev"}
+	purge := r
+	purge.purge = true
+	test := `{"op":"test","path":"/metadata/resourceVersion","value":"42"}`
+	for _, tt := range []struct {
+		name         string
+		r            releaser
+		obj          *unstructured.Unstructured
+		subresource  bool
+		meta, status string
+		removed      string
+	}{
+		{"nothing of ours", r, obj([]any{"other/f"}, map[string]any{"luaop.dev/x": "1"}, map[string]any{"luaop_dev": map[string]any{}}), true, "", "", ""},
+		{"our finalizer among others", r, obj([]any{"a/f", "luaop.dev/finalizer", "b/f"}, nil, nil), true,
+			`[` + test + `,{"op":"replace","path":"/metadata/finalizers","value":["a/f","b/f"]}]`, "", "finalizer"},
+		{"a finalizer of another prefix", r, obj([]any{"luaop.dev.other/finalizer", "luaop.dev/finalizers"}, nil, nil), true, "", "", ""},
+		{"purge with a status subresource", purge, obj([]any{"luaop.dev/finalizer"}, map[string]any{"luaop.dev/greet": "{}", "luaop.dev.x/y": "k", "other/z": "k"}, map[string]any{"luaop_dev": map[string]any{}, "greet": "r"}), true,
+			`[` + test + `,{"op":"replace","path":"/metadata/finalizers","value":[]},{"op":"remove","path":"/metadata/annotations/luaop.dev~1greet"}]`,
+			`[{"op":"remove","path":"/status/luaop_dev"}]`, "finalizer, 1 annotation(s), status.luaop_dev"},
+		{"purge without a status subresource", purge, obj(nil, nil, map[string]any{"luaop_dev": "x"}), false,
+			`[` + test + `,{"op":"remove","path":"/status/luaop_dev"}]`, "", "status.luaop_dev"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			meta, status, removed := tt.r.patches(tt.obj, tt.subresource)
+			if string(meta) != tt.meta || string(status) != tt.status || strings.Join(removed, ", ") != tt.removed {
+				t.Errorf("patches:\n meta   %s\n status %s\n removed %q\nwant\n meta   %s\n status %s\n removed %q", meta, status, removed, tt.meta, tt.status, tt.removed)
+			}
+		})
+	}
+}
