@@ -47,7 +47,8 @@ luaop.on.create(R, function(ctx)
 end, {id = "concat"})
 luaop.on.create(R, function(ctx)
   local parts = {}
-  for i = 1, 1e9 do parts[i] = string.format("%s-%d", "item", i) end
+  local chunk = string.rep("f", 1e5)
+  for i = 1, 1e9 do parts[i] = string.format("%s-%d", chunk, i) end
 end, {id = "format"})
 luaop.on.create(R, function(ctx) return "fine" end, {id = "fine"})
 `
@@ -57,7 +58,7 @@ luaop.on.create(R, function(ctx) return "fine" end, {id = "fine"})
 // file:line; the memory is released (the heap after GC is back under the budget) and
 // the runtime keeps serving other objects and the same object.
 func TestMemoryBudgetCancelsBombs(t *testing.T) {
-	lines := map[string]string{"table": "bombs.lua:5", "doubling": "bombs.lua:9", "rep": "bombs.lua:13", "concat": "bombs.lua:17", "format": "bombs.lua:21"}
+	lines := map[string]string{"table": "bombs.lua:5", "doubling": "bombs.lua:9", "rep": "bombs.lua:13", "concat": "bombs.lua:17", "format": "bombs.lua:22"}
 	rt, budget := mbtRuntime(t, 96<<20, "bombs.lua", mbtBombs)
 	for _, id := range []string{"table", "doubling", "rep", "concat", "format"} {
 		t.Run(id, func(t *testing.T) {

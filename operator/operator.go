@@ -105,6 +105,13 @@ func New(cfg *rest.Config, opts Options) (*Operator, error) {
 		opts.Runtime.Kube = kube
 	}
 	rt := luabind.New(opts.Runtime)
+	if budget := rt.MemoryBudget(); budget > 0 {
+		source := "--lua-memory-budget"
+		if opts.Runtime.MemoryBudget == 0 {
+			_, source = luabind.DefaultMemoryBudget()
+		}
+		opts.Logger.Info("lua memory budget", "budget", luabind.FormatBytes(uint64(budget)), "from", source)
+	}
 	proc, err := processing.New(cfg, rt, opts.Processing)
 	if err != nil {
 		rt.Close()

@@ -11,7 +11,7 @@ import (
 )
 
 func luabindOptions(s settings, log *slog.Logger) luabind.Options {
-	return luabind.Options{Shards: s.Shards, HandlerTimeout: s.HandlerTimeout, Logger: log, LogEvents: s.LogEvents}
+	return luabind.Options{Shards: s.Shards, HandlerTimeout: s.HandlerTimeout, Logger: log, LogEvents: s.LogEvents, MemoryBudget: s.LuaMemoryBudget}
 }
 
 // withCodec gives a config the defaults an unversioned REST client needs.

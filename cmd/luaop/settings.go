@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/luaop/luaop/luabind"
@@ -35,6 +36,7 @@ type settings struct {
 	DiffBaseStorage    string
 	Lifecycle          string
 	HandlerTimeout     time.Duration
+	LuaMemoryBudget    int64 // bytes; 0: luabind's default; -1: off
 	ConsistencyTimeout time.Duration
 	LogFormat          string
 	LogLevel           string
@@ -83,6 +85,7 @@ func addOperatorFlags(fs *pflag.FlagSet, logFormat string) {
 	fs.String("diffbase-storage", "auto", "where the last handled state is kept: auto, annotations or status (status for both makes one /status patch per handled change)")
 	fs.String("lifecycle", "asap", "handlers run per cycle: asap (one, fewest retries first), one-by-one, all-at-once")
 	fs.Duration("handler-timeout", 30*time.Second, "deadline of one Lua handler call (> 0)")
+	fs.String("lua-memory-budget", "auto", "heap the operator may reach while Lua runs; the Lua call running longest when it is passed fails with \"memory budget exceeded\" and is retried: auto (half of GOMEMLIMIT, else half of the container's memory limit, else 1Gi), a size (512Mi, 1G) or off")
 	fs.Duration("consistency-timeout", 5*time.Second, "how long change handlers wait for the operator's own last patch to come back through the watch (> 0)")
 	fs.String("log-format", logFormat, "log format: plain or json")
 	fs.String("log-level", "info", "log level: debug, info, warn, error")
@@ -143,6 +146,7 @@ func loadSettings(cmd *cobra.Command, v *viper.Viper) (settings, error) {
 	s.DiffBaseStorage = r.storage("diffbase-storage")
 	s.Lifecycle = r.oneOf("lifecycle", "asap", "one-by-one", "all-at-once")
 	s.HandlerTimeout = r.duration("handler-timeout", false)
+	s.LuaMemoryBudget = r.memoryBudget("lua-memory-budget")
 	s.ConsistencyTimeout = r.duration("consistency-timeout", false)
 	s.LogFormat = r.oneOf("log-format", "plain", "json")
 	s.LogLevel = r.logLevel()
@@ -572,6 +576,23 @@ func (r *settingsReader) logLevel() string {
 }
 
 // address reads a listen address: host:port, :port, or empty for off.
+// memoryBudget reads auto (0), off (-1) or a Kubernetes quantity of bytes.
+func (r *settingsReader) memoryBudget(key string) int64 {
+	v := strings.TrimSpace(r.str(key))
+	switch v {
+	case "", "auto":
+		return 0
+	case "off":
+		return -1
+	}
+	q, err := resource.ParseQuantity(v)
+	if n, ok := q.AsInt64(); err != nil || !ok || n < 16<<20 {
+		r.invalid(key, v, "auto, off or a size of at least 16Mi (512Mi, 1Gi, 2G)")
+		return 0
+	}
+	return q.Value()
+}
+
 func (r *settingsReader) address(key string) string {
 	a := r.str(key)
 	if !r.has(key) || a == "" {

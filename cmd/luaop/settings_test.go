@@ -26,7 +26,7 @@ func TestSettingsPrecedence(t *testing.T) {
 		check func(t *testing.T, s settings)
 	}{
 		{"defaults", nil, nil, func(t *testing.T, s settings) {
-			if s.Workers != 16 || s.Prefix != "luaop.dev" || s.LogFormat != "json" || s.HandlerTimeout != 30*time.Second || s.ProgressStorage != "auto" || s.DiffBaseStorage != "auto" {
+			if s.Workers != 16 || s.Prefix != "luaop.dev" || s.LogFormat != "json" || s.HandlerTimeout != 30*time.Second || s.LuaMemoryBudget != 0 || s.ProgressStorage != "auto" || s.DiffBaseStorage != "auto" {
 				t.Errorf("defaults: %+v", s)
 			}
 		}},
@@ -43,6 +43,16 @@ func TestSettingsPrecedence(t *testing.T) {
 		{"flag over environment", []string{"--config", config, "--workers", "3"}, map[string]string{"LUAOP_WORKERS": "9"}, func(t *testing.T, s settings) {
 			if s.Workers != 3 {
 				t.Errorf("flag over env: workers = %d", s.Workers)
+			}
+		}},
+		{"lua memory budget", []string{"--lua-memory-budget", "512Mi"}, nil, func(t *testing.T, s settings) {
+			if s.LuaMemoryBudget != 512<<20 {
+				t.Errorf("--lua-memory-budget=512Mi: %d", s.LuaMemoryBudget)
+			}
+		}},
+		{"lua memory budget off and auto", nil, map[string]string{"LUAOP_LUA_MEMORY_BUDGET": "off"}, func(t *testing.T, s settings) {
+			if s.LuaMemoryBudget != -1 {
+				t.Errorf("LUAOP_LUA_MEMORY_BUDGET=off: %d", s.LuaMemoryBudget)
 			}
 		}},
 		{"LUAOP_CONFIG names the config file", nil, map[string]string{"LUAOP_CONFIG": config}, func(t *testing.T, s settings) {
@@ -146,6 +156,8 @@ func TestSettingsRejectBadValues(t *testing.T) {
 		{nil, map[string]string{"LUAOP_WORKERS": "many"}, []string{`LUAOP_WORKERS="many"`, "whole number"}},
 		{[]string{"--shards", "-3"}, nil, []string{"--shards=-3", "at least 0"}},
 		{[]string{"--handler-timeout", "0s"}, nil, []string{"--handler-timeout", "greater than 0"}},
+		{[]string{"--lua-memory-budget", "lots"}, nil, []string{"--lua-memory-budget", "auto, off or a size of at least 16Mi"}},
+		{nil, map[string]string{"LUAOP_LUA_MEMORY_BUDGET": "1Ki"}, []string{`LUAOP_LUA_MEMORY_BUDGET="1Ki"`, "at least 16Mi"}},
 		{nil, map[string]string{"LUAOP_HANDLER_TIMEOUT": "30"}, []string{`LUAOP_HANDLER_TIMEOUT="30"`, "with a unit"}},
 		{nil, map[string]string{"LUAOP_HANDLER_TIMEOUT": "soon"}, []string{`LUAOP_HANDLER_TIMEOUT="soon"`, "with a unit"}},
 		{[]string{"--consistency-timeout", "0s"}, nil, []string{"--consistency-timeout", "greater than 0"}},
