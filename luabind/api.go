@@ -181,6 +181,11 @@ func (s *shard) add(L *lua.LState, col *collected, spec causes.Spec, fn *lua.LFu
 		L.RaiseError("duplicate handler id %q (first registered at %s); give one of them another id = \"...\"", spec.ID, prev)
 	}
 	col.sources[spec.ID] = spec.Source
+	if other, clash := col.records[recordName(spec.ID)]; clash {
+		L.RaiseError("handler id %q would share its progress record with handler %q (first registered at %s): in annotations both are %s; give one of them another id = \"...\"",
+			spec.ID, other, col.sources[other], recordName(spec.ID))
+	}
+	col.records[recordName(spec.ID)] = spec.ID
 	fns.setHasFilter()
 	filters.hasCallbacks = fns.hasFilter
 	col.fns[spec.ID] = fns
@@ -383,4 +388,12 @@ func (s *shard) metaFilters(L *lua.LState, name string, t *lua.LTable, fns *hand
 			f.annotations = append(f.annotations, mf)
 		}
 	})
+}
+
+// recordName is the name of a handler's progress record in annotations storage
+// (state.AnnotationKey without the prefix): ids that differ only in characters an
+// annotation name cannot hold ("a/b", "a:b", "a.b") share it, so the runtime refuses
+// them (one handler's record would stand for the other's: a run lost).
+func recordName(id string) string {
+	return strings.TrimPrefix(state.AnnotationKey("p", id), "p/")
 }

@@ -578,10 +578,17 @@ func (s *shard) registerSubhandler(L *lua.LState, cs *callState) int {
 		L.RaiseError("subhandler id %q: use letters, digits, '_', '-' and '.' only", spec.ID)
 	}
 	spec.ID = parent.ID + "/" + spec.ID
+	name := recordName(spec.ID)
 	for _, prev := range cs.subs {
 		if prev.ID == spec.ID {
 			L.RaiseError("duplicate subhandler id %q", spec.ID)
 		}
+		if recordName(prev.ID) == name {
+			L.RaiseError("subhandler id %q would share its progress record with subhandler %q (in annotations both are %s); give one of them another id", spec.ID, prev.ID, name)
+		}
+	}
+	if other, clash := s.records[name]; clash {
+		L.RaiseError("subhandler id %q would share its progress record with handler %q (in annotations both are %s); give one of them another id", spec.ID, other, name)
 	}
 	if cs.subFns == nil {
 		cs.subFns = map[string]*handlerFns{}

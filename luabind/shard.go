@@ -33,6 +33,8 @@ type shard struct {
 	// libraries and of the module (isolation.go).
 	iso *isolation
 	fns map[string]*handlerFns
+	// records maps the record names of the handlers in fns to their ids (recordName).
+	records map[string]string
 	// subFns are the subhandlers registered by the last call of their parents, per
 	// object uid: closures live only as long as the parent's registration.
 	subFns map[string]map[string]*handlerFns
@@ -73,12 +75,15 @@ type collected struct {
 	filters   map[string]*dataFilters
 	fns       map[string]*handlerFns
 	sources   map[string]string // id -> file:line, for duplicate errors
+	records   map[string]string // recordName(id) -> id, for ids sharing a record
 	stems     map[string]int    // default-id counters
 }
 
 // shardGeneration is a staged load, committed when every shard succeeded.
 type shardGeneration struct {
 	fns map[string]*handlerFns
+	// records are the handlers' record names (recordName) -> ids.
+	records map[string]string
 	// held is how long staging held the shard: its calls waited at most that long.
 	held time.Duration
 }
@@ -188,7 +193,7 @@ func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lu
 
 	n := len(s.fns) // the previous load's handlers: a reload registers about as many
 	col := &collected{filters: map[string]*dataFilters{}, fns: make(map[string]*handlerFns, n),
-		sources: make(map[string]string, n), stems: make(map[string]int, n)}
+		sources: make(map[string]string, n), records: make(map[string]string, n), stems: make(map[string]int, n)}
 	s.collecting = col
 	defer func() { s.collecting = nil }()
 	cctx, cancel := context.WithTimeout(ctx, s.rt.opts.HandlerTimeout)
@@ -206,12 +211,12 @@ func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lu
 			return nil, nil, err
 		}
 	}
-	return &shardGeneration{fns: col.fns, held: time.Since(locked)}, col, nil
+	return &shardGeneration{fns: col.fns, records: col.records, held: time.Since(locked)}, col, nil
 }
 
 func (s *shard) commit(g *shardGeneration) {
 	s.relock()
-	s.fns = g.fns
+	s.fns, s.records = g.fns, g.records
 	s.unlock()
 }
 
