@@ -135,12 +135,18 @@ func (h *viewHandler) WithGroup(string) slog.Handler { return h }
 func (h *viewHandler) Handle(_ context.Context, r slog.Record) error {
 	v := h.view
 	s := v.styles
-	var object, handler, resource string
+	var object, namespace, name, handler, resource string
 	var rest []string
 	add := func(a slog.Attr) bool {
 		switch a.Key {
 		case "object":
 			object = a.Value.String()
+		case "namespace":
+			namespace = a.Value.String()
+		case "name":
+			name = a.Value.String()
+		case "kind", "uid":
+			// The object is shown as namespace/name; kind and uid are for JSON logs.
 		case "handler":
 			handler = a.Value.String()
 		case "resource":
@@ -154,6 +160,19 @@ func (h *viewHandler) Handle(_ context.Context, r slog.Record) error {
 		add(a)
 	}
 	r.Attrs(add)
+	if object == "" && name != "" {
+		object = name
+		if namespace != "" {
+			object = namespace + "/" + name
+		}
+	} else if namespace != "" || name != "" {
+		// Not an object's line (a namespace or a name of something else).
+		for _, kv := range [][2]string{{"namespace", namespace}, {"name", name}} {
+			if kv[1] != "" {
+				rest = append(rest, kv[0]+"="+kv[1])
+			}
+		}
+	}
 
 	msg := r.Message
 	style := s.dim

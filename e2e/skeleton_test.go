@@ -10,7 +10,7 @@ import (
 )
 
 // The thinnest complete path: a create handler's return value lands in the object's
-// status, and its log lines carry the object's namespace/name.
+// status, and its log lines carry the object's namespace and name.
 func TestCreateHandlerResultLandsInStatus(t *testing.T) {
 	ns := env.Namespace(t)
 	op := startWith(t, ns, operator.Options{Scripts: script(`
@@ -31,8 +31,8 @@ spec: {size: 21}
 		t.Errorf("status.hello.doubled = %#v, want the integer 42", got)
 	}
 	logs := op.Log.String()
-	if !strings.Contains(logs, "creating widget of size 21") || !strings.Contains(logs, "object="+ns+"/w1") {
-		t.Errorf("the handler's log line with the object's namespace/name is missing from the operator log:\n%s", logs)
+	if !strings.Contains(logs, "creating widget of size 21") || !strings.Contains(logs, "namespace="+ns+" name=w1") {
+		t.Errorf("the handler's log line with the object's namespace and name is missing from the operator log:\n%s", logs)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -541,12 +542,17 @@ func (s *shard) newLogger() *lua.LTable {
 			if self := L.Get(1); L.GetTop() >= 1 && (self == t || self == s.logger) {
 				start = 2
 			}
+			top := L.GetTop()
+			fields, ok := logFields(L, start, top)
+			if ok {
+				top--
+			}
 			var parts []string
-			for i := start; i <= L.GetTop(); i++ {
+			for i := start; i <= top; i++ {
 				parts = append(parts, L.ToStringMeta(L.Get(i)).String())
 			}
 			msg := strings.Join(parts, " ")
-			s.log(L).Log(L.Context(), level, msg)
+			s.log(L).Log(L.Context(), level, msg, fields...)
 			s.postLogEvent(L, level, msg)
 			return 0
 		}))
@@ -634,4 +640,53 @@ func (s *shard) indexesTable(L *lua.LState, call causes.Call) lua.LValue {
 	}))
 	L.SetMetatable(t, mt)
 	return t
+}
+
+// reservedLogKeys are the fields luaop's log lines carry themselves: a script's
+// field of that name is written as "field.<name>" instead, so that it never
+// shadows them (JSON logs would hold the key twice).
+var reservedLogKeys = map[string]bool{"time": true, "level": true, "msg": true, "resource": true, "kind": true,
+	"namespace": true, "name": true, "uid": true, "handler": true, "reason": true, "error": true, "source": true}
+
+// logFields reads the structured fields of ctx.logger.info("msg", {key = value}):
+// the last argument, when it follows a message and is a plain table (no metatable:
+// not ctx.spec or another view) with string keys. Values keep their types (numbers,
+// booleans, strings, nested tables) in JSON logs.
+func logFields(L *lua.LState, start, top int) ([]any, bool) {
+	if top <= start {
+		return nil, false
+	}
+	t, ok := L.Get(top).(*lua.LTable)
+	if !ok || L.GetMetatable(t) != lua.LNil {
+		return nil, false
+	}
+	var keys []string
+	values := map[string]lua.LValue{}
+	allStrings := true
+	t.ForEach(func(k, v lua.LValue) {
+		ks, isString := k.(lua.LString)
+		if !isString {
+			allStrings = false
+			return
+		}
+		keys = append(keys, string(ks))
+		values[string(ks)] = v
+	})
+	if !allStrings || len(keys) == 0 {
+		return nil, false
+	}
+	sort.Strings(keys)
+	attrs := make([]any, 0, 2*len(keys))
+	for _, k := range keys {
+		v, err := fromLua(values[k])
+		if err != nil {
+			v = L.ToStringMeta(values[k]).String()
+		}
+		key := k
+		if reservedLogKeys[key] {
+			key = "field." + key
+		}
+		attrs = append(attrs, key, v)
+	}
+	return attrs, true
 }

@@ -1,19 +1,31 @@
-// Package metrics exposes luaop's Prometheus metrics: handler runs, watch events,
-// patches, script reloads, the processing queue (through client-go's workqueue
-// metrics), and the Go runtime and process collectors.
+// Package metrics exposes luaop's Prometheus metrics under the names that existing
+// dashboards know: controller-runtime's reconcile metrics (one cycle of one object
+// is one reconcile; a resource is a controller), client-go's work queue metrics
+// per resource, its REST client and leader election metrics, and luaop's own:
+// handler runs, Lua errors, daemons and timers, script reloads, build info. The Go
+// runtime and process collectors are included. README.md lists every metric.
 //
 // Every Metrics has a registry of its own: nothing is registered with the global
-// default registry, and two operators in one process (tests) do not collide.
+// default registry, and two operators in one process (tests) do not collide, with
+// one exception: client-go reports REST requests and leader election through
+// process-wide hooks, so rest_client_requests_total and
+// leader_election_master_status count for the whole process, and every registry
+// shows them.
 // All methods are safe for concurrent use.
 package metrics
 
 import (
+	"context"
 	"net/http"
+	"runtime"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/tools/leaderelection"
+	clientmetrics "k8s.io/client-go/tools/metrics"
 )
 
 // HandlerDurationBuckets are the buckets of luaop_handler_duration_seconds: Lua
@@ -25,18 +37,33 @@ var HandlerDurationBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025
 // few ms for a handful of files and tens of ms for thousands.
 var ReloadLatencyBuckets = []float64{0.01, 0.025, 0.035, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5, 10}
 
+// ReconcileTimeBuckets are controller-runtime's buckets of
+// controller_runtime_reconcile_time_seconds.
+var ReconcileTimeBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0,
+	1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5, 6, 7, 8, 9, 10, 15, 20, 25, 30, 40, 50, 60}
+
 // Metrics holds the collectors of one operator and the registry they live in.
 type Metrics struct {
 	registry *prometheus.Registry
 
-	handlerRuns     *prometheus.CounterVec
-	handlerDuration *prometheus.HistogramVec
-	luaErrors       *prometheus.CounterVec
-	events          *prometheus.CounterVec
-	patches         *prometheus.CounterVec
-	reloads         *prometheus.CounterVec
-	reloadLatency   *prometheus.HistogramVec
-	queueDepth      prometheus.Gauge
+	reconciles        *prometheus.CounterVec
+	reconcileErrors   *prometheus.CounterVec
+	reconcileTime     *prometheus.HistogramVec
+	activeWorkers     *prometheus.GaugeVec
+	maxConcurrent     *prometheus.GaugeVec
+	handlerRuns       *prometheus.CounterVec
+	handlerDuration   *prometheus.HistogramVec
+	luaErrors         *prometheus.CounterVec
+	events            *prometheus.CounterVec
+	patches           *prometheus.CounterVec
+	reloads           *prometheus.CounterVec
+	reloadLatency     *prometheus.HistogramVec
+	reloadFailed      prometheus.Gauge
+	lastReload        prometheus.Gauge
+	lastReloadSuccess prometheus.Gauge
+	buildInfo         *prometheus.GaugeVec
+	queueDepth        prometheus.Gauge
+	engines           *engineCollector
 
 	queue queueMetrics
 }
@@ -44,8 +71,30 @@ type Metrics struct {
 // New makes a registry and registers luaop's metrics, the workqueue metrics, and
 // the Go runtime and process collectors in it.
 func New() *Metrics {
+	registerClientGoHooks()
 	m := &Metrics{
 		registry: prometheus.NewRegistry(),
+		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "controller_runtime_reconcile_total",
+			Help: "Total number of reconciliations (cycles of one object) per controller (resource, as plural.group) and result (success, error, requeue_after).",
+		}, []string{"controller", "result"}),
+		reconcileErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "controller_runtime_reconcile_errors_total",
+			Help: "Total number of reconciliation errors per controller: errors of the framework (a failed patch), not failed handlers (see luaop_handler_runs_total).",
+		}, []string{"controller"}),
+		reconcileTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "controller_runtime_reconcile_time_seconds",
+			Help:    "Length of time per reconciliation per controller.",
+			Buckets: ReconcileTimeBuckets,
+		}, []string{"controller"}),
+		activeWorkers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "controller_runtime_active_workers",
+			Help: "Number of currently used workers per controller.",
+		}, []string{"controller"}),
+		maxConcurrent: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "controller_runtime_max_concurrent_reconciles",
+			Help: "Maximum number of concurrent reconciles per controller (--workers, shared by all resources).",
+		}, []string{"controller"}),
 		handlerRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "luaop_handler_runs_total",
 			Help: "Handler attempts, by resource, handler id, reason (create, update, delete, resume, event, daemon, timer...) and outcome (success, retry, failure, ignored).",
@@ -57,8 +106,8 @@ func New() *Metrics {
 		}, []string{"resource", "handler"}),
 		luaErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "luaop_lua_errors_total",
-			Help: "Handler attempts that failed with a Lua error (a raised error, a runtime error or a timeout; not luaop.temporary_error or luaop.permanent_error).",
-		}, []string{"handler"}),
+			Help: "Handler attempts that failed with a Lua error (a raised error, a runtime error or a timeout; not luaop.temporary_error or luaop.permanent_error), by resource and handler.",
+		}, []string{"resource", "handler"}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "luaop_events_received_total",
 			Help: "Watch notifications received, by resource and type (ADDED, MODIFIED, DELETED).",
@@ -76,11 +125,28 @@ func New() *Metrics {
 			Help:    "Reloads of the scripts while running, by result (ok, error): from the first file event of a save to the new handlers being active (or the error known).",
 			Buckets: ReloadLatencyBuckets,
 		}, []string{"result"}),
+		reloadFailed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "luaop_scripts_reload_failed",
+			Help: "1 when the last load of the scripts failed (the previous scripts keep running), 0 when it succeeded.",
+		}),
+		lastReload: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "luaop_scripts_last_reload_timestamp_seconds",
+			Help: "When the scripts were last loaded or reloaded, successfully or not (Unix time).",
+		}),
+		lastReloadSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "luaop_scripts_last_reload_success_timestamp_seconds",
+			Help: "When the scripts were last loaded or reloaded successfully (Unix time).",
+		}),
+		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "luaop_build_info",
+			Help: "Always 1: luaop's version and the Go version it was built with.",
+		}, []string{"version", "goversion"}),
 		queueDepth: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "luaop_queue_depth",
-			Help: "Objects waiting in the processing queue (all queues made with WorkqueueProvider).",
+			Help: "Objects waiting in the processing queue, all resources together (the sum of workqueue_depth).",
 		}),
-		queue: newQueueMetrics(),
+		engines: newEngineCollector(),
+		queue:   newQueueMetrics(),
 	}
 	// Both results exist from the start, so that rate() and alerts see a zero.
 	m.reloads.WithLabelValues("ok")
@@ -88,12 +154,93 @@ func New() *Metrics {
 	m.reloadLatency.WithLabelValues("ok")
 	m.reloadLatency.WithLabelValues("error")
 	m.registry.MustRegister(
-		m.handlerRuns, m.handlerDuration, m.luaErrors, m.events, m.patches, m.reloads, m.reloadLatency, m.queueDepth,
+		m.reconciles, m.reconcileErrors, m.reconcileTime, m.activeWorkers, m.maxConcurrent,
+		m.handlerRuns, m.handlerDuration, m.luaErrors, m.events, m.patches, m.reloads, m.reloadLatency,
+		m.reloadFailed, m.lastReload, m.lastReloadSuccess, m.buildInfo, m.queueDepth, m.engines,
+		restRequests, leaderStatus, leaderSlowpath,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	m.queue.register(m.registry)
 	return m
+}
+
+// client-go reports REST requests and leader election through process-wide hooks
+// that can be set once: these collectors are shared by every Metrics.
+var (
+	restRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rest_client_requests_total",
+		Help: "Number of HTTP requests to the API server, partitioned by status code, method, and host.",
+	}, []string{"code", "method", "host"})
+	leaderStatus = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "leader_election_master_status",
+		Help: "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.",
+	}, []string{"name"})
+	leaderSlowpath = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "leader_election_slowpath_total",
+		Help: "Total number of slow path exercised in renewing leader leases. 'name' is the string used to identify the lease. Please make sure to group by name.",
+	}, []string{"name"})
+	hooksOnce sync.Once
+)
+
+func registerClientGoHooks() {
+	hooksOnce.Do(func() {
+		clientmetrics.Register(clientmetrics.RegisterOpts{RequestResult: restResult{}})
+		leaderelection.SetProvider(leaderProvider{})
+	})
+}
+
+type restResult struct{}
+
+func (restResult) Increment(_ context.Context, code, method, host string) {
+	restRequests.WithLabelValues(code, method, host).Inc()
+}
+
+type leaderProvider struct{}
+
+func (leaderProvider) NewLeaderMetric() leaderelection.LeaderMetric { return leaderMetric{} }
+
+type leaderMetric struct{}
+
+func (leaderMetric) On(name string)                { leaderStatus.WithLabelValues(name).Set(1) }
+func (leaderMetric) Off(name string)               { leaderStatus.WithLabelValues(name).Set(0) }
+func (leaderMetric) SlowpathExercised(name string) { leaderSlowpath.WithLabelValues(name).Inc() }
+
+// BuildInfo sets luaop_build_info{version, goversion} to 1.
+func (m *Metrics) BuildInfo(version string) {
+	m.buildInfo.WithLabelValues(version, runtime.Version()).Set(1)
+}
+
+// ReconcileStarted, ReconcileFinished and MaxConcurrentReconciles feed
+// controller-runtime's metrics (processing.ReconcileObserver).
+func (m *Metrics) ReconcileStarted(controller string) {
+	m.activeWorkers.WithLabelValues(controller).Inc()
+}
+
+func (m *Metrics) ReconcileFinished(controller, result string, d time.Duration) {
+	m.activeWorkers.WithLabelValues(controller).Dec()
+	m.reconciles.WithLabelValues(controller, result).Inc()
+	if result == "error" {
+		m.reconcileErrors.WithLabelValues(controller).Inc()
+	}
+	m.reconcileTime.WithLabelValues(controller).Observe(d.Seconds())
+}
+
+func (m *Metrics) MaxConcurrentReconciles(controller string, n int) {
+	m.maxConcurrent.WithLabelValues(controller).Set(float64(n))
+	// Every result exists from the start, so that rate() and alerts see a zero.
+	for _, result := range []string{"success", "error", "requeue_after"} {
+		m.reconciles.WithLabelValues(controller, result)
+	}
+	m.reconcileErrors.WithLabelValues(controller)
+	m.activeWorkers.WithLabelValues(controller)
+}
+
+// EngineCounts sets where luaop_daemons_running and luaop_timers_scheduled are read
+// from at every scrape: the number of daemons running and of timers scheduled, by
+// resource.
+func (m *Metrics) EngineCounts(counts func() (daemons, timers map[string]int)) {
+	m.engines.set(counts)
 }
 
 // Registry is the registry of these metrics, to add collectors of one's own.
@@ -111,7 +258,7 @@ func (m *Metrics) HandlerRun(resource, handler, reason, outcome string, d time.D
 	m.handlerRuns.WithLabelValues(resource, handler, reason, outcome).Inc()
 	m.handlerDuration.WithLabelValues(resource, handler).Observe(d.Seconds())
 	if isLuaError {
-		m.luaErrors.WithLabelValues(handler).Inc()
+		m.luaErrors.WithLabelValues(resource, handler).Inc()
 	}
 }
 
@@ -129,10 +276,15 @@ func (m *Metrics) PatchSent(resource, subresource, result string) {
 
 // Reload records one load of the scripts (the first one included).
 func (m *Metrics) Reload(ok bool) {
+	now := float64(time.Now().UnixNano()) / 1e9
+	m.lastReload.Set(now)
 	if ok {
 		m.reloads.WithLabelValues("ok").Inc()
+		m.reloadFailed.Set(0)
+		m.lastReloadSuccess.Set(now)
 	} else {
 		m.reloads.WithLabelValues("error").Inc()
+		m.reloadFailed.Set(1)
 	}
 }
 
@@ -145,4 +297,42 @@ func (m *Metrics) ReloadLatency(ok bool, d time.Duration) {
 		result = "error"
 	}
 	m.reloadLatency.WithLabelValues(result).Observe(d.Seconds())
+}
+
+// engineCollector reports the daemons and timers counted at scrape time.
+type engineCollector struct {
+	daemons, timers *prometheus.Desc
+	mu              sync.Mutex // leaf: guards counts
+	counts          func() (daemons, timers map[string]int)
+}
+
+func newEngineCollector() *engineCollector {
+	return &engineCollector{
+		daemons: prometheus.NewDesc("luaop_daemons_running", "Daemons running (or stopping), by resource.", []string{"resource"}, nil),
+		timers:  prometheus.NewDesc("luaop_timers_scheduled", "Timers scheduled on objects, by resource.", []string{"resource"}, nil),
+	}
+}
+
+func (c *engineCollector) set(counts func() (daemons, timers map[string]int)) {
+	c.mu.Lock()
+	c.counts = counts
+	c.mu.Unlock()
+}
+
+func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.daemons; ch <- c.timers }
+
+func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	counts := c.counts
+	c.mu.Unlock()
+	if counts == nil {
+		return
+	}
+	daemons, timers := counts()
+	for r, n := range daemons {
+		ch <- prometheus.MustNewConstMetric(c.daemons, prometheus.GaugeValue, float64(n), r)
+	}
+	for r, n := range timers {
+		ch <- prometheus.MustNewConstMetric(c.timers, prometheus.GaugeValue, float64(n), r)
+	}
 }

@@ -3,6 +3,7 @@ package metrics
 import (
 	"io"
 	"math"
+	"runtime"
 	"net/http/httptest"
 	"strconv"
 	"strings"
@@ -67,20 +68,20 @@ func value(t *testing.T, text, series string) float64 {
 
 func TestRecordedSeries(t *testing.T) {
 	m := New()
-	m.HandlerRun("examples.luaop.dev/v1/widgets", "greet", "create", "success", 30*time.Millisecond, false)
-	m.HandlerRun("examples.luaop.dev/v1/widgets", "greet", "create", "success", 2*time.Second, false)
-	m.HandlerRun("examples.luaop.dev/v1/widgets", "greet", "update", "retry", 400*time.Microsecond, true)
-	m.EventReceived("examples.luaop.dev/v1/widgets", "ADDED")
-	m.EventReceived("examples.luaop.dev/v1/widgets", "ADDED")
-	m.EventReceived("examples.luaop.dev/v1/widgets", "DELETED")
-	m.PatchSent("examples.luaop.dev/v1/widgets", "status", "ok")
-	m.PatchSent("examples.luaop.dev/v1/widgets", "", "conflict")
+	m.HandlerRun("widgets.examples.luaop.dev", "greet", "create", "success", 30*time.Millisecond, false)
+	m.HandlerRun("widgets.examples.luaop.dev", "greet", "create", "success", 2*time.Second, false)
+	m.HandlerRun("widgets.examples.luaop.dev", "greet", "update", "retry", 400*time.Microsecond, true)
+	m.EventReceived("widgets.examples.luaop.dev", "ADDED")
+	m.EventReceived("widgets.examples.luaop.dev", "ADDED")
+	m.EventReceived("widgets.examples.luaop.dev", "DELETED")
+	m.PatchSent("widgets.examples.luaop.dev", "status", "ok")
+	m.PatchSent("widgets.examples.luaop.dev", "", "conflict")
 	m.Reload(true)
 	m.Reload(true)
 	m.Reload(false)
 
 	text := scrape(t, m)
-	const w = `resource="examples.luaop.dev/v1/widgets"`
+	const w = `resource="widgets.examples.luaop.dev"`
 	wantLines(t, text,
 		`luaop_handler_runs_total{handler="greet",outcome="success",reason="create",`+w+`} 2`,
 		`luaop_handler_runs_total{handler="greet",outcome="retry",reason="update",`+w+`} 1`,
@@ -88,7 +89,7 @@ func TestRecordedSeries(t *testing.T) {
 		`luaop_handler_duration_seconds_bucket{handler="greet",`+w+`,le="0.0005"} 1`,
 		`luaop_handler_duration_seconds_bucket{handler="greet",`+w+`,le="0.05"} 2`,
 		`luaop_handler_duration_seconds_bucket{handler="greet",`+w+`,le="2.5"} 3`,
-		`luaop_lua_errors_total{handler="greet"} 1`,
+		`luaop_lua_errors_total{handler="greet",`+w+`} 1`,
 		`luaop_events_received_total{`+w+`,type="ADDED"} 2`,
 		`luaop_events_received_total{`+w+`,type="DELETED"} 1`,
 		`luaop_patches_total{`+w+`,result="ok",subresource="status"} 1`,
@@ -179,4 +180,59 @@ func TestOwnRegistries(t *testing.T) {
 			t.Errorf("%s is registered in the global default registry", f.GetName())
 		}
 	}
+}
+
+// controller-runtime's names and labels, as dashboards built for kubebuilder
+// operators query them.
+func TestControllerRuntimeSeries(t *testing.T) {
+	m := New()
+	const c = "widgets.examples.luaop.dev"
+	m.MaxConcurrentReconciles(c, 16)
+	m.ReconcileStarted(c)
+	m.ReconcileStarted(c)
+	m.ReconcileFinished(c, "success", 30*time.Millisecond)
+	m.ReconcileStarted(c)
+	m.ReconcileFinished(c, "error", 2*time.Second)
+	text := scrape(t, m)
+	wantLines(t, text,
+		`controller_runtime_max_concurrent_reconciles{controller="`+c+`"} 16`,
+		`controller_runtime_active_workers{controller="`+c+`"} 1`,
+		`controller_runtime_reconcile_total{controller="`+c+`",result="success"} 1`,
+		`controller_runtime_reconcile_total{controller="`+c+`",result="error"} 1`,
+		`controller_runtime_reconcile_total{controller="`+c+`",result="requeue_after"} 0`,
+		`controller_runtime_reconcile_errors_total{controller="`+c+`"} 1`,
+		`controller_runtime_reconcile_time_seconds_count{controller="`+c+`"} 2`,
+		`controller_runtime_reconcile_time_seconds_bucket{controller="`+c+`",le="0.05"} 1`,
+	)
+}
+
+func TestReloadFailedGaugeAndBuildInfo(t *testing.T) {
+	m := New()
+	m.BuildInfo("v1.2.3")
+	m.Reload(true)
+	text := scrape(t, m)
+	wantLines(t, text, `luaop_scripts_reload_failed 0`,
+		`luaop_build_info{goversion="`+runtime.Version()+`",version="v1.2.3"} 1`)
+	ok := value(t, text, "luaop_scripts_last_reload_success_timestamp_seconds")
+	if ok < float64(time.Now().Add(-time.Hour).Unix()) {
+		t.Errorf("luaop_scripts_last_reload_success_timestamp_seconds = %v, want about now", ok)
+	}
+	m.Reload(false)
+	text = scrape(t, m)
+	wantLines(t, text, `luaop_scripts_reload_failed 1`)
+	if got := value(t, text, "luaop_scripts_last_reload_success_timestamp_seconds"); got != ok {
+		t.Errorf("a failed reload moved the last success time: %v, was %v", got, ok)
+	}
+}
+
+func TestEngineCountsAreReadAtScrape(t *testing.T) {
+	m := New()
+	daemons := 1
+	m.EngineCounts(func() (map[string]int, map[string]int) {
+		return map[string]int{"monitors.examples.luaop.dev": daemons}, map[string]int{"quotas.examples.luaop.dev": 2}
+	})
+	wantLines(t, scrape(t, m), `luaop_daemons_running{resource="monitors.examples.luaop.dev"} 1`,
+		`luaop_timers_scheduled{resource="quotas.examples.luaop.dev"} 2`)
+	daemons = 3
+	wantLines(t, scrape(t, m), `luaop_daemons_running{resource="monitors.examples.luaop.dev"} 3`)
 }

@@ -9,8 +9,9 @@ import (
 )
 
 // Instrument feeds m from the processing core: watch events, patches, the work queue
-// and every handler run (Lua errors counted apart). A handler-run callback already in
-// p is kept and called first.
+// (per resource), every cycle (controller-runtime's reconcile metrics) and every
+// handler run (Lua errors counted apart). A handler-run callback already in p is
+// kept and called first. AttachMetrics adds what the running operator knows.
 func Instrument(p *processing.Options, m *metrics.Metrics) {
 	p.Observer, p.QueueMetrics = m, m.WorkqueueProvider()
 	previous := p.OnHandlerRun
@@ -19,6 +20,14 @@ func Instrument(p *processing.Options, m *metrics.Metrics) {
 			previous(r)
 		}
 		var se *luabind.ScriptError
-		m.HandlerRun(r.Resource, r.HandlerID, r.Reason, string(r.Outcome), r.Duration, errors.As(r.Err, &se))
+		m.HandlerRun(r.Controller, r.HandlerID, r.Reason, string(r.Outcome), r.Duration, errors.As(r.Err, &se))
 	}
+}
+
+// AttachMetrics adds to m what the operator reports at scrape time: the daemons
+// running and the timers scheduled, and the scripts' own metrics
+// (luaop.metrics).
+func (o *Operator) AttachMetrics(m *metrics.Metrics) error {
+	m.EngineCounts(o.proc.EngineCounts)
+	return nil
 }

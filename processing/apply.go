@@ -145,7 +145,7 @@ func (c *cycle) patchFinalizers(ctx context.Context, present bool) error {
 		}
 		resp, err := client.Patch(ctx, c.key.name, types.JSONPatchType, data, metav1.PatchOptions{})
 		if obs := o.opts.Observer; obs != nil {
-			obs.PatchSent(c.key.resource.String(), "", patchResult(err))
+			obs.PatchSent(ControllerName(c.key.resource), "", patchResult(err))
 		}
 		switch {
 		case err == nil:
@@ -189,7 +189,7 @@ func (c *cycle) send(ctx context.Context, subresource string, do func([]byte) (*
 	}
 	resp, err := do(data)
 	if obs := c.op.opts.Observer; obs != nil {
-		obs.PatchSent(c.key.resource.String(), subresource, patchResult(err))
+		obs.PatchSent(ControllerName(c.key.resource), subresource, patchResult(err))
 	}
 	switch {
 	case err == nil:

@@ -28,6 +28,7 @@ const defaultCancellationTimeout = 60 * time.Second
 // daemonRun is one running daemon of one object.
 type daemonRun struct {
 	spec      causes.Spec
+	key       objectKey
 	stopCh    chan struct{}
 	stopOnce  sync.Once
 	cancel    context.CancelFunc
@@ -219,7 +220,7 @@ func hasSpec(specs []causes.Spec, id string) bool {
 // inbox (atomically, no lock) and hands its patches to the inbox for the worker.
 func (c *cycle) startDaemon(runner DaemonRunner, spec causes.Spec) {
 	o, key, in, uid := c.op, c.key, &c.st.inbox, c.mem.uid
-	d := &daemonRun{spec: spec, stopCh: make(chan struct{}), done: make(chan struct{}), startedAt: c.now, clock: o.clock}
+	d := &daemonRun{spec: spec, key: key, stopCh: make(chan struct{}), done: make(chan struct{}), startedAt: c.now, clock: o.clock}
 	ctx, ok := o.daemons.add(d)
 	if !ok {
 		return // the operator is stopping
@@ -229,7 +230,7 @@ func (c *cycle) startDaemon(runner DaemonRunner, spec causes.Spec) {
 		c.mem.daemons = map[string]*daemonRun{}
 	}
 	c.mem.daemons[spec.ID] = d
-	log := o.log.With("resource", key.resource.String(), "object", objectName(key), "handler", spec.ID)
+	log := o.log.With(objectAttrs(key, c.info.kind, uid, "handler", spec.ID)...)
 	latest := func() map[string]any {
 		if b := in.latestOf(uid); b != nil {
 			return b.Object

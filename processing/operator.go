@@ -33,7 +33,12 @@ type Operator struct {
 	log      *slog.Logger
 	filter   namespaceFilter
 
-	queue   workqueue.TypedRateLimitingInterface[objectKey]
+	queue workqueue.TypedRateLimitingInterface[objectKey]
+	// qmetrics feeds the work queue's metrics per resource; nil without
+	// Options.QueueMetrics.
+	qmetrics *queueMetrics
+	// board is what /debug shows: objects in flight, timers (status.go).
+	board   statusBoard
 	objects objectTable
 	ready   *readiness
 	res     *resources
@@ -119,9 +124,21 @@ func (o *Operator) Start(ctx context.Context) error {
 		return fmt.Errorf("operator already started")
 	}
 	// The queue is made here, not in New: client-go queues start goroutines at once.
+	// With QueueMetrics, its storage reports per resource (metrics.go); the queue
+	// itself is unnamed, so client-go keeps no metrics of its own for it.
+	baseConfig := workqueue.TypedQueueConfig[objectKey]{Clock: o.clock}
+	if o.opts.QueueMetrics != nil {
+		o.qmetrics = newQueueMetrics(o.opts.QueueMetrics, o.clock)
+		baseConfig.Queue = &meteredFIFO{m: o.qmetrics}
+		updates, stopUpdates := context.WithCancel(ctx)
+		defer stopUpdates()
+		go o.qmetrics.runUpdates(updates, o.clock)
+	}
 	o.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[objectKey](time.Second, 5*time.Minute),
-		workqueue.TypedRateLimitingQueueConfig[objectKey]{Name: "luaop", MetricsProvider: o.opts.QueueMetrics, Clock: o.clock},
+		workqueue.TypedRateLimitingQueueConfig[objectKey]{Clock: o.clock,
+			DelayingQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[objectKey]{
+				Clock: o.clock, Queue: workqueue.NewTypedWithConfig(baseConfig)})},
 	)
 	o.recorder = o.opts.Recorder
 	if !*o.opts.PostEvents {
@@ -239,25 +256,51 @@ func (o *Operator) processNext(ctx context.Context) bool {
 	if shutdown {
 		return false
 	}
-	defer o.queue.Done(key)
+	defer func() {
+		o.queue.Done(key)
+		if o.qmetrics != nil {
+			o.qmetrics.done(key)
+		}
+	}()
 	if o.stopping.Load() {
 		// Queued objects are left for the next start (their causes are rebuilt
 		// from the objects): the grace period is for the cycles in flight only,
 		// and a replica that lost its lease must stop handling at once.
 		return false
 	}
+	controller := ControllerName(key.resource)
+	rec, _ := o.opts.Observer.(ReconcileObserver)
+	if rec != nil {
+		rec.ReconcileStarted(controller)
+	}
+	o.board.begin(key, o.clock.Now())
+	start := time.Now()
 	requeueAfter, err := o.processSafely(ctx, key)
+	took := time.Since(start)
+	o.board.end(key)
+	result := "success"
 	switch {
 	case err != nil:
 		// Framework errors (API failures) are throttled per object; handler
 		// failures never come here, they are outcomes.
-		o.log.Error("processing failed; will retry", "object", key.String(), "error", err)
+		result = "error"
+		o.log.Error("processing failed; will retry", objectAttrs(key, "", "", "error", err)...)
 		o.queue.AddRateLimited(key)
+		if o.qmetrics != nil {
+			o.qmetrics.retry(key)
+		}
 	case requeueAfter > 0:
+		result = "requeue_after"
 		o.queue.Forget(key)
 		o.queue.AddAfter(key, requeueAfter)
+		if o.qmetrics != nil {
+			o.qmetrics.retry(key)
+		}
 	default:
 		o.queue.Forget(key)
+	}
+	if rec != nil {
+		rec.ReconcileFinished(controller, result, took)
 	}
 	return true
 }

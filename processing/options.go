@@ -50,6 +50,10 @@ type Options struct {
 	Recorder record.EventRecorder
 	// Logger receives framework and handler logs. Defaults to slog.Default().
 	Logger *slog.Logger
+	// SuccessLogLevel is the level of the "handler succeeded" line logged for every
+	// handler that succeeds on an object. Defaults to info (the zero value); `luaop
+	// run` logs them at debug, so that production logs show what needs attention.
+	SuccessLogLevel slog.Level
 	// OnHandlerRun, when set, is told about every handler run (live views, metrics).
 	// It is called from worker goroutines and must return quickly.
 	OnHandlerRun func(HandlerRun)
@@ -76,6 +80,7 @@ type Options struct {
 }
 
 // Observer is told about what crosses the API boundary (metrics.Metrics implements it).
+// resource is the resource's ControllerName ("widgets.example.com").
 type Observer interface {
 	EventReceived(resource, eventType string)
 	PatchSent(resource, subresource, result string)
@@ -83,14 +88,16 @@ type Observer interface {
 
 // HandlerRun describes one finished handler attempt.
 type HandlerRun struct {
-	Resource  string
-	Namespace string
-	Name      string
-	HandlerID string
-	Reason    string
-	Outcome   Outcome
-	Duration  time.Duration
-	Err       error
+	Resource string // as the scripts spell it: group/version/plural
+	// Controller is the resource's ControllerName ("widgets.example.com").
+	Controller string
+	Namespace  string
+	Name       string
+	HandlerID  string
+	Reason     string
+	Outcome    Outcome
+	Duration   time.Duration
+	Err        error
 }
 
 func (o *Options) setDefaults() {

@@ -34,7 +34,7 @@ func (o *Operator) process(ctx context.Context, key objectKey) (time.Duration, e
 	in := st.inbox.take()
 	idx := o.specs()
 	specs := idx.byResource[key.resource]
-	log := o.log.With("resource", key.resource.String(), "object", objectName(key))
+	log := o.log.With(objectAttrs(key, o.kindOf(key), in.uid)...)
 
 	// Raw event handlers see every event in order, never retried, errors only logged.
 	// They do not wait for consistency: they report what the watch said.
@@ -54,6 +54,7 @@ func (o *Operator) process(ctx context.Context, key objectKey) (time.Duration, e
 		// same name before this worker ran. Its daemons, index entries and memo go
 		// with it; the new one starts from nothing.
 		o.forgetIncarnation(key, mem)
+		o.board.forget(key)
 		*mem = objectMemory{}
 	}
 	if in.gone {
@@ -156,6 +157,7 @@ func (o *Operator) process(ctx context.Context, key objectKey) (time.Duration, e
 		return 0, err
 	}
 	timersWake := c.runTimers(ctx)
+	o.board.setTimers(key, mem.timers)
 	if err := c.apply(ctx); err != nil { // what timers (or daemons) wrote
 		keepTheirs(err)
 		return 0, err
@@ -205,13 +207,6 @@ func (o *Operator) forgetIncarnation(key objectKey, mem *objectMemory) {
 	}()
 }
 
-func objectName(k objectKey) string {
-	if k.namespace == "" {
-		return k.name
-	}
-	return k.namespace + "/" + k.name
-}
-
 // runEventHandlers runs the raw event handlers of one event. What they write into
 // ctx.patch and return is kept for the object's next patch (kopf applies both), but
 // only when the event is about the object as it exists now.
@@ -249,7 +244,7 @@ func (o *Operator) observe(key objectKey, id, reason string, outcome Outcome, d 
 	if o.opts.OnHandlerRun == nil {
 		return
 	}
-	o.opts.OnHandlerRun(HandlerRun{Resource: key.resource.String(), Namespace: key.namespace, Name: key.name,
+	o.opts.OnHandlerRun(HandlerRun{Resource: key.resource.String(), Controller: ControllerName(key.resource), Namespace: key.namespace, Name: key.name,
 		HandlerID: id, Reason: reason, Outcome: outcome, Duration: d, Err: err})
 }
 
@@ -305,6 +300,7 @@ func (c *cycle) run(ctx context.Context, facts objectFacts) (time.Duration, erro
 	switch detected.reason {
 	case causes.Free:
 		c.mem.pinned = nil
+		o.board.progress(c.key, c.info.kind, c.mem.uid, "", nil, c.now)
 		return 0, nil
 	case causes.Delete:
 		// Delete handlers run while the daemons stop (kopf): the finalizer stays
@@ -349,6 +345,7 @@ func (c *cycle) run(ctx context.Context, facts objectFacts) (time.Duration, erro
 		}
 	}
 	if base.Reason == causes.Noop {
+		o.board.progress(c.key, c.info.kind, c.mem.uid, "", nil, c.now)
 		return 0, nil
 	}
 	if !c.prematched(ctx, base) {
@@ -573,6 +570,11 @@ func (c *cycle) handle(ctx context.Context, cause causes.Cause, facts objectFact
 		// The delete handlers are done; the daemons were asked to stop and hold the
 		// finalizer until they exit (their exit wakes this object).
 		finished = false
+	}
+	if finished {
+		o.board.progress(c.key, c.info.kind, c.mem.uid, "", nil, c.now)
+	} else {
+		o.board.progress(c.key, c.info.kind, c.mem.uid, string(cause.Reason), states, c.now)
 	}
 	if finished {
 		c.finishCause(cause, states)
@@ -803,7 +805,7 @@ func anyAwake(states []handlerState, now time.Time) bool {
 func (c *cycle) report(id string, reason causes.Reason, rec state.HandlerRecord, outcome Outcome, took time.Duration, err error) {
 	switch outcome {
 	case OutcomeSuccess:
-		c.log.Info("handler succeeded", "handler", id, "reason", string(reason), "took", took)
+		c.log.Log(context.Background(), c.op.opts.SuccessLogLevel, "handler succeeded", "handler", id, "reason", string(reason), "took", took)
 		c.post("Normal", "HandlerSucceeded", fmt.Sprintf("Handler %s succeeded (%s).", id, reason))
 	case OutcomeRetry:
 		c.log.Warn("handler will be retried", "handler", id, "retry", rec.Retries, "at", rec.Delayed.Format(time.RFC3339), "error", err)

@@ -93,6 +93,9 @@ func (w *watcher) run(ctx context.Context) {
 		w.mu.Unlock()
 	}
 	w.ready.Store(true)
+	if rec, ok := w.op.opts.Observer.(ReconcileObserver); ok {
+		rec.MaxConcurrentReconciles(ControllerName(w.resource), w.op.opts.Workers)
+	}
 	go func() {
 		// The end of the initial listing may complete the indexes: wake whoever
 		// waits for them (client-go polls HasSynced; nothing here polls the clock).
@@ -183,7 +186,7 @@ func (w *watcher) notify(eventType string, obj any, initial bool) {
 		return
 	}
 	if obs := o.opts.Observer; obs != nil {
-		obs.EventReceived(w.resource.String(), eventType)
+		obs.EventReceived(ControllerName(w.resource), eventType)
 	}
 	key := objectKey{resource: w.resource, namespace: ns, name: u.GetName()}
 	idx := o.specs()

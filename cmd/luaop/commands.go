@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -51,8 +52,10 @@ Established), so that no kubectl is needed:
 	}
 	addOperatorFlags(cmd.Flags(), "plain")
 	cmd.Flags().StringSlice("apply", nil, "YAML files or folders to apply (server-side) before starting: CRDs first, waiting until they are Established, then the other objects (repeatable)")
-	_ = cmd.Flags().Set("health-address", "")
-	cmd.Flags().Lookup("health-address").DefValue = ""
+	for _, flag := range []string{"health-address", "metrics-address"} {
+		_ = cmd.Flags().Set(flag, "")
+		cmd.Flags().Lookup(flag).DefValue = ""
+	}
 	// In development the webhooks are on, on loopback (a local control plane calls
 	// them there), and removed at exit: a webhook nobody answers would reject
 	// every request it covers.
@@ -119,6 +122,7 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 		log = slog.New(view.Handler())
 	}
 	slog.SetDefault(log)
+	log.Info("luaop starting", "version", luaopVersion(), "go", runtime.Version())
 	for _, w := range s.Warnings {
 		log.Warn(w)
 	}
@@ -138,6 +142,7 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 		}
 	}
 	m := metrics.New()
+	m.BuildInfo(luaopVersion())
 	popts := processing.Options{
 		Namespaces:          s.Namespaces,
 		Workers:             s.Workers,
@@ -151,6 +156,10 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	popts.ProgressStorage = processing.StorageMode(s.ProgressStorage)
 	popts.DiffBaseStorage = processing.StorageMode(s.DiffBaseStorage)
 	popts.StatusField = statusField(s.Prefix)
+	if !dev {
+		// Production logs show what needs attention; `luaop dev` shows every success.
+		popts.SuccessLogLevel = slog.LevelDebug
+	}
 	operator.Instrument(&popts, m)
 	oopts := operator.Options{
 		ScriptsDir: dir,
@@ -167,6 +176,9 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	}
 	op, err := operator.New(cfg, oopts)
 	if err != nil {
+		return err
+	}
+	if err := op.AttachMetrics(m); err != nil {
 		return err
 	}
 	var webhooks *admission.Webhooks
@@ -193,6 +205,7 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	}
 	report, err := op.LoadScripts(ctx, initial.Scripts)
 	m.Reload(err == nil)
+	op.NoteReload(initial.Files, err)
 	for err != nil {
 		if !dev {
 			return fmt.Errorf("loading the scripts of %s: %w", dir, err)
@@ -209,6 +222,7 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 			initial = ch
 			report, err = op.LoadScripts(ctx, ch.Scripts)
 			m.Reload(err == nil)
+			op.NoteReload(ch.Files, err)
 		}
 	}
 	if webhooks != nil {
@@ -237,6 +251,7 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 		if webhooks != nil && ev.Err == nil {
 			webhooks.Resync() // the configurations follow the handlers
 		}
+		op.NoteReload(ev.Files, ev.Err)
 		switch {
 		case dev:
 			view.Reloaded(ev)
@@ -254,9 +269,7 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 				"compiled", len(ev.Report.Compiled))
 		}
 	})
-	if s.HealthAddress != "" {
-		go serveHealth(ctx, log, s.HealthAddress, op, m, elector, webhooks)
-	}
+	serveEndpoints(ctx, log, s, op, m, elector, webhooks)
 	if elector != nil {
 		// Only the leader watches and handles; ErrLeadershipLost ends the process
 		// with an error, and Kubernetes restarts it as a standby.
@@ -329,9 +342,30 @@ func healthz(probe func(context.Context) (map[string]any, bool)) http.HandlerFun
 	}
 }
 
-func serveHealth(ctx context.Context, log *slog.Logger, addr string, op *operator.Operator, m *metrics.Metrics, elector *leader.Elector, webhooks *admission.Webhooks) {
+// serveEndpoints serves /healthz, /readyz and /debug on --health-address and
+// /metrics on --metrics-address (kubebuilder's split: probes and metrics apart, so
+// that each can be exposed on its own); one server when both are the same.
+func serveEndpoints(ctx context.Context, log *slog.Logger, s settings, op *operator.Operator, m *metrics.Metrics, elector *leader.Elector, webhooks *admission.Webhooks) {
+	var health *http.ServeMux
+	if s.HealthAddress != "" {
+		health = healthMux(op, elector, webhooks)
+		go serve(ctx, log, "health endpoint", s.HealthAddress, health)
+	}
+	if s.MetricsAddress == "" {
+		return
+	}
+	if s.MetricsAddress == s.HealthAddress {
+		health.Handle("/metrics", m.Handler())
+		return
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m.Handler())
+	go serve(ctx, log, "metrics endpoint", s.MetricsAddress, mux)
+}
+
+func healthMux(op *operator.Operator, elector *leader.Elector, webhooks *admission.Webhooks) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug", debugHandler(op.Debug))
 	// /healthz answers with the on.probe handlers' results (kopf's liveness probes).
 	// Probe bounds them by its probe deadline (800ms, below the kubelet's 1s default)
 	// under the request's context: a probe that does not finish in time is reported
@@ -356,15 +390,21 @@ func serveHealth(ctx context.Context, log *slog.Logger, addr string, op *operato
 		}
 		fmt.Fprintf(w, "ok\nscripts %s\n", op.Runtime().Hash())
 	})
+	return mux
+}
+
+// serve serves mux on addr until ctx is done.
+func serve(ctx context.Context, log *slog.Logger, what, addr string, mux *http.ServeMux) {
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		log.Error("health endpoint disabled: cannot listen", "address", addr, "error", err)
+		log.Error(what+" disabled: cannot listen", "address", addr, "error", err)
 		return
 	}
+	log.Info("serving "+what, "address", ln.Addr().String())
 	go func() { <-ctx.Done(); _ = srv.Close() }()
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		log.Error("health endpoint stopped", "error", err)
+		log.Error(what+" stopped", "error", err)
 	}
 }
 

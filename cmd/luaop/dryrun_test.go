@@ -77,7 +77,7 @@ func TestRunDryRunWritesNothing(t *testing.T) {
 	if kubeconfig == "" {
 		kubeconfig = os.Getenv("KUBECONFIG")
 	}
-	if err := cmd.ParseFlags([]string{"--kubeconfig", kubeconfig, "--namespaces", ns, "--health-address", "", "--dry-run", "--log-format", "plain"}); err != nil {
+	if err := cmd.ParseFlags([]string{"--kubeconfig", kubeconfig, "--namespaces", ns, "--health-address", "", "--metrics-address", "", "--dry-run", "--log-format", "plain"}); err != nil {
 		t.Fatal(err)
 	}
 	s, err := loadSettings(cmd, v)

@@ -48,7 +48,7 @@ func TestReleaseUnsticksObjectsLeftByTheOperator(t *testing.T) {
 	// The operator handles a Tenant (its delete handler needs the finalizer) and a Widget.
 	v := viper.New()
 	cmd := newRunCommand(v)
-	if err := cmd.ParseFlags([]string{"--kubeconfig", kubeconfig, "-n", ns, "--health-address", "", "--post-events=false", "-q"}); err != nil {
+	if err := cmd.ParseFlags([]string{"--kubeconfig", kubeconfig, "-n", ns, "--health-address", "", "--metrics-address", "", "--post-events=false", "-q"}); err != nil {
 		t.Fatal(err)
 	}
 	s, err := loadSettings(cmd, v)

@@ -28,6 +28,6 @@ refused with the accepted ones.`,
 	root.SetVersionTemplate("luaop {{.Version}}\n")
 	root.PersistentFlags().String("config", "", "config file (YAML, JSON or TOML) with the same keys as the flags (also LUAOP_CONFIG)")
 	root.AddCommand(newDevCommand(v), newRunCommand(v), newStubsCommand(), newVersionCommand(),
-		newCheckCommand(), newRBACCommand(), newTestCommand(), newReleaseCommand(v), newWebhooksCommand())
+		newCheckCommand(), newRBACCommand(), newTestCommand(), newReleaseCommand(v), newWebhooksCommand(), newStatusCommand())
 	return root
 }

@@ -41,6 +41,7 @@ type settings struct {
 	LogFormat          string
 	LogLevel           string
 	HealthAddress      string
+	MetricsAddress     string
 	ProbeCache         time.Duration
 	PostEvents         bool
 	LogEvents          string
@@ -91,7 +92,8 @@ func addOperatorFlags(fs *pflag.FlagSet, logFormat string) {
 	fs.String("log-level", "info", "log level: debug, info, warn, error")
 	fs.BoolP("verbose", "v", false, "log at debug level (--log-level=debug)")
 	fs.BoolP("quiet", "q", false, "log warnings and errors only (--log-level=warn)")
-	fs.String("health-address", ":8080", "address of /healthz and /readyz, host:port (empty: off)")
+	fs.String("health-address", ":8080", "address of /healthz, /readyz and /debug, host:port (empty: off)")
+	fs.String("metrics-address", ":9090", "address of /metrics for Prometheus, host:port (empty: off; the same as --health-address: one server for both)")
 	fs.Duration("probe-cache", 10*time.Second, "how long /healthz reuses the results of successful on.probe handlers before running them again (0: run them on every request)")
 	fs.Bool("post-events", true, "post Kubernetes Events: handler outcomes and the scripts' luaop.info/warn/exception (rate-limited per object)")
 	fs.String("log-events-level", "info", "ctx.logger messages at this level or above are also posted as Events of the object (kopf's default): debug, info, warning, error or none (needs --post-events)")
@@ -151,6 +153,7 @@ func loadSettings(cmd *cobra.Command, v *viper.Viper) (settings, error) {
 	s.LogFormat = r.oneOf("log-format", "plain", "json")
 	s.LogLevel = r.logLevel()
 	s.HealthAddress = r.address("health-address")
+	s.MetricsAddress = r.address("metrics-address")
 	s.ProbeCache = r.duration("probe-cache", true)
 	s.PostEvents = r.bool("post-events")
 	s.LogEvents = r.logEventsLevel("log-events-level")

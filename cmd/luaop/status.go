@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/luaop/luaop/operator"
+)
+
+// debugDoc is the document /debug serves: the operator's Debug and its version.
+type debugDoc struct {
+	Version string `json:"version"`
+	operator.Debug
+}
+
+// debugHandler serves /debug: what the operator is doing now, as JSON.
+func debugHandler(debug func() operator.Debug) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(debugDoc{Version: luaopVersion(), Debug: debug()})
+	}
+}
+
+func newStatusCommand() *cobra.Command {
+	var address string
+	var raw bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show what a running operator is doing (reads its /debug endpoint)",
+		Long: `Read the /debug endpoint of a running luaop (on its --health-address) and print
+the scripts' hash, the handlers, the objects in flight with their handlers'
+progress, the running daemons and timers, and the last reload's error.
+
+In a cluster: kubectl -n luaop port-forward deploy/luaop 8080, then luaop status.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			doc, body, err := fetchDebug(cmd.Context(), address)
+			if err != nil {
+				return err
+			}
+			if raw {
+				_, err := cmd.OutOrStdout().Write(body)
+				return err
+			}
+			printStatus(cmd.OutOrStdout(), doc, time.Now())
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&address, "address", "localhost:8080", "the operator's --health-address (host:port, or a URL)")
+	cmd.Flags().BoolVar(&raw, "json", false, "print /debug's JSON as it is")
+	return cmd
+}
+
+func fetchDebug(ctx context.Context, address string) (debugDoc, []byte, error) {
+	url := address
+	if !strings.Contains(url, "://") {
+		url = "http://" + url
+	}
+	url = strings.TrimSuffix(url, "/")
+	if !strings.HasSuffix(url, "/debug") {
+		url += "/debug"
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return debugDoc{}, nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return debugDoc{}, nil, fmt.Errorf("cannot read %s: %w; is the operator running with --health-address %s? (in a cluster, kubectl port-forward first)", url, err, address)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return debugDoc{}, nil, fmt.Errorf("reading %s: %w", url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return debugDoc{}, nil, fmt.Errorf("%s answered %s: is this a luaop health address?", url, resp.Status)
+	}
+	var doc debugDoc
+	if err := json.Unmarshal(body, &doc); err != nil {
+		return debugDoc{}, nil, fmt.Errorf("%s did not answer luaop's /debug JSON: %w", url, err)
+	}
+	return doc, body, nil
+}
+
+// printStatus writes a readable summary of a /debug document.
+func printStatus(out io.Writer, d debugDoc, now time.Time) {
+	ready := "ready"
+	if !d.Ready {
+		ready = "not ready (scripts not loaded, or initial listing not processed)"
+	}
+	fmt.Fprintf(out, "luaop %s: %s\n", d.Version, ready)
+	fmt.Fprintf(out, "scripts %s\n", d.ScriptsHash)
+	if r := d.LastReload; r != nil {
+		result := "ok"
+		if !r.OK {
+			result = "FAILED (the previous scripts keep running)"
+		}
+		fmt.Fprintf(out, "last reload %s ago: %s\n", since(now, r.At), strings.TrimSpace(result+" "+strings.Join(r.Files, ", ")))
+		if r.Error != "" {
+			fmt.Fprintf(out, "  %s\n", r.Error)
+		}
+	}
+	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "\nhandlers (%d):\n", len(d.Handlers))
+	for _, h := range d.Handlers {
+		resource := h.Resource
+		if resource == "" {
+			resource = "(operator)"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", h.Kind, h.ID, resource, h.Source)
+	}
+	tw.Flush()
+	fmt.Fprintf(out, "\nobjects in flight (%d):\n", len(d.Objects))
+	for _, o := range d.Objects {
+		line := "  " + o.Resource + " " + nsName(o.Namespace, o.Name)
+		if o.ProcessingSince != nil {
+			line += ", processing for " + since(now, *o.ProcessingSince)
+		}
+		if o.Reason != "" {
+			line += ", cause " + o.Reason
+		}
+		fmt.Fprintln(out, line)
+		for _, h := range o.Handlers {
+			line := "      " + h.ID + ": " + h.State
+			if h.Delayed != nil {
+				line += " until " + h.Delayed.Local().Format("15:04:05")
+			}
+			if h.Retries > 0 {
+				line += fmt.Sprintf(", %d retries", h.Retries)
+			}
+			if h.Message != "" {
+				line += ": " + h.Message
+			}
+			fmt.Fprintln(out, line)
+		}
+	}
+	tw = tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "\ndaemons (%d):\n", len(d.Daemons))
+	for _, dm := range d.Daemons {
+		state := "running for " + since(now, dm.Since)
+		if dm.Stopping {
+			state = "stopping"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", dm.Resource, nsName(dm.Namespace, dm.Name), dm.Handler, state)
+	}
+	fmt.Fprintf(tw, "\ntimers (%d):\n", len(d.Timers))
+	for _, t := range d.Timers {
+		next := "waits for a change"
+		if t.Next != nil {
+			next = "next in " + since(*t.Next, now)
+		}
+		if t.Retries > 0 {
+			next += fmt.Sprintf(" (retry %d)", t.Retries)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", t.Resource, nsName(t.Namespace, t.Name), t.Handler, next)
+	}
+	tw.Flush()
+}
+
+func nsName(namespace, name string) string {
+	if namespace == "" {
+		return name
+	}
+	return namespace + "/" + name
+}
+
+// since is a short duration from then to now ("0s" when negative).
+func since(now, then time.Time) string {
+	d := now.Sub(then)
+	if d < 0 {
+		d = 0
+	}
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
