@@ -42,6 +42,7 @@ func (s *shard) newModule() *lua.LTable {
 	installErrorConstructors(L, mod)
 	installAdmissionError(L, mod)
 	s.installKube(mod)
+	mod.RawSetString("metrics", s.metricsModule())
 	s.runPrelude(mod)
 	return mod
 }

@@ -117,9 +117,12 @@
 ---@field old any Value before the change; luaop.null for "add" (test with luaop.is_null, not with `if`).
 ---@field new any Value after the change; luaop.null for "remove" (test with luaop.is_null, not with `if`).
 
----ctx.logger: writes to the operator's log, tagged with the object and the handler.
----Arguments are converted with tostring and joined with spaces. Both
----ctx.logger.info("x") and ctx.logger:info("x") work.
+---ctx.logger: writes to the operator's log, tagged with the object (resource, kind,
+---namespace, name, uid) and the handler. Arguments are converted with tostring and
+---joined with spaces; a plain table as the last argument gives structured fields
+---instead: ctx.logger.info("scaled", {replicas = 3}) (JSON logs keep their types;
+---a field named like one of luaop's own, such as name, is written as field.name).
+---Both ctx.logger.info("x") and ctx.logger:info("x") work.
 ---@class Logger
 ---@field debug fun(...: any) Log at debug level.
 ---@field info fun(...: any) Log at info level.
@@ -199,6 +202,7 @@
 ---@class LuaopModule
 ---@field on LuaopOn Change handlers and operator hooks: luaop.on.create, update, delete, resume, field, event, startup, cleanup, probe.
 ---@field kube KubeClient Cluster access: get, list, create, patch, delete, apply.
+---@field metrics LuaopMetrics The scripts' own Prometheus metrics: counter, gauge, histogram.
 ---@field json LuaopJson JSON: encode, decode.
 ---@field yaml LuaopYaml YAML: decode.
 ---@field PRESENT LuaopMarker Label/annotation filter value: the key must be present, whatever its value.
@@ -215,6 +219,22 @@ luaop.on = {}
 ---"Conflict", "Forbidden", ...), the way Lua's io functions report them.
 ---@class KubeClient
 luaop.kube = {}
+
+---luaop.metrics: the scripts' own Prometheus metrics, served on /metrics with the
+---prefix luaop_script_. Register them at the top level of a script; registering a
+---name again with the same type, labels and buckets (every reload does) returns the
+---same metric, whose values go on; another shape is an error.
+---@class LuaopMetrics
+luaop.metrics = {}
+
+---A metric of luaop.metrics. Methods take the labels as a table with exactly the
+---metric's label names: requests:inc({resource = "widgets", outcome = "ok"}).
+---@class LuaopMetric: userdata
+---@field inc fun(self: LuaopMetric, labels?: table<string, string|number|boolean>) Counters and gauges: add 1.
+---@field dec fun(self: LuaopMetric, labels?: table<string, string|number|boolean>) Gauges: subtract 1.
+---@field add fun(self: LuaopMetric, value: number, labels?: table<string, string|number|boolean>) Counters (value >= 0) and gauges: add value.
+---@field set fun(self: LuaopMetric, value: number, labels?: table<string, string|number|boolean>) Gauges: set to value.
+---@field observe fun(self: LuaopMetric, value: number, labels?: table<string, string|number|boolean>) Histograms: record one observation.
 
 ---luaop.json: JSON encoding and decoding.
 ---@class LuaopJson
@@ -524,6 +544,31 @@ function luaop.kube.delete(apiVersion, kind, namespace, name) end
 ---@return string? err The error message.
 ---@return string? reason The API reason: "Conflict", ...
 function luaop.kube.apply(obj, opts) end
+
+-- luaop.metrics --------------------------------------------------------------
+
+---Registers a counter (a value that only goes up), served as luaop_script_<name>;
+---by Prometheus' convention its name ends in _total.
+---@param name string Letters, digits and '_': "widgets_created_total".
+---@param help? string What it counts (# HELP on /metrics).
+---@param labelnames? string[] Its label names, such as {"namespace", "outcome"}.
+---@return LuaopMetric counter With :inc(labels) and :add(value, labels).
+function luaop.metrics.counter(name, help, labelnames) end
+
+---Registers a gauge (a value that goes up and down), served as luaop_script_<name>.
+---@param name string Letters, digits and '_'.
+---@param help? string What it measures.
+---@param labelnames? string[] Its label names.
+---@return LuaopMetric gauge With :set(value, labels), :inc, :dec and :add(value, labels).
+function luaop.metrics.gauge(name, help, labelnames) end
+
+---Registers a histogram, served as luaop_script_<name> (_bucket, _sum, _count).
+---@param name string Letters, digits and '_': "fetch_seconds".
+---@param help? string What it measures.
+---@param labelnames? string[] Its label names.
+---@param buckets? number[] Increasing upper bounds (default Prometheus' 0.005 ... 10).
+---@return LuaopMetric histogram With :observe(value, labels).
+function luaop.metrics.histogram(name, help, labelnames, buckets) end
 
 -- luaop.json / luaop.yaml ----------------------------------------------------
 

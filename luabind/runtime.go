@@ -97,6 +97,9 @@ type Runtime struct {
 	// codeHashes are the code hashes of the last successful load by handler id
 	// (loadMu held), reused while the handler's function and spec are the same.
 	codeHashes map[string]codeHashEntry
+	// scriptMetrics are the metrics of luaop.metrics (metrics.go), shared by the
+	// shards and kept across reloads.
+	scriptMetrics *ScriptMetrics
 }
 
 type codeHashEntry struct {
@@ -128,7 +131,7 @@ type generation struct {
 // New creates the shards' Lua states; no handler exists until Load succeeds.
 func New(opts Options) *Runtime {
 	opts.setDefaults()
-	r := &Runtime{opts: opts, mem: newMemWatch(opts.MemoryBudget, opts.Logger)}
+	r := &Runtime{opts: opts, mem: newMemWatch(opts.MemoryBudget, opts.Logger), scriptMetrics: NewScriptMetrics()}
 	for i := 0; i <= opts.Shards; i++ { // the last one serves the hooks
 		r.shards = append(r.shards, newShard(r, i))
 	}

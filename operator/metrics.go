@@ -2,6 +2,7 @@ package operator
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/luaop/luaop/luabind"
 	"github.com/luaop/luaop/metrics"
@@ -29,5 +30,8 @@ func Instrument(p *processing.Options, m *metrics.Metrics) {
 // (luaop.metrics).
 func (o *Operator) AttachMetrics(m *metrics.Metrics) error {
 	m.EngineCounts(o.proc.EngineCounts)
+	if err := m.Registry().Register(o.runtime.Metrics()); err != nil {
+		return fmt.Errorf("registering the scripts' metrics: %w", err)
+	}
 	return nil
 }
