@@ -3,8 +3,8 @@ package metrics
 import (
 	"io"
 	"math"
-	"runtime"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
