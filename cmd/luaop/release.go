@@ -283,14 +283,17 @@ func (r releaser) releaseObject(ctx context.Context, res processing.ResolvedReso
 			return "", nil
 		}
 		var err error
+		metaDone := false
 		if metaPatch != nil {
 			_, err = client.Patch(ctx, obj.GetName(), types.JSONPatchType, metaPatch, opts)
+			metaDone = err == nil
 		}
 		if err == nil && statusPatch != nil {
 			_, err = client.Patch(ctx, obj.GetName(), types.JSONPatchType, statusPatch, opts, "status")
 		}
 		switch {
-		case err == nil:
+		case err == nil, metaDone && apierrors.IsNotFound(err):
+			// (Gone after its finalizer was removed: it was being deleted.)
 			return "removed " + strings.Join(removed, ", "), nil
 		case apierrors.IsNotFound(err):
 			return "", nil // deleted meanwhile
