@@ -118,12 +118,6 @@ func TestSettingsPrecedence(t *testing.T) {
 // parseSettings reads the settings of `luaop run ARGS...` in the test's environment.
 func parseSettings(t *testing.T, args ...string) (settings, error) {
 	t.Helper()
-	for _, k := range []string{"LUAOP_CONFIG", "LUAOP_NAMESPACES", "KUBECONFIG"} {
-		if _, set := os.LookupEnv(k); !set {
-			t.Setenv(k, "") // restored afterwards; empty is unset for viper
-			os.Unsetenv(k)
-		}
-	}
 	v := viper.New()
 	cmd := newRunCommand(v)
 	cmd.Flags().String("config", "", "")
