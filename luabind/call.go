@@ -286,7 +286,7 @@ func (s *shard) run(cs *callState, fn *lua.LFunction, args ...lua.LValue) (ret l
 	L.SetMetatable(cs.table, s.ctxMT)
 	t.cs = cs
 	s.setDeadline(t, cs.ctx)
-	cs.mem.what = "handler " + cs.call.Handler.ID
+	cs.mem.what = cs.call.Handler.ID
 	s.rt.mem.enter(&cs.mem, t.cancel)
 	reuse := false
 	defer func() {
@@ -308,8 +308,7 @@ func (s *shard) run(cs *callState, fn *lua.LFunction, args ...lua.LValue) (ret l
 	perr := L.PCall(len(args)+1, nret, nil)
 	// A thread whose call ended in a Go panic (a call stack overflow is one) may
 	// hold a broken stack: not reused.
-	var apiErr *lua.ApiError
-	reuse = !errors.As(perr, &apiErr) || apiErr.Type != lua.ApiErrorPanic
+	reuse = perr == nil || !goPanicked(perr)
 	if perr != nil {
 		if cs.mem.hit.Load() {
 			return lua.LNil, s.rt.mem.budgetError(perr, &cs.mem)
@@ -689,4 +688,10 @@ func logFields(L *lua.LState, start, top int) ([]any, bool) {
 		attrs = append(attrs, key, v)
 	}
 	return attrs, true
+}
+
+// goPanicked tells whether a call's error is a Go panic gopher-lua recovered.
+func goPanicked(err error) bool {
+	var apiErr *lua.ApiError
+	return errors.As(err, &apiErr) && apiErr.Type == lua.ApiErrorPanic
 }

@@ -117,7 +117,7 @@ type memWatch struct {
 
 // memCall is one Lua call as the watchdog sees it (a handler call or a script load).
 type memCall struct {
-	what string // "handler x", "loading the scripts"
+	what string // the handler's id, or "loading the scripts"
 	// hit is set when the watchdog cancelled the call; heapAt is the reading then.
 	hit    atomic.Bool
 	heapAt atomic.Uint64
