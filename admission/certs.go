@@ -2,6 +2,7 @@ package admission
 
 import (
 	"bytes"
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -16,6 +17,11 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 )
 
 // Certificates serve the webhook's TLS: from a folder (tls.crt, tls.key and, when
@@ -34,9 +40,27 @@ type Certificates struct {
 // GenerateCertificates makes a CA and a serving certificate signed by it for the
 // given DNS names and IP addresses (loopback is always included), valid one year.
 func GenerateCertificates(hosts []string) (*Certificates, error) {
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	certPEM, keyPEM, caPEM, err := generatePEM(hosts)
 	if err != nil {
 		return nil, err
+	}
+	return certificatesFromPEM(certPEM, keyPEM, caPEM)
+}
+
+// certificatesFromPEM makes fixed Certificates of PEM data.
+func certificatesFromPEM(certPEM, keyPEM, caPEM []byte) (*Certificates, error) {
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, err
+	}
+	return &Certificates{cert: &pair, ca: caPEM}, nil
+}
+
+// generatePEM makes the PEM of a serving certificate, its key and its CA.
+func generatePEM(hosts []string) (certPEM, keyPEM, caPEM []byte, err error) {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	now := time.Now()
 	caTmpl := &x509.Certificate{
@@ -50,15 +74,15 @@ func GenerateCertificates(hosts []string) (*Certificates, error) {
 	}
 	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	caCert, err := x509.ParseCertificate(caDER)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
@@ -79,19 +103,51 @@ func GenerateCertificates(hosts []string) (*Certificates, error) {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	keyDER, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
-	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
-	pair, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		return nil, err
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
+		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), nil
+}
+
+// SecretCertificates reads the webhook's certificate from the kubernetes.io/tls
+// Secret namespace/name (tls.crt, tls.key, ca.crt), generating it and creating the
+// Secret when it does not exist: replicas of one operator then share one CA, so
+// that the caBundle they write is the same. The first replica to create it wins;
+// the others read it.
+func SecretCertificates(ctx context.Context, client kubernetes.Interface, namespace, name string, hosts []string) (*Certificates, error) {
+	api := client.CoreV1().Secrets(namespace)
+	for attempt := 0; attempt < 2; attempt++ {
+		sec, err := api.Get(ctx, name, metav1.GetOptions{})
+		if err == nil {
+			c, err := certificatesFromPEM(sec.Data["tls.crt"], sec.Data["tls.key"], sec.Data["ca.crt"])
+			if err != nil || len(sec.Data["ca.crt"]) == 0 {
+				return nil, fmt.Errorf("webhook certificate Secret %s/%s: needs tls.crt, tls.key and ca.crt (%v); delete it to have one generated", namespace, name, err)
+			}
+			return c, nil
+		}
+		if !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("reading the webhook certificate Secret %s/%s: %w (the operator needs get and create on secrets in its namespace)", namespace, name, err)
+		}
+		certPEM, keyPEM, caPEM, err := generatePEM(hosts)
+		if err != nil {
+			return nil, err
+		}
+		_, err = api.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace,
+			Labels: map[string]string{ManagedByLabel: "luaop"}}, Type: corev1.SecretTypeTLS,
+			Data: map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM, "ca.crt": caPEM}}, metav1.CreateOptions{})
+		if err == nil {
+			return certificatesFromPEM(certPEM, keyPEM, caPEM)
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("creating the webhook certificate Secret %s/%s: %w", namespace, name, err)
+		}
 	}
-	return &Certificates{cert: &pair, ca: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})}, nil
+	return nil, fmt.Errorf("webhook certificate Secret %s/%s: created and deleted meanwhile", namespace, name)
 }
 
 func serial() *big.Int {

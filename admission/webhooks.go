@@ -27,7 +27,8 @@ type Options struct {
 	// Address is where the HTTPS server listens (":9443", "127.0.0.1:0").
 	Address string
 	// CertDir holds tls.crt, tls.key and optionally ca.crt; empty: a CA and a
-	// serving certificate are generated at start.
+	// serving certificate are generated at start (with Service, kept in the Secret
+	// "<service name>-tls" of the Service's namespace, shared by the replicas).
 	CertDir string
 	// Service ("namespace/name") makes the API server call the webhook through that
 	// Service (in-cluster), on ServicePort (default 443). Empty: URL.
@@ -92,19 +93,31 @@ func New(cfg *rest.Config, rt *luabind.Runtime, opts Options) (*Webhooks, error)
 		}
 		base = u
 	}
-	var err error
-	if opts.CertDir != "" {
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var hosts []string
+	if svcName != "" {
+		hosts = append(hosts, svcName+"."+svcNS+".svc", svcName+"."+svcNS+".svc.cluster.local", svcName+"."+svcNS)
+	}
+	if base != nil {
+		hosts = append(hosts, base.Hostname())
+	}
+	switch {
+	case opts.CertDir != "":
 		if w.certs, err = LoadCertificates(opts.CertDir); err != nil {
 			return nil, err
 		}
-	} else {
-		var hosts []string
-		if svcName != "" {
-			hosts = append(hosts, svcName+"."+svcNS+".svc", svcName+"."+svcNS+".svc.cluster.local", svcName+"."+svcNS)
+	case svcName != "" && !opts.DryRun:
+		// Replicas share one generated CA through a Secret.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		w.certs, err = SecretCertificates(ctx, client, svcNS, svcName+"-tls", hosts)
+		cancel()
+		if err != nil {
+			return nil, err
 		}
-		if base != nil {
-			hosts = append(hosts, base.Hostname())
-		}
+	default:
 		if w.certs, err = GenerateCertificates(hosts); err != nil {
 			return nil, fmt.Errorf("generating the webhook certificate: %w", err)
 		}
@@ -127,10 +140,6 @@ func New(cfg *rest.Config, rt *luabind.Runtime, opts Options) (*Webhooks, error)
 	}
 	if opts.DryRun {
 		w.unreachable = "dry run: the webhook configurations are not written"
-	}
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
 	}
 	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {

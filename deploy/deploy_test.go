@@ -185,6 +185,7 @@ func TestDeploy(t *testing.T) {
 	t.Run("CRDs", func(t *testing.T) { checkCRDs(t, objs) })
 	t.Run("RBAC", func(t *testing.T) { checkRBAC(t, objs) })
 	t.Run("Availability", func(t *testing.T) { checkAvailability(t, objs) })
+	t.Run("Webhook", func(t *testing.T) { checkWebhook(t, objs) })
 	t.Run("ServerDryRun", func(t *testing.T) { serverDryRun(t, k, yamlOut) })
 }
 
@@ -741,4 +742,45 @@ func hasEnv(d *appsv1.Deployment, name, value string) bool {
 		}
 	}
 	return false
+}
+
+// checkWebhook: the admission webhooks of the examples are served through a Service
+// that selects the operator's pods on the container's webhook port, the operator is
+// told to use it, the readiness probe covers the webhook server (/readyz), and the
+// ServiceAccount may write the webhook configurations and keep the certificate's
+// Secret.
+func checkWebhook(t *testing.T, objs []unstructured.Unstructured) {
+	var svc corev1.Service
+	one(t, objs, "Service", "luaop-webhook", &svc)
+	var d appsv1.Deployment
+	one(t, objs, "Deployment", "luaop", &d)
+	c := d.Spec.Template.Spec.Containers[0]
+	port := -1
+	for _, p := range c.Ports {
+		if p.Name == "webhook" {
+			port = int(p.ContainerPort)
+		}
+	}
+	if port != 9443 || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].TargetPort.String() != "webhook" || svc.Spec.Ports[0].Port != 443 {
+		t.Errorf("webhook port: container %d, Service %+v; want the Service's 443 on the container's port webhook (9443)", port, svc.Spec.Ports)
+	}
+	for k, v := range svc.Spec.Selector {
+		if d.Spec.Template.Labels[k] != v {
+			t.Errorf("the Service selects %s=%s, which the pods do not have", k, v)
+		}
+	}
+	if !hasEnv(&d, "LUAOP_WEBHOOK_ADDRESS", ":9443") || !hasEnv(&d, "LUAOP_WEBHOOK_SERVICE", namespace+"/luaop-webhook") {
+		t.Error("the operator is not told to serve the webhooks through the Service (LUAOP_WEBHOOK_ADDRESS, LUAOP_WEBHOOK_SERVICE)")
+	}
+	if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
+		t.Error("no /readyz readiness probe: the Service would send reviews to pods whose webhook server is not up")
+	}
+	var cr rbacv1.ClusterRole
+	one(t, objs, "ClusterRole", "luaop-webhooks", &cr)
+	for _, res := range []string{"validatingwebhookconfigurations", "mutatingwebhookconfigurations"} {
+		requireVerbs(t, "ClusterRole luaop-webhooks", cr.Rules, "admissionregistration.k8s.io", res, "get", "create", "update", "delete")
+	}
+	var role rbacv1.Role
+	one(t, objs, "Role", "luaop-webhooks", &role)
+	requireVerbs(t, "Role luaop-webhooks", role.Rules, "", "secrets", "get", "create")
 }

@@ -58,6 +58,13 @@ type Case struct {
 	EventType string `json:"eventType,omitempty"`
 	// Objects are the objects the fake API holds (luaop.kube get/list/...).
 	Objects []map[string]any `json:"objects,omitempty"`
+	// Operation, DryRun and UserInfo are the admission request of a validate or
+	// mutate handler (handler: ID): operation defaults to UPDATE when old is given,
+	// else CREATE (on DELETE the object is the old one); userInfo to
+	// {username: luaop-test}.
+	Operation string         `json:"operation,omitempty"`
+	DryRun    bool           `json:"dryRun,omitempty"`
+	UserInfo  map[string]any `json:"userInfo,omitempty"`
 	// Indexes are the operator's indexes as handlers see them: index -> key -> values.
 	Indexes map[string]map[string][]any `json:"indexes,omitempty"`
 	Expect  Expect                      `json:"expect"`
@@ -86,6 +93,14 @@ type Expect struct {
 	Objects []map[string]any `json:"objects,omitempty"`
 	// Skipped: the handler's filters do not match the object.
 	Skipped bool `json:"skipped,omitempty"`
+	// Admission handlers (validate, mutate): the verdict (allowed is required),
+	// the rejection's message (a substring) and code, the warnings (exactly).
+	// patch is what a mutate handler wrote into ctx.patch, object the object with
+	// it applied.
+	Allowed  *bool    `json:"allowed,omitempty"`
+	Message  string   `json:"message,omitempty"`
+	Code     int      `json:"code,omitempty"`
+	Warnings []string `json:"warnings,omitempty"`
 
 	// given holds the keys the case wrote, so that an explicit {}, [] or null can
 	// be told from an expectation that is not given.
@@ -266,6 +281,19 @@ func runCase(ctx context.Context, scripts []luabind.Script, dir, prefix string, 
 			indexes.Declare(s.ID)
 		}
 	}
+	for _, s := range rt.AdmissionHandlers() {
+		if s.ID == c.Handler {
+			failures := runAdmission(ctx, rt, s, c, obj)
+			failures = append(failures, checkFake(c.Expect, kube)...)
+			if len(failures) > 0 && logs.Len() > 0 {
+				failures = append(failures, "log:\n  "+strings.ReplaceAll(strings.TrimRight(logs.String(), "\n"), "\n", "\n  "))
+			}
+			return failures
+		}
+	}
+	if e := c.Expect; e.Given("allowed") || e.Given("message") || e.Given("code") || e.Given("warnings") || c.Operation != "" || c.DryRun || c.UserInfo != nil {
+		return []string{"allowed, message, code, warnings, operation, dryRun and userInfo apply to admission handlers (luaop.on.validate, luaop.on.mutate) only"}
+	}
 
 	var specs []causes.Spec
 	if c.Handler != "" {
@@ -372,32 +400,7 @@ func runCase(ctx context.Context, scripts []luabind.Script, dir, prefix string, 
 			compare(&failures, "object (after the patch)", e.Object, after)
 		}
 	}
-	kube.mu.Lock()
-	defer kube.mu.Unlock()
-	if e.Given("events") {
-		compare(&failures, "events", emptyListIfNil(e.Events), normalize(kube.events))
-	}
-	if e.Given("kube") {
-		compare(&failures, "luaop.kube calls", emptyListIfNil(e.Kube), normalize(kube.calls))
-	}
-	if e.Given("objects") && len(e.Objects) == 0 && len(kube.objects) > 0 {
-		var held []string
-		for _, o := range kube.objects {
-			av, kind, ns, name := state.Identity(o)
-			held = append(held, fmt.Sprintf("%s %s %s/%s", av, kind, ns, name))
-		}
-		sort.Strings(held)
-		fail("want the fake API to hold no objects (objects: []), it holds %s", strings.Join(held, ", "))
-	}
-	for _, want := range e.Objects {
-		av, kind, ns, name := state.Identity(want)
-		got, ok := kube.objects[objectKey(av, kind, ns, name)]
-		if !ok {
-			fail("the fake API holds no %s %s %s/%s", av, kind, ns, name)
-			continue
-		}
-		compare(&failures, fmt.Sprintf("object %s %s/%s in the fake API", kind, ns, name), normalize(want), normalize(got))
-	}
+	failures = append(failures, checkFake(e, kube)...)
 	if len(failures) > 0 && logs.Len() > 0 {
 		failures = append(failures, "log:\n  "+strings.ReplaceAll(strings.TrimRight(logs.String(), "\n"), "\n", "\n  "))
 	}
@@ -776,4 +779,132 @@ func Files(dir string) ([]string, error) {
 	}
 	sort.Strings(files)
 	return files, nil
+}
+
+// checkFake compares the events, luaop.kube calls and objects of the fake API.
+func checkFake(e Expect, kube *fakeKube) []string {
+	var failures []string
+	kube.mu.Lock()
+	defer kube.mu.Unlock()
+	if e.Given("events") {
+		compare(&failures, "events", emptyListIfNil(e.Events), normalize(kube.events))
+	}
+	if e.Given("kube") {
+		compare(&failures, "luaop.kube calls", emptyListIfNil(e.Kube), normalize(kube.calls))
+	}
+	if e.Given("objects") && len(e.Objects) == 0 && len(kube.objects) > 0 {
+		var held []string
+		for _, o := range kube.objects {
+			av, kind, ns, name := state.Identity(o)
+			held = append(held, fmt.Sprintf("%s %s %s/%s", av, kind, ns, name))
+		}
+		sort.Strings(held)
+		failures = append(failures, fmt.Sprintf("want the fake API to hold no objects (objects: []), it holds %s", strings.Join(held, ", ")))
+	}
+	for _, want := range e.Objects {
+		av, kind, ns, name := state.Identity(want)
+		got, ok := kube.objects[objectKey(av, kind, ns, name)]
+		if !ok {
+			failures = append(failures, fmt.Sprintf("the fake API holds no %s %s %s/%s", av, kind, ns, name))
+			continue
+		}
+		compare(&failures, fmt.Sprintf("object %s %s/%s in the fake API", kind, ns, name), normalize(want), normalize(got))
+	}
+	return failures
+}
+
+// runAdmission runs a validate or mutate handler on the case's object as the
+// webhook server does, and compares its verdict.
+func runAdmission(ctx context.Context, rt *luabind.Runtime, spec causes.Spec, c Case, obj map[string]any) []string {
+	if msg := checkResource(spec, obj, c.Resource); msg != "" {
+		return []string{msg}
+	}
+	e := c.Expect
+	var failures []string
+	fail := func(format string, args ...any) { failures = append(failures, fmt.Sprintf(format, args...)) }
+	op := strings.ToUpper(c.Operation)
+	if op == "" {
+		op = "CREATE"
+		if c.Old != nil {
+			op = "UPDATE"
+		}
+	}
+	req := luabind.AdmissionRequest{Handler: spec, Operation: op, Object: obj, DryRun: c.DryRun, UserInfo: c.UserInfo,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if c.Old != nil {
+		req.OldObject = normalize(c.Old).(map[string]any)
+	}
+	if op == "DELETE" {
+		req.Object, req.OldObject = nil, obj
+	}
+	if req.UserInfo == nil {
+		req.UserInfo = map[string]any{"username": "luaop-test"}
+	}
+	if !e.Given("allowed") && e.Error == nil && !e.Skipped {
+		return []string{"an admission case needs allowed: true or false (or error: or skipped: true)"}
+	}
+	resp, err := rt.Admit(ctx, req)
+	switch {
+	case err != nil && e.Error == nil:
+		fail("unexpected error: %s", describeError(err))
+	case err == nil && e.Error != nil:
+		fail("want an error (%s), got none", e.Error.Type)
+	case err != nil:
+		if d := checkError(err, e.Error); d != "" {
+			fail("%s", d)
+		}
+		return failures
+	}
+	if resp.Skipped != e.Skipped {
+		if resp.Skipped {
+			fail("the handler's filters do not match the object (expect skipped: true if that is intended)")
+		} else {
+			fail("want the handler skipped by its filters, but it ran")
+		}
+	}
+	if e.Allowed != nil && *e.Allowed != resp.Allowed {
+		fail("allowed: want %v, got %v (message %q)", *e.Allowed, resp.Allowed, resp.Message)
+	}
+	if e.Given("message") && !strings.Contains(resp.Message, e.Message) {
+		fail("message: want it to contain %q, got %q", e.Message, resp.Message)
+	}
+	if e.Given("code") && e.Code != resp.Code {
+		fail("code: want %d, got %d", e.Code, resp.Code)
+	}
+	if e.Given("warnings") {
+		compare(&failures, "warnings", normalize(emptyListIfNilStrings(e.Warnings)), normalize(emptyListIfNilStrings(resp.Warnings)))
+	}
+	patch := normalize(resp.Patch)
+	if patch == nil {
+		patch = map[string]any{}
+	}
+	if e.Given("patch") {
+		compare(&failures, "patch (ctx.patch)", emptyMapIfNil(e.Patch), patch)
+	}
+	if e.Object != nil {
+		a, _ := json.Marshal(obj)
+		b, _ := json.Marshal(patch)
+		merged, err := jsonpatch.MergePatch(a, b)
+		var after any
+		if err == nil {
+			err = json.Unmarshal(merged, &after)
+		}
+		if err != nil {
+			fail("applying the patch: %v", err)
+		} else {
+			compare(&failures, "object (after the patch)", e.Object, after)
+		}
+	}
+	if e.Given("status") || e.Given("result") {
+		fail("status and result do not apply to admission handlers: use allowed, message, code, warnings, patch, object")
+	}
+	return failures
+}
+
+func emptyListIfNilStrings(l []string) []any {
+	out := []any{}
+	for _, s := range l {
+		out = append(out, s)
+	}
+	return out
 }

@@ -135,9 +135,17 @@ func generateRBAC(cmd *cobra.Command, dir string, o rbacOptions) (string, []stri
 	}
 	var warnings []string
 	watched, calls := ruleSet{}, ruleSet{}
+	var admissionSources []string
 	for _, h := range report.Handlers {
 		if h.Resource.Resource == "" {
 			continue // operator-level hooks
+		}
+		if h.Kind.IsAdmission() {
+			// Served by the webhook server, not watched.
+			if file, _, _ := strings.Cut(h.Source, ":"); !slices.Contains(admissionSources, file) {
+				admissionSources = append(admissionSources, file)
+			}
+			continue
 		}
 		gv := h.Resource.GroupVersion()
 		plural := pluralOf(gv, h.Resource.Resource)
@@ -199,6 +207,18 @@ func generateRBAC(cmd *cobra.Command, dir string, o rbacOptions) (string, []stri
 		fmt.Fprintf(&b, "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: %s\nrules:\n%s", o.Name, rules.String())
 		fmt.Fprintf(&b, "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: %s\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: %s\nsubjects:\n- kind: ServiceAccount\n  name: %s\n  namespace: %s\n",
 			o.Name, o.Name, saName, saNS)
+	}
+	if len(admissionSources) > 0 {
+		// Webhook configurations are cluster-scoped: a ClusterRole of their own,
+		// whether the rest is a ClusterRole or Roles.
+		name := o.Name + "-webhooks"
+		fmt.Fprintf(&b, "---\n# Admission webhooks (luaop.on.validate, luaop.on.mutate in %s): the operator writes\n# the configurations \"<prefix>.validate\" and \"<prefix>.mutate\" (--webhook-address).\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: %s\nrules:\n- apiGroups: [admissionregistration.k8s.io]\n  resources: [mutatingwebhookconfigurations, validatingwebhookconfigurations]\n  verbs: [get, create, update, delete]\n",
+			strings.Join(admissionSources, ", "), name)
+		fmt.Fprintf(&b, "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: %s\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: %s\nsubjects:\n- kind: ServiceAccount\n  name: %s\n  namespace: %s\n",
+			name, name, saName, saNS)
+		fmt.Fprintf(&b, "---\n# The webhook's certificate: generated once and kept in the Secret \"<service>-tls\" of the\n# operator's namespace (--webhook-service without --webhook-cert-dir), shared by the replicas.\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: %s\n  namespace: %s\nrules:\n- apiGroups: [\"\"]\n  resources: [secrets]\n  verbs: [get, create]\n", name, saNS)
+		fmt.Fprintf(&b, "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: %s\n  namespace: %s\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: %s\nsubjects:\n- kind: ServiceAccount\n  name: %s\n  namespace: %s\n",
+			name, saNS, name, saName, saNS)
 	}
 	if o.LeaderElect {
 		ns := o.LeaderNamespace

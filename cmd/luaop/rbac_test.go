@@ -106,3 +106,31 @@ luaop.timer("example.com/v1/Policy", function(ctx) end, { interval = 5 })
 		t.Errorf("stderr: %s", stderr)
 	}
 }
+
+// Admission handlers are served, not watched: no rules for their resource, and a
+// ClusterRole for the (cluster-scoped) webhook configurations, also with Roles.
+func TestRBACAdmissionHandlers(t *testing.T) {
+	dir := t.TempDir()
+	src := `local luaop = require("luaop")
+luaop.on.validate("example.com/v1/gizmos", function(ctx) end)
+luaop.on.mutate("example.com/v1/gizmos", function(ctx) end)
+`
+	if err := os.WriteFile(filepath.Join(dir, "a.lua"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := runCLI(t, "rbac", "--namespaces", "team-a", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out, "gizmos") {
+		t.Errorf("admission handlers' resource granted as watched:\n%s", out)
+	}
+	for _, want := range []string{
+		"kind: ClusterRole\nmetadata:\n  name: luaop-webhooks\nrules:\n- apiGroups: [admissionregistration.k8s.io]\n  resources: [mutatingwebhookconfigurations, validatingwebhookconfigurations]\n  verbs: [get, create, update, delete]\n",
+		"kind: ClusterRoleBinding\nmetadata:\n  name: luaop-webhooks\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks\n%s\n---\n%s", want, out)
+		}
+	}
+}

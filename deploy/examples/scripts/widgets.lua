@@ -1,5 +1,6 @@
--- A first handler: greet every new Widget; and a field handler that follows
--- spec.size only (changes of other fields do not call it).
+-- A first handler: greet every new Widget; a field handler that follows spec.size
+-- only (changes of other fields do not call it); admission handlers checking and
+-- defaulting spec.size before a Widget is stored.
 local luaop = require("luaop")
 local WIDGETS = "examples.luaop.dev/v1/widgets"
 
@@ -15,6 +16,26 @@ luaop.on.field(WIDGETS, "spec.size", function(ctx)
   ctx.patch.status.resized = (ctx.status.resized or 0) + (ctx.old and 1 or 0)
   return { from = ctx.old, to = ctx.new }
 end, { id = "size" })
+
+-- Admission (kopf's on.validate and on.mutate): the API server asks these before it
+-- stores a Widget, so a bad one is refused by `kubectl apply` itself. They need the
+-- webhook server: on in `luaop dev`, `--webhook-address` in `luaop run`.
+-- failure_policy = "Ignore": when the operator is down or the handler fails, widgets
+-- are still accepted (the default, "Fail", refuses them).
+luaop.on.validate(WIDGETS, function(ctx)
+  local size = ctx.spec.size
+  if size ~= nil and (type(size) ~= "number" or size < 1 or size > 100) then
+    return false, "spec.size must be a number from 1 to 100, got " .. tostring(size)
+  end
+  if ctx.operation == "UPDATE" and ctx.old.spec.size and size == nil then
+    table.insert(ctx.warnings, "spec.size removed: the widget gets size 1 again only on creation")
+  end
+end, { id = "check-size", operations = { "CREATE", "UPDATE" }, failure_policy = "Ignore" })
+
+luaop.on.mutate(WIDGETS, function(ctx)
+  -- What ctx.patch holds becomes the response's JSON patch.
+  if ctx.spec.size == nil then ctx.patch.spec.size = 1 end
+end, { id = "default-size", operations = "CREATE", failure_policy = "Ignore" })
 
 -- A liveness probe: its result shows on the operator's /healthz (kopf's on.probe).
 luaop.on.probe(function(ctx)

@@ -1,0 +1,167 @@
+package admission
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"strings"
+	"testing"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	fakediscovery "k8s.io/client-go/discovery/fake"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/luaop/luaop/processing/causes"
+)
+
+func testSyncer(t *testing.T) (*Syncer, *fake.Clientset) {
+	client := fake.NewClientset()
+	disco := client.Discovery().(*fakediscovery.FakeDiscovery)
+	disco.Resources = []*metav1.APIResourceList{{GroupVersion: "example.com/v1", APIResources: []metav1.APIResource{
+		{Name: "widgets", SingularName: "widget", Kind: "Widget", Namespaced: true},
+		{Name: "widgets/status", Kind: "Widget", Namespaced: true},
+		{Name: "clusterthings", SingularName: "clusterthing", Kind: "ClusterThing"},
+	}}}
+	return &Syncer{Client: client, Discovery: disco, Prefix: "ops.example.com", CABundle: func() []byte { return []byte("CA") },
+		Namespaces: []string{"team-a", "team-b"},
+		ClientConfig: func(path string) admissionregistrationv1.WebhookClientConfig {
+			u := "https://127.0.0.1:9443" + path
+			return admissionregistrationv1.WebhookClientConfig{URL: &u}
+		}}, client
+}
+
+func TestSyncWritesOneWebhookPerHandler(t *testing.T) {
+	s, client := testSyncer(t)
+	ctx := context.Background()
+	handlers := []Handler{
+		{ID: "check_Size", Kind: causes.KindValidate, Resource: causes.Resource{}, Source: "a.lua:3"},
+		{ID: "defaults", Kind: causes.KindMutate, SideEffects: true, FailurePolicy: "Ignore", Operations: []string{"CREATE"}},
+		{ID: "things", Kind: causes.KindValidate},
+		{ID: "late", Kind: causes.KindValidate, Source: "b.lua:1"},
+	}
+	handlers[0].Resource.Group, handlers[0].Resource.Version, handlers[0].Resource.Resource = "example.com", "v1", "Widget"
+	handlers[1].Resource = handlers[0].Resource
+	handlers[1].Subresource = "status"
+	handlers[2].Resource.Group, handlers[2].Resource.Version, handlers[2].Resource.Resource = "example.com", "v1", "clusterthings"
+	handlers[3].Resource.Group, handlers[3].Resource.Version, handlers[3].Resource.Resource = "example.com", "v1", "gizmos"
+
+	unresolved, err := s.Sync(ctx, handlers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(unresolved) != 1 || !strings.Contains(unresolved[0], "late (b.lua:1)") {
+		t.Errorf("unresolved = %q, want the handler of a resource not served", unresolved)
+	}
+	vc, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "ops.example.com.validate", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vc.Webhooks) != 2 || vc.Labels[ManagedByLabel] != "luaop" {
+		t.Fatalf("validating webhooks: %+v", vc)
+	}
+	w := vc.Webhooks[0]
+	rule := w.Rules[0]
+	got := fmt.Sprint(w.Name, " ", *w.ClientConfig.URL, " ", string(w.ClientConfig.CABundle), " ", rule.APIGroups, rule.APIVersions, rule.Resources,
+		rule.Operations, " ", *rule.Scope, " ", *w.FailurePolicy, " ", *w.SideEffects, " ", *w.TimeoutSeconds, " ", w.NamespaceSelector.MatchExpressions[0].Values)
+	want := "check-size.validate.ops.example.com https://127.0.0.1:9443/validate/check_Size CA [example.com] [v1] [widgets] [*] Namespaced Fail None 10 [team-a team-b]"
+	if got != want {
+		t.Errorf("webhook\n got %s\nwant %s", got, want)
+	}
+	if s := *vc.Webhooks[1].Rules[0].Scope; s != admissionregistrationv1.ClusterScope {
+		t.Errorf("clusterthings scope %s", s)
+	}
+	mc, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "ops.example.com.mutate", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := mc.Webhooks[0]
+	got = fmt.Sprint(m.Rules[0].Resources, m.Rules[0].Operations, " ", *m.FailurePolicy, " ", *m.SideEffects, " ", *m.ReinvocationPolicy)
+	if got != "[widgets/status] [CREATE] Ignore NoneOnDryRun Never" {
+		t.Errorf("mutating webhook: %s", got)
+	}
+
+	// The same handlers again: nothing written.
+	client.ClearActions()
+	if _, err := s.Sync(ctx, handlers); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range client.Actions() {
+		if a.GetVerb() != "get" {
+			t.Errorf("an unchanged sync wrote: %s %s", a.GetVerb(), a.GetResource().Resource)
+		}
+	}
+
+	// No mutate handler left: its configuration is deleted; Remove deletes the rest.
+	if _, err := s.Sync(ctx, handlers[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "ops.example.com.mutate", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("mutating configuration without handlers: %v", err)
+	}
+	if err := s.Remove(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Remove(ctx); err != nil {
+		t.Errorf("a second Remove: %v", err)
+	}
+	if _, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "ops.example.com.validate", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("after Remove: %v", err)
+	}
+}
+
+func TestNamespaceSelector(t *testing.T) {
+	for _, tc := range []struct {
+		in   []string
+		want string
+	}{
+		{nil, "<nil>"},
+		{[]string{"a", "!b"}, "[{kubernetes.io/metadata.name In [a]} {kubernetes.io/metadata.name NotIn [b]}]"},
+		{[]string{"a", "team-*"}, "<nil>"},
+	} {
+		sel := namespaceSelector(tc.in)
+		got := "<nil>"
+		if sel != nil {
+			got = fmt.Sprint(sel.MatchExpressions)
+		}
+		if got != tc.want {
+			t.Errorf("%q: %s, want %s", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestSecretCertificatesShared(t *testing.T) {
+	client := fake.NewClientset()
+	ctx := context.Background()
+	a, err := SecretCertificates(ctx, client, "ops", "hook-tls", []string{"hook.ops.svc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := SecretCertificates(ctx, client, "ops", "hook-tls", []string{"hook.ops.svc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(a.CABundle()) != string(b.CABundle()) {
+		t.Error("two replicas got different CAs: their caBundles would fight")
+	}
+	leaf, _ := a.GetCertificate(nil)
+	cert, err := x509.ParseCertificate(leaf.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(a.CABundle())
+	ca, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	if _, err := cert.Verify(x509.VerifyOptions{DNSName: "hook.ops.svc", Roots: pool}); err != nil {
+		t.Errorf("the serving certificate does not verify for the Service's name: %v", err)
+	}
+	if _, err := cert.Verify(x509.VerifyOptions{DNSName: "127.0.0.1", Roots: pool}); err != nil {
+		t.Errorf("nor for loopback: %v", err)
+	}
+}
