@@ -167,7 +167,7 @@ func (s *Server) lookup(path string) (Handler, bool) {
 func luaHandler(rt *luabind.Runtime, spec causes.Spec) Handler {
 	return Handler{ID: spec.ID, Kind: spec.Kind, FailurePolicy: spec.FailurePolicy, Timeout: spec.Timeout,
 		SideEffects: spec.SideEffects, Source: spec.Source, Resource: spec.Resource, Operations: spec.Operations,
-		Subresource: spec.Subresource,
+		Subresource: spec.Subresource, ObjectSelector: objectSelector(rt.LabelFilters(spec.ID)),
 		Admit: func(ctx context.Context, req Request) (Response, error) {
 			r, err := rt.Admit(ctx, luabind.AdmissionRequest{Handler: spec, Operation: req.Operation,
 				Object: req.Object, OldObject: req.OldObject, UserInfo: req.UserInfo, DryRun: req.DryRun,
@@ -392,4 +392,25 @@ func numbersToGo(v any) any {
 
 func sortHandlers(hs []Handler) {
 	sort.Slice(hs, func(i, j int) bool { return hs[i].Path() < hs[j].Path() })
+}
+
+// objectSelector turns a handler's static label filters into the webhook's
+// objectSelector (kopf's), nil when there are none.
+func objectSelector(filters []luabind.LabelFilter) *metav1.LabelSelector {
+	if len(filters) == 0 {
+		return nil
+	}
+	sel := &metav1.LabelSelector{}
+	for _, f := range filters {
+		r := metav1.LabelSelectorRequirement{Key: f.Key, Operator: metav1.LabelSelectorOpIn, Values: []string{f.Value}}
+		switch {
+		case f.Present:
+			r = metav1.LabelSelectorRequirement{Key: f.Key, Operator: metav1.LabelSelectorOpExists}
+		case f.Absent:
+			r = metav1.LabelSelectorRequirement{Key: f.Key, Operator: metav1.LabelSelectorOpDoesNotExist}
+		}
+		sel.MatchExpressions = append(sel.MatchExpressions, r)
+	}
+	sort.Slice(sel.MatchExpressions, func(i, j int) bool { return sel.MatchExpressions[i].Key < sel.MatchExpressions[j].Key })
+	return sel
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -267,5 +268,25 @@ func TestJSONPatchEscapes(t *testing.T) {
 	want := `[{"op":"replace","path":"/list","value":[3]},{"op":"replace","path":"/metadata/annotations/a~1b","value":"3"},{"op":"remove","path":"/metadata/annotations/c~0d"}]`
 	if string(raw) != want {
 		t.Errorf("ops = %s\nwant  %s", raw, want)
+	}
+}
+
+// Static label filters become the webhook's objectSelector (kopf's): the API server
+// then calls the webhook only for objects they may match.
+func TestLuaHandlersObjectSelector(t *testing.T) {
+	rt := testRuntime(t, `
+local luaop = require("luaop")
+luaop.on.validate("example.com/v1/widgets", function(ctx) end,
+  {id = "v", labels = {tier = "web", managed = luaop.PRESENT, skip = luaop.ABSENT, dyn = function(v) return true end}})
+luaop.on.mutate("example.com/v1/widgets", function(ctx) end, {id = "m"})
+`)
+	hs := NewServer(rt, nil).Handlers()
+	if len(hs) != 2 || hs[0].ID != "v" || hs[1].ID != "m" || hs[1].ObjectSelector != nil {
+		t.Fatalf("handlers %+v", hs)
+	}
+	got := fmt.Sprint(hs[0].ObjectSelector.MatchExpressions)
+	want := "[{managed Exists []} {skip DoesNotExist []} {tier In [web]}]"
+	if got != want {
+		t.Errorf("objectSelector %s, want %s", got, want)
 	}
 }

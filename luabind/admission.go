@@ -305,3 +305,27 @@ func installAdmissionError(L *lua.LState, mod *lua.LTable) {
 		return 1
 	}))
 }
+
+// LabelFilter is one label filter of a handler that needs no Lua: the label must
+// exist (Present), must not (Absent), or must equal Value.
+type LabelFilter struct {
+	Key             string
+	Present, Absent bool
+	Value           string
+}
+
+// LabelFilters are the static label filters of a handler of the current generation
+// (functions are left out): the admission package sends them to the API server as
+// the webhook's objectSelector, as kopf does, so that it calls the webhook only for
+// objects they may match.
+func (r *Runtime) LabelFilters(id string) []LabelFilter {
+	f := r.gen.Load().filters[id]
+	if f == nil {
+		return nil
+	}
+	out := make([]LabelFilter, 0, len(f.labels))
+	for _, m := range f.labels {
+		out = append(out, LabelFilter{Key: m.key, Present: m.mode == metaPresent, Absent: m.mode == metaAbsent, Value: m.value})
+	}
+	return out
+}
