@@ -22,8 +22,9 @@
 //     ValidatingWebhookConfiguration "<prefix>.validate" and the
 //     MutatingWebhookConfiguration "<prefix>.mutate": one webhook per handler, its
 //     rules from the handler's resource as discovery resolves it (group, version,
-//     plural, scope), operations, failure policy, timeout, side effects, and the
-//     caBundle. It runs after each reload (Webhooks.Resync) and retries resources
+//     plural, scope), operations, failure policy, timeout, side effects, the
+//     handler's static label filters as objectSelector (kopf's), a namespaceSelector
+//     from plain --namespaces, and the caBundle. It runs after each reload (Webhooks.Resync) and retries resources
 //     not served yet (a CRD installed later).
 //   - Webhooks (webhooks.go) assembles them for cmd/luaop: listen on
 //     --webhook-address, serve, sync, and remove the configurations on request

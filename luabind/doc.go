@@ -55,6 +55,14 @@
 // the parked call continues. Scripts loading (Load, on the main state, never on a
 // call thread) do not release the shard: a load sees no other call.
 //
+// Admission handlers (luaop.on.validate, luaop.on.mutate; admission.go) are calls
+// like the others: Runtime.Admit runs one on a thread of the object's shard (by uid;
+// a creation, which has none yet, by namespace and name), under the caller's
+// context, which carries a deadline below the webhook's timeout, and the handler
+// deadline. Their filters and the handler run under one hold of the shard; the
+// functions they call release it as above. In a dry-run request the luaop.kube
+// writes and Events go through DryRunKube (logged, not sent).
+//
 // Taking the lock: a call takes it under its caller's context and fails with that
 // context's error if it ends first (a caller never hangs on a busy state); a call
 // returning from a blocking function takes it back unconditionally (every holder
