@@ -173,3 +173,29 @@ func TestCheckReportsGlobalsOfOtherFiles(t *testing.T) {
 		}
 	}
 }
+
+// Admission handlers: retries/backoff/errors do not apply to them; timeout does
+// (the webhook's); the admission options apply to them only.
+func TestCheckAdmissionOptions(t *testing.T) {
+	rep := Check(context.Background(), []Script{{Name: "a.lua", Source: []byte(`local luaop = require("luaop")
+luaop.on.validate("example.com/v1/widgets", function(ctx) end, { id = "v", retries = 3, timeout = 5, failure_policy = "Ignore" })
+luaop.on.mutate("example.com/v1/widgets", function(ctx) end, { id = "m", operations = "CREATE", side_effects = true, subresource = "status" })
+luaop.daemon("example.com/v1/widgets", function(ctx) end, { id = "d", side_effects = true })
+`)}})
+	var got []string
+	for _, p := range rep.Problems {
+		got = append(got, p.String())
+	}
+	want := []string{
+		"a.lua:2: luaop.on.validate: option retries does not apply here",
+		"a.lua:4: luaop.daemon: option side_effects does not apply here (only to admission handlers (on.validate, on.mutate))",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d problems, want %d:\n%s", len(got), len(want), strings.Join(got, "\n"))
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("problem %d:\n got %s\nwant %s...", i, got[i], want[i])
+		}
+	}
+}
