@@ -230,7 +230,7 @@ func (c *cycle) startDaemon(runner DaemonRunner, spec causes.Spec) {
 		c.mem.daemons = map[string]*daemonRun{}
 	}
 	c.mem.daemons[spec.ID] = d
-	log := o.log.With(objectAttrs(key, c.info.kind, uid, "handler", spec.ID)...)
+	log := o.log.With(objectAttrs(key, c.info.kind, uid, "handler", spec.ID, "reason", "daemon")...)
 	latest := func() map[string]any {
 		if b := in.latestOf(uid); b != nil {
 			return b.Object
@@ -442,7 +442,7 @@ func (c *cycle) runTimer(ctx context.Context, spec causes.Spec, ts *timerState, 
 		result, err = o.handlers.Invoke(ctx, causes.Call{
 			Handler: spec, Cause: causes.Cause{Resource: c.key.resource, Body: c.body.Object},
 			Patch: c.patch, Retry: ts.retries, Started: ts.started, Runtime: now.Sub(ts.started),
-			Logger: c.log.With("handler", spec.ID), Indexes: o.indexes,
+			Logger: c.log.With("handler", spec.ID, "reason", "timer"), Indexes: o.indexes,
 		})
 		if err == nil && result.Value != nil {
 			c.patch.Set([]string{"status", spec.ID}, result.Value)

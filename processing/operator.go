@@ -284,7 +284,7 @@ func (o *Operator) processNext(ctx context.Context) bool {
 		// Framework errors (API failures) are throttled per object; handler
 		// failures never come here, they are outcomes.
 		result = "error"
-		o.log.Error("processing failed; will retry", objectAttrs(key, "", "", "error", err)...)
+		o.log.Error("processing failed; will retry", objectAttrs(key, o.kindOf(key), "", "error", err)...)
 		o.queue.AddRateLimited(key)
 		if o.qmetrics != nil {
 			o.qmetrics.retry(key)

@@ -227,7 +227,7 @@ func (o *Operator) runEventHandlers(ctx context.Context, log *slog.Logger, key o
 			patch = state.NewPatch()
 		}
 		start := time.Now()
-		result, err := o.handlers.Invoke(ctx, causes.Call{Handler: spec, Cause: cause, Patch: patch, Started: start, Logger: log, Indexes: o.indexes})
+		result, err := o.handlers.Invoke(ctx, causes.Call{Handler: spec, Cause: cause, Patch: patch, Started: start, Logger: log.With("handler", spec.ID, "reason", "event"), Indexes: o.indexes})
 		outcome := OutcomeSuccess
 		if err != nil {
 			outcome = OutcomeIgnored
@@ -718,7 +718,7 @@ func (c *cycle) runChangeHandler(ctx context.Context, h handlerState, cause caus
 	call := causes.Call{
 		Handler: h.spec, Cause: cause, Patch: c.patch, Retry: rec.Retries,
 		Started: started, Runtime: c.now.Sub(started),
-		Logger: c.log.With("handler", h.spec.ID), Indexes: o.indexes,
+		Logger: c.log.With("handler", h.spec.ID, "reason", string(reason)), Indexes: o.indexes,
 	}
 	t0 := time.Now()
 	result, err := o.handlers.Invoke(ctx, call)

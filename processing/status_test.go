@@ -215,7 +215,7 @@ func TestObjectLogFieldsAndSuccessLevel(t *testing.T) {
 					}
 				}
 			}
-			want := map[string]any{"kind": "Widget", "namespace": "default", "name": "w1", "uid": uid, "handler": "greet",
+			want := map[string]any{"kind": "Widget", "namespace": "default", "name": "w1", "uid": uid, "handler": "greet", "reason": "create",
 				"resource": "example.luaop.dev/v1/widgets"}
 			for k, v := range want {
 				if line[k] != v {

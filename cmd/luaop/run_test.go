@@ -52,7 +52,8 @@ func TestRunServesHealthReadinessDebugAndMetrics(t *testing.T) {
 		kubeconfig = os.Getenv("KUBECONFIG")
 	}
 	if err := cmd.ParseFlags([]string{"--kubeconfig", kubeconfig, "--namespaces", ns, "--health-address", addr,
-		"--metrics-address", metricsAddr, "--post-events=false", "--log-level", "info"}); err != nil {
+		"--metrics-address", metricsAddr, "--post-events=false", "--log-level", "info",
+		"--leader-elect", "--leader-election-namespace", ns, "--leader-election-name", "luaop-observed"}); err != nil {
 		t.Fatal(err)
 	}
 	s, err := loadSettings(cmd, v)
@@ -117,6 +118,7 @@ func TestRunServesHealthReadinessDebugAndMetrics(t *testing.T) {
 		`workqueue_longest_running_processor_seconds{name="` + w + `"}`,
 		`workqueue_retries_total{name="monitors.examples.luaop.dev"}`,
 		`rest_client_requests_total{code="200",host=`,
+		`leader_election_master_status{name="luaop-observed"} 1`,
 		`luaop_handler_runs_total{handler="greet",outcome="success",reason="create",resource="` + w + `"} 1`,
 		`luaop_daemons_running{resource="monitors.examples.luaop.dev"} 1`,
 		`luaop_reloads_total{result="ok"} 1`,

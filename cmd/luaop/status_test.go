@@ -1,0 +1,58 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/luaop/luaop/operator"
+	"github.com/luaop/luaop/processing"
+)
+
+// luaop status prints what /debug says in lines an SRE reads at a glance.
+func TestPrintStatus(t *testing.T) {
+	now := time.Date(2026, 11, 30, 16, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) *time.Time { t := now.Add(d); return &t }
+	doc := debugDoc{Version: "v1.2.3", Debug: operator.Debug{
+		Ready:       true,
+		ScriptsHash: "abc123",
+		Handlers: []operator.DebugHandler{
+			{Kind: "probe", ID: "now", Source: "widgets.lua:20"},
+			{Resource: "examples.luaop.dev/v1/tenants", Kind: "change", ID: "register", Source: "tenants.lua:11"},
+		},
+		LastReload: &operator.ReloadStatus{At: now.Add(-3 * time.Minute), Files: []string{"widgets.lua"}, Error: "widgets.lua:7: '=' expected near 'end'"},
+		Snapshot: processing.Snapshot{
+			Objects: []processing.ObjectStatus{{Resource: "tenants.examples.luaop.dev", Namespace: "team-a", Name: "acme", Reason: "create",
+				ProcessingSince: at(-2 * time.Second),
+				Handlers: []processing.HandlerProgress{
+					{ID: "register", State: "waiting", Retries: 2, Delayed: at(time.Minute), Message: "registry not reachable"},
+					{ID: "notify", State: "pending"},
+				}}},
+			Daemons: []processing.DaemonStatus{{Resource: "monitors.examples.luaop.dev", Namespace: "default", Name: "m", Handler: "watcher", Since: now.Add(-time.Hour)}},
+			Timers:  []processing.TimerStatus{{Resource: "quotas.examples.luaop.dev", Name: "q", Handler: "usage", Next: at(41 * time.Second)}},
+		},
+	}}
+	var out strings.Builder
+	printStatus(&out, doc, now)
+	for _, want := range []string{
+		"luaop v1.2.3: ready",
+		"scripts abc123",
+		"last reload 3m0s ago: FAILED (the previous scripts keep running) widgets.lua",
+		"  widgets.lua:7: '=' expected near 'end'",
+		"handlers (2):",
+		"(operator)",
+		"register  examples.luaop.dev/v1/tenants  tenants.lua:11",
+		"objects in flight (1):",
+		"  tenants.examples.luaop.dev team-a/acme, processing for 2s, cause create",
+		"      register: waiting until " + now.Add(time.Minute).Local().Format("15:04:05") + ", 2 retries: registry not reachable",
+		"      notify: pending",
+		"daemons (1):",
+		"monitors.examples.luaop.dev  default/m  watcher  running for 1h0m0s",
+		"timers (1):",
+		"quotas.examples.luaop.dev  q  usage  next in 41s",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("missing %q in:\n%s", want, out.String())
+		}
+	}
+}
