@@ -432,7 +432,8 @@ func TestBaseHasNoExamples(t *testing.T) {
 // kubelet mounts it (one flat folder), loads in luaop with the module of a sub-folder
 // (the key lib__greeting.lua read as lib/greeting.lua).
 func TestMyScriptsOverlay(t *testing.T) {
-	_, objs := render(t, kubectl(t), "my-scripts")
+	k := kubectl(t)
+	yamlOut, objs := render(t, k, "my-scripts")
 	cm := scriptsConfigMap(t, objs)
 	var keys []string
 	mount := t.TempDir()
@@ -463,6 +464,7 @@ func TestMyScriptsOverlay(t *testing.T) {
 	one(t, objs, "Deployment", "luaop", &d)
 	one(t, objs, "ClusterRole", "luaop", nil)
 	checkAvailability(t, objs)
+	t.Run("ServerDryRun", func(t *testing.T) { serverDryRun(t, k, yamlOut) })
 }
 
 // The ServiceMonitor component, added to an overlay, scrapes the metrics Service.

@@ -302,3 +302,27 @@ func TestSettingsWarnAboutMisspelledVariables(t *testing.T) {
 		t.Errorf("warnings %q: want exactly the two misspellings", s.Warnings)
 	}
 }
+
+// The config file the README shows is read as it says.
+func TestReadmeConfigExample(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(readme), "```yaml\n# luaop.yaml")
+	if !ok {
+		t.Fatal("README.md has no luaop.yaml example")
+	}
+	block, _, _ = strings.Cut("# luaop.yaml"+block, "```")
+	file := filepath.Join(t.TempDir(), "luaop.yaml")
+	if err := os.WriteFile(file, []byte(block), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := parseSettings(t, "--config", file)
+	if err != nil {
+		t.Fatalf("the README's config file: %v", err)
+	}
+	if strings.Join(s.Namespaces, " ") != "team-a team-* !team-tmp" || s.Workers != 32 || s.LogLevel != "debug" || s.HandlerTimeout != time.Minute {
+		t.Errorf("the README's config file read as %+v", s)
+	}
+}
