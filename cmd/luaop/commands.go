@@ -365,7 +365,15 @@ func serveEndpoints(ctx context.Context, log *slog.Logger, s settings, op *opera
 
 func healthMux(op *operator.Operator, elector *leader.Elector, webhooks *admission.Webhooks) *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/debug", debugHandler(op.Debug))
+	mux.HandleFunc("/debug", debugHandler(op.Debug, func() string {
+		switch {
+		case elector == nil:
+			return ""
+		case elector.IsLeader():
+			return "leader"
+		}
+		return "standby"
+	}))
 	// /healthz answers with the on.probe handlers' results (kopf's liveness probes).
 	// Probe bounds them by its probe deadline (800ms, below the kubelet's 1s default)
 	// under the request's context: a probe that does not finish in time is reported

@@ -152,6 +152,9 @@ func TestRunServesHealthReadinessDebugAndMetrics(t *testing.T) {
 	if d := doc.Daemons[0]; d.Resource != "monitors.examples.luaop.dev" || d.Namespace != ns || d.Name != "m" || d.Handler != "watcher" {
 		t.Errorf("/debug daemon = %+v", d)
 	}
+	if doc.Election != "leader" {
+		t.Errorf("/debug election = %q, want leader (--leader-elect, and no other replica)", doc.Election)
+	}
 	if doc.ScriptsHash == "" || len(doc.Handlers) < 6 || doc.LastReload == nil || !doc.LastReload.OK {
 		t.Errorf("/debug lacks the scripts' hash, the handlers or the last reload: %+v", doc)
 	}

@@ -18,16 +18,19 @@ import (
 // debugDoc is the document /debug serves: the operator's Debug and its version.
 type debugDoc struct {
 	Version string `json:"version"`
+	// Election is "leader" or "standby" with --leader-elect, else empty: a standby
+	// handles nothing, so its objects, daemons and timers are empty.
+	Election string `json:"election,omitempty"`
 	operator.Debug
 }
 
 // debugHandler serves /debug: what the operator is doing now, as JSON.
-func debugHandler(debug func() operator.Debug) http.HandlerFunc {
+func debugHandler(debug func() operator.Debug, election func() string) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(debugDoc{Version: luaopVersion(), Debug: debug()})
+		_ = enc.Encode(debugDoc{Version: luaopVersion(), Election: election(), Debug: debug()})
 	}
 }
 
@@ -102,6 +105,12 @@ func printStatus(out io.Writer, d debugDoc, now time.Time) {
 		ready = "not ready (scripts not loaded, or initial listing not processed)"
 	}
 	fmt.Fprintf(out, "luaop %s: %s\n", d.Version, ready)
+	switch d.Election {
+	case "leader":
+		fmt.Fprintln(out, "leader: this replica handles the objects")
+	case "standby":
+		fmt.Fprintln(out, "standby: this replica waits for the Lease and handles nothing; ask the leader (its pod holds the Lease)")
+	}
 	fmt.Fprintf(out, "scripts %s\n", d.ScriptsHash)
 	if r := d.LastReload; r != nil {
 		result := "ok"

@@ -13,7 +13,7 @@ import (
 func TestPrintStatus(t *testing.T) {
 	now := time.Date(2026, 11, 30, 16, 0, 0, 0, time.UTC)
 	at := func(d time.Duration) *time.Time { t := now.Add(d); return &t }
-	doc := debugDoc{Version: "v1.2.3", Debug: operator.Debug{
+	doc := debugDoc{Version: "v1.2.3", Election: "leader", Debug: operator.Debug{
 		Ready:       true,
 		ScriptsHash: "abc123",
 		Handlers: []operator.DebugHandler{
@@ -36,6 +36,7 @@ func TestPrintStatus(t *testing.T) {
 	printStatus(&out, doc, now)
 	for _, want := range []string{
 		"luaop v1.2.3: ready",
+		"leader: this replica handles the objects",
 		"scripts abc123",
 		"last reload 3m0s ago: FAILED (the previous scripts keep running) widgets.lua",
 		"  widgets.lua:7: '=' expected near 'end'",
