@@ -45,7 +45,10 @@
 //
 // Webhooks.Register adds a Handler whose Admit is a Go function (for example a
 // validator of the operator's own scripts ConfigMap): it is served and synced like
-// the Lua handlers, with the rules it gives. Concurrency: the Server and the Syncer
+// the Lua handlers, with the rules it gives (and its own selectors; the operator's
+// namespaceSelector is not added). Its path is /<kind>/<ID>: give it an ID no
+// script uses (a Go handler wins over a script's handler of the same path).
+// Concurrency: the Server and the Syncer
 // keep their state behind atomic pointers and one leaf mutex; no lock is held while
 // a handler runs or the API server is called.
 package admission

@@ -165,3 +165,28 @@ func TestSecretCertificatesShared(t *testing.T) {
 		t.Errorf("nor for loopback: %v", err)
 	}
 }
+
+// A Go handler (a validator of the operator's own ConfigMap, say) is synced with
+// the rules and selectors it gives: no discovery, no namespaceSelector of its own.
+func TestSyncGoHandler(t *testing.T) {
+	s, client := testSyncer(t)
+	ctx := context.Background()
+	scope := admissionregistrationv1.NamespacedScope
+	h := Handler{ID: "scripts-configmap", Kind: causes.KindValidate, Timeout: 5e9,
+		Rules: []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{"CREATE", "UPDATE"},
+			Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}, Scope: &scope}}},
+		ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/name": "luaop"}},
+		Admit:          func(context.Context, Request) (Response, error) { return Response{Allowed: true}, nil }}
+	if _, err := s.Sync(ctx, []Handler{h}); err != nil {
+		t.Fatal(err)
+	}
+	vc, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "ops.example.com.validate", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := vc.Webhooks[0]
+	got := fmt.Sprint(w.Name, " ", *w.ClientConfig.URL, " ", w.Rules[0].Resources, " ", *w.TimeoutSeconds, " ", w.ObjectSelector.MatchLabels, " ", len(w.NamespaceSelector.MatchExpressions))
+	if want := "scripts-configmap.validate.ops.example.com https://127.0.0.1:9443/validate/scripts-configmap [configmaps] 5 map[app.kubernetes.io/name:luaop] 0"; got != want {
+		t.Errorf("webhook\n got %s\nwant %s", got, want)
+	}
+}
