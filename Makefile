@@ -4,7 +4,7 @@ CACHE ?= $(or $(LUAOP_CACHE),$(HOME)/.cache/luaop)
 BIN := $(CURDIR)/bin
 GO_TEST_FLAGS ?= -race -count=1 -timeout 40m
 
-.PHONY: dev test unit cluster cluster-down build image bench bench-daemons bench-sleep bench-reload soak
+.PHONY: dev test unit lint cluster cluster-down build image bench bench-daemons bench-sleep bench-reload soak
 
 # The version printed by `luaop --version` and `luaop version`.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
@@ -27,12 +27,19 @@ dev: build
 	echo "[dev] cluster: $$KUBECONFIG"; \
 	exec $(BIN)/luaop dev --apply scripts/examples/crds --apply scripts/examples/objects scripts/examples
 
-# The whole test suite against a dedicated local control plane, started and stopped here.
-test:
+# The whole test suite against a dedicated local control plane, started and stopped here,
+# after the linters.
+test: lint
 	localcluster/with-cluster.sh go test $(GO_TEST_FLAGS) ./...
 
+# go vet and staticcheck (pinned in tools/go.mod, built into bin/), both must be clean.
+lint:
+	go vet ./...
+	go build -C tools -o $(BIN)/staticcheck honnef.co/go/tools/cmd/staticcheck
+	$(BIN)/staticcheck ./...
+
 # Pure-logic tests only: no cluster needed.
-unit:
+unit: lint
 	LUAOP_TEST_NO_CLUSTER=1 go test $(GO_TEST_FLAGS) ./...
 
 cluster:

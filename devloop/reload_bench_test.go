@@ -32,7 +32,7 @@ luaop.on.create("example.com/v1/things%d", function(ctx) return %d end, { id = "
 			}
 			rt := luabind.New(luabind.Options{})
 			defer rt.Close()
-			ctx, cancel := context.WithCancel(context.Background())
+			ctx, cancel := context.WithCancel(b.Context())
 			defer cancel()
 			initial, changes, err := Watch(ctx, dir, WatcherOptions{})
 			if err != nil {

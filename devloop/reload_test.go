@@ -11,7 +11,7 @@ import (
 // Latency ends when the new handlers are active (the end of the load's Took), not
 // when the loader returns after scheduling work of its own; Total ends there.
 func TestReloadLatencyEndsAtTheSwap(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	changes := make(chan Change, 1)
 	events := make(chan ReloadEvent, 1)

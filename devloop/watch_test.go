@@ -59,7 +59,7 @@ func startWith(t testing.TB, dir string, opts WatcherOptions, newNotifier func()
 	if opts.Logger == nil {
 		opts.Logger = testLogger(t)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	initial, ch, err := watch(ctx, dir, opts, newNotifier)
 	if err != nil {
 		cancel()
@@ -573,7 +573,7 @@ func TestWatchCancelClosesChannel(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
 			writeFile(t, dir, "widgets.lua", "return 1")
-			ctx, cancel := context.WithCancel(context.Background())
+			ctx, cancel := context.WithCancel(t.Context())
 			_, ch, err := Watch(ctx, dir, WatcherOptions{ForcePolling: polling, PollInterval: 50 * time.Millisecond,
 				Logger: testLogger(t)})
 			must(t, err)
@@ -607,7 +607,7 @@ func TestHashAndDiff(t *testing.T) {
 	if hashScripts(s("ab", "c")) == hashScripts(s("a", "bc")) {
 		t.Error("name/content boundary not part of the hash")
 	}
-	if hashScripts(s("a", "1", "b", "2")) != hashScripts(s("a", "1", "b", "2")) {
+	if first, again := hashScripts(s("a", "1", "b", "2")), hashScripts(s("a", "1", "b", "2")); first != again {
 		t.Error("hash not deterministic")
 	}
 	got := diffScripts(s("a", "1", "b", "2", "d", "4"), s("b", "2", "c", "3", "d", "5"))

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -19,7 +18,7 @@ import (
 
 func mergePatch(t *testing.T, gvr schema.GroupVersionResource, ns, name, patch string) {
 	t.Helper()
-	if _, err := env.Dynamic.Resource(gvr).Namespace(ns).Patch(context.Background(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+	if _, err := env.Dynamic.Resource(gvr).Namespace(ns).Patch(t.Context(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatalf("patching %s/%s with %s: %v", ns, name, patch, err)
 	}
 }
@@ -27,12 +26,10 @@ func mergePatch(t *testing.T, gvr schema.GroupVersionResource, ns, name, patch s
 func waitGone(t *testing.T, gvr schema.GroupVersionResource, ns, name string) {
 	t.Helper()
 	testcluster.Eventually(t, 15*time.Second, func() (bool, string) {
-		_, err := env.Dynamic.Resource(gvr).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
+		_, err := env.Dynamic.Resource(gvr).Namespace(ns).Get(t.Context(), name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), fmt.Sprintf("%s/%s still exists (err=%v)", ns, name, err)
 	})
 }
-
-func annotations(obj *unstructured.Unstructured) map[string]string { return obj.GetAnnotations() }
 
 // An update handler gets old, new and the diff; the operator's own status writes and
 // annotations never count as changes (no update cause from them).

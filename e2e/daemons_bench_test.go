@@ -101,6 +101,7 @@ func daemonCounts(b *testing.B) []int {
 // One measurement per run, whatever b.N (the setup is the work). Run: make
 // bench-daemons.
 func BenchmarkIdleDaemons(b *testing.B) {
+	env.Require(b)
 	for _, n := range daemonCounts(b) {
 		b.Run(fmt.Sprintf("daemons=%d", n), func(b *testing.B) { idleDaemons(b, n) })
 	}
@@ -116,7 +117,7 @@ func idleDaemons(b *testing.B, objects int) {
 			defer wg.Done()
 			for i := range names {
 				obj := mustYAML(nil, fmt.Sprintf("{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w%d}, spec: {size: 1}}", i))
-				if _, err := env.Dynamic.Resource(widgets).Namespace(ns).Create(context.Background(), obj, metav1.CreateOptions{}); err != nil {
+				if _, err := env.Dynamic.Resource(widgets).Namespace(ns).Create(b.Context(), obj, metav1.CreateOptions{}); err != nil {
 					b.Error(err)
 				}
 			}
@@ -164,7 +165,7 @@ func idleDaemons(b *testing.B, objects int) {
 		go func() {
 			defer rel.Done()
 			for i := range idx {
-				_, _ = env.Dynamic.Resource(widgets).Namespace(ns).Patch(context.Background(), fmt.Sprintf("w%d", i),
+				_, _ = env.Dynamic.Resource(widgets).Namespace(ns).Patch(b.Context(), fmt.Sprintf("w%d", i),
 					types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
 			}
 		}()

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -42,7 +41,7 @@ func TestRetryingHandlerEventsAreRateLimited(t *testing.T) {
 	// Events are written asynchronously: wait for the success one (a Normal Event, not
 	// limited by the Warning burst), then for the writes to settle.
 	events := func() []corev1.Event {
-		list, err := env.Kube.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+		list, err := env.Kube.CoreV1().Events(ns).List(t.Context(), metav1.ListOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

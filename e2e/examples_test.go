@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -34,7 +33,7 @@ func TestExampleGeneratorOwnsItsConfigMap(t *testing.T) {
 	startExamples(t, ns)
 	gen := create(t, generators, ns, "{apiVersion: examples.luaop.dev/v1, kind: Generator, metadata: {name: g}, spec: {data: {a: one}}}")
 	waitField(t, generators, ns, "g", "status.configmap.configmap", "g-generated")
-	cm, err := env.Kube.CoreV1().ConfigMaps(ns).Get(context.Background(), "g-generated", metav1.GetOptions{})
+	cm, err := env.Kube.CoreV1().ConfigMaps(ns).Get(t.Context(), "g-generated", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,16 +43,16 @@ func TestExampleGeneratorOwnsItsConfigMap(t *testing.T) {
 	}
 	mergePatch(t, generators, ns, "g", `{"spec":{"data":{"a":"two","b":"three"}}}`)
 	testcluster.Eventually(t, 10*time.Second, func() (bool, string) {
-		cm, _ := env.Kube.CoreV1().ConfigMaps(ns).Get(context.Background(), "g-generated", metav1.GetOptions{})
+		cm, _ := env.Kube.CoreV1().ConfigMaps(ns).Get(t.Context(), "g-generated", metav1.GetOptions{})
 		return cm != nil && cm.Data["a"] == "two" && cm.Data["b"] == "three", fmt.Sprintf("ConfigMap not synced: %v", cm)
 	})
-	if err := env.Dynamic.Resource(generators).Namespace(ns).Delete(context.Background(), "g", metav1.DeleteOptions{}); err != nil {
+	if err := env.Dynamic.Resource(generators).Namespace(ns).Delete(t.Context(), "g", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// kube-controller-manager's garbage collector rediscovers resources every 30 s:
 	// on a fresh cluster it may not watch the Generator CRD yet.
 	testcluster.Eventually(t, 75*time.Second, func() (bool, string) {
-		_, err := env.Kube.CoreV1().ConfigMaps(ns).Get(context.Background(), "g-generated", metav1.GetOptions{})
+		_, err := env.Kube.CoreV1().ConfigMaps(ns).Get(t.Context(), "g-generated", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), "the ConfigMap was not garbage-collected with its owner"
 	})
 }
@@ -65,15 +64,15 @@ func TestExampleTenantCleanupOnDelete(t *testing.T) {
 	create(t, tenants, ns, fmt.Sprintf("{apiVersion: examples.luaop.dev/v1, kind: Tenant, metadata: {name: acme}, spec: {registry: %s}}", ns))
 	key := ns + ".acme"
 	waitField(t, tenants, ns, "acme", "status.register.registered", key)
-	cm, err := env.Kube.CoreV1().ConfigMaps(ns).Get(context.Background(), "tenant-registry", metav1.GetOptions{})
+	cm, err := env.Kube.CoreV1().ConfigMaps(ns).Get(t.Context(), "tenant-registry", metav1.GetOptions{})
 	if err != nil || cm.Data[key] == "" {
 		t.Fatalf("registry %v (err %v): want an entry %s", cm, err, key)
 	}
-	if err := env.Dynamic.Resource(tenants).Namespace(ns).Delete(context.Background(), "acme", metav1.DeleteOptions{}); err != nil {
+	if err := env.Dynamic.Resource(tenants).Namespace(ns).Delete(t.Context(), "acme", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitGone(t, tenants, ns, "acme")
-	cm, err = env.Kube.CoreV1().ConfigMaps(ns).Get(context.Background(), "tenant-registry", metav1.GetOptions{})
+	cm, err = env.Kube.CoreV1().ConfigMaps(ns).Get(t.Context(), "tenant-registry", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,11 +109,11 @@ func TestExampleMonitorDaemon(t *testing.T) {
 	op := startExamples(t, ns)
 	create(t, monitors, ns, "{apiVersion: examples.luaop.dev/v1, kind: Monitor, metadata: {name: m}, spec: {configmap: target, period: 0.2}}")
 	waitField(t, monitors, ns, "m", "status.found", false)
-	if _, err := env.Kube.CoreV1().ConfigMaps(ns).Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "target"}}, metav1.CreateOptions{}); err != nil {
+	if _, err := env.Kube.CoreV1().ConfigMaps(ns).Create(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "target"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitField(t, monitors, ns, "m", "status.found", true)
-	if err := env.Dynamic.Resource(monitors).Namespace(ns).Delete(context.Background(), "m", metav1.DeleteOptions{}); err != nil {
+	if err := env.Dynamic.Resource(monitors).Namespace(ns).Delete(t.Context(), "m", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitGone(t, monitors, ns, "m")
@@ -128,7 +127,7 @@ func TestExampleQuotaTimer(t *testing.T) {
 	ns := env.Namespace(t)
 	startExamples(t, ns)
 	for _, name := range []string{"a", "b"} {
-		if _, err := env.Kube.CoreV1().ConfigMaps(ns).Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		if _, err := env.Kube.CoreV1().ConfigMaps(ns).Create(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -137,7 +136,7 @@ func TestExampleQuotaTimer(t *testing.T) {
 	// so count what is there rather than assume.
 	obj := waitField(t, quotas, ns, "q", "status.usage.over", true)
 	used := obj.Object["status"].(map[string]any)["usage"].(map[string]any)["used"].(int64)
-	list, _ := env.Kube.CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{})
+	list, _ := env.Kube.CoreV1().ConfigMaps(ns).List(t.Context(), metav1.ListOptions{})
 	if used < 2 || used > int64(len(list.Items)) {
 		t.Errorf("usage.used = %d, the namespace has %d ConfigMaps", used, len(list.Items))
 	}

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -97,7 +96,7 @@ func TestSleepingHandlerDoesNotDelayAnotherObjectOnItsShard(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: fast}, spec: {size: 1}}")
 	testcluster.Eventually(t, 10*time.Second, func() (bool, string) {
-		fast, err := env.Dynamic.Resource(widgets).Namespace(ns).Get(context.Background(), "fast", metav1.GetOptions{})
+		fast, err := env.Dynamic.Resource(widgets).Namespace(ns).Get(t.Context(), "fast", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"regexp"
 	"slices"
@@ -64,7 +63,7 @@ func TestSpecChangesUnderConcurrentDaemonWritesAreNeverSwallowed(t *testing.T) {
 	const last = 40
 	for i := 1; i <= last; i++ {
 		patch := fmt.Sprintf(`{"spec":{"size":%d}}`, i)
-		if _, err := env.Dynamic.Resource(widgets).Namespace(ns).Patch(context.Background(), "w", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		if _, err := env.Dynamic.Resource(widgets).Namespace(ns).Patch(t.Context(), "w", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(time.Duration(i%4) * 15 * time.Millisecond) // some patches land mid-cause, some between

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -18,7 +17,7 @@ import (
 
 func patchGadget(t *testing.T, ns, name, patch string) {
 	t.Helper()
-	if _, err := env.Dynamic.Resource(gadgets).Namespace(ns).Patch(context.Background(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+	if _, err := env.Dynamic.Resource(gadgets).Namespace(ns).Patch(t.Context(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatalf("patching %s: %v", name, err)
 	}
 }
@@ -127,7 +126,7 @@ func TestDeletingObjectIsFoundInItsIndexUntilGone(t *testing.T) {
 		f := get(t, gadgets, ns, "g").GetFinalizers()
 		return len(f) == 2, fmt.Sprintf("waiting for luaop's finalizer: %v", f)
 	})
-	if err := env.Dynamic.Resource(gadgets).Namespace(ns).Delete(context.Background(), "g", metav1.DeleteOptions{}); err != nil {
+	if err := env.Dynamic.Resource(gadgets).Namespace(ns).Delete(t.Context(), "g", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	logged := func(what string) {
@@ -144,7 +143,7 @@ func TestDeletingObjectIsFoundInItsIndexUntilGone(t *testing.T) {
 	lookup := func(name string) {
 		t.Helper()
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"gadget": "g"}}
-		if _, err := env.Kube.CoreV1().ConfigMaps(ns).Create(context.Background(), cm, metav1.CreateOptions{}); err != nil {
+		if _, err := env.Kube.CoreV1().ConfigMaps(ns).Create(t.Context(), cm, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -152,7 +151,7 @@ func TestDeletingObjectIsFoundInItsIndexUntilGone(t *testing.T) {
 	logged("LOOKUP while-deleting 1")
 	patchGadget(t, ns, "g", `{"metadata":{"finalizers":null}}`)
 	testcluster.Eventually(t, 15*time.Second, func() (bool, string) {
-		_, err := env.Dynamic.Resource(gadgets).Namespace(ns).Get(context.Background(), "g", metav1.GetOptions{})
+		_, err := env.Dynamic.Resource(gadgets).Namespace(ns).Get(t.Context(), "g", metav1.GetOptions{})
 		return err != nil, "the gadget is still there"
 	})
 	time.Sleep(time.Second) // the DELETED event reaches the operator
@@ -178,7 +177,7 @@ func TestLoggerInfoIsPostedAsAnEventOfTheObject(t *testing.T) {
 	create(t, gadgets, ns, "{apiVersion: e2e.luaop.dev/v1, kind: Gadget, metadata: {name: g}, spec: {size: 3}}")
 	var seen []string
 	testcluster.Eventually(t, 20*time.Second, func() (bool, string) {
-		list, err := env.Kube.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+		list, err := env.Kube.CoreV1().Events(ns).List(t.Context(), metav1.ListOptions{})
 		if err != nil {
 			return false, err.Error()
 		}

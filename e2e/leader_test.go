@@ -58,7 +58,7 @@ func startElected(t *testing.T, ns, name string, keepLease bool) *electedInstanc
 	if err != nil {
 		t.Fatalf("creating operator %s: %v", name, err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	in.stop = cancel
 	opts := leader.Options{
 		Namespace: ns, Name: leaseName, Identity: name,
@@ -104,7 +104,7 @@ func (in *electedInstance) waitLog(t *testing.T, timeout time.Duration, text str
 
 func leaseHolder(t *testing.T, ns string) string {
 	t.Helper()
-	lease, err := env.Kube.CoordinationV1().Leases(ns).Get(context.Background(), leaseName, metav1.GetOptions{})
+	lease, err := env.Kube.CoordinationV1().Leases(ns).Get(t.Context(), leaseName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("getting the lease: %v", err)
 	}
@@ -176,13 +176,13 @@ func TestLeaderElectionHandover(t *testing.T) {
 	// Another instance takes the lease: c cannot renew, stops its operator, and
 	// Run tells the process to exit.
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		lease, err := env.Kube.CoordinationV1().Leases(ns).Get(context.Background(), leaseName, metav1.GetOptions{})
+		lease, err := env.Kube.CoordinationV1().Leases(ns).Get(t.Context(), leaseName, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		holder, seconds, now := "intruder", int32(60), metav1.NewMicroTime(time.Now())
 		lease.Spec.HolderIdentity, lease.Spec.LeaseDurationSeconds, lease.Spec.RenewTime = &holder, &seconds, &now
-		_, err = env.Kube.CoordinationV1().Leases(ns).Update(context.Background(), lease, metav1.UpdateOptions{})
+		_, err = env.Kube.CoordinationV1().Leases(ns).Update(t.Context(), lease, metav1.UpdateOptions{})
 		return err
 	})
 	if err != nil {

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -16,7 +15,7 @@ import (
 
 func deleteObject(t *testing.T, ns, name string) {
 	t.Helper()
-	if err := env.Dynamic.Resource(widgets).Namespace(ns).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+	if err := env.Dynamic.Resource(widgets).Namespace(ns).Delete(t.Context(), name, metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("deleting %s/%s: %v", ns, name, err)
 	}
 }
@@ -228,7 +227,7 @@ func TestHandlerOutcomesArePostedAsEvents(t *testing.T) {
 	`)})
 	create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w}, spec: {size: 1}}")
 	testcluster.Eventually(t, 15*time.Second, func() (bool, string) {
-		list, err := env.Kube.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+		list, err := env.Kube.CoreV1().Events(ns).List(t.Context(), metav1.ListOptions{})
 		if err != nil {
 			return false, err.Error()
 		}

@@ -4,7 +4,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
@@ -57,7 +56,7 @@ func create(t *testing.T, gvr schema.GroupVersionResource, ns, yaml string) *uns
 	if err != nil || len(docs) != 1 {
 		t.Fatalf("bad test YAML: %v", err)
 	}
-	obj, err := env.Dynamic.Resource(gvr).Namespace(ns).Create(context.Background(), docs[0], metav1.CreateOptions{})
+	obj, err := env.Dynamic.Resource(gvr).Namespace(ns).Create(t.Context(), docs[0], metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("creating %s: %v", docs[0].GetName(), err)
 	}
@@ -66,7 +65,7 @@ func create(t *testing.T, gvr schema.GroupVersionResource, ns, yaml string) *uns
 
 func get(t *testing.T, gvr schema.GroupVersionResource, ns, name string) *unstructured.Unstructured {
 	t.Helper()
-	obj, err := env.Dynamic.Resource(gvr).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
+	obj, err := env.Dynamic.Resource(gvr).Namespace(ns).Get(t.Context(), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("getting %s/%s: %v", ns, name, err)
 	}
@@ -80,7 +79,7 @@ func waitField(t *testing.T, gvr schema.GroupVersionResource, ns, name, path str
 	var obj *unstructured.Unstructured
 	testcluster.Eventually(t, 15*time.Second, func() (bool, string) {
 		var err error
-		obj, err = env.Dynamic.Resource(gvr).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
+		obj, err = env.Dynamic.Resource(gvr).Namespace(ns).Get(t.Context(), name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -169,7 +168,7 @@ func waitHandled(t *testing.T, gvr schema.GroupVersionResource, ns, name, want s
 	var obj *unstructured.Unstructured
 	testcluster.Eventually(t, 15*time.Second, func() (bool, string) {
 		var err error
-		obj, err = env.Dynamic.Resource(gvr).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
+		obj, err = env.Dynamic.Resource(gvr).Namespace(ns).Get(t.Context(), name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -183,7 +182,7 @@ func waitHandled(t *testing.T, gvr schema.GroupVersionResource, ns, name, want s
 // during d: how many writes handling it cost.
 func modificationsWithin(t *testing.T, gvr schema.GroupVersionResource, ns string, obj *unstructured.Unstructured, d time.Duration) int {
 	t.Helper()
-	w, err := env.Dynamic.Resource(gvr).Namespace(ns).Watch(context.Background(), metav1.ListOptions{
+	w, err := env.Dynamic.Resource(gvr).Namespace(ns).Watch(t.Context(), metav1.ListOptions{
 		FieldSelector: "metadata.name=" + obj.GetName(), ResourceVersion: obj.GetResourceVersion()})
 	if err != nil {
 		t.Fatal(err)

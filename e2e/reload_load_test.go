@@ -251,7 +251,7 @@ func runReloadUnderLoad(t testing.TB, n, updates int, saveEvery time.Duration, e
 		}
 	}()
 
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	_, changes, err := devloop.Watch(ctx, dir, devloop.WatcherOptions{})
 	if err != nil {
@@ -315,9 +315,9 @@ func runReloadUnderLoad(t testing.TB, n, updates int, saveEvery time.Duration, e
 				var err error
 				if it.size == 1 {
 					obj := mustYAML(t, fmt.Sprintf("{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: %s}, spec: {size: 1}}", name))
-					_, err = env.Dynamic.Resource(widgets).Namespace(ns).Create(context.Background(), obj, metav1.CreateOptions{})
+					_, err = env.Dynamic.Resource(widgets).Namespace(ns).Create(t.Context(), obj, metav1.CreateOptions{})
 				} else {
-					_, err = env.Dynamic.Resource(widgets).Namespace(ns).Patch(context.Background(), name, types.MergePatchType,
+					_, err = env.Dynamic.Resource(widgets).Namespace(ns).Patch(t.Context(), name, types.MergePatchType,
 						[]byte(fmt.Sprintf(`{"spec":{"size":%d}}`, it.size)), metav1.PatchOptions{})
 				}
 				if err != nil {
@@ -337,7 +337,7 @@ func runReloadUnderLoad(t testing.TB, n, updates int, saveEvery time.Duration, e
 		// reaches an object before its creation is recorded is another matter (see
 		// the eager flag), not a reload's.
 		testcluster.Eventually(t, 5*time.Minute, func() (bool, string) {
-			list, err := env.Dynamic.Resource(widgets).Namespace(ns).List(context.Background(), metav1.ListOptions{})
+			list, err := env.Dynamic.Resource(widgets).Namespace(ns).List(t.Context(), metav1.ListOptions{})
 			if err != nil {
 				return false, err.Error()
 			}
@@ -369,7 +369,7 @@ func runReloadUnderLoad(t testing.TB, n, updates int, saveEvery time.Duration, e
 	// Settle: every object handled at its final size.
 	final := 1 + updates
 	testcluster.Eventually(t, 5*time.Minute, func() (bool, string) {
-		list, err := env.Dynamic.Resource(widgets).Namespace(ns).List(context.Background(), metav1.ListOptions{})
+		list, err := env.Dynamic.Resource(widgets).Namespace(ns).List(t.Context(), metav1.ListOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -401,7 +401,7 @@ func runReloadUnderLoad(t testing.TB, n, updates int, saveEvery time.Duration, e
 	<-reloaded
 
 	// Read the results while the operator still runs: no daemon may have stopped.
-	list, err := env.Dynamic.Resource(widgets).Namespace(ns).List(context.Background(), metav1.ListOptions{})
+	list, err := env.Dynamic.Resource(widgets).Namespace(ns).List(t.Context(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -447,7 +447,7 @@ func runReloadUnderLoad(t testing.TB, n, updates int, saveEvery time.Duration, e
 	_ = op.Stop()
 	stopped = true
 	for _, o := range list.Items {
-		_, _ = env.Dynamic.Resource(widgets).Namespace(ns).Patch(context.Background(), o.GetName(),
+		_, _ = env.Dynamic.Resource(widgets).Namespace(ns).Patch(t.Context(), o.GetName(),
 			types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
 	}
 
@@ -519,6 +519,7 @@ func runReloadUnderLoad(t testing.TB, n, updates int, saveEvery time.Duration, e
 // stale ctx.old; this happens without any reload too (LUAOP_TEST_NO_RELOAD=1), so
 // it is a matter of processing, left to it (issue 18's report).
 func TestReloadUnderLoad(t *testing.T) {
+	env.Require(t)
 	every := time.Second
 	if os.Getenv("LUAOP_TEST_NO_RELOAD") != "" {
 		every = 0
@@ -556,6 +557,7 @@ func rulCheckStalls(t testing.TB, fig rulFigures) {
 // checks as TestReloadUnderLoad, and the figures as metrics. One measurement per
 // run, whatever b.N. Run: make bench-reload.
 func BenchmarkReloadUnderLoad(b *testing.B) {
+	env.Require(b)
 	n := 10000
 	if v, err := strconv.Atoi(os.Getenv("LUAOP_BENCH_OBJECTS")); err == nil && v > 0 {
 		n = v

@@ -59,7 +59,7 @@ func TestHotReloadKeepsMemosAndUnchangedDaemons(t *testing.T) {
 	write("b.lua", strings.ReplaceAll(changingScript, "VERSION", "v1"))
 
 	op := startWith(t, ns, operator.Options{ScriptsDir: dir})
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	_, changes, err := devloop.Watch(ctx, dir, devloop.WatcherOptions{})
 	if err != nil {

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"regexp"
 	"strings"
@@ -22,6 +21,7 @@ import (
 // that log each run; created, updated and then all deleted at once, in both storage
 // modes. Every handler must run exactly once per cause.
 func TestSucceededHandlersNeverRunAgainUnderDaemonWrites(t *testing.T) {
+	env.Require(t)
 	const n = 200
 	for _, mode := range []string{"annotations", "status"} {
 		t.Run(mode, func(t *testing.T) {
@@ -53,7 +53,7 @@ func TestSucceededHandlersNeverRunAgainUnderDaemonWrites(t *testing.T) {
 			op := startWith(t, ns, opts)
 			client := env.Dynamic.Resource(widgets).Namespace(ns)
 			parallel(t, n, func(i int) error {
-				_, err := client.Create(context.Background(), mustYAML(t, fmt.Sprintf(
+				_, err := client.Create(t.Context(), mustYAML(t, fmt.Sprintf(
 					"{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w%03d}, spec: {size: 1}}", i)), metav1.CreateOptions{})
 				return err
 			})
@@ -63,7 +63,7 @@ func TestSucceededHandlersNeverRunAgainUnderDaemonWrites(t *testing.T) {
 			})
 			time.Sleep(300 * time.Millisecond) // daemons write meanwhile
 			parallel(t, n, func(i int) error {
-				_, err := client.Patch(context.Background(), fmt.Sprintf("w%03d", i), "application/merge-patch+json", []byte(`{"spec":{"size":2}}`), metav1.PatchOptions{})
+				_, err := client.Patch(t.Context(), fmt.Sprintf("w%03d", i), "application/merge-patch+json", []byte(`{"spec":{"size":2}}`), metav1.PatchOptions{})
 				return err
 			})
 			testcluster.Eventually(t, 90*time.Second, func() (bool, string) {
@@ -71,11 +71,11 @@ func TestSucceededHandlersNeverRunAgainUnderDaemonWrites(t *testing.T) {
 				return c >= n, fmt.Sprintf("%d of %d updated", c, n)
 			})
 			time.Sleep(300 * time.Millisecond)
-			if err := client.DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+			if err := client.DeleteCollection(t.Context(), metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			testcluster.Eventually(t, 90*time.Second, func() (bool, string) {
-				list, err := client.List(context.Background(), metav1.ListOptions{})
+				list, err := client.List(t.Context(), metav1.ListOptions{})
 				if err != nil {
 					return false, err.Error()
 				}

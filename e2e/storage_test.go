@@ -49,6 +49,7 @@ func TestDefaultStorageIsOneStatusPatchWhereTheSchemaKeepsIt(t *testing.T) {
 // never runs a handler again: objects handled in one storage are read from it by an
 // operator using the other, and their bookkeeping moves on the next change.
 func TestSwitchingStorageNeverRunsAHandlerAgain(t *testing.T) {
+	env.Require(t)
 	for _, from := range []processing.StorageMode{processing.StorageAnnotations, processing.StorageStatus} {
 		to := processing.StorageStatus
 		if from == processing.StorageStatus {

@@ -36,19 +36,19 @@ func TestCRDInstalledAfterStartIsPickedUp(t *testing.T) {
 		"schema":{"openAPIV3Schema":{"type":"object","x-kubernetes-preserve-unknown-fields":true}}}]}}`, group)
 	docs, _ := testcluster.DecodeYAML(strings.NewReader(crd))
 	crdGVR := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-	if _, err := env.Dynamic.Resource(crdGVR).Create(context.Background(), docs[0], metav1.CreateOptions{}); err != nil {
+	if _, err := env.Dynamic.Resource(crdGVR).Create(t.Context(), docs[0], metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		_ = env.Dynamic.Resource(crdGVR).Delete(context.Background(), docs[0].GetName(), metav1.DeleteOptions{})
 	})
 	testcluster.Eventually(t, 20*time.Second, func() (bool, string) {
-		_, err := env.Dynamic.Resource(gvr).Namespace(ns).Create(context.Background(), mustYAML(t,
+		_, err := env.Dynamic.Resource(gvr).Namespace(ns).Create(t.Context(), mustYAML(t,
 			fmt.Sprintf("{apiVersion: %s/v1, kind: Latecomer, metadata: {name: l1}}", group)), metav1.CreateOptions{})
 		return err == nil, fmt.Sprintf("creating the first object: %v", err)
 	})
 	testcluster.Eventually(t, 20*time.Second, func() (bool, string) {
-		obj, err := env.Dynamic.Resource(gvr).Namespace(ns).Get(context.Background(), "l1", metav1.GetOptions{})
+		obj, err := env.Dynamic.Resource(gvr).Namespace(ns).Get(t.Context(), "l1", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}

@@ -1,7 +1,6 @@
 package kubeclient
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -98,7 +97,7 @@ func TestEventPostsAreRateLimitedAndAggregated(t *testing.T) {
 			c := &Client{Recorder: rec}
 			const posts = 100
 			for i := range posts {
-				if err := c.Event(context.Background(), widget(), "Warning", "Flaky", tc.message(i)); err != nil {
+				if err := c.Event(t.Context(), widget(), "Warning", "Flaky", tc.message(i)); err != nil {
 					t.Fatalf("post %d: %v", i, err)
 				}
 			}
@@ -122,7 +121,7 @@ func TestEventPostsAreRateLimitedAndAggregated(t *testing.T) {
 			if creates+patches > 30 {
 				t.Errorf("%d posts made %d creates and %d patches; want at most the burst of %d", posts, creates, patches, burst)
 			}
-			list, err := cs.CoreV1().Events("ns").List(context.Background(), metav1.ListOptions{})
+			list, err := cs.CoreV1().Events("ns").List(t.Context(), metav1.ListOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -171,7 +170,7 @@ func TestEventRefersToTheObjectAndTruncatesLongMessages(t *testing.T) {
 	rec := &captureRecorder{}
 	c := &Client{Recorder: rec}
 	long := strings.Repeat("x", 2500)
-	if err := c.Event(context.Background(), widget(), "Normal", "Done", long); err != nil {
+	if err := c.Event(t.Context(), widget(), "Normal", "Done", long); err != nil {
 		t.Fatal(err)
 	}
 	if len(rec.events) != 1 {
@@ -220,7 +219,7 @@ func TestEventChecksItsArguments(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &captureRecorder{}
 			c := &Client{Recorder: rec}
-			err := c.Event(context.Background(), tc.obj, tc.eventType, tc.reason, "m")
+			err := c.Event(t.Context(), tc.obj, tc.eventType, tc.reason, "m")
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %v, want one containing %q", err, tc.want)
 			}
@@ -235,10 +234,10 @@ func TestEventChecksItsArguments(t *testing.T) {
 // invalid one still fails, so scripts see their mistakes either way.
 func TestEventWithoutRecorderDoesNothing(t *testing.T) {
 	c := &Client{}
-	if err := c.Event(context.Background(), widget(), "Warning", "Flaky", "m"); err != nil {
+	if err := c.Event(t.Context(), widget(), "Warning", "Flaky", "m"); err != nil {
 		t.Errorf("a valid event without a recorder: %v", err)
 	}
-	if err := c.Event(context.Background(), widget(), "Bad", "Flaky", "m"); err == nil {
+	if err := c.Event(t.Context(), widget(), "Bad", "Flaky", "m"); err == nil {
 		t.Error("an invalid event without a recorder should still fail")
 	}
 }

@@ -137,7 +137,7 @@ type candidate struct {
 
 func startCandidate(t *testing.T, leases *fakeLeases, opts Options) *candidate {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	c := &candidate{e: newTestElector(t, leases, opts), cancel: cancel, started: make(chan struct{}), done: make(chan error, 1)}
 	go func() {
 		c.done <- c.e.Run(ctx, func(ctx context.Context) error {
@@ -315,7 +315,7 @@ func TestLeadReturns(t *testing.T) {
 	leases := &fakeLeases{}
 	boom := errors.New("boom")
 	e := newTestElector(t, leases, fastOptions("a", &syncBuffer{}))
-	err := e.Run(context.Background(), func(context.Context) error { return boom })
+	err := e.Run(t.Context(), func(context.Context) error { return boom })
 	if !errors.Is(err, boom) {
 		t.Errorf("Run: %v, want boom", err)
 	}
@@ -329,7 +329,7 @@ func TestStandbyStops(t *testing.T) {
 	leases := &fakeLeases{}
 	a := startCandidate(t, leases, fastOptions("a", &syncBuffer{}))
 	waitFor(t, a.started, 3*time.Second, "a did not lead")
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
 	called := false
 	err := newTestElector(t, leases, fastOptions("b", &syncBuffer{})).Run(ctx, func(context.Context) error { called = true; return nil })

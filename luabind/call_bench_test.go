@@ -1,7 +1,6 @@
 package luabind
 
 import (
-	"context"
 	"fmt"
 	"reflect"
 	"sync/atomic"
@@ -37,7 +36,7 @@ func benchSetup(b *testing.B, shards int) (*Runtime, map[string]any) {
 
 func benchInvoke(b *testing.B, id string, wantPatch map[string]any) {
 	rt, obj := benchSetup(b, 1)
-	ctx := context.Background()
+	ctx := b.Context()
 	call := causes.Call{Handler: rttSpec(b, rt, id), Cause: causes.Cause{Reason: causes.Update, Body: obj}}
 	replicas := obj["spec"].(map[string]any)["replicas"]
 	name := obj["metadata"].(map[string]any)["name"]
@@ -97,7 +96,7 @@ func BenchmarkInvoke5KBParallel(b *testing.B) {
 		call := causes.Call{Handler: spec, Cause: causes.Cause{Reason: causes.Update, Body: mine}}
 		for pb.Next() {
 			call.Patch = state.NewPatch()
-			if _, err := rt.Invoke(context.Background(), call); err != nil {
+			if _, err := rt.Invoke(b.Context(), call); err != nil {
 				b.Error(err)
 				return
 			}
@@ -108,7 +107,7 @@ func BenchmarkInvoke5KBParallel(b *testing.B) {
 // BenchmarkMatchWhen: a `when` filter reading two fields.
 func BenchmarkMatchWhen(b *testing.B) {
 	rt, obj := benchSetup(b, 1)
-	ctx := context.Background()
+	ctx := b.Context()
 	spec := rttSpec(b, rt, "when")
 	cause := causes.Cause{Reason: causes.Update, Body: obj}
 	if ok, err := rt.Match(ctx, spec, cause); err != nil || !ok {

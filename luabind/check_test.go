@@ -1,7 +1,6 @@
 package luabind
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,7 +26,7 @@ luaop.on.delete(R, function(ctx) end, { id = "greet" })
 		{Name: "b.lua", Source: []byte("local x = 7 // 2\n")},
 		{Name: "c.lua", Source: []byte("local y <const> = 1\n")},
 	}
-	rep := Check(context.Background(), scripts)
+	rep := Check(t.Context(), scripts)
 	var got []string
 	for _, p := range rep.Problems {
 		got = append(got, p.String())
@@ -55,7 +54,7 @@ luaop.on.delete(R, function(ctx) end, { id = "greet" })
 // What only running the scripts shows (an error raised at load, a timer without
 // interval) comes from the real load, with its file and line.
 func TestCheckReportsLoadErrors(t *testing.T) {
-	rep := Check(context.Background(), []Script{
+	rep := Check(t.Context(), []Script{
 		{Name: "ok.lua", Source: []byte("local luaop = require('luaop')\nluaop.on.create('v1/configmaps', function() end)\n")},
 		{Name: "t.lua", Source: []byte("local luaop = require('luaop')\n\nluaop.timer('v1/configmaps', function() end, {id = 'x'})\n")},
 	})
@@ -63,7 +62,7 @@ func TestCheckReportsLoadErrors(t *testing.T) {
 		!strings.Contains(rep.Problems[0].Message, "needs an interval or idle") {
 		t.Fatalf("problems: %v", rep.Problems)
 	}
-	rep = Check(context.Background(), []Script{{Name: "ok.lua", Source: []byte("local luaop = require('luaop')\nluaop.on.create('v1/configmaps', function() end)\n")}})
+	rep = Check(t.Context(), []Script{{Name: "ok.lua", Source: []byte("local luaop = require('luaop')\nluaop.on.create('v1/configmaps', function() end)\n")}})
 	if len(rep.Problems) != 0 || len(rep.Handlers) != 1 {
 		t.Fatalf("a good script: %+v", rep)
 	}

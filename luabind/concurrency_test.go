@@ -207,7 +207,7 @@ end, {id = "fast"})
 func TestBusyShardShortContextFailsPromptly(t *testing.T) {
 	rt := rttNew(t, Options{Shards: 1, HandlerTimeout: 20 * time.Second}, "s.lua", cctScript)
 	logger, logs := cctLog()
-	spinCtx, stopSpin := context.WithCancel(context.Background())
+	spinCtx, stopSpin := context.WithCancel(t.Context())
 	spin := cctInvokeCtx(spinCtx, rt, rttSpec(t, rt, "spin"), cctBody("ua", "a"), logger)
 	cctExpect(t, logs, "spinning")
 	defer func() { stopSpin(); <-spin }()
@@ -215,7 +215,7 @@ func TestBusyShardShortContextFailsPromptly(t *testing.T) {
 	// Another object of the busy shard, with a short context.
 	done := make(chan error, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 		defer cancel()
 		_, err := rt.Invoke(ctx, causes.Call{Handler: rttSpec(t, rt, "fast"), Cause: causes.Cause{Reason: causes.Update, Body: cctBody("ub", "b")}})
 		done <- err
@@ -232,7 +232,7 @@ func TestBusyShardShortContextFailsPromptly(t *testing.T) {
 	// A probe has a state of its own.
 	probe := make(chan cctResult, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 800*time.Millisecond)
+		ctx, cancel := context.WithTimeout(t.Context(), 800*time.Millisecond)
 		defer cancel()
 		res, err := rt.Invoke(ctx, causes.Call{Handler: rttSpec(t, rt, "alive")})
 		probe <- cctResult{res: res, err: err}
@@ -420,7 +420,7 @@ end, {id = "d"})
 	done := make(chan error, 1)
 	body := cctBody("ua", "a")
 	go func() {
-		done <- rt.RunDaemon(context.Background(), causes.Call{Handler: rttSpec(t, rt, "d"), Cause: causes.Cause{Body: body},
+		done <- rt.RunDaemon(t.Context(), causes.Call{Handler: rttSpec(t, rt, "d"), Cause: causes.Cause{Body: body},
 			Logger: slog.Default(), Stopped: stop, Latest: func() map[string]any { return body },
 			Flush: func(map[string]any) { parked <- struct{}{} }})
 	}()
@@ -447,7 +447,7 @@ end, {id = "d"})
 	case <-time.After(cctWait):
 		t.Fatal("the daemon hangs after Close")
 	}
-	if _, err := rt.Invoke(context.Background(), causes.Call{Handler: rttSpec(t, rt, "d"), Cause: causes.Cause{Body: cctBody("ub", "b")}}); !errors.Is(err, errClosed) {
+	if _, err := rt.Invoke(t.Context(), causes.Call{Handler: rttSpec(t, rt, "d"), Cause: causes.Cause{Body: cctBody("ub", "b")}}); !errors.Is(err, errClosed) {
 		t.Errorf("a call after Close: err = %v, want %v", err, errClosed)
 	}
 }

@@ -78,9 +78,6 @@ type convCtx struct {
 	// raised errors (errors.go)
 	errMT *lua.LTable
 
-	// modules loaded through installRequire's load function (sandbox.go)
-	requireLoaded map[string]bool
-
 	iterationInstalled bool
 }
 

@@ -455,7 +455,7 @@ func TestConvCtxPerState(t *testing.T) {
 	if conv(L1) == conv(L2) || conv(L1).null == conv(L2).null {
 		t.Fatal("states share their convCtx")
 	}
-	if conv(L1) != conv(L1) {
+	if first, again := conv(L1), conv(L1); first != again {
 		t.Fatal("conv is not stable")
 	}
 	// Coroutines share their parent's registry, hence its null.

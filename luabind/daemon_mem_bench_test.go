@@ -1,7 +1,6 @@
 package luabind
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -33,7 +32,7 @@ func parkedDaemons(b *testing.B, n int) {
 	}
 	rt := New(Options{Shards: 2, Logger: slog.New(slog.DiscardHandler)})
 	defer rt.Close()
-	if _, err := rt.Load(context.Background(), []Script{{Name: "d.lua", Source: []byte(`
+	if _, err := rt.Load(b.Context(), []Script{{Name: "d.lua", Source: []byte(`
 		local luaop = require("luaop")
 		luaop.daemon("example.com/v1/things", function(ctx)
 			ctx.patch.status.up = true
@@ -56,7 +55,7 @@ func parkedDaemons(b *testing.B, n int) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_ = rt.RunDaemon(context.Background(), causes.Call{Handler: spec, Cause: causes.Cause{Body: body},
+			_ = rt.RunDaemon(b.Context(), causes.Call{Handler: spec, Cause: causes.Cause{Body: body},
 				Logger: slog.New(slog.DiscardHandler), Stopped: stop, Latest: func() map[string]any { return body },
 				Flush: func(map[string]any) { parked.Add(1) }})
 		}()

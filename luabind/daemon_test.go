@@ -24,7 +24,7 @@ func (notFoundKube) Get(context.Context, string, string, string, string) (map[st
 func TestDaemonCoroutineCallsAndFlushes(t *testing.T) {
 	rt := New(Options{Shards: 1, Kube: notFoundKube{}, HandlerTimeout: time.Second})
 	defer rt.Close()
-	_, err := rt.Load(context.Background(), []Script{{Name: "d.lua", Source: []byte(`
+	_, err := rt.Load(t.Context(), []Script{{Name: "d.lua", Source: []byte(`
 		local luaop = require("luaop")
 		luaop.daemon("example.com/v1/things", function(ctx)
 			for i = 1, 3 do
@@ -42,7 +42,7 @@ func TestDaemonCoroutineCallsAndFlushes(t *testing.T) {
 	var mu sync.Mutex
 	var flushed []map[string]any
 	body := map[string]any{"metadata": map[string]any{"uid": "u1", "name": "a", "namespace": "ns"}}
-	err = rt.RunDaemon(context.Background(), causes.Call{
+	err = rt.RunDaemon(t.Context(), causes.Call{
 		Handler: rt.Specs()[0], Cause: causes.Cause{Body: body}, Logger: slog.Default(),
 		Stopped: make(chan struct{}), Latest: func() map[string]any { return body },
 		Flush: func(p map[string]any) { mu.Lock(); flushed = append(flushed, p); mu.Unlock() },
@@ -63,7 +63,7 @@ func TestDaemonCoroutineCallsAndFlushes(t *testing.T) {
 func TestDaemonStopWakesSleep(t *testing.T) {
 	rt := New(Options{Shards: 1})
 	defer rt.Close()
-	if _, err := rt.Load(context.Background(), []Script{{Name: "d.lua", Source: []byte(`
+	if _, err := rt.Load(t.Context(), []Script{{Name: "d.lua", Source: []byte(`
 		local luaop = require("luaop")
 		luaop.daemon("example.com/v1/things", function(ctx)
 			while luaop.sleep(3600) do end
@@ -76,7 +76,7 @@ func TestDaemonStopWakesSleep(t *testing.T) {
 	body := map[string]any{"metadata": map[string]any{"uid": "u1"}}
 	done := make(chan error, 1)
 	go func() {
-		done <- rt.RunDaemon(context.Background(), causes.Call{Handler: rt.Specs()[0], Cause: causes.Cause{Body: body},
+		done <- rt.RunDaemon(t.Context(), causes.Call{Handler: rt.Specs()[0], Cause: causes.Cause{Body: body},
 			Logger: slog.Default(), Stopped: stop, Latest: func() map[string]any { return body }})
 	}()
 	time.Sleep(50 * time.Millisecond)

@@ -42,7 +42,7 @@ func TestDryRunKube(t *testing.T) {
 	}}
 	var logs bytes.Buffer
 	k := DryRunKube(inner, slog.New(slog.NewTextHandler(&logs, nil)))
-	ctx := context.Background()
+	ctx := t.Context()
 	cm := map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "x", "namespace": "ns"}}
 	if got, err := k.Create(ctx, cm); err != nil || got["kind"] != "ConfigMap" {
 		t.Errorf("create: %v %v", got, err)

@@ -27,6 +27,7 @@ func lbtErrorState(t testing.TB) *lua.LState {
 	}))
 	L.SetGlobal("gopanic", L.NewFunction(func(L *lua.LState) int {
 		var m map[string]int
+		//lint:ignore SA5000 the point: a Go panic inside a Go function called from Lua
 		m["x"] = 1
 		return 0
 	}))
@@ -191,10 +192,10 @@ func TestLuaErrorContext(t *testing.T) {
 			var ctx context.Context
 			var cancel context.CancelFunc
 			if tc.cancel {
-				ctx, cancel = context.WithCancel(context.Background())
+				ctx, cancel = context.WithCancel(t.Context())
 				time.AfterFunc(20*time.Millisecond, cancel)
 			} else {
-				ctx, cancel = context.WithTimeout(context.Background(), tc.timeout)
+				ctx, cancel = context.WithTimeout(t.Context(), tc.timeout)
 			}
 			defer cancel()
 			L.SetContext(ctx)

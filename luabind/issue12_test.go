@@ -1,7 +1,6 @@
 package luabind
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -145,7 +144,7 @@ luaop.on.event(R, h, {id = "event_fn_absent", field = "spec.mode", value = funct
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			ok, err := rt.Match(context.Background(), rttSpec(t, rt, tc.id), tc.cause)
+			ok, err := rt.Match(t.Context(), rttSpec(t, rt, tc.id), tc.cause)
 			if err != nil || ok != tc.want {
 				t.Errorf("Match(%s) = %v, %v; want %v", tc.id, ok, err, tc.want)
 			}
@@ -162,7 +161,7 @@ func TestValueFilterOptionErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rt := rttRuntime(t, Options{})
-			_, err := rt.Load(context.Background(), rttScripts("e.lua", "local luaop = require('luaop')\nlocal R = 'example.com/v1/widgets'\nlocal function h() end\n"+tc.src+"\n"))
+			_, err := rt.Load(t.Context(), rttScripts("e.lua", "local luaop = require('luaop')\nlocal R = 'example.com/v1/widgets'\nlocal function h() end\n"+tc.src+"\n"))
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("Load error = %v; want %q", err, tc.want)
 			}
@@ -228,7 +227,7 @@ luaop.on.create(R, function(ctx)
   return {greeting = ctx.memo.config.greeting, size2 = ctx.memo.config.sizes[2], count = ctx.memo.count, fn = type(ctx.memo.fn)}
 end, {id = "read"})
 `)
-	if _, err := rt.Invoke(context.Background(), causes.Call{Handler: rttSpec(t, rt, "start")}); err != nil {
+	if _, err := rt.Invoke(t.Context(), causes.Call{Handler: rttSpec(t, rt, "start")}); err != nil {
 		t.Fatal(err)
 	}
 	for _, uid := range []string{"a", "b", "c", "d", "e"} {

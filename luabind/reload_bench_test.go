@@ -1,7 +1,6 @@
 package luabind
 
 import (
-	"context"
 	"fmt"
 	"testing"
 )
@@ -33,7 +32,7 @@ func BenchmarkLoadOneChanged(b *testing.B) {
 		b.Run(fmt.Sprintf("files=%d", n), func(b *testing.B) {
 			rt := New(Options{})
 			defer rt.Close()
-			ctx := context.Background()
+			ctx := b.Context()
 			if _, err := rt.Load(ctx, reloadScripts(n, 0)); err != nil {
 				b.Fatal(err)
 			}

@@ -1,7 +1,6 @@
 package luabind
 
 import (
-	"context"
 	"reflect"
 	"strings"
 	"testing"
@@ -88,7 +87,7 @@ luaop.on.create("example.com/v1/widgets", function(ctx) return "b1" end, {id = "
 		"syntax":  `local luaop = require("luaop") luaop.on.create(`,
 		"runtime": `local luaop = require("luaop") error("boom")`,
 	} {
-		_, err := rt.Load(context.Background(), rttScripts("a.lua", good[1], "b.lua", broken))
+		_, err := rt.Load(t.Context(), rttScripts("a.lua", good[1], "b.lua", broken))
 		if err == nil || !strings.Contains(err.Error(), "b.lua") {
 			t.Errorf("%s: error %v, want one naming b.lua", name, err)
 		}

@@ -47,7 +47,7 @@ func rttRuntime(t testing.TB, opts Options) *Runtime {
 
 func rttLoad(t testing.TB, rt *Runtime, pairs ...string) LoadReport {
 	t.Helper()
-	rep, err := rt.Load(context.Background(), rttScripts(pairs...))
+	rep, err := rt.Load(t.Context(), rttScripts(pairs...))
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
@@ -114,7 +114,7 @@ func rttCause(uid string) causes.Cause {
 func rttInvoke(t testing.TB, rt *Runtime, id string, cause causes.Cause) (causes.Result, *state.Patch, error) {
 	t.Helper()
 	patch := state.NewPatch()
-	res, err := rt.Invoke(context.Background(), causes.Call{Handler: rttSpec(t, rt, id), Cause: cause, Patch: patch})
+	res, err := rt.Invoke(t.Context(), causes.Call{Handler: rttSpec(t, rt, id), Cause: cause, Patch: patch})
 	return res, patch, err
 }
 
@@ -266,7 +266,7 @@ luaop.on.create("example.com/v1/widgets", function(ctx) return 1 end, {id = "ok"
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			rt := rttRuntime(t, Options{})
-			_, err := rt.Load(context.Background(), rttScripts(tc.scripts...))
+			_, err := rt.Load(t.Context(), rttScripts(tc.scripts...))
 			if err == nil {
 				t.Fatalf("Load succeeded; specs %v", rttIDs(rt.Specs()))
 			}
@@ -290,7 +290,7 @@ luaop.on.create("example.com/v1/widgets", function(ctx) return 1 end, {id = "ok"
 func TestLoadTimeout(t *testing.T) {
 	rt := rttRuntime(t, Options{HandlerTimeout: 200 * time.Millisecond})
 	start := time.Now()
-	_, err := rt.Load(context.Background(), rttScripts("spin.lua", "local n = 0\nwhile true do n = n + 1 end\n"))
+	_, err := rt.Load(t.Context(), rttScripts("spin.lua", "local n = 0\nwhile true do n = n + 1 end\n"))
 	if err == nil {
 		t.Fatal("an endless loop at the top level loaded")
 	}
@@ -327,7 +327,7 @@ luaop.on.update("example.com/v1/widgets", function(ctx) return "new" end, {id = 
 		t.Run(tc.name, func(t *testing.T) {
 			rt := rttNew(t, Options{Shards: 3}, "a.lua", v1)
 			specs, hash := rt.Specs(), rt.Hash()
-			if _, err := rt.Load(context.Background(), rttScripts(tc.scripts...)); err == nil {
+			if _, err := rt.Load(t.Context(), rttScripts(tc.scripts...)); err == nil {
 				t.Fatal("the broken load succeeded")
 			}
 			if !reflect.DeepEqual(rt.Specs(), specs) || rt.Hash() != hash {
@@ -362,7 +362,7 @@ luaop.on.create("example.com/v1/widgets", function(ctx) return 2 end, {id = "kep
 `)
 	old := rttSpec(t, rt, "gone")
 	rttLoad(t, rt, "a.lua", `require("luaop").on.create("example.com/v1/widgets", function(ctx) return 3 end, {id = "kept"})`)
-	_, err := rt.Invoke(context.Background(), causes.Call{Handler: old, Cause: rttCause("u1"), Patch: state.NewPatch()})
+	_, err := rt.Invoke(t.Context(), causes.Call{Handler: old, Cause: rttCause("u1"), Patch: state.NewPatch()})
 	if !causes.IsPermanent(err) || !strings.Contains(err.Error(), "gone") {
 		t.Errorf("Invoke of a removed handler = %v; want a PermanentError naming it", err)
 	}
@@ -449,7 +449,7 @@ func TestHash(t *testing.T) {
 	}
 	hash := func(s []Script) string {
 		t.Helper()
-		rep, err := rt.Load(context.Background(), s)
+		rep, err := rt.Load(t.Context(), s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -563,7 +563,7 @@ luaop.on.create("example.com/v1/widgets", function() end, {id = "w"})
 	}
 	for _, tc := range cases {
 		t.Run(tc.id, func(t *testing.T) {
-			res, err := rt.Invoke(context.Background(), causes.Call{Handler: rttSpec(t, rt, tc.id)})
+			res, err := rt.Invoke(t.Context(), causes.Call{Handler: rttSpec(t, rt, tc.id)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -691,7 +691,7 @@ luaop.on.create(R, function(ctx) ctx.patch.status.f = function() end end, {id = 
 		}
 	})
 	t.Run("nil Patch in the call", func(t *testing.T) {
-		_, err := rt.Invoke(context.Background(), causes.Call{Handler: rttSpec(t, rt, "status"), Cause: rttCause("u1")})
+		_, err := rt.Invoke(t.Context(), causes.Call{Handler: rttSpec(t, rt, "status"), Cause: rttCause("u1")})
 		if err != nil {
 			t.Errorf("a call without a Patch: %v", err)
 		}
@@ -699,7 +699,7 @@ luaop.on.create(R, function(ctx) ctx.patch.status.f = function() end end, {id = 
 	t.Run("merges into an existing patch", func(t *testing.T) {
 		patch := state.NewPatch()
 		patch.Set([]string{"status", "other"}, "kept")
-		if _, err := rt.Invoke(context.Background(), causes.Call{Handler: rttSpec(t, rt, "status"), Cause: rttCause("u1"), Patch: patch}); err != nil {
+		if _, err := rt.Invoke(t.Context(), causes.Call{Handler: rttSpec(t, rt, "status"), Cause: rttCause("u1"), Patch: patch}); err != nil {
 			t.Fatal(err)
 		}
 		want := map[string]any{"status": map[string]any{"other": "kept", "x": int64(1)}}
@@ -743,7 +743,7 @@ end, {id = "bare"})
 	cause.Old = map[string]any{"size": int64(2)}
 	cause.New = map[string]any{"size": int64(3)}
 	cause.Diff = state.Diff{{Op: state.DiffChange, Path: []string{"spec", "size"}, Old: int64(2), New: int64(3)}}
-	res, err := rt.Invoke(context.Background(), causes.Call{
+	res, err := rt.Invoke(t.Context(), causes.Call{
 		Handler: rttSpec(t, rt, "fields"), Cause: cause, Patch: state.NewPatch(),
 		Retry: 2, Started: started, Runtime: 1500 * time.Millisecond,
 	})
@@ -777,7 +777,7 @@ end, {id = "bare"})
 	}
 
 	t.Run("missing parts", func(t *testing.T) {
-		res, err := rt.Invoke(context.Background(), causes.Call{
+		res, err := rt.Invoke(t.Context(), causes.Call{
 			Handler: rttSpec(t, rt, "bare"),
 			Cause:   causes.Cause{Body: map[string]any{"metadata": map[string]any{"uid": "bare"}}},
 		})
@@ -1050,7 +1050,7 @@ luaop.on.create("example.com/v1/widgets", function() end, {id = "label_filter", 
 	}
 	for _, id := range []string{"filter", "label_filter"} {
 		t.Run("Match "+id, func(t *testing.T) {
-			ok, err := rt.Match(context.Background(), rttSpec(t, rt, id), rttCause("u1"))
+			ok, err := rt.Match(t.Context(), rttSpec(t, rt, id), rttCause("u1"))
 			if ok || !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("Match = %v, %v; want a deadline error", ok, err)
 			}
@@ -1060,7 +1060,7 @@ luaop.on.create("example.com/v1/widgets", function() end, {id = "label_filter", 
 		})
 	}
 	t.Run("caller's context cancelled", func(t *testing.T) {
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := context.WithCancel(t.Context())
 		go func() { time.Sleep(20 * time.Millisecond); cancel() }()
 		_, err := rt.Invoke(ctx, causes.Call{Handler: rttSpec(t, rt, "spin"), Cause: rttCause("u1")})
 		if !errors.Is(err, context.Canceled) {
@@ -1164,7 +1164,7 @@ luaop.on.update(R, function(ctx) ctx.memo.allow = true end, {id = "allow"})
 			if tc.mod != nil {
 				tc.mod(&cause)
 			}
-			ok, err := rt.Match(context.Background(), rttSpec(t, rt, tc.id), cause)
+			ok, err := rt.Match(t.Context(), rttSpec(t, rt, tc.id), cause)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) || !strings.Contains(err.Error(), tc.id) {
 					t.Errorf("Match = %v, %v; want an error naming %s and %q", ok, err, tc.id, tc.err)
@@ -1180,13 +1180,13 @@ luaop.on.update(R, function(ctx) ctx.memo.allow = true end, {id = "allow"})
 		cause := rttCause("m2")
 		cause.Reason = causes.Update
 		rttMustInvoke(t, rt, "allow", cause)
-		ok, err := rt.Match(context.Background(), rttSpec(t, rt, "labels_and_when"), cause)
+		ok, err := rt.Match(t.Context(), rttSpec(t, rt, "labels_and_when"), cause)
 		if err != nil || !ok {
 			t.Errorf("Match = %v, %v; want true after the memo was set", ok, err)
 		}
 	})
 	t.Run("unknown handler", func(t *testing.T) {
-		ok, err := rt.Match(context.Background(), causes.Spec{ID: "nope"}, rttCause("m1"))
+		ok, err := rt.Match(t.Context(), causes.Spec{ID: "nope"}, rttCause("m1"))
 		t.Logf("Match of an unknown id: %v, %v", ok, err)
 	})
 }
@@ -1255,7 +1255,7 @@ end, {id = "nest"})
 		t.Run("invoke "+name, func(t *testing.T) {
 			sub := res.Subhandlers[i]
 			patch := state.NewPatch()
-			got, err := rt.Invoke(context.Background(), causes.Call{Handler: sub, Cause: rttCause("obj-1"), Patch: patch})
+			got, err := rt.Invoke(t.Context(), causes.Call{Handler: sub, Cause: rttCause("obj-1"), Patch: patch})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -1269,7 +1269,7 @@ end, {id = "nest"})
 		})
 	}
 	t.Run("other object has no such subhandler", func(t *testing.T) {
-		_, err := rt.Invoke(context.Background(), causes.Call{Handler: res.Subhandlers[0], Cause: rttCause("obj-2")})
+		_, err := rt.Invoke(t.Context(), causes.Call{Handler: res.Subhandlers[0], Cause: rttCause("obj-2")})
 		if !causes.IsPermanent(err) {
 			t.Errorf("err = %v; want a PermanentError", err)
 		}
@@ -1278,7 +1278,7 @@ end, {id = "nest"})
 		body := rttCause("obj-1")
 		body.Body["spec"].(map[string]any)["size"] = int64(9)
 		rttMustInvoke(t, rt, "parent", body)
-		got, err := rt.Invoke(context.Background(), causes.Call{Handler: res.Subhandlers[0], Cause: body})
+		got, err := rt.Invoke(t.Context(), causes.Call{Handler: res.Subhandlers[0], Cause: body})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1288,7 +1288,7 @@ end, {id = "nest"})
 	})
 	t.Run("forget drops them", func(t *testing.T) {
 		rt.Forget("obj-1")
-		_, err := rt.Invoke(context.Background(), causes.Call{Handler: res.Subhandlers[0], Cause: rttCause("obj-1")})
+		_, err := rt.Invoke(t.Context(), causes.Call{Handler: res.Subhandlers[0], Cause: rttCause("obj-1")})
 		if !causes.IsPermanent(err) {
 			t.Errorf("err = %v; want a PermanentError after Forget", err)
 		}
@@ -1317,11 +1317,11 @@ end, {id = "nest"})
 		if len(r.Subhandlers) != 1 {
 			t.Fatalf("subhandlers = %v", rttIDs(r.Subhandlers))
 		}
-		child, err := rt.Invoke(context.Background(), causes.Call{Handler: r.Subhandlers[0], Cause: rttCause("obj-6")})
+		child, err := rt.Invoke(t.Context(), causes.Call{Handler: r.Subhandlers[0], Cause: rttCause("obj-6")})
 		if err != nil || child.Value != "child" || len(child.Subhandlers) != 1 || child.Subhandlers[0].ID != "nest/c/g" {
 			t.Fatalf("child = %+v, %v; want value child and subhandler nest/c/g", child, err)
 		}
-		g, err := rt.Invoke(context.Background(), causes.Call{Handler: child.Subhandlers[0], Cause: rttCause("obj-6")})
+		g, err := rt.Invoke(t.Context(), causes.Call{Handler: child.Subhandlers[0], Cause: rttCause("obj-6")})
 		if err != nil || g.Value != "nest/c/g" {
 			t.Errorf("grandchild = %+v, %v", g, err)
 		}
@@ -1376,7 +1376,7 @@ luaop.on.update("example.com/v1/widgets", function() end, {id = "filtered", when
 				return
 			case <-time.After(5 * time.Millisecond):
 			}
-			if _, err := rt.Load(context.Background(), rttScripts("count.lua", fmt.Sprintf("%s\n-- %d\n", script, i))); err != nil {
+			if _, err := rt.Load(t.Context(), rttScripts("count.lua", fmt.Sprintf("%s\n-- %d\n", script, i))); err != nil {
 				errs <- err
 				return
 			}
@@ -1392,7 +1392,7 @@ luaop.on.update("example.com/v1/widgets", function() end, {id = "filtered", when
 					cause := causes.Cause{Reason: causes.Update, Body: bodies[i]}
 					spec := rttFind(rt.Specs(), "count")
 					patch := state.NewPatch()
-					res, err := rt.Invoke(context.Background(), causes.Call{Handler: spec, Cause: cause, Patch: patch})
+					res, err := rt.Invoke(t.Context(), causes.Call{Handler: spec, Cause: cause, Patch: patch})
 					if err != nil {
 						errs <- err
 						return
@@ -1401,7 +1401,7 @@ luaop.on.update("example.com/v1/widgets", function() end, {id = "filtered", when
 					if got, _ := patch.Get([]string{"status", "n"}); got != n {
 						errs <- fmt.Errorf("object %d: patch %v, value %v", i, got, n)
 					}
-					if ok, err := rt.Match(context.Background(), rttFind(rt.Specs(), "filtered"), cause); err != nil || !ok {
+					if ok, err := rt.Match(t.Context(), rttFind(rt.Specs(), "filtered"), cause); err != nil || !ok {
 						errs <- fmt.Errorf("Match: %v, %v", ok, err)
 					}
 					mu.Lock()

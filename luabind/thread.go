@@ -24,7 +24,7 @@ func (s *shard) lock(ctx context.Context) error {
 		select {
 		case s.sem <- struct{}{}:
 		case <-ctx.Done():
-			return fmt.Errorf("Lua state %d stayed busy with other calls: %w", s.idx, ctx.Err())
+			return fmt.Errorf("lua state %d stayed busy with other calls: %w", s.idx, ctx.Err())
 		}
 	}
 	if s.closed {

@@ -1,7 +1,6 @@
 package luabind
 
 import (
-	"context"
 	"reflect"
 	"strconv"
 	"strings"
@@ -36,7 +35,7 @@ func TestThreadStacksGrowWithinLimits(t *testing.T) {
 	`)
 	body := map[string]any{"metadata": map[string]any{"uid": "u1", "name": "a", "namespace": "ns"}}
 	invoke := func(id string) (causes.Result, error) {
-		return rt.Invoke(context.Background(), causes.Call{Handler: rttSpec(t, rt, id), Cause: causes.Cause{Reason: causes.Create, Body: body}})
+		return rt.Invoke(t.Context(), causes.Call{Handler: rttSpec(t, rt, id), Cause: causes.Cause{Reason: causes.Create, Body: body}})
 	}
 	for round := 0; round < 2; round++ { // the second round runs on threads that failed before
 		res, err := invoke("recurse")

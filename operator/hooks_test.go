@@ -22,7 +22,7 @@ func hookOperator(t *testing.T, src string, opts Options) *Operator {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { op.runtime.Close(); op.stopEvents() })
-	if _, err := op.Load(context.Background()); err != nil {
+	if _, err := op.Load(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	return op
@@ -91,7 +91,7 @@ func TestStartupHooksAreRetriedUntilTheySucceed(t *testing.T) {
 				clock = clock.Add(d)
 				return nil
 			}
-			err := op.runHooks(context.Background(), "startup")
+			err := op.runHooks(t.Context(), "startup")
 			if tt.fails == "" && err != nil {
 				t.Fatalf("runHooks: %v", err)
 			}
@@ -101,7 +101,7 @@ func TestStartupHooksAreRetriedUntilTheySucceed(t *testing.T) {
 			if fmt.Sprint(sleeps) != fmt.Sprint(tt.sleeps) {
 				t.Errorf("waited %v; want %v", sleeps, tt.sleeps)
 			}
-			res, _ := op.Probe(context.Background())
+			res, _ := op.Probe(t.Context())
 			if fmt.Sprint(res["calls"]) != fmt.Sprint(tt.calls) {
 				t.Errorf("the startup handler ran %v times; want %d", res["calls"], tt.calls)
 			}
@@ -109,7 +109,7 @@ func TestStartupHooksAreRetriedUntilTheySucceed(t *testing.T) {
 	}
 	t.Run("stops with the operator", func(t *testing.T) {
 		op := hookOperator(t, `luaop.on.startup(function(ctx) error(luaop.temporary_error("never", 60)) end, {id = "s"})`, Options{})
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 		defer cancel()
 		start := time.Now()
 		if err := op.runHooks(ctx, "startup"); err == nil {
@@ -143,7 +143,7 @@ func TestProbeResultsAreCached(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			op := hookOperator(t, strings.Replace(src, "FAIL", fmt.Sprint(tt.fail), 1), Options{ProbeCache: tt.cache})
-			if err := op.runHooks(context.Background(), "startup"); err != nil {
+			if err := op.runHooks(t.Context(), "startup"); err != nil {
 				t.Fatal(err)
 			}
 			var got []string
@@ -151,7 +151,7 @@ func TestProbeResultsAreCached(t *testing.T) {
 				if i == 2 && tt.cache > 0 {
 					time.Sleep(2 * tt.cache)
 				}
-				res, healthy := op.Probe(context.Background())
+				res, healthy := op.Probe(t.Context())
 				if healthy == tt.fail {
 					t.Errorf("probe %d: healthy = %v", i, healthy)
 				}

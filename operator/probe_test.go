@@ -1,7 +1,6 @@
 package operator
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -37,11 +36,11 @@ func TestProbeReportsFailedAndLateProbes(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { op.runtime.Close(); op.stopEvents() })
-			if _, err := op.Load(context.Background()); err != nil {
+			if _, err := op.Load(t.Context()); err != nil {
 				t.Fatal(err)
 			}
 			start := time.Now()
-			results, healthy := op.Probe(context.Background())
+			results, healthy := op.Probe(t.Context())
 			took := time.Since(start)
 			if healthy != tt.healthy {
 				t.Errorf("healthy = %v, want %v (%v)", healthy, tt.healthy, results)

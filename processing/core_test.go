@@ -257,7 +257,7 @@ func TestTwoSpellingsOfOneResourceShareOneWatcherAndOneWorker(t *testing.T) {
 	e := startEnv(t, h, Options{Workers: 8})
 	cm := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
 		"metadata": map[string]any{"name": "c1", "namespace": "default", "uid": "uid-c1"}, "data": map[string]any{"a": "b"}}}
-	if _, err := e.dyn.Resource(configmapsGVR).Namespace("default").Create(context.Background(), cm, metav1.CreateOptions{}); err != nil {
+	if _, err := e.dyn.Resource(configmapsGVR).Namespace("default").Create(t.Context(), cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e.eventually("both handlers ran once", func() bool {

@@ -31,15 +31,10 @@ type detectedCause struct {
 // (DELETED events become "gone" before this is called):
 // deletion in progress without our finalizer -> free; deletion in progress -> delete;
 // no stored diff-base -> create; no diff and noticed at startup and not handled since
-// -> resume; no diff -> noop; else update.
-func detectChangeCause(body map[string]any, prefix, finalizer string, facts objectFacts) detectedCause {
-	return detectChangeCauseWith(body, prefix, finalizer, state.NewAnnotationsDiffBase(prefix), facts, nil)
-}
-
-// detectChangeCauseWith is detectChangeCause with the diff-base read from a storage.
+// -> resume; no diff -> noop; else update. The diff-base is read from diffBase;
 // extraFields are the fields that handlers name outside the essence (status.phase):
 // kopf adds them to the essence, so that a handler on such a field does fire.
-func detectChangeCauseWith(body map[string]any, prefix, finalizer string, diffBase state.DiffBaseStorage, facts objectFacts, extraFields [][]string) detectedCause {
+func detectChangeCause(body map[string]any, prefix, finalizer string, diffBase state.DiffBaseStorage, facts objectFacts, extraFields [][]string) detectedCause {
 	if deletionInProgress(body) {
 		if !hasFinalizer(body, finalizer) {
 			return detectedCause{reason: causes.Free}

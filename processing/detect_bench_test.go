@@ -23,8 +23,8 @@ func BenchmarkDetectChangeCause(b *testing.B) {
 	if err := state.StoreEssence(body, p, "luaop.dev", state.Essence(body, "luaop.dev")); err != nil {
 		b.Fatal(err)
 	}
-	handled := state.ApplyMergePatch(body, p.Map())
-	changed := state.ApplyMergePatch(handled, map[string]any{"spec": map[string]any{"replicas": 7}})
+	handled := mergePatched(body, p.Map())
+	changed := mergePatched(handled, map[string]any{"spec": map[string]any{"replicas": 7}})
 	for _, bc := range []struct {
 		name string
 		body map[string]any
@@ -32,7 +32,7 @@ func BenchmarkDetectChangeCause(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
-				detectChangeCause(bc.body, "luaop.dev", "luaop.dev/finalizer", objectFacts{})
+				detectWithAnnotations(bc.body, "luaop.dev", "luaop.dev/finalizer", objectFacts{})
 			}
 		})
 	}

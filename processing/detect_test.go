@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	"k8s.io/apimachinery/pkg/util/json"
+
 	"github.com/luaop/luaop/processing/causes"
 	"github.com/luaop/luaop/state"
 )
@@ -44,6 +47,34 @@ func widget() map[string]any {
 	}
 }
 
+// detectWithAnnotations is detectChangeCause with the diff-base in annotations and no
+// fields outside the essence: the default the rules below are written against.
+func detectWithAnnotations(body map[string]any, prefix, finalizer string, facts objectFacts) detectedCause {
+	return detectChangeCause(body, prefix, finalizer, state.NewAnnotationsDiffBase(prefix), facts, nil)
+}
+
+// mergePatched returns obj with the JSON merge patch applied as the API server applies it
+// (RFC 7386, through the same library client-go's fake client uses), neither argument changed.
+func mergePatched(obj, patch map[string]any) map[string]any {
+	objJSON, err := json.Marshal(obj)
+	if err != nil {
+		panic(err)
+	}
+	patchJSON, err := json.Marshal(patch)
+	if err != nil {
+		panic(err)
+	}
+	merged, err := jsonpatch.MergePatch(objJSON, patchJSON)
+	if err != nil {
+		panic(err)
+	}
+	var out map[string]any
+	if err := json.Unmarshal(merged, &out); err != nil {
+		panic(err)
+	}
+	return out
+}
+
 // handled returns body as the API server would return it after the operator stored the
 // diff-base of its current essence (the end of a fully handled cause).
 func handled(t *testing.T, body map[string]any) map[string]any {
@@ -52,7 +83,7 @@ func handled(t *testing.T, body map[string]any) map[string]any {
 	if err := state.StoreEssence(body, patch, testPrefix, state.Essence(body, testPrefix)); err != nil {
 		t.Fatalf("StoreEssence: %v", err)
 	}
-	return state.ApplyMergePatch(body, patch.Map())
+	return mergePatched(body, patch.Map())
 }
 
 // edit returns a modified deep copy of body.
@@ -214,7 +245,7 @@ func TestDetectChangeCause(t *testing.T) {
 				p := state.NewPatch()
 				now := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
 				progress.Store(b, p, "on_create", state.HandlerRecord{Started: &now, Retries: 1, Message: "boom"})
-				for k, v := range state.ApplyMergePatch(b, p.Map()) {
+				for k, v := range mergePatched(b, p.Map()) {
 					b[k] = v
 				}
 			}),
@@ -381,7 +412,7 @@ func TestDetectChangeCause(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := state.DeepCopyValue(tt.body)
-			got := detectChangeCause(tt.body, testPrefix, testFinalizer, tt.facts)
+			got := detectWithAnnotations(tt.body, testPrefix, testFinalizer, tt.facts)
 
 			if got.reason != tt.want {
 				t.Fatalf("reason = %q, want %q (diff %v)", got.reason, tt.want, diffText(got.diff))
@@ -436,7 +467,7 @@ func TestDetectChangeCause(t *testing.T) {
 func TestDetectChangeCauseAfterHandlingAnUpdate(t *testing.T) {
 	v1 := handled(t, widget())
 	v2 := edit(v1, func(b map[string]any) { at(b, "spec")["replicas"] = int64(5) })
-	if got := detectChangeCause(v2, testPrefix, testFinalizer, objectFacts{}); got.reason != causes.Update {
+	if got := detectWithAnnotations(v2, testPrefix, testFinalizer, objectFacts{}); got.reason != causes.Update {
 		t.Fatalf("v2: reason = %q, want update", got.reason)
 	}
 	v2handled := handled(t, v2)
@@ -453,7 +484,7 @@ func TestDetectChangeCauseAfterHandlingAnUpdate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := detectChangeCause(tt.body, testPrefix, testFinalizer, objectFacts{})
+			got := detectWithAnnotations(tt.body, testPrefix, testFinalizer, objectFacts{})
 			if got.reason != tt.want {
 				t.Fatalf("reason = %q, want %q", got.reason, tt.want)
 			}
@@ -525,7 +556,7 @@ func TestFinalizersWith(t *testing.T) {
 			}
 
 			// Applied as a merge patch, the result has our finalizer exactly as asked.
-			patched := state.ApplyMergePatch(body, map[string]any{"metadata": map[string]any{"finalizers": got}})
+			patched := mergePatched(body, map[string]any{"metadata": map[string]any{"finalizers": got}})
 			if hasFinalizer(patched, testFinalizer) != tt.present {
 				t.Errorf("after patching, hasFinalizer = %v, want %v", !tt.present, tt.present)
 			}

@@ -1,7 +1,6 @@
 package processing
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -47,7 +46,7 @@ func foldOutcome(spec causes.Spec, rec state.HandlerRecord, now time.Time, err e
 	if tmp, ok := causes.AsTemporary(err); ok {
 		return lookAhead(spec, retryAfter(rec, now, tmp.Delay), now)
 	}
-	if causes.IsPermanent(err) || errors.Is(err, errHandlerVanished) {
+	if causes.IsPermanent(err) {
 		rec.Failure, rec.Stopped, rec.Delayed = true, &now, nil
 		return rec, OutcomeFailure
 	}
@@ -90,6 +89,3 @@ func retryAfter(rec state.HandlerRecord, now time.Time, delay time.Duration) sta
 	rec.Delayed = &at
 	return rec
 }
-
-// errHandlerVanished marks a handler removed by a reload while its cause was pending.
-var errHandlerVanished = errors.New("the handler is no longer registered (removed by a script reload)")

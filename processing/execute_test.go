@@ -114,8 +114,6 @@ func TestFoldOutcome(t *testing.T) {
 			want: OutcomeFailure, wantDelay: never, wantFailure: true, wantStarted: t0},
 		{name: "permanent error wins over errors=ignored", spec: causes.Spec{ID: "h", Errors: causes.ErrorsIgnored}, err: perm,
 			want: OutcomeFailure, wantDelay: never, wantFailure: true, wantStarted: t0},
-		{name: "a handler removed by a reload fails", spec: causes.Spec{ID: "h"}, err: errHandlerVanished,
-			want: OutcomeFailure, wantDelay: never, wantFailure: true, wantStarted: t0},
 
 		{name: "arbitrary error, default mode, default backoff 60s", spec: causes.Spec{ID: "h"}, err: plain,
 			want: OutcomeRetry, wantRetries: 1, wantDelay: 60 * time.Second, wantStarted: t0, wantMessage: plain.Error(), checkMessage: true},

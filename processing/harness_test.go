@@ -225,7 +225,7 @@ func startEnv(t *testing.T, h *fakeHandlers, opts Options, objects ...*unstructu
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	e := &env{t: t, dyn: dyn, clock: clk, op: op, h: h, stop: cancel, done: make(chan error, 1), uids: 1000}
 	go func() { e.done <- op.Start(ctx) }()
 	t.Cleanup(e.shutdown)
@@ -371,11 +371,7 @@ func stampResourceVersions(dyn *dynamicfake.FakeDynamicClient, prune string) {
 		mu.Lock()
 		defer mu.Unlock()
 		switch a := action.(type) {
-		case clienttesting.CreateAction:
-			if u, ok := a.GetObject().(*unstructured.Unstructured); ok {
-				u.SetResourceVersion(next())
-			}
-		case clienttesting.UpdateAction:
+		case clienttesting.CreateAction: // UpdateAction has the same method set: both land here
 			if u, ok := a.GetObject().(*unstructured.Unstructured); ok {
 				u.SetResourceVersion(next())
 			}

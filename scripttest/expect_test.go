@@ -2,7 +2,6 @@ package scripttest
 
 import (
 	"bytes"
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -56,7 +55,7 @@ func runOne(t *testing.T, prefix, c string) (bool, string) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	sum, err := Run(context.Background(), Options{Scripts: dir, Tests: []string{path}, Out: &out, Prefix: prefix})
+	sum, err := Run(t.Context(), Options{Scripts: dir, Tests: []string{path}, Out: &out, Prefix: prefix})
 	if err != nil {
 		return false, err.Error()
 	}

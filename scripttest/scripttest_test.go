@@ -2,7 +2,6 @@ package scripttest
 
 import (
 	"bytes"
-	"context"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -26,7 +25,7 @@ func TestExampleCases(t *testing.T) {
 		t.Fatalf("no test files: %v", err)
 	}
 	var out bytes.Buffer
-	sum, err := Run(context.Background(), Options{Scripts: dir, Tests: files, Out: &out, Verbose: true})
+	sum, err := Run(t.Context(), Options{Scripts: dir, Tests: files, Out: &out, Verbose: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +78,7 @@ end, { id = "double" })
   expect: {}
 `)
 	var out bytes.Buffer
-	sum, err := Run(context.Background(), Options{Scripts: dir, Tests: []string{filepath.Join(dir, "cases.yaml")}, Out: &out})
+	sum, err := Run(t.Context(), Options{Scripts: dir, Tests: []string{filepath.Join(dir, "cases.yaml")}, Out: &out})
 	if err != nil {
 		t.Fatal(err)
 	}

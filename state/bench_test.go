@@ -113,14 +113,3 @@ func BenchmarkCompareChanged(b *testing.B) {
 		}
 	}
 }
-
-func BenchmarkApplyMergePatch(b *testing.B) {
-	o := deployment(3, "nginx:1.27")
-	p := NewPatch()
-	p.Set([]string{"status", "luaop", "create_fn"}, map[string]any{"ok": true})
-	p.SetAnnotation(testPrefix+"/create_fn", nil)
-	b.ReportAllocs()
-	for b.Loop() {
-		ApplyMergePatch(o, p.Map())
-	}
-}

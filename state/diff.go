@@ -99,58 +99,6 @@ func hasPrefix(s, prefix []string) bool {
 	return len(s) >= len(prefix) && slices.Equal(s[:len(prefix)], prefix)
 }
 
-// MergePatch turns the diff into a JSON merge patch that, applied to the old object, gives the
-// new one (up to nil-valued keys, which a diff treats as absent). Removals become nil, lists are
-// replaced whole, and values are copied. A root item is representable only when its new value
-// is a map or absent (then every old key is deleted); other root items are skipped.
-func (d Diff) MergePatch() map[string]any {
-	p := NewPatch()
-	for _, item := range d {
-		if len(item.Path) > 0 {
-			p.Set(item.Path, replacement(item.Old, item.New))
-			continue
-		}
-		newValue := item.New
-		if isNull(newValue) {
-			newValue = map[string]any{}
-		}
-		if m, ok := replacement(item.Old, newValue).(map[string]any); ok {
-			p.Merge(m)
-		}
-	}
-	return p.Map()
-}
-
-// replacement is the merge-patch value that turns old into new. Compare never yields a map
-// replacing a map, but Reduce and hand-made diffs can, and merging a map into a map would keep
-// the old keys, so those are nulled out recursively.
-func replacement(old, new any) any {
-	nm, ok := new.(map[string]any)
-	if !ok || nm == nil {
-		if isNull(new) {
-			return nil
-		}
-		return DeepCopyValue(new)
-	}
-	om, _ := old.(map[string]any)
-	out := make(map[string]any, len(nm))
-	for k, v := range nm {
-		if isNull(v) {
-			if !isNull(om[k]) {
-				out[k] = nil
-			}
-			continue
-		}
-		out[k] = replacement(om[k], v)
-	}
-	for k, v := range om {
-		if _, in := nm[k]; !in && !isNull(v) {
-			out[k] = nil
-		}
-	}
-	return out
-}
-
 // Resolve returns the value at path inside obj; ok is false when some step is missing or not a
 // map. An empty path resolves to obj itself.
 func Resolve(obj any, path []string) (any, bool) {

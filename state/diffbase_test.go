@@ -31,7 +31,7 @@ func TestDiffBaseStoragesRoundTrip(t *testing.T) {
 			if _, ok := p.Get(tt.inside); !ok {
 				t.Fatalf("patch %v does not write %v", p.Map(), tt.inside)
 			}
-			after := ApplyMergePatch(obj, p.Map())
+			after := applyMergePatch(obj, p.Map())
 			got, found, err := tt.storage.Fetch(after)
 			if err != nil || !found || !reflect.DeepEqual(got, essence) {
 				t.Fatalf("round trip: %v %v %v, want %v", got, found, err, essence)

@@ -7,5 +7,5 @@
 // Lua conversion) may yield: int64, float64, int, json.Number and the other Go numeric kinds all
 // compare by value. A nil value inside an object means JSON null, which in a merge patch is a
 // deletion and in a diff is the same as an absent key; keeping those two views aligned is what
-// lets a diff be replayed as a patch (Diff.MergePatch).
+// lets a diff be replayed as a merge patch (FuzzCompareApply checks it).
 package state

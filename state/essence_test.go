@@ -120,7 +120,7 @@ func mustStored(t *testing.T, essence map[string]any) map[string]any {
 	if err := StoreEssence(o, p, testPrefix, essence); err != nil {
 		t.Fatal(err)
 	}
-	e, found, err := StoredEssence(ApplyMergePatch(o, p.Map()), testPrefix)
+	e, found, err := StoredEssence(applyMergePatch(o, p.Map()), testPrefix)
 	if !found || err != nil {
 		t.Fatalf("stored essence not read back: %v %v", found, err)
 	}
@@ -146,7 +146,7 @@ func TestStoreEssenceRoundTrip(t *testing.T) {
 			if err := StoreEssence(o, p, testPrefix, e); err != nil {
 				t.Fatal(err)
 			}
-			after := ApplyMergePatch(o, p.Map())
+			after := applyMergePatch(o, p.Map())
 			stored, found, err := StoredEssence(after, testPrefix)
 			if !found || err != nil {
 				t.Fatalf("found %v, err %v", found, err)

@@ -136,18 +136,6 @@ func (p *Patch) Split() (main, status map[string]any) {
 	return main, status
 }
 
-// ApplyMergePatch returns a new object = obj with the merge patch applied (RFC 7386). It is pure:
-// neither argument is modified and the result shares no maps or slices with them, so it can
-// serve as the next cycle's view of the object while the originals stay cached.
-func ApplyMergePatch(obj map[string]any, patch map[string]any) map[string]any {
-	out := copyMap(obj)
-	if out == nil {
-		out = map[string]any{}
-	}
-	applyInto(out, patch)
-	return out
-}
-
 // applyInto applies patch to dst, which the caller already owns.
 func applyInto(dst, patch map[string]any) {
 	for k, v := range patch {

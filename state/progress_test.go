@@ -138,16 +138,13 @@ func TestProgressRoundTrip(t *testing.T) {
 					}
 					p := NewPatch()
 					st.s.Store(o, p, id, rc.rec)
-					o2 := ApplyMergePatch(o, p.Map())
+					o2 := applyMergePatch(o, p.Map())
 					got, ok := st.s.Fetch(o2, id)
 					if !ok || !sameRecord(got, rc.rec) {
 						t.Fatalf("fetched %+v, %v; want %+v", got, ok, rc.rec)
 					}
 					if got.Started != nil && got.Started.Location() != time.UTC {
 						t.Fatal("times must come back as UTC")
-					}
-					if ids := st.s.IDs(o2); !slices.Equal(ids, []string{id}) {
-						t.Fatalf("IDs = %q", ids)
 					}
 					if d := Compare(Essence(o, testPrefix), Essence(o2, testPrefix)); len(d) > 0 {
 						t.Fatalf("storing progress changed the essence: %v", d)
@@ -165,10 +162,10 @@ func TestProgressOverwriteClearsFields(t *testing.T) {
 			o := obj(t, `{}`)
 			p := NewPatch()
 			st.s.Store(o, p, "h", HandlerRecord{Delayed: &later, Retries: 2, Message: "wait", Subrefs: []string{"x"}})
-			o = ApplyMergePatch(o, p.Map())
+			o = applyMergePatch(o, p.Map())
 			p = NewPatch()
 			st.s.Store(o, p, "h", HandlerRecord{Success: true})
-			o = ApplyMergePatch(o, p.Map())
+			o = applyMergePatch(o, p.Map())
 			got, _ := st.s.Fetch(o, "h")
 			if !sameRecord(got, HandlerRecord{Success: true}) {
 				t.Fatalf("old fields survived the merge: %+v", got)
@@ -182,18 +179,15 @@ func TestProgressPurge(t *testing.T) {
 		t.Run(st.name+"/present", func(t *testing.T) {
 			p := NewPatch()
 			st.s.Store(obj(t, `{}`), p, "h", HandlerRecord{Retries: 1})
-			o := ApplyMergePatch(obj(t, `{}`), p.Map())
+			o := applyMergePatch(obj(t, `{}`), p.Map())
 			p = NewPatch()
 			st.s.Purge(o, p, "h")
 			if p.IsEmpty() {
 				t.Fatal("purge of a present record wrote nothing")
 			}
-			o = ApplyMergePatch(o, p.Map())
+			o = applyMergePatch(o, p.Map())
 			if _, ok := st.s.Fetch(o, "h"); ok {
 				t.Fatal("record still present after purge")
-			}
-			if ids := st.s.IDs(o); len(ids) != 0 {
-				t.Fatalf("IDs after purge: %q", ids)
 			}
 		})
 		t.Run(st.name+"/absent", func(t *testing.T) {
@@ -208,55 +202,8 @@ func TestProgressPurge(t *testing.T) {
 			p := NewPatch()
 			st.s.Store(o, p, "h", HandlerRecord{Retries: 1})
 			st.s.Purge(o, p, "h")
-			if _, ok := st.s.Fetch(ApplyMergePatch(o, p.Map()), "h"); ok {
+			if _, ok := st.s.Fetch(applyMergePatch(o, p.Map()), "h"); ok {
 				t.Fatal("a record stored in the same cycle survived the purge")
-			}
-		})
-	}
-}
-
-func TestAnnotationsProgressIDs(t *testing.T) {
-	s := NewAnnotationsProgress(testPrefix)
-	longID := strings.Repeat("handler", 12) + "/child"
-	p := NewPatch()
-	for _, id := range []string{"b/sub", "a", longID} {
-		s.Store(nil, p, id, HandlerRecord{Retries: 1})
-	}
-	p.SetAnnotation(LastHandledKey(testPrefix), ptr(`{"spec":{"retries":1}}`))
-	p.SetAnnotation(testPrefix+"/touch-dummy", ptr("2025-01-01T00:00:00Z"))
-	p.SetAnnotation(testPrefix+"/legacy", ptr(`{"retries":2}`)) // no id field: the key's name is used
-	p.SetAnnotation(testPrefix+"/unrelated-json", ptr(`{"foo":1}`))
-	p.SetAnnotation("other.io/x", ptr(`{"id":"nope"}`))
-	o := ApplyMergePatch(nil, p.Map())
-
-	want := []string{"a", "b/sub", "legacy", longID}
-	slices.Sort(want)
-	if got := s.IDs(o); !slices.Equal(got, want) {
-		t.Fatalf("IDs = %q, want %q", got, want)
-	}
-	if key := AnnotationKey(testPrefix, longID); strings.Contains(key, "child") {
-		t.Fatalf("the test id was meant to be shortened beyond recovery: %s", key)
-	}
-	if rec, ok := s.Fetch(o, longID); !ok || rec.Retries != 1 {
-		t.Fatal("the shortened id's record is not fetchable")
-	}
-}
-
-func TestStatusProgressIDs(t *testing.T) {
-	s := NewStatusProgress("luaop")
-	tests := []struct {
-		name string
-		obj  string
-		want []string
-	}{
-		{"none", `{}`, []string{}},
-		{"some", `{"status":{"luaop":{"progress":{"b/x":{},"a":{"retries":1},"gone":null}}}}`, []string{"a", "b/x"}},
-		{"progress not a map", `{"status":{"luaop":{"progress":5}}}`, []string{}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := s.IDs(obj(t, tt.obj)); !slices.Equal(got, tt.want) {
-				t.Fatalf("got %q", got)
 			}
 		})
 	}

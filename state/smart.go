@@ -1,7 +1,5 @@
 package state
 
-import "slices"
-
 // Smart storages let an operator change where it keeps its bookkeeping without
 // handling anything twice (kopf's "smart" storage): they read from the storage in
 // use, then from the other one, write to the one in use only, and clear what the
@@ -29,12 +27,6 @@ func (s smartProgress) Store(obj map[string]any, patch *Patch, handlerID string,
 func (s smartProgress) Purge(obj map[string]any, patch *Patch, handlerID string) {
 	s.primary.Purge(obj, patch, handlerID)
 	s.fallback.Purge(obj, patch, handlerID)
-}
-
-func (s smartProgress) IDs(obj map[string]any) []string {
-	ids := append(s.primary.IDs(obj), s.fallback.IDs(obj)...)
-	slices.Sort(ids)
-	return slices.Compact(ids)
 }
 
 // NewSmartDiffBase keeps the diff-base in primary and still reads fallback's.

@@ -19,7 +19,7 @@ func TestSmartStoragesReadBothAndMoveRecordsOnWrite(t *testing.T) {
 	if err := annotationsD.Store(nil, p, map[string]any{"spec": map[string]any{"size": int64(1)}}); err != nil {
 		t.Fatal(err)
 	}
-	obj := ApplyMergePatch(map[string]any{"metadata": map[string]any{"name": "w"}}, p.Map())
+	obj := applyMergePatch(map[string]any{"metadata": map[string]any{"name": "w"}}, p.Map())
 
 	smartP, smartD := NewSmartProgress(statusP, annotationsP), NewSmartDiffBase(statusD, annotationsD)
 	rec, ok := smartP.Fetch(obj, "create_fn")
@@ -37,7 +37,7 @@ func TestSmartStoragesReadBothAndMoveRecordsOnWrite(t *testing.T) {
 	if err := smartD.Store(obj, p, essence); err != nil {
 		t.Fatal(err)
 	}
-	obj = ApplyMergePatch(obj, p.Map())
+	obj = applyMergePatch(obj, p.Map())
 	if _, ok := annotationsP.Fetch(obj, "create_fn"); ok {
 		t.Errorf("the annotations' record was not cleared")
 	}

@@ -53,7 +53,7 @@ func TestRunDryRunWritesNothing(t *testing.T) {
 	widgets := schema.GroupVersionResource{Group: "examples.luaop.dev", Version: "v1", Resource: "widgets"}
 	tenants := schema.GroupVersionResource{Group: "examples.luaop.dev", Version: "v1", Resource: "tenants"}
 	generators := schema.GroupVersionResource{Group: "examples.luaop.dev", Version: "v1", Resource: "generators"}
-	ctx := context.Background()
+	ctx := t.Context()
 	w, err := env.Dynamic.Resource(widgets).Namespace(ns).Create(ctx, docs[0], metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)

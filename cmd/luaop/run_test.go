@@ -60,7 +60,7 @@ func TestRunServesHealthReadinessDebugAndMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- runOperator(ctx, s, filepath.Join(root, "scripts", "examples"), false) }()
 	t.Cleanup(func() {
@@ -94,7 +94,7 @@ func TestRunServesHealthReadinessDebugAndMetrics(t *testing.T) {
 	monitors := schema.GroupVersionResource{Group: "examples.luaop.dev", Version: "v1", Resource: "monitors"}
 	create := func(gvr schema.GroupVersionResource, y string) string {
 		docs, _ := testcluster.DecodeYAML(strings.NewReader(y))
-		obj, err := env.Dynamic.Resource(gvr).Namespace(ns).Create(context.Background(), docs[0], metav1.CreateOptions{})
+		obj, err := env.Dynamic.Resource(gvr).Namespace(ns).Create(t.Context(), docs[0], metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -219,7 +219,7 @@ func exampleCluster(t *testing.T) (*testcluster.Env, string) {
 		t.Fatal(err)
 	}
 	root := testcluster.RepoRoot()
-	if err := env.InstallCRDs(context.Background(), filepath.Join(root, "scripts", "examples", "crds")); err != nil {
+	if err := env.InstallCRDs(t.Context(), filepath.Join(root, "scripts", "examples", "crds")); err != nil {
 		t.Fatal(err)
 	}
 	return env, root
