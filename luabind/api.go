@@ -29,8 +29,8 @@ func (s *shard) newModule() *lua.LTable {
 	on.RawSetString("event", L.NewFunction(s.registerKind(causes.KindEvent, "event")))
 	on.RawSetString("validate", L.NewFunction(s.registerKind(causes.KindValidate, "validate")))
 	on.RawSetString("mutate", L.NewFunction(s.registerKind(causes.KindMutate, "mutate")))
-	for _, hook := range []string{"startup", "cleanup", "probe"} {
-		on.RawSetString(hook, L.NewFunction(s.registerHook(hook)))
+	for _, hook := range []causes.Kind{causes.KindStartup, causes.KindCleanup, causes.KindProbe} {
+		on.RawSetString(string(hook), L.NewFunction(s.registerHook(hook)))
 	}
 	mod.RawSetString("on", on)
 	mod.RawSetString("daemon", L.NewFunction(s.registerKind(causes.KindDaemon, "daemon")))
@@ -139,12 +139,12 @@ func (s *shard) registerKind(kind causes.Kind, name string) lua.LGFunction {
 	}
 }
 
-func (s *shard) registerHook(name string) lua.LGFunction {
+func (s *shard) registerHook(kind causes.Kind) lua.LGFunction {
 	return func(L *lua.LState) int {
-		col := s.mustCollect(L, "luaop.on."+name)
+		col := s.mustCollect(L, "luaop.on."+string(kind))
 		fn := L.CheckFunction(1)
-		spec := causes.Spec{Kind: causes.Kind(name), Source: s.where(L)}
-		s.add(L, col, spec, fn, L.OptTable(2, nil), name)
+		spec := causes.Spec{Kind: kind, Source: s.where(L)}
+		s.add(L, col, spec, fn, L.OptTable(2, nil), string(kind))
 		return 0
 	}
 }
@@ -193,10 +193,10 @@ func (s *shard) add(L *lua.LState, col *collected, spec causes.Spec, fn *lua.LFu
 	if !filters.empty() {
 		col.filters[spec.ID] = filters
 	}
-	switch spec.Kind {
-	case "startup", "cleanup", "probe":
+	switch {
+	case spec.Kind.IsHook():
 		col.hooks = append(col.hooks, spec)
-	case causes.KindValidate, causes.KindMutate:
+	case spec.Kind.IsAdmission():
 		col.admission = append(col.admission, spec)
 	default:
 		col.specs = append(col.specs, spec)

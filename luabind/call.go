@@ -69,7 +69,7 @@ func (s *shard) invoke(ctx context.Context, call causes.Call) (causes.Result, er
 	if err != nil {
 		return causes.Result{}, err
 	}
-	if call.Handler.Kind == "startup" && uid == "" {
+	if call.Handler.Kind == causes.KindStartup && uid == "" {
 		s.snapshotOperatorMemo()
 	}
 	if len(cs.subs) > 0 {
@@ -369,8 +369,8 @@ func (s *shard) ctxField(L *lua.LState, cs *callState, key string) lua.LValue {
 	}
 	call := cs.call
 	body := call.Cause.Body
-	if cs.daemon && call.Latest != nil {
-		if latest := call.Latest(); latest != nil {
+	if cs.daemon && call.Daemon != nil {
+		if latest := call.Daemon.Latest(); latest != nil {
 			body = latest
 		}
 	}
@@ -423,7 +423,10 @@ func (s *shard) ctxField(L *lua.LState, cs *callState, key string) lua.LValue {
 		}
 		return cs.patchTbl
 	case "stopped":
-		stopped := call.Stopped
+		var stopped <-chan struct{} // never closed: only a daemon is ever asked to stop
+		if call.Daemon != nil {
+			stopped = call.Daemon.Stopped
+		}
 		return L.NewFunction(func(L *lua.LState) int {
 			select {
 			case <-stopped:

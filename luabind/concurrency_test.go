@@ -298,8 +298,8 @@ func cctDaemon(rt *Runtime, spec causes.Spec, body map[string]any, stop chan str
 	done := make(chan error, 1)
 	go func() {
 		done <- rt.RunDaemon(context.Background(), causes.Call{Handler: spec, Cause: causes.Cause{Body: body},
-			Logger: slog.Default(), Stopped: stop, Latest: func() map[string]any { return body },
-			Flush: func(p map[string]any) { mu.Lock(); flushed = append(flushed, p); mu.Unlock() }})
+			Logger: slog.Default(), Daemon: &causes.DaemonLink{Stopped: stop, Latest: func() map[string]any { return body },
+				Flush: func(p map[string]any) { mu.Lock(); flushed = append(flushed, p); mu.Unlock() }}})
 	}()
 	return done, func() []map[string]any {
 		mu.Lock()
@@ -421,8 +421,8 @@ end, {id = "d"})
 	body := cctBody("ua", "a")
 	go func() {
 		done <- rt.RunDaemon(t.Context(), causes.Call{Handler: rttSpec(t, rt, "d"), Cause: causes.Cause{Body: body},
-			Logger: slog.Default(), Stopped: stop, Latest: func() map[string]any { return body },
-			Flush: func(map[string]any) { parked <- struct{}{} }})
+			Logger: slog.Default(), Daemon: &causes.DaemonLink{Stopped: stop, Latest: func() map[string]any { return body },
+				Flush: func(map[string]any) { parked <- struct{}{} }}})
 	}()
 	select {
 	case <-parked:

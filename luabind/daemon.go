@@ -17,8 +17,8 @@ import (
 // deadline (an endless loop without sleep fails the daemon instead of holding the
 // shard).
 //
-// call.Stopped closing wakes the sleep early (it returns false) and ctx.stopped()
-// becomes true; what the daemon writes into ctx.patch is handed to call.Flush at
+// call.Daemon.Stopped closing wakes the sleep early (it returns false) and ctx.stopped()
+// becomes true; what the daemon writes into ctx.patch is handed to call.Daemon.Flush at
 // every sleep and at the end, with no lock held.
 func (r *Runtime) RunDaemon(ctx context.Context, call causes.Call) error {
 	uid := uidOf(call.Cause.Body)
@@ -35,8 +35,8 @@ func (r *Runtime) RunDaemon(ctx context.Context, call causes.Call) error {
 	_, err := sh.run(cs, fns.fn)
 	patch := sh.takeDaemonPatch(sh.L, cs)
 	sh.unlock()
-	if patch != nil && call.Flush != nil {
-		call.Flush(patch)
+	if patch != nil && call.Daemon != nil {
+		call.Daemon.Flush(patch)
 	}
 	if err != nil && ctx.Err() != nil {
 		return ctx.Err()
@@ -48,7 +48,7 @@ func (r *Runtime) RunDaemon(ctx context.Context, call causes.Call) error {
 // and starts a new patch table. Shard lock held; the caller flushes the result
 // after releasing it. L is the calling state (for the logger).
 func (s *shard) takeDaemonPatch(L *lua.LState, cs *callState) map[string]any {
-	if cs.patchTbl == nil || cs.call.Flush == nil {
+	if cs.patchTbl == nil || cs.call.Daemon == nil || cs.call.Daemon.Flush == nil {
 		return nil
 	}
 	prunePatchTable(cs.patchTbl, s.patchMT)

@@ -56,8 +56,8 @@ func parkedDaemons(b *testing.B, n int) {
 		go func() {
 			defer wg.Done()
 			_ = rt.RunDaemon(b.Context(), causes.Call{Handler: spec, Cause: causes.Cause{Body: body},
-				Logger: slog.New(slog.DiscardHandler), Stopped: stop, Latest: func() map[string]any { return body },
-				Flush: func(map[string]any) { parked.Add(1) }})
+				Logger: slog.New(slog.DiscardHandler), Daemon: &causes.DaemonLink{Stopped: stop, Latest: func() map[string]any { return body },
+					Flush: func(map[string]any) { parked.Add(1) }}})
 		}()
 	}
 	deadline := time.Now().Add(2 * time.Minute)

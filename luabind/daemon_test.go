@@ -44,8 +44,8 @@ func TestDaemonCoroutineCallsAndFlushes(t *testing.T) {
 	body := map[string]any{"metadata": map[string]any{"uid": "u1", "name": "a", "namespace": "ns"}}
 	err = rt.RunDaemon(t.Context(), causes.Call{
 		Handler: rt.Specs()[0], Cause: causes.Cause{Body: body}, Logger: slog.Default(),
-		Stopped: make(chan struct{}), Latest: func() map[string]any { return body },
-		Flush: func(p map[string]any) { mu.Lock(); flushed = append(flushed, p); mu.Unlock() },
+		Daemon: &causes.DaemonLink{Stopped: make(chan struct{}), Latest: func() map[string]any { return body },
+			Flush: func(p map[string]any) { mu.Lock(); flushed = append(flushed, p); mu.Unlock() }},
 	})
 	if err != nil {
 		t.Fatalf("the daemon failed: %v", err)
@@ -77,7 +77,7 @@ func TestDaemonStopWakesSleep(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- rt.RunDaemon(t.Context(), causes.Call{Handler: rt.Specs()[0], Cause: causes.Cause{Body: body},
-			Logger: slog.Default(), Stopped: stop, Latest: func() map[string]any { return body }})
+			Logger: slog.Default(), Daemon: &causes.DaemonLink{Stopped: stop, Latest: func() map[string]any { return body }}})
 	}()
 	time.Sleep(50 * time.Millisecond)
 	close(stop)

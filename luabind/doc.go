@@ -45,7 +45,7 @@
 // shard.blocking, which converts nothing itself but releases the shard around a Go
 // function and takes it back before returning to Lua: luaop.kube.get, list, create,
 // patch, delete, apply; luaop.info, warn, exception (events); luaop.sleep, in
-// handlers and daemons alike (in a daemon it first hands ctx.patch to call.Flush).
+// handlers and daemons alike (in a daemon it first hands ctx.patch to call.Daemon.Flush).
 // Such functions convert their Lua arguments to Go values before releasing and push
 // results after taking the shard back; the Go function in between must not touch any
 // Lua value. This is not a yield, so it works inside pcall. A new blocking function

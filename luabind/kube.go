@@ -198,7 +198,10 @@ func (s *shard) installKube(mod *lua.LTable) {
 		var stopped <-chan struct{}
 		var daemonCtx context.Context
 		if cs := s.callOf(L); cs != nil && cs.daemon {
-			patch, flush, stopped, daemonCtx = s.takeDaemonPatch(L, cs), cs.call.Flush, cs.call.Stopped, cs.ctx
+			patch, daemonCtx = s.takeDaemonPatch(L, cs), cs.ctx // patch is nil without a link
+			if link := cs.call.Daemon; link != nil {
+				flush, stopped = link.Flush, link.Stopped
+			}
 		}
 		slept := false
 		s.blocking(L, func(ctx context.Context) {

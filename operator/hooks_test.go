@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/luaop/luaop/luabind"
+	"github.com/luaop/luaop/processing/causes"
 )
 
 func hookOperator(t *testing.T, src string, opts Options) *Operator {
@@ -91,7 +92,7 @@ func TestStartupHooksAreRetriedUntilTheySucceed(t *testing.T) {
 				clock = clock.Add(d)
 				return nil
 			}
-			err := op.runHooks(t.Context(), "startup")
+			err := op.runHooks(t.Context(), causes.KindStartup)
 			if tt.fails == "" && err != nil {
 				t.Fatalf("runHooks: %v", err)
 			}
@@ -112,7 +113,7 @@ func TestStartupHooksAreRetriedUntilTheySucceed(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 		defer cancel()
 		start := time.Now()
-		if err := op.runHooks(ctx, "startup"); err == nil {
+		if err := op.runHooks(ctx, causes.KindStartup); err == nil {
 			t.Fatal("runHooks succeeded")
 		}
 		if time.Since(start) > 5*time.Second {
@@ -143,7 +144,7 @@ func TestProbeResultsAreCached(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			op := hookOperator(t, strings.Replace(src, "FAIL", fmt.Sprint(tt.fail), 1), Options{ProbeCache: tt.cache})
-			if err := op.runHooks(t.Context(), "startup"); err != nil {
+			if err := op.runHooks(t.Context(), causes.KindStartup); err != nil {
 				t.Fatal(err)
 			}
 			var got []string

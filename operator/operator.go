@@ -181,14 +181,14 @@ func (o *Operator) Start(ctx context.Context) error {
 			o.log.Debug("handler", "id", h.ID, "kind", string(h.Kind), "resource", h.Resource.String(), "at", h.Source)
 		}
 	}
-	if err := o.runHooks(ctx, "startup"); err != nil {
+	if err := o.runHooks(ctx, causes.KindStartup); err != nil {
 		return fmt.Errorf("%w; the operator does not start: fix the startup handler, or what it checks", err)
 	}
 	err := o.proc.Start(ctx)
 	// Cleanup runs after the last cycle, with a fresh deadline of its own.
 	cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if cerr := o.runHooks(cleanupCtx, "cleanup"); cerr != nil {
+	if cerr := o.runHooks(cleanupCtx, causes.KindCleanup); cerr != nil {
 		o.log.Error("cleanup handler failed", "error", cerr)
 	}
 	return err
@@ -201,7 +201,7 @@ func (o *Operator) Start(ctx context.Context) error {
 // errors = "permanent" option, or running out of the handler's retries or timeout
 // fails it for good; errors = "ignored" counts a failure as done. The run ends when
 // every handler is done, with the first failure if any, or when ctx ends.
-func (o *Operator) runHooks(ctx context.Context, kind string) error {
+func (o *Operator) runHooks(ctx context.Context, kind causes.Kind) error {
 	type hookState struct {
 		spec    causes.Spec
 		started time.Time
@@ -211,7 +211,7 @@ func (o *Operator) runHooks(ctx context.Context, kind string) error {
 	}
 	var hooks []*hookState
 	for _, h := range o.runtime.Hooks() {
-		if string(h.Kind) == kind {
+		if h.Kind == kind {
 			hooks = append(hooks, &hookState{spec: h})
 		}
 	}
@@ -234,7 +234,7 @@ func (o *Operator) runHooks(ctx context.Context, kind string) error {
 			if h.started.IsZero() {
 				h.started = now
 			}
-			o.log.Info("running "+kind+" handler", "handler", h.spec.ID, "retry", h.retries)
+			o.log.Info("running "+string(kind)+" handler", "handler", h.spec.ID, "retry", h.retries)
 			_, err := o.runtime.Invoke(ctx, causes.Call{Handler: h.spec, Retry: h.retries, Started: h.started,
 				Runtime: now.Sub(h.started), Logger: o.log.With("handler", h.spec.ID)})
 			if ctx.Err() != nil {
@@ -243,7 +243,7 @@ func (o *Operator) runHooks(ctx context.Context, kind string) error {
 			retryIn, final := hookOutcome(h.spec, err)
 			if err == nil || (final && h.spec.Errors == causes.ErrorsIgnored && !causes.IsPermanent(err)) {
 				if err != nil {
-					o.log.Warn(kind+" handler failed; ignored as configured (errors=ignored)", "handler", h.spec.ID, "error", err)
+					o.log.Warn(string(kind)+" handler failed; ignored as configured (errors=ignored)", "handler", h.spec.ID, "error", err)
 				}
 				h.done = true
 				continue
@@ -259,13 +259,13 @@ func (o *Operator) runHooks(ctx context.Context, kind string) error {
 			}
 			if final {
 				h.done = true
-				o.log.Error(kind+" handler failed for good", "handler", h.spec.ID, "error", err)
+				o.log.Error(string(kind)+" handler failed for good", "handler", h.spec.ID, "error", err)
 				if failed == nil {
 					failed = fmt.Errorf("%s handler %s failed: %w", kind, h.spec.ID, err)
 				}
 				continue
 			}
-			o.log.Warn(kind+" handler will be retried", "handler", h.spec.ID, "retry", h.retries, "in", retryIn, "error", err)
+			o.log.Warn(string(kind)+" handler will be retried", "handler", h.spec.ID, "retry", h.retries, "in", retryIn, "error", err)
 			h.next = at
 			pending = true
 			if wake.IsZero() || at.Before(wake) {
@@ -380,7 +380,7 @@ func (o *Operator) probe(ctx context.Context) (map[string]any, bool) {
 	out := map[string]any{}
 	healthy := true
 	for _, h := range o.runtime.Hooks() {
-		if h.Kind != "probe" {
+		if h.Kind != causes.KindProbe {
 			continue
 		}
 		done := make(chan outcome, 1)

@@ -135,7 +135,7 @@ func TestNoDeadlockWhenObjectsAreRecreatedWhileTheirDaemonsReadTheirBody(t *test
 	h.addDaemon(causes.Spec{ID: "monitor", Resource: widgets}, func(ctx context.Context, call causes.Call) error {
 		for {
 			h.shard.Lock()
-			body := call.Latest() // ctx.spec of a Lua daemon: under its shard's lock
+			body := call.Daemon.Latest() // ctx.spec of a Lua daemon: under its shard's lock
 			h.shard.Unlock()
 			if body == nil {
 				return nil
@@ -143,7 +143,7 @@ func TestNoDeadlockWhenObjectsAreRecreatedWhileTheirDaemonsReadTheirBody(t *test
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
-			case <-call.Stopped:
+			case <-call.Daemon.Stopped:
 				return nil
 			case <-time.After(time.Millisecond):
 			}
@@ -199,7 +199,7 @@ func TestObjectRecreatedBeforeItsWorkerRanGoesThroughTheForgetPath(t *testing.T)
 		defer func() { daemonsMu.Lock(); daemonUIDs[uid] = "ended"; daemonsMu.Unlock() }()
 		select {
 		case <-ctx.Done():
-		case <-call.Stopped:
+		case <-call.Daemon.Stopped:
 		}
 		return nil
 	})
@@ -314,8 +314,8 @@ func TestSlowHandlerOfOneObjectDoesNotDelayAnother(t *testing.T) {
 func TestDaemonPatchIsAppliedByTheObjectsWorker(t *testing.T) {
 	h := newFakeHandlers()
 	h.addDaemon(causes.Spec{ID: "reporter", Resource: widgets}, func(ctx context.Context, call causes.Call) error {
-		call.Flush(map[string]any{"status": map[string]any{"seen": call.Latest()["spec"].(map[string]any)["size"]}})
-		<-call.Stopped
+		call.Daemon.Flush(map[string]any{"status": map[string]any{"seen": call.Daemon.Latest()["spec"].(map[string]any)["size"]}})
+		<-call.Daemon.Stopped
 		return nil
 	})
 	e := startEnv(t, h, Options{})

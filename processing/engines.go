@@ -279,7 +279,7 @@ func (c *cycle) startDaemon(runner DaemonRunner, spec causes.Spec) {
 				// and must not keep its first body alive for its whole life.
 				Handler: spec, Cause: causes.Cause{Resource: key.resource, Body: identityOf(body)},
 				Retry: attempt, Started: d.startedAt, Runtime: o.clock.Now().Sub(first), Logger: log,
-				Stopped: d.stopCh, Latest: latest, Flush: flush, Indexes: o.indexes,
+				Daemon: &causes.DaemonLink{Stopped: d.stopCh, Latest: latest, Flush: flush}, Indexes: o.indexes,
 			})
 			if err == nil {
 				d.returned.Store(!d.stopping())

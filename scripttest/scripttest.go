@@ -493,7 +493,7 @@ func runHandler(ctx context.Context, rt *luabind.Runtime, spec causes.Spec, c Ca
 		}
 	}
 	call.Cause = cause
-	if spec.Kind != "startup" && spec.Kind != "cleanup" && spec.Kind != "probe" {
+	if !spec.Kind.IsHook() {
 		ok, err := rt.Match(ctx, spec, cause)
 		if err != nil {
 			return outcome{err: fmt.Errorf("filter: %w", err)}
@@ -507,9 +507,8 @@ func runHandler(ctx context.Context, rt *luabind.Runtime, spec causes.Spec, c Ca
 		// daemon (sleep returns false, ctx.stopped() is true).
 		stopped := make(chan struct{})
 		closed := false
-		call.Stopped = stopped
-		call.Latest = func() map[string]any { return obj }
-		call.Flush = func(p map[string]any) {
+		call.Daemon = &causes.DaemonLink{Stopped: stopped, Latest: func() map[string]any { return obj }}
+		call.Daemon.Flush = func(p map[string]any) {
 			patch.Merge(p)
 			if !closed {
 				closed = true

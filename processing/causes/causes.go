@@ -43,10 +43,18 @@ const (
 	// by the processing core (no watch, no progress).
 	KindValidate Kind = "validate"
 	KindMutate   Kind = "mutate"
+
+	// Operator-level hooks: not tied to a resource, run by the operator itself.
+	KindStartup Kind = "startup" // on.startup: before any watch starts
+	KindCleanup Kind = "cleanup" // on.cleanup: when the operator stops
+	KindProbe   Kind = "probe"   // on.probe: answers /healthz
 )
 
 // IsAdmission tells whether a kind is an admission handler's.
 func (k Kind) IsAdmission() bool { return k == KindValidate || k == KindMutate }
+
+// IsHook reports whether handlers of kind k are operator-level hooks.
+func (k Kind) IsHook() bool { return k == KindStartup || k == KindCleanup || k == KindProbe }
 
 // ErrorMode says what an arbitrary (non-Temporary, non-Permanent) error means.
 type ErrorMode string
@@ -173,16 +181,22 @@ type Call struct {
 	Started time.Time
 	Runtime time.Duration
 	Logger  *slog.Logger
-	// Stopped is closed when a daemon must stop (nil for other kinds).
-	Stopped <-chan struct{}
-	// Latest returns the newest body of a daemon's object (nil for other kinds):
-	// a daemon outlives the body it started with.
-	Latest func() map[string]any
-	// Flush hands what a daemon wrote into ctx.patch to the object's worker, which
-	// applies it in order with the change handlers' patches (nil for other kinds).
-	Flush func(patch map[string]any)
+	// Daemon links a daemon to its object while it runs; nil for every other kind.
+	Daemon *DaemonLink
 	// Indexes are the operator-wide indexes, readable by every handler.
 	Indexes *state.Indexes
+}
+
+// DaemonLink is what a running daemon has of its object besides its first cause:
+// a daemon outlives the body it started with and writes while other handlers run.
+type DaemonLink struct {
+	// Stopped is closed when the daemon must stop.
+	Stopped <-chan struct{}
+	// Latest returns the newest body of the object.
+	Latest func() map[string]any
+	// Flush hands what the daemon wrote into ctx.patch to the object's worker, which
+	// applies it in order with the change handlers' patches.
+	Flush func(patch map[string]any)
 }
 
 // Result is what one handler call produced.
