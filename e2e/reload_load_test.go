@@ -533,10 +533,11 @@ func TestReloadUnderLoad(t *testing.T) {
 	if every > 0 && fig.reloads < 3 {
 		t.Errorf("only %d reloads happened during the run", fig.reloads)
 	}
-	rulCheckStalls(t, fig)
+	// The pauses are figures, not assertions (a shared CPU makes them vary): the
+	// benchmark holds them against the goals.
 }
 
-// rulCheckStalls: a reload stalls a cycle by holding the Lua state the cycle needs
+// rulCheckStalls (BenchmarkReloadUnderLoad): a reload stalls a cycle by holding the Lua state the cycle needs
 // (the load runs the scripts there), at most LoadReport.Held: that must stay under
 // 100ms. The work queue also pauses for reasons of its own (all workers waiting on
 // the API server, a CPU shared with the control plane, the race detector): on this

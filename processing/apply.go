@@ -57,7 +57,7 @@ func (c *cycle) apply(ctx context.Context) error {
 		}
 		last = resp
 		c.carriedWritten = c.carriedWritten || c.carried
-		c.expectVersion(resp.GetResourceVersion())
+		c.expectVersion(resp)
 		return nil
 	}
 	sendStatus := func() error {
@@ -70,7 +70,7 @@ func (c *cycle) apply(ctx context.Context) error {
 		}
 		last = resp
 		c.carriedWritten = c.carriedWritten || c.carried
-		c.expectVersion(resp.GetResourceVersion())
+		c.expectVersion(resp)
 		moved := c.fallBackIfStoragePruned(status, resp)
 		if moved == nil {
 			c.checkPruning(status, resp)
@@ -150,7 +150,7 @@ func (c *cycle) patchFinalizers(ctx context.Context, present bool) error {
 		switch {
 		case err == nil:
 			c.last = resp
-			c.expectVersion(resp.GetResourceVersion())
+			c.expectVersion(resp)
 			if !present && deletionInProgress(current.Object) {
 				c.mem.released = true
 			}
@@ -357,15 +357,17 @@ func truncate(s string, n int) string {
 }
 
 // expectVersion records the version our patch produced, unless the watch already
-// delivered it (notifications can be faster than the patch's response).
-func (c *cycle) expectVersion(rv string) {
+// delivered it (notifications can be faster than the patch's response). The
+// response itself is kept as the newest body known, for when the watch stays late.
+func (c *cycle) expectVersion(resp *unstructured.Unstructured) {
+	rv := resp.GetResourceVersion()
 	c.st.inbox.mu.Lock()
 	seen := c.st.inbox.lastSeenVersion
 	c.st.inbox.mu.Unlock()
 	if rv == "" || !versionOlder(seen, rv) {
 		return
 	}
-	c.mem.expectedVersion = rv
+	c.mem.expectedVersion, c.mem.expectedBody = rv, resp
 	c.mem.consistencyDeadline = c.op.clock.Now().Add(c.op.opts.ConsistencyTimeout)
 }
 

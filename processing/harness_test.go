@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apimachinery/pkg/types"
 	discoveryfake "k8s.io/client-go/discovery/fake"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
@@ -200,6 +201,12 @@ func newScheme() *runtime.Scheme { return runtime.NewScheme() }
 // startEnv starts an operator on the given objects; it is stopped at the test's end.
 func startEnv(t *testing.T, h *fakeHandlers, opts Options, objects ...*unstructured.Unstructured) *env {
 	t.Helper()
+	return startEnvWith(t, h, opts, nil, objects...)
+}
+
+// startEnvWith is startEnv with a chance to add reactors to the fake client first.
+func startEnvWith(t *testing.T, h *fakeHandlers, opts Options, setup func(*dynamicfake.FakeDynamicClient), objects ...*unstructured.Unstructured) *env {
+	t.Helper()
 	var objs []runtime.Object
 	for _, o := range objects {
 		if o.GetResourceVersion() == "" {
@@ -211,6 +218,9 @@ func startEnv(t *testing.T, h *fakeHandlers, opts Options, objects ...*unstructu
 		widgetsGVR: "WidgetList", configmapsGVR: "ConfigMapList", crdsGVR: "CustomResourceDefinitionList",
 	}, objs...)
 	stampResourceVersions(dyn, opts.pruneStatusField)
+	if setup != nil {
+		setup(dyn)
+	}
 	clk := testingclock.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	opts.Clock = clk
 	if opts.Logger == nil {
@@ -420,6 +430,23 @@ func stampResourceVersions(dyn *dynamicfake.FakeDynamicClient, prune string) {
 		}
 		return false, nil, nil
 	})
+}
+
+// holdBackWatch makes the fake watch of widgets skip the MODIFIED events for which
+// hold returns true, as a watch lagging behind the operator's own writes would.
+func holdBackWatch(hold func(*unstructured.Unstructured) bool) func(*dynamicfake.FakeDynamicClient) {
+	return func(dyn *dynamicfake.FakeDynamicClient) {
+		dyn.PrependWatchReactor("widgets", func(action clienttesting.Action) (bool, watch.Interface, error) {
+			w, err := dyn.Tracker().Watch(action.GetResource(), action.GetNamespace())
+			if err != nil {
+				return true, nil, err
+			}
+			return true, watch.Filter(w, func(ev watch.Event) (watch.Event, bool) {
+				u, ok := ev.Object.(*unstructured.Unstructured)
+				return ev, !(ok && ev.Type == watch.Modified && hold(u))
+			}), nil
+		})
+	}
 }
 
 // testLogOutput: the core's log is discarded unless LUAOP_TEST_LOG=1.

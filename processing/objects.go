@@ -134,8 +134,10 @@ type objectMemory struct {
 	uid             string // "" until the first cycle of an incarnation
 	resumeIsHandled bool
 	// expectedVersion is what the operator's own last patch returned, until the
-	// watch delivers it; consistencyDeadline bounds the wait.
+	// watch delivers it; consistencyDeadline bounds the wait. expectedBody is that
+	// response: past the deadline it is newer than anything the watch delivered.
 	expectedVersion     string
+	expectedBody        *unstructured.Unstructured
 	consistencyDeadline time.Time
 
 	// Background engines (engines.go).

@@ -91,15 +91,21 @@ func (o *Operator) process(ctx context.Context, key objectKey) (time.Duration, e
 	if mem.expectedVersion != "" {
 		switch {
 		case !versionOlder(in.lastSeenVersion, mem.expectedVersion):
-			mem.expectedVersion = "" // the watch delivered our own patch
+			mem.expectedVersion, mem.expectedBody = "", nil // the watch delivered our own patch
 		case now.Before(mem.consistencyDeadline):
 			// The body is older than our own last patch: change handlers would see
 			// stale data. The next event wakes us earlier than this.
 			return mem.consistencyDeadline.Sub(now), nil
 		default:
-			log.Warn("the watch did not deliver the operator's own last patch in time; handling the newest body seen",
+			// kopf handles the stale body here, and runs again what the patch recorded as
+			// done. The patch's own response is newer than anything the watch delivered
+			// (it is the object right after our write), so that is what is handled.
+			if own := mem.expectedBody; own != nil && versionOlder(latest.GetResourceVersion(), own.GetResourceVersion()) {
+				c.body = own
+			}
+			log.Warn("the watch did not deliver the operator's own last patch in time; handling the body that patch returned",
 				"expectedVersion", mem.expectedVersion, "timeout", o.opts.ConsistencyTimeout)
-			mem.expectedVersion = ""
+			mem.expectedVersion, mem.expectedBody = "", nil
 		}
 	}
 	if !o.indexesReady(idx) {
