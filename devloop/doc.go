@@ -1,11 +1,7 @@
-// Package devloop supports the edit-and-reload loop of Lua handler scripts: it watches a
-// scripts folder and reports each settled change of its content, so the operator can
-// reload the scripts while it runs.
+// Package devloop is the terminal side of `luaop dev`: a readable live view of the
+// operator (lipgloss) that shows the loaded handlers, each reload's outcome with the
+// file:line of an error, and the operator's log lines, styled by level.
 //
-// [Watch] watches the folder recursively with fsnotify (folders, not files, so that
-// editors saving by rename and Kubernetes ConfigMap volumes swapping their ..data link
-// are seen), debounces each burst of events, re-reads the whole script set with
-// [luabind.ReadDir] once the burst has settled and sends a [Change] only when the
-// content hash differs from the last one sent. When inotify is unavailable (watch or
-// instance limits, network and FUSE file systems) it falls back to slow polling.
+// Watching the folder and reloading are not here: they are production code, in
+// scriptwatch, which `luaop run` uses without this view.
 package devloop

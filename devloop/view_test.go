@@ -2,9 +2,17 @@ package devloop
 
 import (
 	"bytes"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/luaop/luaop/luabind"
+	"github.com/luaop/luaop/processing/causes"
+	"github.com/luaop/luaop/scriptwatch"
 )
 
 // The dev view shows an object as namespace/name, whatever fields the log line
@@ -35,5 +43,43 @@ func TestViewShowsObjectsAsNamespaceAndName(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// What a developer reads in `luaop dev`: the handlers with where they are defined,
+// every reload's outcome, and a broken save's file:line with what to do next.
+func TestViewShowsHandlersReloadsAndBrokenSaves(t *testing.T) {
+	var out bytes.Buffer
+	v := NewView(&out, slog.LevelInfo) // not a terminal: plain text
+	widgets := causes.Resource{GroupVersionResource: schema.GroupVersionResource{Group: "examples.luaop.dev", Version: "v1", Resource: "widgets"}}
+	v.Loaded("scripts/examples", luabind.LoadReport{
+		Files: []string{"widgets.lua"},
+		Handlers: []causes.Spec{
+			{ID: "widgets_create", Kind: causes.KindChange, Resource: widgets, Source: "widgets.lua:3"},
+			{ID: "ready", Kind: causes.KindStartup, Source: "widgets.lua:9"},
+		},
+	})
+	v.Reloaded(scriptwatch.ReloadEvent{Files: []string{"widgets.lua"}, Latency: 42 * time.Millisecond,
+		Report: luabind.LoadReport{Handlers: make([]causes.Spec, 2)}})
+	v.Reloaded(scriptwatch.ReloadEvent{Files: []string{"widgets.lua"},
+		Err: errors.New("widgets.lua:7: '=' expected near 'end'")})
+	slog.New(v.Handler()).Info("handler succeeded", "namespace", "default", "name", "w1", "handler", "widgets_create")
+	slog.New(v.Handler()).Debug("below the level")
+
+	text := out.String()
+	for _, want := range []string{
+		"1 script(s), 2 handler(s)",
+		"widgets_create", "widgets.lua:3", "(operator)", // a hook has no resource
+		"✔ reloaded widgets.lua in 42ms (2 handlers)",
+		"✘ reload failed widgets.lua", "widgets.lua:7: '=' expected near 'end'",
+		"the previous scripts keep running; fix the file and save again",
+		"handler succeeded", "default/w1",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the view lacks %q:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "below the level") || strings.Contains(text, "\x1b[") {
+		t.Errorf("debug lines or colour codes in a plain view:\n%s", text)
 	}
 }

@@ -17,10 +17,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 
-	"github.com/luaop/luaop/devloop"
 	"github.com/luaop/luaop/luabind"
 	"github.com/luaop/luaop/operator"
 	"github.com/luaop/luaop/processing"
+	"github.com/luaop/luaop/scriptwatch"
 	"github.com/luaop/luaop/testcluster"
 )
 
@@ -253,13 +253,13 @@ func runReloadUnderLoad(t testing.TB, n, updates int, saveEvery time.Duration, e
 
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	_, changes, err := devloop.Watch(ctx, dir, devloop.WatcherOptions{})
+	_, changes, err := scriptwatch.Watch(ctx, dir, scriptwatch.WatcherOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var (
 		evMu   sync.Mutex
-		events []devloop.ReloadEvent
+		events []scriptwatch.ReloadEvent
 	)
 	reloaded := make(chan struct{})
 	load := func(ctx context.Context, scripts []luabind.Script) (luabind.LoadReport, error) {
@@ -272,7 +272,7 @@ func runReloadUnderLoad(t testing.TB, n, updates int, saveEvery time.Duration, e
 	}
 	go func() {
 		defer close(reloaded)
-		devloop.Reload(ctx, changes, load, func(ev devloop.ReloadEvent) {
+		scriptwatch.Reload(ctx, changes, load, func(ev scriptwatch.ReloadEvent) {
 			evMu.Lock()
 			events = append(events, ev)
 			evMu.Unlock()

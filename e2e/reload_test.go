@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/luaop/luaop/devloop"
 	"github.com/luaop/luaop/operator"
+	"github.com/luaop/luaop/scriptwatch"
 	"github.com/luaop/luaop/testcluster"
 )
 
@@ -61,20 +61,20 @@ func TestHotReloadKeepsMemosAndUnchangedDaemons(t *testing.T) {
 	op := startWith(t, ns, operator.Options{ScriptsDir: dir})
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	_, changes, err := devloop.Watch(ctx, dir, devloop.WatcherOptions{})
+	_, changes, err := scriptwatch.Watch(ctx, dir, scriptwatch.WatcherOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	var reloads []devloop.ReloadEvent
-	go devloop.Reload(ctx, changes, op.LoadScripts, func(ev devloop.ReloadEvent) {
+	var reloads []scriptwatch.ReloadEvent
+	go scriptwatch.Reload(ctx, changes, op.LoadScripts, func(ev scriptwatch.ReloadEvent) {
 		mu.Lock()
 		reloads = append(reloads, ev)
 		mu.Unlock()
 	})
-	waitReloads := func(n int) devloop.ReloadEvent {
+	waitReloads := func(n int) scriptwatch.ReloadEvent {
 		t.Helper()
-		var last devloop.ReloadEvent
+		var last scriptwatch.ReloadEvent
 		testcluster.Eventually(t, 10*time.Second, func() (bool, string) {
 			mu.Lock()
 			defer mu.Unlock()

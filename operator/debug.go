@@ -53,7 +53,7 @@ func (o *Operator) NoteReload(files []string, err error) {
 // what processing is doing (objects in flight, daemons, timers). Each part is copied
 // from its owner without waiting for any cycle.
 func (o *Operator) Debug() Debug {
-	d := Debug{Ready: o.Ready(), ScriptsHash: o.runtime.Hash(), LastReload: o.lastReload.Load(), Snapshot: o.proc.Snapshot()}
+	d := Debug{Ready: o.Ready(), ScriptsHash: o.runtime.Hash(), LastReload: o.lastReload.Load(), Snapshot: o.reactor.Snapshot()}
 	d.Handlers = []DebugHandler{}
 	for _, list := range [][]causes.Spec{o.runtime.Hooks(), o.runtime.Specs()} {
 		for _, h := range list {

@@ -29,7 +29,7 @@ func Instrument(p *processing.Options, m *metrics.Metrics) {
 // running and the timers scheduled, and the scripts' own metrics
 // (luaop.metrics).
 func (o *Operator) AttachMetrics(m *metrics.Metrics) error {
-	m.EngineCounts(o.proc.EngineCounts)
+	m.EngineCounts(o.reactor.EngineCounts)
 	if err := m.Registry().Register(o.runtime.Metrics()); err != nil {
 		return fmt.Errorf("registering the scripts' metrics: %w", err)
 	}

@@ -48,7 +48,7 @@ type Operator struct {
 	opts    Options
 	cfg     *rest.Config
 	runtime *luabind.Runtime
-	proc    *processing.Operator
+	reactor *processing.Reactor
 	log     *slog.Logger
 	loaded  atomic.Bool
 	// lastReload is the outcome of the last load of the scripts (NoteReload).
@@ -114,7 +114,7 @@ func New(cfg *rest.Config, opts Options) (*Operator, error) {
 		}
 		opts.Logger.Info("lua memory budget", "budget", luabind.FormatBytes(uint64(budget)), "from", source)
 	}
-	proc, err := processing.New(cfg, rt, opts.Processing)
+	reactor, err := processing.New(cfg, rt, opts.Processing)
 	if err != nil {
 		rt.Close()
 		stopEvents()
@@ -123,18 +123,18 @@ func New(cfg *rest.Config, opts Options) (*Operator, error) {
 	if opts.ProbeCache == 0 {
 		opts.ProbeCache = DefaultProbeCache
 	}
-	return &Operator{opts: opts, cfg: cfg, runtime: rt, proc: proc, log: opts.Logger, stopEvents: stopEvents,
+	return &Operator{opts: opts, cfg: cfg, runtime: rt, reactor: reactor, log: opts.Logger, stopEvents: stopEvents,
 		probeSem: make(chan struct{}, 1), hookSleep: sleepCtx, hookNow: time.Now}, nil
 }
 
 // Runtime gives access to the loaded scripts (reloads, hooks, live views).
 func (o *Operator) Runtime() *luabind.Runtime { return o.runtime }
 
-// Processing gives access to the processing core.
-func (o *Operator) Processing() *processing.Operator { return o.proc }
+// Reactor gives access to the processing core.
+func (o *Operator) Reactor() *processing.Reactor { return o.reactor }
 
 // Ready tells whether the scripts are loaded and the initial listing is processed.
-func (o *Operator) Ready() bool { return o.loaded.Load() && o.proc.Synced() }
+func (o *Operator) Ready() bool { return o.loaded.Load() && o.reactor.Synced() }
 
 // Load (re)reads the scripts and makes them current if they all load; otherwise the
 // previous ones keep serving and the error, with file:line, is returned.
@@ -161,7 +161,7 @@ func (o *Operator) LoadScripts(ctx context.Context, scripts []luabind.Script) (l
 		return report, err
 	}
 	o.loaded.Store(true)
-	o.proc.Refresh()
+	o.reactor.Refresh()
 	return report, nil
 }
 
@@ -184,7 +184,7 @@ func (o *Operator) Start(ctx context.Context) error {
 	if err := o.runHooks(ctx, causes.KindStartup); err != nil {
 		return fmt.Errorf("%w; the operator does not start: fix the startup handler, or what it checks", err)
 	}
-	err := o.proc.Start(ctx)
+	err := o.reactor.Start(ctx)
 	// Cleanup runs after the last cycle, with a fresh deadline of its own.
 	cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()

@@ -565,7 +565,7 @@ func (c *cycle) updateIndexes(ctx context.Context) {
 }
 
 // wakeIndexWaiters queues the keys parked until the indexes are complete.
-func (o *Operator) wakeIndexWaiters() {
+func (o *Reactor) wakeIndexWaiters() {
 	for _, key := range o.ready.unpark() {
 		o.queue.Add(key)
 	}
@@ -586,7 +586,7 @@ func indexEntries(v any) map[string]any {
 
 // indexesReady: every resource with index handlers finished its initial listing and
 // every object found there went through its index functions.
-func (o *Operator) indexesReady(idx *specIndex) bool {
+func (o *Reactor) indexesReady(idx *specIndex) bool {
 	if _, unindexed := o.ready.pending(); unindexed > 0 {
 		return false
 	}

@@ -18,8 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	discoveryfake "k8s.io/client-go/discovery/fake"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	clienttesting "k8s.io/client-go/testing"
@@ -187,7 +187,7 @@ type env struct {
 	t     *testing.T
 	dyn   *dynamicfake.FakeDynamicClient
 	clock *testingclock.FakeClock
-	op    *Operator
+	op    *Reactor
 	h     *fakeHandlers
 	stop  context.CancelFunc
 	done  chan error

@@ -21,7 +21,7 @@ func objectAttrs(key objectKey, kind, uid string, more ...any) []any {
 }
 
 // kindOf is the kind of a resource's objects, "" while unknown.
-func (o *Operator) kindOf(key objectKey) string {
+func (o *Reactor) kindOf(key objectKey) string {
 	if info := o.resourceInfo(key.resource); info != nil {
 		return info.kind
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/luaop/luaop/state"
 )
 
-// Options configure an Operator. The zero value of every field means its default.
+// Options configure a Reactor. The zero value of every field means its default.
 type Options struct {
 	// Namespaces selects where to watch namespaced resources: exact names, glob
 	// patterns ("team-*") and exclusions ("!kube-*"). Empty means cluster-wide.

@@ -22,7 +22,7 @@ import (
 //
 // The worker calling it holds the object's key (the work queue gives a key to one
 // worker at a time), so it owns st.mem; it holds no lock while handlers run.
-func (o *Operator) process(ctx context.Context, key objectKey) (time.Duration, error) {
+func (o *Reactor) process(ctx context.Context, key objectKey) (time.Duration, error) {
 	st := o.objects.get(key)
 	if st == nil {
 		if o.ready.forget(key) {
@@ -191,7 +191,7 @@ func soonest(a, b time.Duration) time.Duration {
 // daemons are cancelled at once (their object no longer exists), its index entries
 // dropped, and its memo forgotten once the daemons exited (a daemon still unwinding
 // would otherwise make a new memo for it).
-func (o *Operator) forgetIncarnation(key objectKey, mem *objectMemory) {
+func (o *Reactor) forgetIncarnation(key objectKey, mem *objectMemory) {
 	var exiting []*daemonRun
 	for _, d := range mem.daemons {
 		d.stop(0)
@@ -216,7 +216,7 @@ func (o *Operator) forgetIncarnation(key objectKey, mem *objectMemory) {
 // runEventHandlers runs the raw event handlers of one event. What they write into
 // ctx.patch and return is kept for the object's next patch (kopf applies both), but
 // only when the event is about the object as it exists now.
-func (o *Operator) runEventHandlers(ctx context.Context, log *slog.Logger, key objectKey, specs []causes.Spec, ev rawEvent) *state.Patch {
+func (o *Reactor) runEventHandlers(ctx context.Context, log *slog.Logger, key objectKey, specs []causes.Spec, ev rawEvent) *state.Patch {
 	cause := causes.Cause{Resource: key.resource, Body: ev.object.Object, EventType: ev.eventType}
 	var patch *state.Patch
 	for _, spec := range specs {
@@ -246,7 +246,7 @@ func (o *Operator) runEventHandlers(ctx context.Context, log *slog.Logger, key o
 	return patch
 }
 
-func (o *Operator) observe(key objectKey, id, reason string, outcome Outcome, d time.Duration, err error) {
+func (o *Reactor) observe(key objectKey, id, reason string, outcome Outcome, d time.Duration, err error) {
 	if o.opts.OnHandlerRun == nil {
 		return
 	}
@@ -256,7 +256,7 @@ func (o *Operator) observe(key objectKey, id, reason string, outcome Outcome, d 
 
 // cycle is one pass of change handling over one body of one object.
 type cycle struct {
-	op    *Operator
+	op    *Reactor
 	key   objectKey
 	info  *resourceInfo
 	store *storage // where this resource's bookkeeping lives, for this cycle

@@ -43,7 +43,7 @@ func newResources() *resources {
 // in one pass before any new watcher starts, so that the first notification of a
 // resource already finds every handler registered for it, however spelled. Spellings
 // the server does not serve yet (a CRD installed later) are retried in the background.
-func (o *Operator) refreshResources(ctx context.Context, specs []causes.Spec) {
+func (o *Reactor) refreshResources(ctx context.Context, specs []causes.Spec) {
 	var fresh []causes.Resource
 	o.res.mu.Lock()
 	if o.res.closed {
@@ -91,7 +91,7 @@ func (o *Operator) refreshResources(ctx context.Context, specs []causes.Spec) {
 }
 
 // settleStorage chooses where a resolved resource's bookkeeping goes, and says so.
-func (o *Operator) settleStorage(ctx context.Context, info *resourceInfo) {
+func (o *Reactor) settleStorage(ctx context.Context, info *resourceInfo) {
 	s := o.chooseStorage(ctx, info)
 	info.store.Store(s)
 	where := "annotations"
@@ -103,7 +103,7 @@ func (o *Operator) settleStorage(ctx context.Context, info *resourceInfo) {
 
 // bind records resolved spellings and returns the watchers to start (one per
 // canonical resource not watched yet).
-func (o *Operator) bind(resolved map[causes.Resource]*resourceInfo) []*watcher {
+func (o *Reactor) bind(resolved map[causes.Resource]*resourceInfo) []*watcher {
 	var start []*watcher
 	var late []causes.Resource
 	o.res.mu.Lock()
@@ -140,7 +140,7 @@ func (o *Operator) bind(resolved map[causes.Resource]*resourceInfo) []*watcher {
 
 // resolveAndWatch resolves one spelling, waiting while the resource does not exist,
 // then watches its canonical resource unless another spelling already does.
-func (o *Operator) resolveAndWatch(ctx context.Context, spelling causes.Resource) {
+func (o *Reactor) resolveAndWatch(ctx context.Context, spelling causes.Resource) {
 	info, err := o.discover(ctx, spelling)
 	if err != nil {
 		return // ctx cancelled
@@ -152,7 +152,7 @@ func (o *Operator) resolveAndWatch(ctx context.Context, spelling causes.Resource
 }
 
 // discover resolves a spelling on the server, retrying every 2 s until it exists.
-func (o *Operator) discover(ctx context.Context, spelling causes.Resource) (*resourceInfo, error) {
+func (o *Reactor) discover(ctx context.Context, spelling causes.Resource) (*resourceInfo, error) {
 	warned := false
 	for {
 		info, err := lookupResource(o.disco, spelling)
@@ -178,7 +178,7 @@ func (o *Operator) discover(ctx context.Context, spelling causes.Resource) (*res
 }
 
 // watchersSnapshot returns the watchers and whether every spelling is resolved.
-func (o *Operator) watchersSnapshot() ([]*watcher, bool) {
+func (o *Reactor) watchersSnapshot() ([]*watcher, bool) {
 	o.res.mu.Lock()
 	defer o.res.mu.Unlock()
 	out := make([]*watcher, 0, len(o.res.watchers))
@@ -190,7 +190,7 @@ func (o *Operator) watchersSnapshot() ([]*watcher, bool) {
 
 // allResolved tells whether every resource the handlers name is resolved (and so
 // has its watcher).
-func (o *Operator) allResolved(specs []causes.Spec) bool {
+func (o *Reactor) allResolved(specs []causes.Spec) bool {
 	o.res.mu.Lock()
 	defer o.res.mu.Unlock()
 	for _, s := range specs {
@@ -201,13 +201,13 @@ func (o *Operator) allResolved(specs []causes.Spec) bool {
 	return true
 }
 
-func (o *Operator) watcherOf(r causes.Resource) *watcher {
+func (o *Reactor) watcherOf(r causes.Resource) *watcher {
 	o.res.mu.Lock()
 	defer o.res.mu.Unlock()
 	return o.res.watchers[r]
 }
 
-func (o *Operator) resourceInfo(r causes.Resource) *resourceInfo {
+func (o *Reactor) resourceInfo(r causes.Resource) *resourceInfo {
 	if w := o.watcherOf(r); w != nil {
 		return w.info
 	}
@@ -229,7 +229,7 @@ type specIndexCache struct {
 
 // specs returns the index of the current handler set, rebuilding it after a reload
 // or a newly resolved resource. Concurrent rebuilds are harmless: same result.
-func (o *Operator) specs() *specIndex {
+func (o *Reactor) specs() *specIndex {
 	source := o.handlers.Specs()
 	o.res.mu.Lock()
 	version := o.res.version

@@ -73,7 +73,7 @@ type TimerStatus struct {
 // Snapshot takes a copy of what the operator does now. Every part is published by
 // its owner (the worker holding an object's key, the daemon registry) under a leaf
 // lock, and copied here under that lock: it never waits for a cycle.
-func (o *Operator) Snapshot() Snapshot {
+func (o *Reactor) Snapshot() Snapshot {
 	s := o.board.snapshot()
 	s.Daemons = o.daemons.snapshot()
 	return s
@@ -239,7 +239,7 @@ func (r *daemonRegistry) snapshot() []DaemonStatus {
 
 // EngineCounts counts the running daemons and the scheduled timers per resource
 // (ControllerName), for metrics; cheaper than a Snapshot.
-func (o *Operator) EngineCounts() (daemons, timers map[string]int) {
+func (o *Reactor) EngineCounts() (daemons, timers map[string]int) {
 	daemons, timers = map[string]int{}, map[string]int{}
 	o.daemons.mu.Lock()
 	for d := range o.daemons.running {

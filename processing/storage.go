@@ -38,7 +38,7 @@ var crdsGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version
 // field (x-kubernetes-preserve-unknown-fields under status, or the field declared),
 // else annotations. Both storages are always read (state.NewSmart*), so objects
 // handled in the other mode are not handled again.
-func (o *Operator) chooseStorage(ctx context.Context, info *resourceInfo) *storage {
+func (o *Reactor) chooseStorage(ctx context.Context, info *resourceInfo) *storage {
 	statusOK, why := false, "status is not a subresource of this resource"
 	if info.statusSubresource {
 		statusOK, why = o.crdKeepsStatusField(ctx, info.gvr)
@@ -46,7 +46,7 @@ func (o *Operator) chooseStorage(ctx context.Context, info *resourceInfo) *stora
 	return o.storageFor(statusOK, why)
 }
 
-func (o *Operator) storageFor(statusOK bool, why string) *storage {
+func (o *Reactor) storageFor(statusOK bool, why string) *storage {
 	inStatus := func(m StorageMode) bool {
 		return m == StorageStatus || (m == StorageAuto && statusOK)
 	}
@@ -86,7 +86,7 @@ func (o *Operator) storageFor(statusOK bool, why string) *storage {
 
 // annotationsStorage keeps everything in annotations, whatever the settings: the
 // fallback when the server prunes status storage.
-func (o *Operator) annotationsStorage(reason string) *storage {
+func (o *Reactor) annotationsStorage(reason string) *storage {
 	annotationsP, statusP := state.NewAnnotationsProgress(o.opts.Prefix), state.NewStatusProgress(o.opts.StatusField)
 	annotationsD, statusD := state.NewAnnotationsDiffBase(o.opts.Prefix), state.NewStatusDiffBase(o.opts.StatusField)
 	return &storage{progress: state.NewSmartProgress(annotationsP, statusP), diffBase: state.NewSmartDiffBase(annotationsD, statusD), reason: reason}
@@ -94,7 +94,7 @@ func (o *Operator) annotationsStorage(reason string) *storage {
 
 // crdKeepsStatusField reads the resource's CRD: does the served version's schema keep
 // status.<StatusField>? Built-in resources have no CRD (annotations, then).
-func (o *Operator) crdKeepsStatusField(ctx context.Context, gvr schema.GroupVersionResource) (bool, string) {
+func (o *Reactor) crdKeepsStatusField(ctx context.Context, gvr schema.GroupVersionResource) (bool, string) {
 	if gvr.Group == "" || !strings.Contains(gvr.Group, ".") {
 		return false, "a built-in resource: its status schema is fixed"
 	}

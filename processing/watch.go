@@ -32,7 +32,7 @@ type resourceInfo struct {
 // then watch from the list's resourceVersion with bookmarks, re-list on 410 Gone, and
 // end every watch request after a few minutes so a silently dead stream is replaced.
 type watcher struct {
-	op       *Operator
+	op       *Reactor
 	resource causes.Resource // canonical
 	info     *resourceInfo   // set before the watcher is published, read-only after
 	mu       sync.Mutex      // leaf lock: guards syncedFn
@@ -41,7 +41,7 @@ type watcher struct {
 	done     chan struct{}
 }
 
-func newWatcher(op *Operator, r causes.Resource, info *resourceInfo) *watcher {
+func newWatcher(op *Reactor, r causes.Resource, info *resourceInfo) *watcher {
 	return &watcher{op: op, resource: r, info: info, done: make(chan struct{})}
 }
 

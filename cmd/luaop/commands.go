@@ -27,6 +27,7 @@ import (
 	"github.com/luaop/luaop/metrics"
 	"github.com/luaop/luaop/operator"
 	"github.com/luaop/luaop/processing"
+	"github.com/luaop/luaop/scriptwatch"
 )
 
 func newDevCommand(v *viper.Viper) *cobra.Command {
@@ -199,7 +200,7 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	}
 
 	// Watch first, so that no save between the first read and the watch is missed.
-	initial, changes, err := devloop.Watch(ctx, dir, devloop.WatcherOptions{Logger: log})
+	initial, changes, err := scriptwatch.Watch(ctx, dir, scriptwatch.WatcherOptions{Logger: log})
 	if err != nil {
 		return fmt.Errorf("watching %s: %w", dir, err)
 	}
@@ -211,7 +212,7 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 			return fmt.Errorf("loading the scripts of %s: %w", dir, err)
 		}
 		// In development a broken first load waits for the fix instead of exiting.
-		view.Reloaded(devloop.ReloadEvent{Files: initial.Files, Err: err})
+		view.Reloaded(scriptwatch.ReloadEvent{Files: initial.Files, Err: err})
 		select {
 		case <-ctx.Done():
 			return nil
@@ -245,7 +246,7 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	} else {
 		log.Info("scripts loaded", "files", len(report.Files), "handlers", len(report.Handlers), "hash", report.Hash)
 	}
-	go devloop.Reload(ctx, changes, op.LoadScripts, func(ev devloop.ReloadEvent) {
+	go scriptwatch.Reload(ctx, changes, op.LoadScripts, func(ev scriptwatch.ReloadEvent) {
 		m.Reload(ev.Err == nil)
 		m.ReloadLatency(ev.Err == nil, ev.Latency)
 		if webhooks != nil && ev.Err == nil {

@@ -1,4 +1,4 @@
-package devloop
+package scriptwatch
 
 import (
 	"bytes"
@@ -104,22 +104,22 @@ func watch(ctx context.Context, dir string, opts WatcherOptions, newNotifier fun
 	opts = opts.withDefaults()
 	dir = filepath.Clean(dir)
 	if fi, err := os.Stat(dir); err != nil {
-		return Change{}, nil, fmt.Errorf("devloop: watching scripts: %w", err)
+		return Change{}, nil, fmt.Errorf("watching scripts: %w", err)
 	} else if !fi.IsDir() {
-		return Change{}, nil, fmt.Errorf("devloop: watching scripts: %s is not a folder", dir)
+		return Change{}, nil, fmt.Errorf("watching scripts: %s is not a folder", dir)
 	}
 	w := &watcher{dir: dir, opts: opts, log: opts.Logger.With("dir", dir), extra: map[string]struct{}{}}
 	if !opts.ForcePolling {
 		// Watches first, then the initial read: nothing changed in between is missed.
 		if err := w.startNotify(newNotifier); err != nil {
-			w.log.Warn("devloop: file events unavailable, polling instead",
+			w.log.Warn("file events unavailable, polling instead",
 				"error", err, "interval", opts.PollInterval)
 		}
 	}
 	scripts, err := luabind.ReadDir(dir)
 	if err != nil {
 		w.stopNotify()
-		return Change{}, nil, fmt.Errorf("devloop: reading scripts: %w", err)
+		return Change{}, nil, fmt.Errorf("reading scripts: %w", err)
 	}
 	initial := Change{Scripts: scripts, Hash: hashScripts(scripts), At: time.Now()}
 	out := make(chan Change)
@@ -278,7 +278,7 @@ func (w *watcher) handleEvent(ev fsnotify.Event) error {
 
 // fallBack switches to polling for good after a watch could not be added.
 func (w *watcher) fallBack(err error) {
-	w.log.Warn("devloop: file events failed, polling instead", "error", err, "interval", w.opts.PollInterval)
+	w.log.Warn("file events failed, polling instead", "error", err, "interval", w.opts.PollInterval)
 	w.stopNotify()
 }
 
@@ -329,7 +329,7 @@ func (w *watcher) run(ctx context.Context, last Change, out chan<- Change) {
 		windowStart = time.Time{}
 		tree, err := luabind.ReadTree(w.dir)
 		if err != nil {
-			w.log.Warn("devloop: reading scripts failed, will retry", "error", err)
+			w.log.Warn("reading scripts failed, will retry", "error", err)
 			return false
 		}
 		scripts := tree.Scripts
@@ -352,7 +352,7 @@ func (w *watcher) run(ctx context.Context, last Change, out chan<- Change) {
 				first = pending.At
 			}
 			pending = &Change{Scripts: scripts, Hash: h, Files: diffScripts(last.Scripts, scripts), At: first}
-			w.log.Debug("devloop: scripts changed", "files", pending.Files)
+			w.log.Debug("scripts changed", "files", pending.Files)
 		}
 		return true
 	}
@@ -394,7 +394,7 @@ func (w *watcher) run(ctx context.Context, last Change, out chan<- Change) {
 				event(time.Now()) // events were lost: re-read to be sure
 				continue
 			}
-			w.log.Warn("devloop: file watch error", "error", err)
+			w.log.Warn("file watch error", "error", err)
 		case <-settle.C:
 			if !read() && w.fsw != nil {
 				settle.Reset(w.opts.PollInterval) // retried sooner if another event comes

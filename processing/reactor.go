@@ -20,9 +20,11 @@ import (
 	"github.com/luaop/luaop/state"
 )
 
-// Operator watches the resources the handlers are registered for and runs them.
-// Who owns what is in doc.go.
-type Operator struct {
+// Reactor is the core of an operator (kopf's word for it): it watches the resources
+// the handlers are registered for, turns what it sees into causes and runs the
+// handlers, persisting their progress on the objects. operator.Operator wraps one
+// together with the Lua runtime. Who owns what is in doc.go.
+type Reactor struct {
 	opts     Options
 	clock    clock.WithTicker
 	handlers Handlers
@@ -60,7 +62,7 @@ type Operator struct {
 	pruned   sync.Map // "resource field" -> struct{}: schema pruning reported once
 }
 
-// Clients are the API clients an Operator uses. New builds them from a rest.Config;
+// Clients are the API clients a Reactor uses. New builds them from a rest.Config;
 // tests give client-go's fakes.
 type Clients struct {
 	Dynamic   dynamic.Interface
@@ -69,8 +71,8 @@ type Clients struct {
 	Events kubernetes.Interface
 }
 
-// New prepares an Operator; nothing runs until Start.
-func New(cfg *rest.Config, handlers Handlers, opts Options) (*Operator, error) {
+// New prepares a Reactor; nothing runs until Start.
+func New(cfg *rest.Config, handlers Handlers, opts Options) (*Reactor, error) {
 	opts.setDefaults()
 	cfg = rest.CopyConfig(cfg)
 	// Server warnings (such as "unknown field status.x" when a schema prunes) go to
@@ -93,14 +95,14 @@ func New(cfg *rest.Config, handlers Handlers, opts Options) (*Operator, error) {
 	return NewWithClients(clients, handlers, opts)
 }
 
-// NewWithClients prepares an Operator on the given clients; nothing runs until Start.
-func NewWithClients(clients Clients, handlers Handlers, opts Options) (*Operator, error) {
+// NewWithClients prepares a Reactor on the given clients; nothing runs until Start.
+func NewWithClients(clients Clients, handlers Handlers, opts Options) (*Reactor, error) {
 	opts.setDefaults()
 	filter, err := newNamespaceFilter(opts.Namespaces)
 	if err != nil {
 		return nil, err
 	}
-	return &Operator{
+	return &Reactor{
 		opts:     opts,
 		clock:    opts.Clock,
 		handlers: handlers,
@@ -119,7 +121,7 @@ func NewWithClients(clients Clients, handlers Handlers, opts Options) (*Operator
 
 // Start watches and processes until ctx is done; it blocks, then waits for running
 // handlers to finish.
-func (o *Operator) Start(ctx context.Context) error {
+func (o *Reactor) Start(ctx context.Context) error {
 	if !o.started.CompareAndSwap(false, true) {
 		return fmt.Errorf("operator already started")
 	}
@@ -211,7 +213,7 @@ func (o *Operator) Start(ctx context.Context) error {
 // call (after a script reload), and gives every known object a cycle, so that daemons
 // and timers follow the new handlers. Watchers of resources no longer used keep
 // running: their objects are simply not handled, and a later reload may need them.
-func (o *Operator) Refresh() {
+func (o *Reactor) Refresh() {
 	o.startMu.Lock()
 	ctx := o.ctx
 	o.startMu.Unlock()
@@ -226,7 +228,7 @@ func (o *Operator) Refresh() {
 
 // Synced tells whether every watched resource finished its initial listing and the
 // objects found there went through one cycle at least.
-func (o *Operator) Synced() bool {
+func (o *Reactor) Synced() bool {
 	if !o.allResolved(o.handlers.Specs()) {
 		return false
 	}
@@ -251,7 +253,7 @@ func versionOlder(rv, than string) bool {
 	return a < b
 }
 
-func (o *Operator) processNext(ctx context.Context) bool {
+func (o *Reactor) processNext(ctx context.Context) bool {
 	key, shutdown := o.queue.Get()
 	if shutdown {
 		return false
@@ -307,7 +309,7 @@ func (o *Operator) processNext(ctx context.Context) bool {
 
 // processSafely turns a panic of the framework into an error of this object, so
 // that every other object keeps being served.
-func (o *Operator) processSafely(ctx context.Context, key objectKey) (requeue time.Duration, err error) {
+func (o *Reactor) processSafely(ctx context.Context, key objectKey) (requeue time.Duration, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("internal error while processing %s: %v (please report it)", key, r)

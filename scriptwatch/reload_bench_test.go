@@ -1,4 +1,4 @@
-package devloop
+package scriptwatch
 
 import (
 	"context"
