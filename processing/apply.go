@@ -367,7 +367,7 @@ func (c *cycle) expectVersion(resp *unstructured.Unstructured) {
 	if rv == "" || !versionOlder(seen, rv) {
 		return
 	}
-	c.mem.expectedVersion, c.mem.expectedBody = rv, resp
+	c.mem.expectedVersion, c.mem.expectedBody, c.mem.lateWatchWarned = rv, resp, false
 	c.mem.consistencyDeadline = c.op.clock.Now().Add(c.op.opts.ConsistencyTimeout)
 }
 

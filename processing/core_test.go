@@ -415,60 +415,71 @@ func TestShutdownLeavesQueuedObjectsForTheNextStart(t *testing.T) {
 }
 
 // A watch that stays behind the operator's own write past the consistency timeout
-// must not make a succeeded handler run again when something else wakes the object
-// (here a daemon's write). kopf handles the stale body then and runs the handler a
-// second time; the patch's response is newer than anything the watch delivered, so
-// that is the body handled.
+// must not make a succeeded handler run again when something else wakes the object:
+// a timer (cycles that write nothing) or a daemon's write. kopf handles the stale
+// body then and runs the handler a second time; the patch's response is newer than
+// anything the watch delivered, so that is the body handled until the watch catches up.
 func TestAWatchLatePastTheConsistencyTimeoutRunsNothingTwice(t *testing.T) {
-	var holding atomic.Bool
-	holding.Store(true)
-	poke := make(chan int)
-	h := newFakeHandlers()
-	h.add(changeSpec("create_fn", causes.Create), nil)
-	h.add(changeSpec("update_fn", causes.Update), nil)
-	h.addDaemon(causes.Spec{ID: "writer", Resource: widgets}, func(ctx context.Context, call causes.Call) error {
-		for {
-			select {
-			case n := <-poke:
-				call.Daemon.Flush(map[string]any{"status": map[string]any{"pokes": int64(n)}})
-			case <-call.Daemon.Stopped:
-				return nil
+	for _, wake := range []string{"timer", "daemon"} {
+		t.Run(wake, func(t *testing.T) {
+			var holding atomic.Bool
+			holding.Store(true)
+			poke := make(chan int)
+			h := newFakeHandlers()
+			h.add(changeSpec("create_fn", causes.Create), nil)
+			h.add(changeSpec("update_fn", causes.Update), nil)
+			if wake == "timer" {
+				h.add(causes.Spec{ID: "tick", Kind: causes.KindTimer, Resource: widgets, Interval: time.Second}, nil)
+			} else {
+				h.addDaemon(causes.Spec{ID: "writer", Resource: widgets}, func(ctx context.Context, call causes.Call) error {
+					for {
+						select {
+						case n := <-poke:
+							call.Daemon.Flush(map[string]any{"status": map[string]any{"pokes": int64(n)}})
+						case <-call.Daemon.Stopped:
+							return nil
+						}
+					}
+				})
 			}
-		}
-	})
-	e := startEnvWith(t, h, Options{ConsistencyTimeout: 5 * time.Second},
-		holdBackWatch(func(u *unstructured.Unstructured) bool {
-			_, handled := u.GetAnnotations()["luaop.dev/last-handled-configuration"]
-			return holding.Load() && handled // the finalizer's write is delivered
-		}))
-	e.create("w1", map[string]any{"size": int64(1)})
-	e.eventually("the creation handled and written", func() bool {
-		_, stored := e.annotations("w1")["luaop.dev/last-handled-configuration"]
-		return stored && len(h.callsOf("create_fn", "w1")) == 1
-	})
-	// The watch never delivers that write. Past the timeout, the daemon writes (its
-	// patch wakes the object), again and again.
-	for n := 1; n <= 3; n++ {
-		e.clock.Step(6 * time.Second)
-		poke <- n
-		e.eventually("the daemon's write applied", func() bool {
-			v, _, _ := unstructured.NestedFieldNoCopy(e.get("w1").Object, "status", "pokes")
-			return fmt.Sprint(v) == fmt.Sprint(n)
+			e := startEnvWith(t, h, Options{ConsistencyTimeout: 5 * time.Second},
+				holdBackWatch(func(u *unstructured.Unstructured) bool {
+					_, handled := u.GetAnnotations()["luaop.dev/last-handled-configuration"]
+					return holding.Load() && handled // a finalizer's write is delivered
+				}))
+			e.create("w1", map[string]any{"size": int64(1)})
+			e.eventually("the creation handled and written", func() bool {
+				_, stored := e.annotations("w1")["luaop.dev/last-handled-configuration"]
+				return stored && len(h.callsOf("create_fn", "w1")) == 1
+			})
+			// The watch never delivers that write; time passes well beyond the timeout
+			// while the object is woken again and again.
+			for n := 1; wake == "daemon" && n <= 3; n++ {
+				e.clock.Step(6 * time.Second)
+				poke <- n
+				e.eventually("the daemon's write applied", func() bool {
+					v, _, _ := unstructured.NestedFieldNoCopy(e.get("w1").Object, "status", "pokes")
+					return fmt.Sprint(v) == fmt.Sprint(n)
+				})
+			}
+			e.never("the create handler running twice", func() bool {
+				e.clock.Step(time.Second)
+				return len(h.callsOf("create_fn", "w1")) > 1
+			})
+			if wake == "timer" && len(h.callsOf("tick", "w1")) < 5 {
+				t.Fatalf("the timer ran %d times: the object was not woken past the timeout", len(h.callsOf("tick", "w1")))
+			}
+			if n := len(h.callsOf("update_fn", "w1")); n != 0 {
+				t.Fatalf("the update handler ran %d times: the operator's own write was taken for a change", n)
+			}
+			// The watch catches up; a real change is handled once, as an update.
+			holding.Store(false)
+			e.patch("w1", `{"spec":{"size":2}}`)
+			e.eventually("the update handled", func() bool { return len(h.callsOf("update_fn", "w1")) == 1 })
+			e.clock.Step(6 * time.Second)
+			e.never("a second run of either handler", func() bool {
+				return len(h.callsOf("create_fn", "w1")) > 1 || len(h.callsOf("update_fn", "w1")) > 1
+			})
 		})
 	}
-	e.never("the create handler running twice", func() bool {
-		e.clock.Step(2 * time.Second)
-		return len(h.callsOf("create_fn", "w1")) > 1
-	})
-	if n := len(h.callsOf("update_fn", "w1")); n != 0 {
-		t.Fatalf("the update handler ran %d times: the operator's own write was taken for a change", n)
-	}
-	// The watch catches up; a real change is handled once, as an update.
-	holding.Store(false)
-	e.patch("w1", `{"spec":{"size":2}}`)
-	e.eventually("the update handled", func() bool { return len(h.callsOf("update_fn", "w1")) == 1 })
-	e.clock.Step(6 * time.Second)
-	e.never("a second run of either handler", func() bool {
-		return len(h.callsOf("create_fn", "w1")) > 1 || len(h.callsOf("update_fn", "w1")) > 1
-	})
 }

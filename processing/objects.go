@@ -135,10 +135,12 @@ type objectMemory struct {
 	resumeIsHandled bool
 	// expectedVersion is what the operator's own last patch returned, until the
 	// watch delivers it; consistencyDeadline bounds the wait. expectedBody is that
-	// response: past the deadline it is newer than anything the watch delivered.
+	// response: past the deadline it is newer than anything the watch delivered, and
+	// cycles handle it instead until the watch catches up (lateWatchWarned: logged once).
 	expectedVersion     string
 	expectedBody        *unstructured.Unstructured
 	consistencyDeadline time.Time
+	lateWatchWarned     bool
 
 	// Background engines (engines.go).
 	daemons        map[string]*daemonRun

@@ -99,13 +99,16 @@ func (o *Reactor) process(ctx context.Context, key objectKey) (time.Duration, er
 		default:
 			// kopf handles the stale body here, and runs again what the patch recorded as
 			// done. The patch's own response is newer than anything the watch delivered
-			// (it is the object right after our write), so that is what is handled.
+			// (it is the object right after our write), so that is what is handled, in
+			// this cycle and in every one until the watch catches up.
 			if own := mem.expectedBody; own != nil && versionOlder(latest.GetResourceVersion(), own.GetResourceVersion()) {
 				c.body = own
 			}
-			log.Warn("the watch did not deliver the operator's own last patch in time; handling the body that patch returned",
-				"expectedVersion", mem.expectedVersion, "timeout", o.opts.ConsistencyTimeout)
-			mem.expectedVersion, mem.expectedBody = "", nil
+			if !mem.lateWatchWarned {
+				mem.lateWatchWarned = true
+				log.Warn("the watch did not deliver the operator's own last patch in time; handling the body that patch returned",
+					"expectedVersion", mem.expectedVersion, "timeout", o.opts.ConsistencyTimeout)
+			}
 		}
 	}
 	if !o.indexesReady(idx) {
