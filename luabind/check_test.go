@@ -150,7 +150,7 @@ func TestLuacheckAgrees(t *testing.T) {
 // Issue 16: each script has its own globals, so check reports a global read in one
 // file and defined only in another, and the sandbox's package and module are gone.
 func TestCheckReportsGlobalsOfOtherFiles(t *testing.T) {
-	rep := Check(context.Background(), []Script{
+	rep := Check(t.Context(), []Script{
 		{Name: "a.lua", Source: []byte("PREFIX = 'x'\nlocal function f() return PREFIX end\n")},
 		{Name: "b.lua", Source: []byte("local luaop = require('luaop')\nluaop.on.create('v1/configmaps', function() return PREFIX end)\nlocal p = package.loaded\n")},
 	})

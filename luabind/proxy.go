@@ -180,19 +180,6 @@ func proxyDataOf(t *lua.LTable) *proxyData {
 	return tree.pds[t]
 }
 
-// proxyValue returns the Go value behind a proxy (not a copy: do not modify it).
-func proxyValue(lv lua.LValue) (any, bool) {
-	t, ok := lv.(*lua.LTable)
-	if !ok {
-		return nil, false
-	}
-	pd := proxyDataOf(t)
-	if pd == nil {
-		return nil, false
-	}
-	return pd.v, true
-}
-
 // child returns the converted child at key (objects) or index (lists), converting and
 // caching it on first access. ok is false when there is no such child.
 func (c *convCtx) child(L *lua.LState, pd *proxyData, key lua.LValue) (lua.LValue, bool) {

@@ -355,3 +355,16 @@ func BenchmarkPairsPlainTable(b *testing.B) {
 		})
 	}
 }
+
+// proxyValue returns the Go value behind a proxy (not a copy: do not modify it).
+func proxyValue(lv lua.LValue) (any, bool) {
+	t, ok := lv.(*lua.LTable)
+	if !ok {
+		return nil, false
+	}
+	pd := proxyDataOf(t)
+	if pd == nil {
+		return nil, false
+	}
+	return pd.v, true
+}

@@ -142,7 +142,6 @@ func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lu
 	}
 	loaded := make(map[string]lua.LValue, len(files))
 	loading := map[string]bool{}
-	//lint:ignore S1021 run calls itself, so it is declared before it is assigned
 	var run func(file string) (lua.LValue, error)
 	var require *lua.LFunction
 	mc := &memCall{what: "loading the scripts"}
