@@ -165,7 +165,9 @@ func TestDaemonRetriesTimeoutAndErrorsOptions(t *testing.T) {
 					e.eventually(fmt.Sprintf("run %d", i), func() bool { return len(runs()) == i })
 				}
 				e.never("an early restart", func() bool { return len(runs()) > min(i, tt.runs) })
-				e.clock.Step(2 * time.Second)
+				if i < 6 { // a last step would let a seventh run race the check below
+					e.clock.Step(2 * time.Second)
+				}
 			}
 			if got := fmt.Sprint(runs()); got != tt.want {
 				t.Errorf("ctx.retry of the runs: %s, want %s", got, tt.want)

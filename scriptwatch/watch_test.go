@@ -414,11 +414,19 @@ func TestWatchBursts(t *testing.T) {
 					expectQuiet(t, ch, 2*testDebounce)
 					continue
 				}
+				// A burst is meant to settle into one change; a loaded machine can stretch
+				// the writes past the debounce and split it, which is fine as long as the
+				// changes end on the burst's content and name every file it touched.
 				c := expectChange(t, ch)
-				if !slices.Equal(c.Files, b.files) {
-					t.Fatalf("burst %d: files = %v, want %v", i, c.Files, b.files)
+				files := slices.Clone(c.Files)
+				for !mapsEqual(scriptMap(c.Scripts), b.want) {
+					c = expectChange(t, ch)
+					files = append(files, c.Files...)
 				}
-				checkScripts(t, c.Scripts, b.want)
+				slices.Sort(files)
+				if files = slices.Compact(files); !slices.Equal(files, b.files) {
+					t.Fatalf("burst %d: files = %v, want %v", i, files, b.files)
+				}
 				if c.Hash != hashScripts(c.Scripts) || c.Hash == prevHash {
 					t.Fatalf("burst %d: hash %q (previous %q)", i, c.Hash, prevHash)
 				}
