@@ -437,7 +437,11 @@ func stampResourceVersions(dyn *dynamicfake.FakeDynamicClient, prune string) {
 func holdBackWatch(hold func(*unstructured.Unstructured) bool) func(*dynamicfake.FakeDynamicClient) {
 	return func(dyn *dynamicfake.FakeDynamicClient) {
 		dyn.PrependWatchReactor("widgets", func(action clienttesting.Action) (bool, watch.Interface, error) {
-			w, err := dyn.Tracker().Watch(action.GetResource(), action.GetNamespace())
+			var opts metav1.ListOptions // as the fake's own reactor: the tracker resumes from the list
+			if wa, ok := action.(clienttesting.WatchActionImpl); ok {
+				opts = wa.ListOptions
+			}
+			w, err := dyn.Tracker().Watch(action.GetResource(), action.GetNamespace(), opts)
 			if err != nil {
 				return true, nil, err
 			}
