@@ -52,7 +52,7 @@ func testRuntime(t *testing.T, src string) *luabind.Runtime {
 	t.Helper()
 	rt := luabind.New(luabind.Options{Shards: 2, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	t.Cleanup(rt.Close)
-	if _, err := rt.Load(context.Background(), []luabind.Script{{Name: "widgets.lua", Source: []byte(src)}}); err != nil {
+	if _, err := rt.Load(t.Context(), []luabind.Script{{Name: "widgets.lua", Source: []byte(src)}}); err != nil {
 		t.Fatal(err)
 	}
 	return rt

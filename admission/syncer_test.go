@@ -35,7 +35,7 @@ func testSyncer(t *testing.T) (*Syncer, *fake.Clientset) {
 
 func TestSyncWritesOneWebhookPerHandler(t *testing.T) {
 	s, client := testSyncer(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	handlers := []Handler{
 		{ID: "check_Size", Kind: causes.KindValidate, Resource: causes.Resource{}, Source: "a.lua:3"},
 		{ID: "defaults", Kind: causes.KindMutate, SideEffects: true, FailurePolicy: "Ignore", Operations: []string{"CREATE"}},
@@ -134,7 +134,7 @@ func TestNamespaceSelector(t *testing.T) {
 
 func TestSecretCertificatesShared(t *testing.T) {
 	client := fake.NewClientset()
-	ctx := context.Background()
+	ctx := t.Context()
 	a, err := SecretCertificates(ctx, client, "ops", "hook-tls", []string{"hook.ops.svc"})
 	if err != nil {
 		t.Fatal(err)
@@ -170,7 +170,7 @@ func TestSecretCertificatesShared(t *testing.T) {
 // the rules and selectors it gives: no discovery, no namespaceSelector of its own.
 func TestSyncGoHandler(t *testing.T) {
 	s, client := testSyncer(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	scope := admissionregistrationv1.NamespacedScope
 	h := Handler{ID: "scripts-configmap", Kind: causes.KindValidate, Timeout: 5e9,
 		Rules: []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{"CREATE", "UPDATE"},

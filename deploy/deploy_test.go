@@ -453,7 +453,7 @@ func TestMyScriptsOverlay(t *testing.T) {
 	}
 	rt := luabind.New(luabind.Options{Shards: 1})
 	defer rt.Close()
-	report, err := rt.Load(context.Background(), scripts)
+	report, err := rt.Load(t.Context(), scripts)
 	if err != nil {
 		t.Fatalf("loading the ConfigMap's scripts as luaop would from /scripts: %v", err)
 	}

@@ -42,7 +42,7 @@ func startAdmission(t *testing.T, ns, src string) (*testcluster.RunningOperator,
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- wh.Start(ctx) }()
 	t.Cleanup(func() {
@@ -88,11 +88,11 @@ func eventuallyRejected(t *testing.T, ns string, obj *unstructured.Unstructured,
 	testcluster.Eventually(t, 30*time.Second, func() (bool, string) {
 		_, err := createDoohickey(ns, obj, dryRun)
 		if err == nil {
-			_ = env.Dynamic.Resource(doohickeys).Namespace(ns).Delete(context.Background(), obj.GetName(), metav1.DeleteOptions{})
+			_ = env.Dynamic.Resource(doohickeys).Namespace(ns).Delete(t.Context(), obj.GetName(), metav1.DeleteOptions{})
 			return false, "created: the webhook is not called yet"
 		}
 		if apierrors.IsAlreadyExists(err) {
-			_ = env.Dynamic.Resource(doohickeys).Namespace(ns).Delete(context.Background(), obj.GetName(), metav1.DeleteOptions{})
+			_ = env.Dynamic.Resource(doohickeys).Namespace(ns).Delete(t.Context(), obj.GetName(), metav1.DeleteOptions{})
 			return false, err.Error()
 		}
 		rejected = err
@@ -143,7 +143,7 @@ func TestAdmissionValidateRejectsWithTheHandlersMessage(t *testing.T) {
 	// UPDATE is validated too.
 	obj := get(t, doohickeys, ns, "fine")
 	_ = unstructured.SetNestedField(obj.Object, int64(12), "spec", "size")
-	_, err = env.Dynamic.Resource(doohickeys).Namespace(ns).Update(context.Background(), obj, metav1.UpdateOptions{})
+	_, err = env.Dynamic.Resource(doohickeys).Namespace(ns).Update(t.Context(), obj, metav1.UpdateOptions{})
 	mustContain(t, err, "spec.size must be at most 10, got 12")
 }
 
@@ -173,7 +173,7 @@ end, {id = "probe"})
 			obj = created
 			return true, ""
 		}
-		_ = env.Dynamic.Resource(doohickeys).Namespace(ns).Delete(context.Background(), "d1", metav1.DeleteOptions{})
+		_ = env.Dynamic.Resource(doohickeys).Namespace(ns).Delete(t.Context(), "d1", metav1.DeleteOptions{})
 		return false, "not mutated yet"
 	})
 	spec, _, _ := unstructured.NestedMap(obj.Object, "spec")
@@ -202,19 +202,19 @@ end, {id = "recorder", side_effects = true})
 `)
 	err := eventuallyRejected(t, ns, doohickey("dry", "{}"), true)
 	mustContain(t, err, "dryrun=true", "user=")
-	if _, err := env.Kube.CoreV1().ConfigMaps(ns).Get(context.Background(), "seen-dry", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := env.Kube.CoreV1().ConfigMaps(ns).Get(t.Context(), "seen-dry", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the dry-run request's luaop.kube.create was sent (get: %v)", err)
 	}
 	if _, err := createDoohickey(ns, doohickey("wet", "{}"), false); err != nil {
 		t.Fatal(err)
 	}
-	cm, err := env.Kube.CoreV1().ConfigMaps(ns).Get(context.Background(), "seen-wet", metav1.GetOptions{})
+	cm, err := env.Kube.CoreV1().ConfigMaps(ns).Get(t.Context(), "seen-wet", metav1.GetOptions{})
 	if err != nil || cm.Data["dryrun"] != "false" {
 		t.Errorf("a real request's side effect: %v %v", cm, err)
 	}
 	// The configuration declares the side effects (kopf: side_effects=True).
 	vname, _ := admission.ConfigurationNames(ns + ".e2e.luaop.dev")
-	vc, err := env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(context.Background(), vname, metav1.GetOptions{})
+	vc, err := env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(t.Context(), vname, metav1.GetOptions{})
 	if err != nil || *vc.Webhooks[0].SideEffects != admissionregistrationv1.SideEffectClassNoneOnDryRun {
 		t.Errorf("configuration %v, %v: want sideEffects NoneOnDryRun", vc, err)
 	}
@@ -255,7 +255,7 @@ func TestAdmissionReloadChangesVerdictAndRules(t *testing.T) {
 	vname, mname := admission.ConfigurationNames(prefix)
 	err := eventuallyRejected(t, ns, doohickey("fifty", "{size: 50}"), false)
 	mustContain(t, err, "at most 10")
-	vc, err := env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(context.Background(), vname, metav1.GetOptions{})
+	vc, err := env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(t.Context(), vname, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +268,7 @@ func TestAdmissionReloadChangesVerdictAndRules(t *testing.T) {
 	// A reload raising the limit: the next request gets the new verdict.
 	reload := func(src string) {
 		t.Helper()
-		if _, err := op.LoadScripts(context.Background(), script(src)); err != nil {
+		if _, err := op.LoadScripts(t.Context(), script(src)); err != nil {
 			t.Fatal(err)
 		}
 		wh.Resync()
@@ -284,11 +284,11 @@ func TestAdmissionReloadChangesVerdictAndRules(t *testing.T) {
 luaop.on.mutate("e2e.luaop.dev/v1/doohickeys", function(ctx) ctx.patch.spec.touched = true end, {id = "touch"})
 `)
 	testcluster.Eventually(t, 20*time.Second, func() (bool, string) {
-		vc, err := env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(context.Background(), vname, metav1.GetOptions{})
+		vc, err := env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(t.Context(), vname, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
-		mc, err := env.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(context.Background(), mname, metav1.GetOptions{})
+		mc, err := env.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(t.Context(), mname, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -300,8 +300,8 @@ luaop.on.mutate("e2e.luaop.dev/v1/doohickeys", function(ctx) ctx.patch.spec.touc
 	// A reload without admission handlers: both configurations are deleted.
 	reload(`require("luaop").on.create("e2e.luaop.dev/v1/doohickeys", function() end)`)
 	testcluster.Eventually(t, 20*time.Second, func() (bool, string) {
-		_, errV := env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(context.Background(), vname, metav1.GetOptions{})
-		_, errM := env.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(context.Background(), mname, metav1.GetOptions{})
+		_, errV := env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(t.Context(), vname, metav1.GetOptions{})
+		_, errM := env.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(t.Context(), mname, metav1.GetOptions{})
 		return apierrors.IsNotFound(errV) && apierrors.IsNotFound(errM), fmt.Sprintf("still there: %v / %v", errV, errM)
 	})
 }
@@ -319,29 +319,29 @@ func TestAdmissionConfigurationsRemovedWhenAsked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- wh.Start(ctx) }()
 	ovname, _ := admission.ConfigurationNames(other)
 	testcluster.Eventually(t, 20*time.Second, func() (bool, string) {
-		_, err := env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(context.Background(), ovname, metav1.GetOptions{})
+		_, err := env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(t.Context(), ovname, metav1.GetOptions{})
 		return err == nil, fmt.Sprint(err)
 	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if _, err := env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(context.Background(), ovname, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(t.Context(), ovname, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("after stopping with RemoveOnExit, %s: %v; want it deleted", ovname, err)
 	}
 
 	// Removal on request (luaop webhooks remove): the first operator's are gone, and
 	// the API server stops calling them.
 	syncer := &admission.Syncer{Client: env.Kube, Prefix: prefix}
-	if err := syncer.Remove(context.Background()); err != nil {
+	if err := syncer.Remove(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(context.Background(), vname, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(t.Context(), vname, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("%s after Remove: %v", vname, err)
 	}
 	testcluster.Eventually(t, 30*time.Second, func() (bool, string) {

@@ -88,7 +88,7 @@ func TestAdmissionRegistrationErrors(t *testing.T) {
 		{`require("luaop").on.create("example.com/v1/widgets", function() end, {failure_policy = "Fail"})`, "admission handlers only"},
 	} {
 		rt := rttRuntime(t, Options{})
-		_, err := rt.Load(context.Background(), rttScripts("a.lua", tc.src))
+		_, err := rt.Load(t.Context(), rttScripts("a.lua", tc.src))
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "a.lua:1") {
 			t.Errorf("%s: err = %v, want a.lua:1 and %q", tc.src, err, tc.want)
 		}
@@ -125,7 +125,7 @@ func TestAdmit(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.req.Handler = size
-			got, err := rt.Admit(context.Background(), tc.req)
+			got, err := rt.Admit(t.Context(), tc.req)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("err = %v, want %q", err, tc.err)
@@ -145,7 +145,7 @@ func TestAdmit(t *testing.T) {
 func TestAdmitMutatePatch(t *testing.T) {
 	rt := rttNew(t, Options{}, "widgets.lua", admScript)
 	d := admHandler(t, rt, "defaults")
-	got, err := rt.Admit(context.Background(), AdmissionRequest{Handler: d, Operation: "CREATE",
+	got, err := rt.Admit(t.Context(), AdmissionRequest{Handler: d, Operation: "CREATE",
 		Object: admObject(map[string]any{"size": int64(1)}, map[string]any{"drop": "x"})})
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +155,7 @@ func TestAdmitMutatePatch(t *testing.T) {
 		t.Errorf("got %+v, want patch %v", got, want)
 	}
 	// The when filter sees ctx.operation.
-	got, err = rt.Admit(context.Background(), AdmissionRequest{Handler: d, Operation: "DELETE",
+	got, err = rt.Admit(t.Context(), AdmissionRequest{Handler: d, Operation: "DELETE",
 		OldObject: admObject(map[string]any{"size": int64(1)}, nil)})
 	if err != nil || !got.Skipped {
 		t.Errorf("DELETE: got %+v, %v; want skipped by the when filter", got, err)
@@ -169,7 +169,7 @@ luaop.on.validate("example.com/v1/widgets", function(ctx) while true do end end,
 luaop.on.validate("example.com/v1/widgets", function(ctx) luaop.sleep(60) return false, "slept" end, {id = "sleep"})
 `)
 	for _, id := range []string{"spin", "sleep"} {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 		got, err := rt.Admit(ctx, AdmissionRequest{Handler: admHandler(t, rt, id), Operation: "CREATE", Object: admObject(nil, nil)})
 		cancel()
 		if id == "spin" && (err == nil || !errors.Is(err, context.DeadlineExceeded)) {
@@ -188,7 +188,7 @@ func TestAdmitReloadRemovedHandler(t *testing.T) {
 	rt := rttNew(t, Options{}, "widgets.lua", admScript)
 	size := admHandler(t, rt, "size")
 	rttLoad(t, rt, "other.lua", `require("luaop").on.create("example.com/v1/widgets", function() end)`)
-	if _, err := rt.Admit(context.Background(), AdmissionRequest{Handler: size, Operation: "CREATE", Object: admObject(nil, nil)}); err == nil ||
+	if _, err := rt.Admit(t.Context(), AdmissionRequest{Handler: size, Operation: "CREATE", Object: admObject(nil, nil)}); err == nil ||
 		!strings.Contains(err.Error(), "no longer registered") {
 		t.Errorf("err = %v, want the handler reported as removed", err)
 	}

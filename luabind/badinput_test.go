@@ -1,7 +1,6 @@
 package luabind
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -16,7 +15,7 @@ import (
 // subhandlers when the parent registers them.
 func TestHandlerIDsSharingARecordAreRefused(t *testing.T) {
 	rt := rttRuntime(t, Options{Shards: 1})
-	_, err := rt.Load(context.Background(), rttScripts("ids.lua", `local luaop = require("luaop")
+	_, err := rt.Load(t.Context(), rttScripts("ids.lua", `local luaop = require("luaop")
 local R = "example.com/v1/widgets"
 luaop.on.create(R, function() end, {id = "deploy.web"})
 luaop.on.update(R, function() end, {id = "deploy/web"})
@@ -122,7 +121,7 @@ end, {id = "big"})
 	body := rttObject("u1")
 	body["spec"] = map[string]any{"items": items}
 	patch := state.NewPatch()
-	res, err := rt.Invoke(context.Background(), causes.Call{Handler: rttSpec(t, rt, "big"), Cause: causes.Cause{Reason: causes.Create, Body: body}, Patch: patch})
+	res, err := rt.Invoke(t.Context(), causes.Call{Handler: rttSpec(t, rt, "big"), Cause: causes.Cause{Reason: causes.Create, Body: body}, Patch: patch})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +142,7 @@ end, {id = "big"})
 // TestKubeCallReleasesShard, TestDaemonSleepReleasesShardAndFlushes).
 func TestCoroutineMisuseGivesAScriptError(t *testing.T) {
 	rt := rttRuntime(t, Options{Shards: 1})
-	_, err := rt.Load(context.Background(), rttScripts("co.lua", "local luaop = require('luaop')\nlocal co = coroutine.create(function() end)\n"))
+	_, err := rt.Load(t.Context(), rttScripts("co.lua", "local luaop = require('luaop')\nlocal co = coroutine.create(function() end)\n"))
 	rttCheckErr(t, err, "co.lua", 2, "with key 'create'")
 	rttLoad(t, rt, "co.lua", `local luaop = require("luaop")
 luaop.on.create("example.com/v1/widgets", function(ctx) return coroutine.yield(1) end, {id = "yield"})
@@ -157,7 +156,7 @@ end, {id = "pcalled"})
 	if res := rttMustInvoke(t, rt, "pcalled", rttCause("u1")); res.Value != "false" {
 		t.Errorf("pcalled = %#v", res.Value)
 	}
-	rep := Check(context.Background(), rttScripts("co.lua", "local co = coroutine.create(print)\n"))
+	rep := Check(t.Context(), rttScripts("co.lua", "local co = coroutine.create(print)\n"))
 	if len(rep.Problems) == 0 || !strings.Contains(rep.Problems[0].String(), "co.lua:1: coroutine is not available") {
 		t.Errorf("luaop check: %v", rep.Problems)
 	}

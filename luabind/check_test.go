@@ -176,7 +176,7 @@ func TestCheckReportsGlobalsOfOtherFiles(t *testing.T) {
 // Admission handlers: retries/backoff/errors do not apply to them; timeout does
 // (the webhook's); the admission options apply to them only.
 func TestCheckAdmissionOptions(t *testing.T) {
-	rep := Check(context.Background(), []Script{{Name: "a.lua", Source: []byte(`local luaop = require("luaop")
+	rep := Check(t.Context(), []Script{{Name: "a.lua", Source: []byte(`local luaop = require("luaop")
 luaop.on.validate("example.com/v1/widgets", function(ctx) end, { id = "v", retries = 3, timeout = 5, failure_policy = "Ignore" })
 luaop.on.mutate("example.com/v1/widgets", function(ctx) end, { id = "m", operations = "CREATE", side_effects = true, subresource = "status" })
 luaop.daemon("example.com/v1/widgets", function(ctx) end, { id = "d", side_effects = true })

@@ -1,7 +1,6 @@
 package luabind
 
 import (
-	"context"
 	"errors"
 	"runtime"
 	"strings"
@@ -89,7 +88,7 @@ func TestMemoryBudgetCancelsBombs(t *testing.T) {
 func TestMemoryBudgetCancelsLoad(t *testing.T) {
 	rt, budget := mbtRuntime(t, 96<<20, "a.lua", `local luaop = require("luaop")
 luaop.on.create("example.com/v1/widgets", function(ctx) return "a" end, {id = "a"})`)
-	_, err := rt.Load(context.Background(), rttScripts("a.lua", `local luaop = require("luaop")
+	_, err := rt.Load(t.Context(), rttScripts("a.lua", `local luaop = require("luaop")
 local cache = {}
 while true do cache[#cache + 1] = {1, 2, 3} end`))
 	if !errors.Is(err, ErrMemoryBudget) || !strings.HasPrefix(err.Error(), "a.lua:3: memory budget exceeded") {

@@ -2,7 +2,6 @@ package luabind
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"log/slog"
 	"strconv"
@@ -90,7 +89,7 @@ func TestScriptMetricsSurviveReloadAndRefuseAnotherShape(t *testing.T) {
 		t.Errorf("the count did not go on across the reload:\n%s", got)
 	}
 	changed := strings.Replace(metricsScript, `{"size", "ok"}`, `{"size"}`, 1)
-	_, err := rt.Load(context.Background(), rttScripts("m.lua", changed))
+	_, err := rt.Load(t.Context(), rttScripts("m.lua", changed))
 	rttCheckErr(t, err, "m.lua", 2, `"luaop_script_widget_runs_total" was registered at m.lua:2 as a counter with labels {size, ok}`,
 		"as a counter with labels {size}", "new name")
 	rttMustInvoke(t, rt, "count", rttCause("u3")) // the previous scripts still serve
@@ -122,7 +121,7 @@ func TestScriptMetricsValidation(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rt := rttRuntime(t, Options{Shards: 1})
-			_, err := rt.Load(context.Background(), rttScripts("m.lua", "local luaop = require(\"luaop\")\n"+tt.src+"\n"))
+			_, err := rt.Load(t.Context(), rttScripts("m.lua", "local luaop = require(\"luaop\")\n"+tt.src+"\n"))
 			rttCheckErr(t, err, "m.lua", tt.line, tt.want)
 		})
 	}
@@ -141,7 +140,7 @@ luaop.on.create("example.com/v1/widgets", function(ctx)
 end, {id = "log"})
 `)
 	spec := rttSpec(t, rt, "log")
-	if _, err := rt.Invoke(context.Background(), causes.Call{Handler: spec, Cause: rttCause("u1"), Patch: state.NewPatch(), Logger: log.With("name", "w1")}); err != nil {
+	if _, err := rt.Invoke(t.Context(), causes.Call{Handler: spec, Cause: rttCause("u1"), Patch: state.NewPatch(), Logger: log.With("name", "w1")}); err != nil {
 		t.Fatal(err)
 	}
 	var lines []map[string]any

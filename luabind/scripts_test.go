@@ -1,7 +1,6 @@
 package luabind
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -67,7 +66,7 @@ func TestReadDirMapsFlatKeysToModules(t *testing.T) {
 		t.Fatalf("ReadDir names: %s", got)
 	}
 	rt := rttRuntime(t, Options{})
-	rep, err := rt.Load(context.Background(), scripts)
+	rep, err := rt.Load(t.Context(), scripts)
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
@@ -83,7 +82,7 @@ func TestReadDirMapsFlatKeysToModules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rt.Load(context.Background(), scripts); err == nil || !strings.Contains(err.Error(), "lib/util.lua:2") {
+	if _, err := rt.Load(t.Context(), scripts); err == nil || !strings.Contains(err.Error(), "lib/util.lua:2") {
 		t.Errorf("Load of a broken module: %v; want an error at lib/util.lua:2", err)
 	}
 

@@ -168,7 +168,7 @@ func TestQueueAndReconcileMetricsArePerResource(t *testing.T) {
 	e.create("w1", nil)
 	cm := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
 		"metadata": map[string]any{"name": "c1", "namespace": "default", "uid": "uid-c1"}}}
-	if _, err := e.dyn.Resource(configmapsGVR).Namespace("default").Create(context.Background(), cm, metav1.CreateOptions{}); err != nil {
+	if _, err := e.dyn.Resource(configmapsGVR).Namespace("default").Create(t.Context(), cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	const w, c = "widgets.example.luaop.dev", "configmaps"

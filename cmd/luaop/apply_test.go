@@ -48,7 +48,7 @@ spec:
 func TestDevApplyCRDsThenObjects(t *testing.T) {
 	env, _ := exampleCluster(t)
 	ns := env.Namespace(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	crds := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 	// A CRD the cluster does not have: a left-over of an earlier run goes first.
 	err := env.Dynamic.Resource(crds).Delete(ctx, "applytests.applytest.luaop.dev", metav1.DeleteOptions{})
@@ -224,7 +224,7 @@ func TestMakeDevUsesKubeconfigWithoutBuildingTheControlPlane(t *testing.T) {
 			t.Fatalf("make dev ended (%v):\n%s", err, out.String())
 		default:
 		}
-		w, err := env.Dynamic.Resource(widgets).Namespace(ns).Get(context.Background(), "my-widget", metav1.GetOptions{})
+		w, err := env.Dynamic.Resource(widgets).Namespace(ns).Get(t.Context(), "my-widget", metav1.GetOptions{})
 		if err != nil {
 			return false, "the example Widget: " + err.Error()
 		}

@@ -28,7 +28,7 @@ func runLuaop(t *testing.T, args ...string) (string, error) {
 	root.SetOut(&out)
 	root.SetErr(&out)
 	root.SetArgs(args)
-	err := root.ExecuteContext(context.Background())
+	err := root.ExecuteContext(t.Context())
 	return out.String(), err
 }
 
@@ -39,7 +39,7 @@ func runLuaop(t *testing.T, args ...string) (string, error) {
 func TestReleaseUnsticksObjectsLeftByTheOperator(t *testing.T) {
 	env, root := exampleCluster(t)
 	ns := env.Namespace(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	kubeconfig := testKubeconfig(t)
 	examples := filepath.Join(root, "scripts", "examples")
 	tenants := env.Dynamic.Resource(schema.GroupVersionResource{Group: "examples.luaop.dev", Version: "v1", Resource: "tenants"}).Namespace(ns)

@@ -145,7 +145,7 @@ func TestRunServesHealthReadinessDebugAndMetrics(t *testing.T) {
 	// /debug, and `luaop status` reading it, show the running daemon.
 	var doc debugDoc
 	testcluster.Eventually(t, 15*time.Second, func() (bool, string) {
-		d, body, err := fetchDebug(context.Background(), addr)
+		d, body, err := fetchDebug(t.Context(), addr)
 		doc = d
 		return err == nil && len(d.Daemons) == 1, fmt.Sprintf("/debug: %v %s", err, body)
 	})
