@@ -25,8 +25,9 @@ import (
 //   - a watchdog goroutine runs while any Lua call is running (not parked in a
 //     blocking function): every memTick it reads the heap's live-object bytes
 //     (runtime/metrics, no stop-the-world). Above the budget it runs a GC (at most
-//     every memGCEvery) to tell garbage from live data, and if the heap is still
-//     above, cancels the Lua call that has been running longest since it last took
+//     every memGCEvery; after a GC that found mostly garbage, only once the heap grew
+//     by another quarter of the budget) to tell garbage from live data, and if the
+//     heap is still above, cancels the Lua call that has been running longest since it last took
 //     its state (a memory bomb runs without pause; ordinary handlers are short):
 //     gopher-lua checks the call's context between instructions, so the call fails
 //     at its next instruction with ErrMemoryBudget, "memory budget exceeded", naming
@@ -112,7 +113,13 @@ type memWatch struct {
 	mu      sync.Mutex
 	active  map[*memCall]struct{}
 	running bool // the watchdog goroutine runs
-	lastGC  time.Time
+	// The watchdog goroutine's own (one runs at a time; handed over under mu):
+	// lastGC is when it last ran a GC; floor is the heap that GC left when it was
+	// under the budget (a false alarm: garbage), lowered when the heap is seen
+	// lower, so that a heap whose live part sits near the budget is not collected
+	// again until it grew by a quarter of the budget.
+	lastGC time.Time
+	floor  uint64
 }
 
 // memCall is one Lua call as the watchdog sees it (a handler call or a script load).
@@ -192,16 +199,18 @@ func (w *memWatch) loop() {
 			}
 		}
 		w.mu.Unlock()
-		if waiting || w.heap() <= w.budget {
+		if waiting {
 			continue
 		}
-		if time.Since(w.lastGC) < memGCEvery {
+		heap := w.heap()
+		w.floor = min(w.floor, heap) // the live heap shrank since
+		if heap <= w.budget || heap < w.floor+w.budget/4 || time.Since(w.lastGC) < memGCEvery {
 			continue
 		}
 		runtime.GC() // garbage is not over the budget; what survives this is
 		w.lastGC = time.Now()
-		heap := w.heap()
-		if heap <= w.budget {
+		if heap = w.heap(); heap <= w.budget {
+			w.floor = heap
 			continue
 		}
 		w.cancelOldest(heap)
