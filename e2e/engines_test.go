@@ -57,13 +57,16 @@ func TestDaemonReturnIsFinalFailureRestarts(t *testing.T) {
 			if ctx.memo.runs < 3 then error("crash " .. ctx.memo.runs) end
 			while not ctx.stopped() do luaop.sleep(1) end
 		end, { id = "flaky", backoff = 0.2 })
+		luaop.on.update("examples.luaop.dev/v1/widgets", function(ctx) return ctx.spec.size end, { id = "seen" })
 	`)})
 	create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w}, spec: {size: 1}}")
 	testcluster.Eventually(t, 10*time.Second, func() (bool, string) {
 		return strings.Contains(op.Log.String(), "flaky-daemon run 3"), "waiting for the third run of the failing daemon"
 	})
 	mergePatch(t, widgets, ns, "w", `{"spec":{"size":2}}`) // new cycles must not restart "once"
-	time.Sleep(500 * time.Millisecond)
+	// The cycle of that change adjusts the daemons before it runs the update handler:
+	// once its result is stored, a wrong restart would have happened.
+	waitField(t, widgets, ns, "w", "status.seen", int64(2))
 	logs := op.Log.String()
 	if n := strings.Count(logs, "once-daemon ran"); n != 1 {
 		t.Errorf("a daemon that returned ran %d times, want once", n)
@@ -156,11 +159,14 @@ func TestIndexLookupFromAnotherHandler(t *testing.T) {
 		luaop.on.create("e2e.luaop.dev/v1/gadgets", function(ctx)
 			local names = {}
 			for _, n in ipairs(ctx.indexes.by_color[ctx.spec.color] or {}) do table.insert(names, n) end
+			-- red2 is created while the operator runs: the handler waits (retries) until
+			-- the index has it, instead of the test sleeping for it.
+			if #names < 2 then error(luaop.temporary_error("red2 not indexed yet", 0.2)) end
+			table.sort(names)
 			return table.concat(names, ",")
 		end, { id = "same_color" })
 	`)})
 	create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: red2}, spec: {color: red}}")
-	time.Sleep(300 * time.Millisecond)
 	create(t, gadgets, ns, "{apiVersion: e2e.luaop.dev/v1, kind: Gadget, metadata: {name: g}, spec: {color: red}}")
 	waitField(t, gadgets, ns, "g", "status.same_color", "red1,red2")
 }
