@@ -1,0 +1,137 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/luaop/luaop/operator"
+	"github.com/luaop/luaop/testcluster"
+)
+
+// countingScript logs one line per handler run ("RAN <id> <name>" and so on), so
+// that a test counts runs exactly from the operator's log.
+const countingScript = `
+	local luaop = require("luaop")
+	for _, id in ipairs({ "a", "b", "c" }) do
+		luaop.on.create("examples.luaop.dev/v1/widgets", function(ctx)
+			ctx.logger.info("RAN " .. id .. " " .. ctx.name .. " .")
+			return "done"
+		end, { id = id })
+	end
+	luaop.on.field("examples.luaop.dev/v1/widgets", "spec.size", function(ctx)
+		ctx.logger.info("SIZED " .. ctx.name .. " " .. tostring(ctx.new) .. " .")
+		return ctx.new
+	end, { id = "sized" })
+	luaop.on.delete("examples.luaop.dev/v1/widgets", function(ctx)
+		ctx.logger.info("DELETED " .. ctx.name .. " .")
+	end, { id = "gone" })
+`
+
+// A second writer patches the same objects as fast as it can while the operator
+// handles them: the operator's finalizer patches (which test the resourceVersion)
+// meet 409/422 conflicts, its status patches race the writer's. No handler is lost,
+// none runs twice after its success, the latest spec is handled, and deletion
+// releases every finalizer.
+func TestConflictStormFromASecondWriter(t *testing.T) {
+	ns := env.Namespace(t)
+	op := startWith(t, ns, operator.Options{Scripts: script(countingScript)})
+	const n = 8
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("w%d", i)
+	}
+
+	// The second writer, three goroutines: for every object in turn, a merge patch of
+	// an annotation and a full update from a read copy (itself refused with 409 when
+	// someone wrote in between), until stopped.
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var writes, conflicts atomic.Int64
+	client := env.Dynamic.Resource(widgets).Namespace(ns)
+	storm := func(w int) {
+		for i := w; ctx.Err() == nil; i++ {
+			name := names[i%n]
+			patch := fmt.Sprintf(`{"metadata":{"annotations":{"storm.e2e/tick-%d":"%d"}}}`, w, i)
+			if _, err := client.Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err == nil {
+				writes.Add(1)
+			}
+			obj, err := client.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				continue
+			}
+			labels := obj.GetLabels()
+			if labels == nil {
+				labels = map[string]string{}
+			}
+			labels[fmt.Sprintf("storm-%d", w)] = fmt.Sprint(i)
+			obj.SetLabels(labels)
+			switch _, err := client.Update(ctx, obj, metav1.UpdateOptions{}); {
+			case err == nil:
+				writes.Add(1)
+			case apierrors.IsConflict(err):
+				conflicts.Add(1)
+			}
+		}
+	}
+	for w := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			storm(w)
+		}()
+	}
+	stopWriter := func() { stop(); wg.Wait() }
+	t.Cleanup(stopWriter)
+
+	for _, name := range names {
+		create(t, widgets, ns, fmt.Sprintf("{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: %s}, spec: {size: 1}}", name))
+	}
+	for _, name := range names {
+		waitField(t, widgets, ns, name, "status.c", "done")
+		waitField(t, widgets, ns, name, "status.sized", int64(1))
+	}
+	for _, name := range names {
+		mergePatch(t, widgets, ns, name, `{"spec":{"size":2}}`)
+	}
+	for _, name := range names {
+		waitField(t, widgets, ns, name, "status.sized", int64(2))
+	}
+	// Let the storm go on over the handled objects a while (counted in writes, not
+	// time), so a re-run after success would have its chance to show.
+	base := writes.Load()
+	testcluster.Eventually(t, 60*time.Second, func() (bool, string) {
+		return writes.Load() >= base+int64(10*n), fmt.Sprintf("waiting for the second writer's writes: %d", writes.Load()-base)
+	})
+	for _, name := range names {
+		if err := client.Delete(t.Context(), name, metav1.DeleteOptions{}); err != nil {
+			t.Fatalf("deleting %s: %v", name, err)
+		}
+	}
+	for _, name := range names {
+		testcluster.Eventually(t, 30*time.Second, func() (bool, string) {
+			_, err := client.Get(t.Context(), name, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), fmt.Sprintf("waiting for %s to be gone (finalizer released): %v", name, err)
+		})
+	}
+	stopWriter()
+	t.Logf("second writer: %d writes, %d of its updates refused with 409", writes.Load(), conflicts.Load())
+
+	logs := op.Log.String()
+	for _, name := range names {
+		for _, want := range []string{"RAN a " + name + " .", "RAN b " + name + " .", "RAN c " + name + " .",
+			"SIZED " + name + " 1 .", "SIZED " + name + " 2 .", "DELETED " + name + " ."} {
+			if got := strings.Count(logs, want); got != 1 {
+				t.Errorf("%q logged %d times, want exactly once", want, got)
+			}
+		}
+	}
+}
