@@ -486,3 +486,54 @@ func TestAWatchLatePastTheConsistencyTimeoutRunsNothingTwice(t *testing.T) {
 		})
 	}
 }
+
+// cycleCounter counts cycles (reconciles) through the Observer's optional capability.
+type cycleCounter struct{ cycles atomic.Int64 }
+
+func (c *cycleCounter) EventReceived(string, string)                    {}
+func (c *cycleCounter) PatchSent(string, string, string)                {}
+func (c *cycleCounter) ReconcileStarted(string)                         { c.cycles.Add(1) }
+func (c *cycleCounter) ReconcileFinished(string, string, time.Duration) {}
+func (c *cycleCounter) MaxConcurrentReconciles(string, int)             {}
+
+// A reload gives every object a cycle only when daemons, timers or indexes are (or
+// were) registered: they follow the new handlers through it. Change handlers act on
+// the next change anyway, so a reload of those alone queues nothing.
+func TestRefreshQueuesObjectsOnlyForEngines(t *testing.T) {
+	h := newFakeHandlers()
+	h.add(changeSpec("create_fn", causes.Create), nil)
+	counter := &cycleCounter{}
+	e := startEnv(t, h, Options{Observer: counter})
+	for i := range 5 {
+		e.create(fmt.Sprintf("w%d", i), nil)
+	}
+	e.eventually("every object handled", func() bool { return len(h.callsOf("create_fn", "")) == 5 })
+	// The cycles of the handlers' own writes settle: no new one for a few polls.
+	before, quiet := counter.cycles.Load(), 0
+	e.eventually("the cycles settled", func() bool {
+		time.Sleep(50 * time.Millisecond)
+		now := counter.cycles.Load()
+		if now != before {
+			before, quiet = now, 0
+			return false
+		}
+		quiet++
+		return quiet >= 4
+	})
+
+	h.add(changeSpec("update_fn", causes.Update), nil) // a reload of change handlers only
+	e.op.Refresh()
+	e.never("a cycle after a reload of change handlers", func() bool { return counter.cycles.Load() != before })
+
+	var started atomic.Int64
+	h.addDaemon(causes.Spec{ID: "watcher", Resource: widgets}, func(ctx context.Context, call causes.Call) error {
+		started.Add(1)
+		<-call.Daemon.Stopped
+		return nil
+	})
+	e.op.Refresh()
+	e.eventually("the new daemon started on every object", func() bool { return started.Load() == 5 })
+	if got := counter.cycles.Load() - before; got < 5 {
+		t.Errorf("%d cycles after a reload adding a daemon, want one per object (5)", got)
+	}
+}

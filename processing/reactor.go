@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 
+	"github.com/luaop/luaop/processing/causes"
 	"github.com/luaop/luaop/state"
 )
 
@@ -59,6 +61,9 @@ type Reactor struct {
 	// stopping is set when Start's context ends: workers take no new key, reloads
 	// start no new watcher.
 	stopping atomic.Bool
+	// hadEngines: the handlers of the last Refresh had daemons, timers or indexes,
+	// which follow a reload only through a cycle of every object.
+	hadEngines atomic.Bool
 	pruned   sync.Map // "resource field" -> struct{}: schema pruning reported once
 }
 
@@ -210,9 +215,12 @@ func (o *Reactor) Start(ctx context.Context) error {
 }
 
 // Refresh starts watching resources that handlers were registered for since the last
-// call (after a script reload), and gives every known object a cycle, so that daemons
-// and timers follow the new handlers. Watchers of resources no longer used keep
-// running: their objects are simply not handled, and a later reload may need them.
+// call (after a script reload), and gives every known object a cycle, so that daemons,
+// timers and indexes follow the new handlers. When neither the old nor the new
+// handlers have any of those, no object needs a cycle: change handlers act on the next
+// change, as they would have (a reload of a big operator queues nothing then).
+// Watchers of resources no longer used keep running: their objects are simply not
+// handled, and a later reload may need them.
 func (o *Reactor) Refresh() {
 	o.startMu.Lock()
 	ctx := o.ctx
@@ -220,7 +228,14 @@ func (o *Reactor) Refresh() {
 	if ctx == nil || o.stopping.Load() {
 		return
 	}
-	o.refreshResources(ctx, o.handlers.Specs())
+	specs := o.handlers.Specs()
+	o.refreshResources(ctx, specs)
+	engines := slices.ContainsFunc(specs, func(s causes.Spec) bool {
+		return s.Kind == causes.KindDaemon || s.Kind == causes.KindTimer || s.Kind == causes.KindIndex
+	})
+	if hadEngines := o.hadEngines.Swap(engines); !engines && !hadEngines {
+		return
+	}
 	for _, key := range o.objects.keys() {
 		o.queue.Add(key)
 	}
