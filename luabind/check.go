@@ -76,6 +76,22 @@ func Check(ctx context.Context, scripts []Script) CheckReport {
 	return rep
 }
 
+// CheckLoad loads the scripts in a throwaway runtime, the way the operator would
+// (the same sandbox, option validation, duplicate ids, modules), without a cluster
+// (luaop.kube calls made while loading fail with an error value), and returns the
+// load's error with its file:line, or nil when they load. No other runtime is
+// touched. The admission webhook guarding the operator's own scripts ConfigMap uses
+// it.
+func CheckLoad(ctx context.Context, scripts []Script) error {
+	if len(scripts) == 0 {
+		return errors.New("no *.lua files")
+	}
+	rt := New(Options{Shards: 1, Kube: noCluster{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	defer rt.Close()
+	_, err := rt.Load(ctx, scripts)
+	return err
+}
+
 func sortProblems(ps []Problem) {
 	sort.SliceStable(ps, func(i, j int) bool {
 		if ps[i].File != ps[j].File {

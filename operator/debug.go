@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"errors"
 	"time"
 
 	"github.com/luaop/luaop/processing"
@@ -18,6 +19,11 @@ type Debug struct {
 	// LastReload is the last load of the scripts (the first one included); when it
 	// failed, the previous scripts are the ones serving.
 	LastReload *ReloadStatus `json:"lastReload,omitempty"`
+	// ServingLastGood is set when the scripts serving are the last good ones kept
+	// by the operator (its scripts folder did not load at start); Stale when the
+	// scripts serving differ from the folder's because its last load failed.
+	ServingLastGood bool `json:"servingLastGood,omitempty"`
+	Stale           bool `json:"stale,omitempty"`
 	processing.Snapshot
 }
 
@@ -49,11 +55,28 @@ func (o *Operator) NoteReload(files []string, err error) {
 	o.lastReload.Store(st)
 }
 
+// NoteLastGood records whether the scripts serving are the last good ones kept by
+// the operator rather than its scripts folder's (Debug, Scripts).
+func (o *Operator) NoteLastGood(serving bool) { o.lastGood.Store(serving) }
+
+// ScriptsState says how the scripts serving relate to the scripts folder's:
+// loaded (any scripts serving), and, when the folder's last load failed, its
+// error (file:line): the scripts serving are the previous ones, or the last good
+// ones kept by the operator (lastGood), or none (loaded false).
+func (o *Operator) ScriptsState() (loaded, lastGood bool, failed error) {
+	if st := o.lastReload.Load(); st != nil && !st.OK {
+		failed = errors.New(st.Error)
+	}
+	return o.loaded.Load(), o.lastGood.Load(), failed
+}
+
 // Debug takes a snapshot of the operator: its scripts, handlers, last reload, and
 // what processing is doing (objects in flight, daemons, timers). Each part is copied
 // from its owner without waiting for any cycle.
 func (o *Operator) Debug() Debug {
 	d := Debug{Ready: o.Ready(), ScriptsHash: o.runtime.Hash(), LastReload: o.lastReload.Load(), Snapshot: o.reactor.Snapshot()}
+	d.ServingLastGood = o.lastGood.Load()
+	d.Stale = d.LastReload != nil && !d.LastReload.OK && o.loaded.Load()
 	d.Handlers = []DebugHandler{}
 	for _, list := range [][]causes.Spec{o.runtime.Hooks(), o.runtime.Specs()} {
 		for _, h := range list {

@@ -51,6 +51,8 @@ type Operator struct {
 	reactor *processing.Reactor
 	log     *slog.Logger
 	loaded  atomic.Bool
+	// lastGood: the scripts serving are the last good ones (NoteLastGood).
+	lastGood atomic.Bool
 	// lastReload is the outcome of the last load of the scripts (NoteReload).
 	lastReload atomic.Pointer[ReloadStatus]
 	// stopEvents shuts down the Events recorder New made (a no-op if it made none).

@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -60,7 +61,9 @@ Established), so that no kubectl is needed:
 	// In development the webhooks are on, on loopback (a local control plane calls
 	// them there), and removed at exit: a webhook nobody answers would reject
 	// every request it covers.
-	for flag, value := range map[string]string{"webhook-address": "127.0.0.1:0", "webhook-cleanup": "true"} {
+	// The guard of the scripts ConfigMap is for production: `luaop dev` reads a
+	// folder of the developer's.
+	for flag, value := range map[string]string{"webhook-address": "127.0.0.1:0", "webhook-cleanup": "true", "scripts-webhook": "false"} {
 		_ = cmd.Flags().Set(flag, value)
 		cmd.Flags().Lookup(flag).DefValue = value
 	}
@@ -190,6 +193,21 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 			return err
 		}
 	}
+	guardNS, guardName, guarded := strings.Cut(s.ScriptsConfigMap, "/")
+	if guarded && webhooks != nil && s.ScriptsWebhook && !dev {
+		if err := webhooks.Register(scriptsGuard(guardNS, guardName, log)); err != nil {
+			return fmt.Errorf("the webhook of --scripts-configmap: %w", err)
+		}
+	}
+	var lastGood *lastGoodStore
+	if guarded && !dev && s.LastGoodConfigMap != "none" {
+		client, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return err
+		}
+		lastGood = newLastGoodStore(client, guardNS, s.LastGoodConfigMap, s.Prefix, s.DryRun, log)
+		go lastGood.Run(ctx)
+	}
 	var elector *leader.Elector
 	if s.LeaderElect && s.DryRun {
 		log.Warn("dry run: --leader-elect ignored (a dry run takes no Lease)")
@@ -204,15 +222,30 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	if err != nil {
 		return fmt.Errorf("watching %s: %w", dir, err)
 	}
+	// The endpoints answer from now on: /readyz tells why the scripts do not load
+	// while the operator waits for them.
+	serveEndpoints(ctx, log, s, op, m, elector, webhooks)
 	report, err := op.LoadScripts(ctx, initial.Scripts)
 	m.Reload(err == nil)
 	op.NoteReload(initial.Files, err)
-	for err != nil {
-		if !dev {
-			return fmt.Errorf("loading the scripts of %s: %w", dir, err)
+	if err == nil {
+		lastGood.Keep(initial.Scripts, report.Hash)
+	} else if !dev {
+		// No crash loop on broken scripts: serve the last good ones if kept, else
+		// wait, unready, for the fixed scripts. The gauge, /readyz and /debug say
+		// that the scripts serving are not the folder's.
+		log.Error("the scripts do not load", "dir", dir, "error", err)
+		if rep, ok := loadLastGood(ctx, op, lastGood, log); ok {
+			report, err = rep, nil
+		} else {
+			log.Error("no last good scripts to serve: the operator stays up, unready, and loads the scripts as soon as they are fixed", "dir", dir)
 		}
+	}
+	for err != nil {
 		// In development a broken first load waits for the fix instead of exiting.
-		view.Reloaded(scriptwatch.ReloadEvent{Files: initial.Files, Err: err})
+		if dev {
+			view.Reloaded(scriptwatch.ReloadEvent{Files: initial.Files, Err: err})
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -224,6 +257,11 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 			report, err = op.LoadScripts(ctx, ch.Scripts)
 			m.Reload(err == nil)
 			op.NoteReload(ch.Files, err)
+			if err == nil {
+				lastGood.Keep(ch.Scripts, report.Hash)
+			} else if !dev {
+				log.Error("reload failed; still no scripts serving", "files", ch.Files, "error", err)
+			}
 		}
 	}
 	if webhooks != nil {
@@ -246,7 +284,15 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	} else {
 		log.Info("scripts loaded", "files", len(report.Files), "handlers", len(report.Handlers), "hash", report.Hash)
 	}
-	go scriptwatch.Reload(ctx, changes, op.LoadScripts, func(ev scriptwatch.ReloadEvent) {
+	load := func(ctx context.Context, scripts []luabind.Script) (luabind.LoadReport, error) {
+		rep, err := op.LoadScripts(ctx, scripts)
+		if err == nil {
+			op.NoteLastGood(false)
+			lastGood.Keep(scripts, rep.Hash)
+		}
+		return rep, err
+	}
+	go scriptwatch.Reload(ctx, changes, load, func(ev scriptwatch.ReloadEvent) {
 		m.Reload(ev.Err == nil)
 		m.ReloadLatency(ev.Err == nil, ev.Latency)
 		if webhooks != nil && ev.Err == nil {
@@ -270,7 +316,6 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 				"compiled", len(ev.Report.Compiled))
 		}
 	})
-	serveEndpoints(ctx, log, s, op, m, elector, webhooks)
 	if elector != nil {
 		// Only the leader watches and handles; ErrLeadershipLost ends the process
 		// with an error, and Kubernetes restarts it as a standby.
@@ -381,7 +426,39 @@ func healthMux(op *operator.Operator, elector *leader.Elector, webhooks *admissi
 	// as failed, and the answer never waits behind object handlers. A failed probe
 	// answers 500: the kubelet reads the status code, not the body.
 	mux.HandleFunc("/healthz", healthz(op.Probe))
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("/readyz", readyz(op, elector, webhooks))
+	return mux
+}
+
+// readyz answers /readyz. A pod serving scripts is ready even when its scripts
+// folder fails to load (a broken ConfigMap edit, or a start on broken scripts
+// served from the last good ones): it handles objects and answers admission
+// reviews with the scripts it serves, and taking every replica out of the
+// Service's endpoints for an edit would make the webhooks fail. The body says so
+// ("degraded: ..." with the file:line), as do /debug, the log and the gauge
+// luaop_scripts_reload_failed, which an alert watches. A pod with no scripts
+// serving (a start on broken scripts and no last good ones) is unready, with the
+// error.
+func readyz(op *operator.Operator, elector *leader.Elector, webhooks *admission.Webhooks) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		loaded, lastGood, failed := op.ScriptsState()
+		if !loaded {
+			msg := "not ready: scripts not loaded"
+			if failed != nil {
+				msg = "not ready: the scripts do not load and there are no last good scripts to serve: " + failed.Error() +
+					"\nfix the scripts (their ConfigMap): they are loaded without a restart"
+			}
+			http.Error(w, msg, http.StatusServiceUnavailable)
+			return
+		}
+		var note string
+		if failed != nil {
+			serving := "the previous scripts keep serving"
+			if lastGood {
+				serving = "the last good scripts kept by the operator are serving"
+			}
+			note = fmt.Sprintf("degraded: the mounted scripts do not load (%v); %s\n", failed, serving)
+		}
 		if webhooks != nil && !webhooks.Ready() {
 			// The Service sends admission reviews to ready pods only.
 			http.Error(w, "not ready: the webhook server is not serving yet", http.StatusServiceUnavailable)
@@ -390,16 +467,40 @@ func healthMux(op *operator.Operator, elector *leader.Elector, webhooks *admissi
 		if elector != nil && !elector.IsLeader() {
 			// A standby is ready: it holds the scripts and waits for the lease; a
 			// rollout must not stall on it.
-			fmt.Fprintf(w, "ok (standby)\nscripts %s\n", op.Runtime().Hash())
+			fmt.Fprintf(w, "ok (standby)\nscripts %s\n%s", op.Runtime().Hash(), note)
 			return
 		}
 		if !op.Ready() {
-			http.Error(w, "not ready: scripts not loaded or initial listing not processed", http.StatusServiceUnavailable)
+			http.Error(w, "not ready: initial listing not processed", http.StatusServiceUnavailable)
 			return
 		}
-		fmt.Fprintf(w, "ok\nscripts %s\n", op.Runtime().Hash())
-	})
-	return mux
+		fmt.Fprintf(w, "ok\nscripts %s\n%s", op.Runtime().Hash(), note)
+	}
+}
+
+// loadLastGood loads the last good scripts kept by the operator, when the
+// scripts folder does not load at start.
+func loadLastGood(ctx context.Context, op *operator.Operator, store *lastGoodStore, log *slog.Logger) (luabind.LoadReport, bool) {
+	if store == nil {
+		return luabind.LoadReport{}, false
+	}
+	scripts, err := store.Load(ctx)
+	if err != nil {
+		log.Error("the last good scripts cannot be read", "error", err)
+		return luabind.LoadReport{}, false
+	}
+	if scripts == nil {
+		return luabind.LoadReport{}, false
+	}
+	rep, err := op.LoadScripts(ctx, scripts)
+	if err != nil {
+		log.Error("the last good scripts do not load either", "configmap", store.ns+"/"+store.name, "error", err)
+		return luabind.LoadReport{}, false
+	}
+	op.NoteLastGood(true)
+	log.Warn("serving the last good scripts: the mounted ones do not load; fix them and they are loaded without a restart",
+		"configmap", store.ns+"/"+store.name, "hash", rep.Hash, "handlers", len(rep.Handlers))
+	return rep, true
 }
 
 // serve serves mux on addr until ctx is done.

@@ -21,7 +21,12 @@ type rbacOptions struct {
 	LeaderElect     bool
 	LeaderNamespace string
 	Namespaces      []string
-	command         string // how the output was made, for its header
+	// ScriptsConfigMap ([namespace/]name): the Role for the ConfigMap of the last
+	// good scripts next to it; ScriptsWebhook: the webhook configurations for its
+	// validating webhook even without admission handlers in the scripts.
+	ScriptsConfigMap string
+	ScriptsWebhook   bool
+	command          string // how the output was made, for its header
 }
 
 func newRBACCommand() *cobra.Command {
@@ -63,6 +68,8 @@ irregular plural (e.g. Endpoints) must be checked by hand.`,
 	fs.StringVar(&o.ServiceAccount, "service-account", "luaop-system/luaop", "the operator's ServiceAccount, as namespace/name")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", false, "add the Role for the leader-election Lease")
 	fs.StringVar(&o.LeaderNamespace, "leader-election-namespace", "", "namespace of the Lease (default: the ServiceAccount's)")
+	fs.StringVar(&o.ScriptsConfigMap, "scripts-configmap", "", "the scripts ConfigMap, [namespace/]name (default namespace: the ServiceAccount's): add the Role for the ConfigMap <name>-last-good where the operator keeps the last scripts that loaded")
+	fs.BoolVar(&o.ScriptsWebhook, "scripts-webhook", false, "the operator validates the scripts ConfigMap (--scripts-configmap with the webhooks component): grant the webhook configurations even if no script has admission handlers")
 	fs.StringSliceVar(&o.Namespaces, "namespaces", nil, "namespaces the operator serves (plain names): Roles in each instead of a ClusterRole")
 	return cmd
 }
@@ -208,6 +215,9 @@ func generateRBAC(cmd *cobra.Command, dir string, o rbacOptions) (string, []stri
 		fmt.Fprintf(&b, "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: %s\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: %s\nsubjects:\n- kind: ServiceAccount\n  name: %s\n  namespace: %s\n",
 			o.Name, o.Name, saName, saNS)
 	}
+	if len(admissionSources) == 0 && o.ScriptsWebhook && o.ScriptsConfigMap != "" {
+		admissionSources = append(admissionSources, "--scripts-configmap")
+	}
 	if len(admissionSources) > 0 {
 		// Webhook configurations are cluster-scoped: a ClusterRole of their own,
 		// whether the rest is a ClusterRole or Roles.
@@ -219,6 +229,20 @@ func generateRBAC(cmd *cobra.Command, dir string, o rbacOptions) (string, []stri
 		fmt.Fprintf(&b, "---\n# The webhook's certificate: generated once and kept in the Secret \"<service>-tls\" of the\n# operator's namespace (--webhook-service without --webhook-cert-dir), shared by the replicas.\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: %s\n  namespace: %s\nrules:\n- apiGroups: [\"\"]\n  resources: [secrets]\n  verbs: [get, create]\n", name, saNS)
 		fmt.Fprintf(&b, "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: %s\n  namespace: %s\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: %s\nsubjects:\n- kind: ServiceAccount\n  name: %s\n  namespace: %s\n",
 			name, saNS, name, saName, saNS)
+	}
+	if o.ScriptsConfigMap != "" {
+		ns, cm, ok := strings.Cut(o.ScriptsConfigMap, "/")
+		if !ok {
+			ns, cm = saNS, o.ScriptsConfigMap
+		}
+		if ns == "" || cm == "" {
+			return "", nil, fmt.Errorf("--scripts-configmap=%q: write it as [namespace/]name", o.ScriptsConfigMap)
+		}
+		name := o.Name + "-last-good"
+		fmt.Fprintf(&b, "---\n# The last good scripts: the operator keeps the last scripts that loaded in the ConfigMap\n# %s-last-good next to its scripts ConfigMap %s, and serves them when it starts on scripts\n# that do not load (--scripts-configmap).\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: %s\n  namespace: %s\nrules:\n- apiGroups: [\"\"]\n  resources: [configmaps]\n  verbs: [create]\n- apiGroups: [\"\"]\n  resources: [configmaps]\n  resourceNames: [%s-last-good]\n  verbs: [get, update]\n",
+			cm, cm, name, ns, cm)
+		fmt.Fprintf(&b, "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: %s\n  namespace: %s\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: %s\nsubjects:\n- kind: ServiceAccount\n  name: %s\n  namespace: %s\n",
+			name, ns, name, saName, saNS)
 	}
 	if o.LeaderElect {
 		ns := o.LeaderNamespace
@@ -318,6 +342,12 @@ func rbacCommandLine(dir string, o rbacOptions) string {
 	}
 	if len(o.Namespaces) > 0 {
 		args = append(args, "--namespaces", strings.Join(o.Namespaces, ","))
+	}
+	if o.ScriptsConfigMap != "" {
+		args = append(args, "--scripts-configmap", o.ScriptsConfigMap)
+	}
+	if o.ScriptsWebhook {
+		args = append(args, "--scripts-webhook")
 	}
 	return strings.Join(append(args, dir), " ")
 }

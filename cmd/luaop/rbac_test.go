@@ -13,12 +13,12 @@ import (
 // scripts, run from the overlay's folder as its kustomization.yaml says.
 func TestDeployRBACIsGenerated(t *testing.T) {
 	for _, tt := range []struct{ dir, scripts, fix string }{
-		{".", "scripts/examples", "go run ./cmd/luaop rbac --leader-elect scripts/examples > deploy/examples/rbac.yaml"},
-		{"deploy/my-scripts", "scripts", "(cd deploy/my-scripts && go run ../../cmd/luaop rbac --leader-elect scripts > rbac.yaml)"},
+		{".", "scripts/examples", "go run ./cmd/luaop rbac --leader-elect --scripts-configmap luaop-scripts scripts/examples > deploy/examples/rbac.yaml"},
+		{"deploy/my-scripts", "scripts", "(cd deploy/my-scripts && go run ../../cmd/luaop rbac --leader-elect --scripts-configmap luaop-scripts scripts > rbac.yaml)"},
 	} {
 		t.Run(tt.dir, func(t *testing.T) {
 			t.Chdir(filepath.Join(testcluster.RepoRoot(), tt.dir))
-			out, stderr, err := runCLI(t, "rbac", "--leader-elect", tt.scripts)
+			out, stderr, err := runCLI(t, "rbac", "--leader-elect", "--scripts-configmap", "luaop-scripts", tt.scripts)
 			if err != nil {
 				t.Fatal(err)
 			}

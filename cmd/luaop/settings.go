@@ -56,6 +56,9 @@ type settings struct {
 	WebhookService     string
 	WebhookURL         string
 	WebhookCleanup     bool
+	ScriptsConfigMap   string // namespace/name
+	ScriptsWebhook     bool
+	LastGoodConfigMap  string // a name in ScriptsConfigMap's namespace; "none": off
 	// Warnings are LUAOP_* variables that look like misspelled settings: logged at start.
 	Warnings []string
 }
@@ -106,6 +109,9 @@ func addOperatorFlags(fs *pflag.FlagSet, logFormat string) {
 	fs.String("webhook-service", "", "namespace/name of the Service the API server calls the webhooks through (in-cluster); empty: --webhook-url")
 	fs.String("webhook-url", "", "https base URL the API server calls the webhooks at; empty: https://127.0.0.1:<port> (a control plane on this machine)")
 	fs.Bool("webhook-cleanup", false, "delete the webhook configurations when the operator stops")
+	fs.String("scripts-configmap", "", "namespace/name of the ConfigMap the scripts folder is mounted from: with --webhook-address its updates are validated (scripts that do not load are rejected with file:line), and the last good scripts are kept next to it for a start on broken scripts")
+	fs.Bool("scripts-webhook", true, "with --scripts-configmap and --webhook-address, validate the updates of the scripts ConfigMap (false: opt out; always off in `luaop dev`)")
+	fs.String("last-good-configmap", "", "ConfigMap (in --scripts-configmap's namespace) where the operator keeps the last scripts that loaded (default: <name>-last-good; none: keep none)")
 	fs.Bool("dry-run", false, "run the handlers against the cluster but write nothing: patches, finalizer changes, the scripts' luaop.kube writes and Events are logged as they would have been sent (reads still go to the cluster; no leader election)")
 }
 
@@ -174,6 +180,17 @@ func loadSettings(cmd *cobra.Command, v *viper.Viper) (settings, error) {
 		r.invalid("webhook-url", s.WebhookURL, "an https:// URL the API server reaches")
 	}
 	s.WebhookCleanup = r.bool("webhook-cleanup")
+	s.ScriptsConfigMap = r.str("scripts-configmap")
+	if ns, name, ok := strings.Cut(s.ScriptsConfigMap, "/"); s.ScriptsConfigMap != "" && (!ok || ns == "" || name == "") {
+		r.invalid("scripts-configmap", s.ScriptsConfigMap, "namespace/name of a ConfigMap")
+	}
+	s.ScriptsWebhook = r.bool("scripts-webhook")
+	s.LastGoodConfigMap = r.str("last-good-configmap")
+	if s.LastGoodConfigMap == "" {
+		if _, name, ok := strings.Cut(s.ScriptsConfigMap, "/"); ok {
+			s.LastGoodConfigMap = name + "-last-good"
+		}
+	}
 	for _, p := range s.Apply {
 		if _, err := os.Stat(p); err != nil {
 			r.invalid("apply", p, "files or folders of YAML manifests ("+err.Error()+")")
