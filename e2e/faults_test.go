@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,6 +13,8 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/luaop/luaop/operator"
@@ -132,6 +136,114 @@ func TestConflictStormFromASecondWriter(t *testing.T) {
 			if got := strings.Count(logs, want); got != 1 {
 				t.Errorf("%q logged %d times, want exactly once", want, got)
 			}
+		}
+	}
+}
+
+// flakeCRD is a CRD of this file's own, deleted and re-created by a test (the
+// shared CRDs must stay for the other tests running in parallel).
+const flakeCRD = `
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: flakes.faults.e2e.luaop.dev
+spec:
+  group: faults.e2e.luaop.dev
+  scope: Namespaced
+  names: {plural: flakes, singular: flake, kind: Flake}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources: {status: {}}
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec: {type: object, x-kubernetes-preserve-unknown-fields: true}
+          status: {type: object, x-kubernetes-preserve-unknown-fields: true}
+`
+
+var flakes = schema.GroupVersionResource{Group: "faults.e2e.luaop.dev", Version: "v1", Resource: "flakes"}
+
+func installFlakeCRD(t *testing.T) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "flakes.yaml")
+	if err := os.WriteFile(path, []byte(flakeCRD), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.InstallCRDs(t.Context(), path); err != nil {
+		t.Fatalf("installing the flakes CRD: %v", err)
+	}
+}
+
+// The CRD is deleted while the operator runs (its objects, holding the finalizer,
+// go through their delete handlers first) and created again: the operator does not
+// stop, and objects created afterwards are handled.
+func TestCRDDeletedAndRecreatedWhileRunning(t *testing.T) {
+	ns := env.Namespace(t)
+	installFlakeCRD(t)
+	crds := env.Dynamic.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+	op := startWith(t, ns, operator.Options{Scripts: script(`
+		local luaop = require("luaop")
+		luaop.on.create("faults.e2e.luaop.dev/v1/flakes", function(ctx)
+			ctx.logger.info("MADE " .. ctx.name .. " " .. ctx.uid .. " .")
+			return "done"
+		end, { id = "made" })
+		luaop.on.delete("faults.e2e.luaop.dev/v1/flakes", function(ctx)
+			ctx.logger.info("UNMADE " .. ctx.name .. " " .. ctx.uid .. " .")
+		end, { id = "unmade" })
+	`)})
+	first := create(t, flakes, ns, "{apiVersion: faults.e2e.luaop.dev/v1, kind: Flake, metadata: {name: f1}, spec: {n: 1}}")
+	waitField(t, flakes, ns, "f1", "status.made", "done")
+
+	if err := crds.Delete(t.Context(), "flakes.faults.e2e.luaop.dev", metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("deleting the CRD: %v", err)
+	}
+	testcluster.Eventually(t, 60*time.Second, func() (bool, string) {
+		_, err := crds.Get(t.Context(), "flakes.faults.e2e.luaop.dev", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprintf("waiting for the CRD to go (its objects' finalizers released): %v", err)
+	})
+
+	installFlakeCRD(t)
+	t.Cleanup(func() {
+		_ = crds.Delete(context.Background(), "flakes.faults.e2e.luaop.dev", metav1.DeleteOptions{})
+	})
+	again := create(t, flakes, ns, "{apiVersion: faults.e2e.luaop.dev/v1, kind: Flake, metadata: {name: f1}, spec: {n: 2}}")
+	create(t, flakes, ns, "{apiVersion: faults.e2e.luaop.dev/v1, kind: Flake, metadata: {name: f2}, spec: {n: 1}}")
+	testcluster.Eventually(t, 60*time.Second, func() (bool, string) {
+		for _, name := range []string{"f1", "f2"} {
+			obj, err := env.Dynamic.Resource(flakes).Namespace(ns).Get(t.Context(), name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			if made, _, _ := unstructured.NestedString(obj.Object, "status", "made"); made != "done" {
+				return false, "waiting for " + name + " (created after the CRD came back) to be handled"
+			}
+		}
+		return true, ""
+	})
+	if !op.Ready() {
+		t.Errorf("the operator is not ready after the CRD came back")
+	}
+	// Delete them while the operator runs, so the CRD's cleanup is not blocked.
+	for _, name := range []string{"f1", "f2"} {
+		if err := env.Dynamic.Resource(flakes).Namespace(ns).Delete(t.Context(), name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testcluster.Eventually(t, 30*time.Second, func() (bool, string) {
+		list, err := env.Dynamic.Resource(flakes).Namespace(ns).List(t.Context(), metav1.ListOptions{})
+		return err == nil && len(list.Items) == 0, fmt.Sprintf("waiting for the flakes to go: %v", err)
+	})
+	logs := op.Log.String()
+	for _, want := range []string{
+		`"MADE f1 ` + string(first.GetUID()) + " .", `"UNMADE f1 ` + string(first.GetUID()) + " .",
+		`"MADE f1 ` + string(again.GetUID()) + " .", `"UNMADE f1 ` + string(again.GetUID()) + " .",
+		`"MADE f2 `, `"UNMADE f2 `,
+	} {
+		if got := strings.Count(logs, want); got != 1 {
+			t.Errorf("%q logged %d times, want exactly once", want, got)
 		}
 	}
 }
