@@ -247,3 +247,39 @@ func TestCRDDeletedAndRecreatedWhileRunning(t *testing.T) {
 		}
 	}
 }
+
+// A namespace is deleted while its objects hold luaop's finalizer: the operator runs
+// their delete handlers, once each, releases the finalizers, and the namespace goes.
+func TestNamespaceDeletedWithFinalizedObjects(t *testing.T) {
+	ns := env.Namespace(t)
+	op := startWith(t, ns, operator.Options{Scripts: script(countingScript)})
+	const n = 5
+	for i := range n {
+		create(t, widgets, ns, fmt.Sprintf("{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w%d}, spec: {size: 1}}", i))
+	}
+	for i := range n {
+		obj := waitField(t, widgets, ns, fmt.Sprintf("w%d", i), "status.c", "done")
+		if len(obj.GetFinalizers()) == 0 {
+			t.Fatalf("w%d holds no finalizer; the test needs one", i)
+		}
+	}
+	if err := env.Kube.CoreV1().Namespaces().Delete(t.Context(), ns, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("deleting the namespace: %v", err)
+	}
+	testcluster.Eventually(t, 120*time.Second, func() (bool, string) {
+		got, err := env.Kube.CoreV1().Namespaces().Get(t.Context(), ns, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, ""
+		}
+		if err != nil {
+			return false, err.Error()
+		}
+		return false, fmt.Sprintf("waiting for the namespace to go: %s, conditions %v", got.Status.Phase, got.Status.Conditions)
+	})
+	logs := op.Log.String()
+	for i := range n {
+		if want, got := fmt.Sprintf("DELETED w%d .", i), strings.Count(logs, fmt.Sprintf("DELETED w%d .", i)); got != 1 {
+			t.Errorf("%q logged %d times, want exactly once", want, got)
+		}
+	}
+}
