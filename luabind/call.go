@@ -369,7 +369,7 @@ func (s *shard) ctxField(L *lua.LState, cs *callState, key string) lua.LValue {
 	}
 	call := cs.call
 	body := call.Cause.Body
-	if cs.daemon && call.Daemon != nil {
+	if cs.daemon && call.Daemon != nil && call.Daemon.Latest != nil {
 		if latest := call.Daemon.Latest(); latest != nil {
 			body = latest
 		}

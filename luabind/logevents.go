@@ -56,7 +56,7 @@ func (s *shard) postLogEvent(L *lua.LState, level slog.Level, message string) {
 		return
 	}
 	body := cs.call.Cause.Body
-	if cs.call.Daemon != nil { // a daemon's cause holds only its object's identity
+	if cs.call.Daemon != nil && cs.call.Daemon.Latest != nil { // a daemon's cause holds only its object's identity
 		if b := cs.call.Daemon.Latest(); b != nil {
 			body = b
 		}

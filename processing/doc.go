@@ -16,7 +16,10 @@
 // restarted operator resumes where it stopped. After its own patch a worker does not
 // run change handlers on a body older than what that patch returned: it waits for the
 // watch to deliver that version, or for Options.ConsistencyTimeout, and is woken as
-// soon as a newer event arrives (kopf's "consistency after its own patch").
+// soon as a newer event arrives (kopf's "consistency after its own patch"). Past the
+// timeout kopf handles the stale body and runs again what the patch recorded as done;
+// luaop handles the body its own patch returned instead (newer than anything the watch
+// delivered), until the watch catches up: a deliberate departure from kopf.
 //
 // Delays that handlers ask for (TemporaryError, backoff) are kept in the work queue:
 // no dummy "touch" patches load the API server, unlike kopf.

@@ -160,12 +160,13 @@ func TestDaemonRetriesTimeoutAndErrorsOptions(t *testing.T) {
 			h.addDaemon(spec, fn)
 			e := startEnv(t, h, Options{})
 			e.create("w1", nil)
-			for i := 1; i <= 6; i++ {
+			const steps = 6
+			for i := 1; i <= steps; i++ {
 				if i <= tt.runs {
 					e.eventually(fmt.Sprintf("run %d", i), func() bool { return len(runs()) == i })
 				}
 				e.never("an early restart", func() bool { return len(runs()) > min(i, tt.runs) })
-				if i < 6 { // a last step would let a seventh run race the check below
+				if i < steps { // a last step would let one more run race the check below
 					e.clock.Step(2 * time.Second)
 				}
 			}

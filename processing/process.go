@@ -84,32 +84,44 @@ func (o *Reactor) process(ctx context.Context, key objectKey) (time.Duration, er
 	}
 	c := &cycle{op: o, key: key, info: info, store: info.storage(), body: latest, log: log, now: now, patch: state.NewPatch(), specs: specs, st: st, mem: mem}
 
-	// Indexes and daemons follow the newest body at once; they need no consistency.
-	c.updateIndexes(ctx)
-	c.adjustDaemons(ctx)
-
+	// Change handlers must not see a body older than the operator's own last write
+	// (they would run again what it recorded as done): they wait for the watch to
+	// deliver it, up to the consistency timeout.
+	var waitForConsistency time.Duration
 	if mem.expectedVersion != "" {
+		own := mem.expectedBody
 		switch {
 		case !versionOlder(in.lastSeenVersion, mem.expectedVersion):
 			mem.expectedVersion, mem.expectedBody = "", nil // the watch delivered our own patch
 		case now.Before(mem.consistencyDeadline):
-			// The body is older than our own last patch: change handlers would see
-			// stale data. The next event wakes us earlier than this.
-			return mem.consistencyDeadline.Sub(now), nil
-		default:
-			// kopf handles the stale body here, and runs again what the patch recorded as
-			// done. The patch's own response is newer than anything the watch delivered
-			// (it is the object right after our write), so that is what is handled, in
-			// this cycle and in every one until the watch catches up.
-			if own := mem.expectedBody; own != nil && versionOlder(latest.GetResourceVersion(), own.GetResourceVersion()) {
-				c.body = own
-			}
+			// The next event wakes us earlier than this.
+			waitForConsistency = mem.consistencyDeadline.Sub(now)
+		case own != nil && versionNewer(own.GetResourceVersion(), latest.GetResourceVersion()):
+			// kopf handles the stale body here, and runs again what the patch recorded
+			// as done. The patch's own response is the object right after our write,
+			// newer than anything the watch delivered (resourceVersions are compared as
+			// numbers, as the API server issues them): that is handled instead, in this
+			// cycle and in every one until the watch catches up.
+			c.body = own
 			if !mem.lateWatchWarned {
 				mem.lateWatchWarned = true
 				log.Warn("the watch did not deliver the operator's own last patch in time; handling the body that patch returned",
 					"expectedVersion", mem.expectedVersion, "timeout", o.opts.ConsistencyTimeout)
 			}
+		default:
+			// Versions that do not compare as numbers: kopf's way, the newest body seen.
+			log.Warn("the watch did not deliver the operator's own last patch in time; handling the newest body seen",
+				"expectedVersion", mem.expectedVersion, "timeout", o.opts.ConsistencyTimeout)
+			mem.expectedVersion, mem.expectedBody = "", nil
 		}
+	}
+
+	// Indexes and daemons follow the newest body known at once; they need no
+	// consistency (daemons read theirs through the inbox, as the watch delivers it).
+	c.updateIndexes(ctx)
+	c.adjustDaemons(ctx)
+	if waitForConsistency > 0 {
+		return waitForConsistency, nil
 	}
 	if !o.indexesReady(idx) {
 		// kopf: change handlers wait until the initial listing is indexed, so that

@@ -64,7 +64,7 @@ type Reactor struct {
 	// hadEngines: the handlers of the last Refresh had daemons, timers or indexes,
 	// which follow a reload only through a cycle of every object.
 	hadEngines atomic.Bool
-	pruned   sync.Map // "resource field" -> struct{}: schema pruning reported once
+	pruned     sync.Map // "resource field" -> struct{}: schema pruning reported once
 }
 
 // Clients are the API clients a Reactor uses. New builds them from a rest.Config;
@@ -259,6 +259,15 @@ func (o *Reactor) Synced() bool {
 
 // versionOlder compares resourceVersions. They are opaque by API convention but are
 // etcd revisions in practice; when either does not parse, only equality is known.
+// versionNewer reports whether resourceVersion rv is known to be newer than than:
+// both parse as numbers (as the API server issues them) and rv is greater. Unlike
+// versionOlder it answers false when the two cannot be compared.
+func versionNewer(rv, than string) bool {
+	a, errA := strconv.ParseUint(rv, 10, 64)
+	b, errB := strconv.ParseUint(than, 10, 64)
+	return errA == nil && errB == nil && a > b
+}
+
 func versionOlder(rv, than string) bool {
 	a, errA := strconv.ParseUint(rv, 10, 64)
 	b, errB := strconv.ParseUint(than, 10, 64)

@@ -38,3 +38,23 @@ func TestVersionOlder(t *testing.T) {
 		})
 	}
 }
+
+func TestVersionNewerComparesOnlyNumbers(t *testing.T) {
+	tests := []struct {
+		rv, than string
+		want     bool
+	}{
+		{"11", "10", true},
+		{"10", "10", false},
+		{"9", "10", false},
+		{"100", "99", true}, // as numbers, not strings
+		{"b", "a", false},   // not comparable: never "newer"
+		{"11", "", false},
+		{"", "10", false},
+	}
+	for _, tt := range tests {
+		if got := versionNewer(tt.rv, tt.than); got != tt.want {
+			t.Errorf("versionNewer(%q, %q) = %v, want %v", tt.rv, tt.than, got, tt.want)
+		}
+	}
+}

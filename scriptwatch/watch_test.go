@@ -418,10 +418,14 @@ func TestWatchBursts(t *testing.T) {
 				// the writes past the debounce and split it, which is fine as long as the
 				// changes end on the burst's content and name every file it touched.
 				c := expectChange(t, ch)
-				files := slices.Clone(c.Files)
+				files, changes := slices.Clone(c.Files), 1
 				for !mapsEqual(scriptMap(c.Scripts), b.want) {
 					c = expectChange(t, ch)
-					files = append(files, c.Files...)
+					files, changes = append(files, c.Files...), changes+1
+				}
+				if len(b.files) > 0 && changes > len(b.files) {
+					// More changes than files: the writes were not debounced at all.
+					t.Fatalf("burst %d: %d changes for %d files", i, changes, len(b.files))
 				}
 				slices.Sort(files)
 				if files = slices.Compact(files); !slices.Equal(files, b.files) {
