@@ -98,6 +98,12 @@ func (m *ScriptMetrics) register(want *scriptMetric) (*scriptMetric, error) {
 		}
 		return have, nil
 	}
+	if other := m.clash(want); other != nil {
+		return nil, fmt.Errorf("metric %q would clash with %q, registered at %s as %s: "+
+			"a histogram %q is exposed as the series %s_bucket, %s_sum and %s_count, "+
+			"and Prometheus refuses a scrape with two metrics of one name (give one of them another name)",
+			want.name, other.name, other.source, other.kind, histogramOf(want, other), histogramOf(want, other), histogramOf(want, other), histogramOf(want, other))
+	}
 	switch want.kind {
 	case "counter":
 		want.counter = prometheus.NewCounterVec(prometheus.CounterOpts{Name: want.name, Help: want.helpOr()}, want.labels)
@@ -108,6 +114,40 @@ func (m *ScriptMetrics) register(want *scriptMetric) (*scriptMetric, error) {
 	}
 	m.metrics[want.name] = want
 	return want, nil
+}
+
+// histogramSuffixes are the series a histogram is exposed as, besides its name.
+var histogramSuffixes = []string{"_bucket", "_sum", "_count"}
+
+// clash returns the metric registered before whose series would have the same name
+// as one of want's: a histogram "x" and a metric "x_count", "x_sum" or "x_bucket",
+// whichever comes first. Gathering both would fail the whole scrape.
+func (m *ScriptMetrics) clash(want *scriptMetric) *scriptMetric {
+	if want.kind == "histogram" {
+		for _, suffix := range histogramSuffixes {
+			if other, ok := m.metrics[want.name+suffix]; ok {
+				return other
+			}
+		}
+	}
+	for _, suffix := range histogramSuffixes {
+		base, ok := strings.CutSuffix(want.name, suffix)
+		if !ok {
+			continue
+		}
+		if other, ok := m.metrics[base]; ok && other.kind == "histogram" {
+			return other
+		}
+	}
+	return nil
+}
+
+// histogramOf names the histogram of two clashing metrics.
+func histogramOf(a, b *scriptMetric) string {
+	if a.kind == "histogram" && (b.kind != "histogram" || len(a.name) < len(b.name)) {
+		return a.name
+	}
+	return b.name
 }
 
 func (sm *scriptMetric) helpOr() string {
@@ -180,6 +220,9 @@ func (s *shard) registerMetric(kind string) lua.LGFunction {
 				ln, ok := names.RawGetInt(i).(lua.LString)
 				if !ok || !labelNameRE.MatchString(string(ln)) || strings.HasPrefix(string(ln), "__") {
 					L.RaiseError("%s %q: label name %s: use letters, digits and '_', not starting with a digit or \"__\"", what, name, lua.LVAsString(names.RawGetInt(i)))
+				}
+				if kind == "histogram" && (ln == "le" || ln == "quantile") {
+					L.RaiseError("%s %q: label name %q is reserved for the buckets of a histogram (and the quantiles of a summary); give the label another name", what, name, string(ln))
 				}
 				if slices.Contains(sm.labels, string(ln)) {
 					L.RaiseError("%s %q: label %q is listed twice", what, name, string(ln))

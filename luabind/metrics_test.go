@@ -116,6 +116,14 @@ func TestScriptMetricsValidation(t *testing.T) {
 		{"counter going down", `luaop.metrics.counter("c", "h"):add(-1)`, 2, "a counter only goes up"},
 		{"set on a counter", `luaop.metrics.counter("c", "h"):set(1)`, 2, "counter luaop_script_c has no set: use inc, add"},
 		{"value not a number", `luaop.metrics.gauge("g", "h"):set("x")`, 2, "the value must be a number"},
+		{"histogram label le", `luaop.metrics.histogram("h", "h", {"target", "le"})`, 2, `label name "le" is reserved`},
+		{"histogram label quantile", `luaop.metrics.histogram("h", "h", {"quantile"})`, 2, `label name "quantile" is reserved`},
+		{"counter named like a histogram's count", "luaop.metrics.histogram(\"req\", \"h\")\nluaop.metrics.counter(\"req_count\", \"h\")", 3,
+			`"luaop_script_req_count" would clash with "luaop_script_req", registered at m.lua:2 as histogram`},
+		{"histogram named like a gauge's prefix", "luaop.metrics.gauge(\"lat_sum\", \"h\")\nluaop.metrics.histogram(\"lat\", \"h\")", 3,
+			`"luaop_script_lat" would clash with "luaop_script_lat_sum", registered at m.lua:2 as gauge`},
+		{"histogram named like another's bucket", "luaop.metrics.histogram(\"x\", \"h\")\nluaop.metrics.histogram(\"x_bucket\", \"h\")", 3,
+			`would clash with "luaop_script_x", registered at m.lua:2`},
 		{"dot instead of colon", `local c = luaop.metrics.counter("c", "h"); c.inc({})`, 2, "call it with a colon"},
 	}
 	for _, tt := range tests {

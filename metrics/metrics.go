@@ -16,6 +16,8 @@ package metrics
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"runtime"
 	"sync"
@@ -247,9 +249,23 @@ func (m *Metrics) EngineCounts(counts func() (daemons, timers map[string]int)) {
 func (m *Metrics) Registry() *prometheus.Registry { return m.registry }
 
 // Handler serves the metrics in the Prometheus exposition formats (mount it at
-// /metrics).
+// /metrics). A collector that fails (such as two of the scripts' metrics whose
+// series share a name) loses only its own series: the rest, luaop's own among them,
+// are still served, and promhttp_metric_handler_errors_total{cause="gathering"}
+// counts the failures.
 func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{Registry: m.registry})
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{
+		Registry:      m.registry,
+		ErrorHandling: promhttp.ContinueOnError,
+		ErrorLog:      gatherErrorLog{},
+	})
+}
+
+// gatherErrorLog logs the errors of a scrape with slog.
+type gatherErrorLog struct{}
+
+func (gatherErrorLog) Println(v ...any) {
+	slog.Warn("serving /metrics without the series of a failing collector", "error", fmt.Sprint(v...))
 }
 
 // HandlerRun records one finished handler attempt; isLuaError tells whether it

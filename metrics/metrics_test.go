@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"errors"
 	"io"
 	"math"
 	"net/http/httptest"
@@ -235,4 +236,23 @@ func TestEngineCountsAreReadAtScrape(t *testing.T) {
 		`luaop_timers_scheduled{resource="quotas.examples.luaop.dev"} 2`)
 	daemons = 3
 	wantLines(t, scrape(t, m), `luaop_daemons_running{resource="monitors.examples.luaop.dev"} 3`)
+}
+
+// brokenCollector sends one metric that fails to gather.
+type brokenCollector struct{}
+
+func (brokenCollector) Describe(chan<- *prometheus.Desc) {}
+func (brokenCollector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.NewInvalidMetric(prometheus.NewDesc("luaop_script_broken", "h", nil, nil), errors.New("broken on purpose"))
+}
+
+// A collector that fails (the scripts' metrics, say) does not hide luaop's own: the
+// scrape succeeds with every other series.
+func TestFailingCollectorKeepsOwnSeries(t *testing.T) {
+	m := New()
+	m.Reload(true)
+	if err := m.Registry().Register(brokenCollector{}); err != nil {
+		t.Fatal(err)
+	}
+	wantLines(t, scrape(t, m), `luaop_reloads_total{result="ok"} 1`)
 }
