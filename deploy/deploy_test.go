@@ -255,6 +255,11 @@ func checkDeployment(t *testing.T, objs []unstructured.Unstructured) {
 	if !hasEnv(&d, "LUAOP_LEADER_ELECT", "true") {
 		t.Errorf("several replicas need leader election (LUAOP_LEADER_ELECT=true)")
 	}
+	// The operator guards the ConfigMap mounted as /scripts and keeps the last good
+	// scripts next to it (issue 21).
+	if !hasEnv(&d, "LUAOP_SCRIPTS_CONFIGMAP", namespace+"/"+cm.Name) {
+		t.Errorf("the operator is not told its scripts ConfigMap (LUAOP_SCRIPTS_CONFIGMAP=%s/%s)", namespace, cm.Name)
+	}
 	if spec.ServiceAccountName != serviceAccount {
 		t.Errorf("serviceAccountName: want %q, got %q", serviceAccount, spec.ServiceAccountName)
 	}
@@ -667,6 +672,26 @@ func checkRBAC(t *testing.T, objs []unstructured.Unstructured) {
 		t.Errorf("no %s binds the %s %s to the ServiceAccount %s/%s", kind, roleKind, roleName, namespace, serviceAccount)
 	}
 	bound("ClusterRoleBinding", "ClusterRole", "luaop")
+	// The last good scripts: a Role in the operator's namespace, get and update of
+	// that one ConfigMap, create of ConfigMaps (create cannot name its object).
+	var lastGoodRole string
+	for _, o := range find(objs, "Role", "") {
+		var r rbacv1.Role
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &r); err != nil {
+			t.Fatal(err)
+		}
+		for _, rule := range r.Rules {
+			if slices.Contains(rule.ResourceNames, "luaop-scripts-last-good") && slices.Contains(rule.Resources, "configmaps") &&
+				slices.Contains(rule.Verbs, "get") && slices.Contains(rule.Verbs, "update") && r.Namespace == namespace {
+				lastGoodRole = r.Name
+			}
+		}
+	}
+	if lastGoodRole == "" {
+		t.Error("no Role of the operator's namespace grants get and update of the ConfigMap luaop-scripts-last-good (luaop rbac --scripts-configmap luaop-scripts)")
+	} else {
+		bound("RoleBinding", "Role", lastGoodRole)
+	}
 	if leaseRole != "" {
 		bound("RoleBinding", "Role", leaseRole)
 	}
