@@ -283,12 +283,12 @@ func (c *cycle) startDaemon(runner DaemonRunner, spec causes.Spec) {
 			})
 			if err == nil {
 				d.returned.Store(!d.stopping())
-				log.Info("daemon exited", "took", time.Since(t0))
+				log.Info("daemon exited", "took_ms", tookMs(time.Since(t0)))
 				o.observe(key, spec.ID, "daemon", OutcomeSuccess, time.Since(t0), nil)
 				return
 			}
 			if d.stopping() || ctx.Err() != nil {
-				log.Info("daemon stopped", "took", time.Since(t0))
+				log.Info("daemon stopped", "took_ms", tookMs(time.Since(t0)))
 				return
 			}
 			outcome, delay, msg := judgeEngineAttempt(spec, attempt, o.clock.Now().Sub(first), err)

@@ -727,7 +727,7 @@ func (c *cycle) runChangeHandler(ctx context.Context, h handlerState, cause caus
 	rec.Purpose = string(reason)
 	if msg, ex := exhausted(h.spec, rec, c.now); ex {
 		rec.Failure, rec.Stopped, rec.Delayed, rec.Message = true, &c.now, nil, msg
-		c.log.Error("handler failed for good", "handler", h.spec.ID, "reason", msg)
+		c.log.Error("handler failed for good", "handler", h.spec.ID, "reason", string(reason), "error", msg)
 		c.post("Warning", "HandlerFailed", msg)
 		o.observe(c.key, h.spec.ID, string(reason), OutcomeFailure, 0, errors.New(msg))
 		return rec
@@ -826,16 +826,19 @@ func anyAwake(states []handlerState, now time.Time) bool {
 func (c *cycle) report(id string, reason causes.Reason, rec state.HandlerRecord, outcome Outcome, took time.Duration, err error) {
 	switch outcome {
 	case OutcomeSuccess:
-		c.log.Log(context.Background(), c.op.opts.SuccessLogLevel, "handler succeeded", "handler", id, "reason", string(reason), "took", took)
+		c.log.Log(context.Background(), c.op.opts.SuccessLogLevel, "handler succeeded", "handler", id, "reason", string(reason), "took_ms", tookMs(took))
 		c.post("Normal", "HandlerSucceeded", fmt.Sprintf("Handler %s succeeded (%s).", id, reason))
 	case OutcomeRetry:
-		c.log.Warn("handler will be retried", "handler", id, "retry", rec.Retries, "at", rec.Delayed.Format(time.RFC3339), "error", err)
+		c.log.Warn("handler will be retried", "handler", id, "reason", string(reason), "retry", rec.Retries, "at", rec.Delayed.Format(time.RFC3339), "error", err)
 		c.post("Warning", "HandlerRetrying", fmt.Sprintf("Handler %s failed, retry %d: %s", id, rec.Retries, err))
 	case OutcomeFailure:
-		c.log.Error("handler failed for good", "handler", id, "error", err)
+		c.log.Error("handler failed for good", "handler", id, "reason", string(reason), "error", err)
 		c.post("Warning", "HandlerFailed", fmt.Sprintf("Handler %s failed permanently: %s", id, err))
 	case OutcomeIgnored:
-		c.log.Warn("handler failed; ignored as configured (errors=ignored)", "handler", id, "error", err)
+		c.log.Warn("handler failed; ignored as configured (errors=ignored)", "handler", id, "reason", string(reason), "error", err)
 	}
 	c.op.observe(c.key, id, string(reason), outcome, took, err)
 }
+
+// tookMs is a duration as milliseconds with a fraction, the unit of every "*_ms" field.
+func tookMs(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

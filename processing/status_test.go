@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -241,4 +243,42 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.buf.Write(p)
+}
+
+// The lines production shows (retries and failures: successes are at debug there)
+// carry the handler and the cause's reason as fields, and durations as milliseconds.
+func TestRetryAndFailureLinesCarryTheReason(t *testing.T) {
+	h := newFakeHandlers()
+	h.add(changeSpec("flaky", causes.Create), func(ctx context.Context, call causes.Call) (causes.Result, error) {
+		return causes.Result{}, errors.New("not yet")
+	})
+	h.add(changeSpec("broken", causes.Create), func(ctx context.Context, call causes.Call) (causes.Result, error) {
+		return causes.Result{}, &causes.PermanentError{Message: "never"}
+	})
+	h.add(changeSpec("fine", causes.Create), nil)
+	var mu sync.Mutex
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(lockedWriter{&mu, &buf}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	e := startEnv(t, h, Options{Logger: log})
+	e.create("w1", nil)
+	read := func() string { mu.Lock(); defer mu.Unlock(); return buf.String() }
+	lines := map[string]map[string]any{}
+	e.eventually("a retry, a failure and a success logged", func() bool {
+		for _, l := range strings.Split(read(), "\n") {
+			var line map[string]any
+			if json.Unmarshal([]byte(l), &line) == nil && line["handler"] != nil {
+				lines[fmt.Sprint(line["msg"], "/", line["handler"])] = line
+			}
+		}
+		return lines["handler will be retried/flaky"] != nil && lines["handler failed for good/broken"] != nil &&
+			lines["handler succeeded/fine"] != nil
+	})
+	for key, line := range lines {
+		if line["reason"] != "create" {
+			t.Errorf("%s: reason = %v, want create (line %v)", key, line["reason"], line)
+		}
+	}
+	if _, ok := lines["handler succeeded/fine"]["took_ms"].(float64); !ok {
+		t.Errorf("success line without took_ms as a number: %v", lines["handler succeeded/fine"])
+	}
 }
