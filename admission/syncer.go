@@ -53,17 +53,34 @@ func (s *Syncer) Sync(ctx context.Context, handlers []Handler) (unresolved []str
 	var validating []admissionregistrationv1.ValidatingWebhook
 	var mutating []admissionregistrationv1.MutatingWebhook
 	names := map[string]bool{}
+	// keep names the webhooks of handlers whose resource discovery failed to
+	// resolve for another reason than "not served": their webhook in the current
+	// configuration stays as it is (dropping it would let through what a Fail
+	// handler must reject), and the sync is retried.
+	keep := map[string]bool{}
+	var discoveryErrs []error
 	for _, h := range handlers {
+		name := webhookName(h, s.Prefix, names)
 		rules := h.Rules
 		if len(rules) == 0 {
 			rule, err := s.rule(h)
-			if err != nil {
+			if errors.Is(err, processing.ErrResourceNotServed) {
 				unresolved = append(unresolved, fmt.Sprintf("%s (%s): %v", h.ID, h.Source, err))
+				continue
+			}
+			if err != nil {
+				discoveryErrs = append(discoveryErrs, fmt.Errorf("admission handler %s (%s): resolving %s: %w; its webhook is kept as it is", h.ID, h.Source, h.Resource, err))
+				keep[name] = true
+				switch h.Kind {
+				case causes.KindValidate:
+					validating = append(validating, admissionregistrationv1.ValidatingWebhook{Name: name})
+				case causes.KindMutate:
+					mutating = append(mutating, admissionregistrationv1.MutatingWebhook{Name: name})
+				}
 				continue
 			}
 			rules = []admissionregistrationv1.RuleWithOperations{rule}
 		}
-		name := webhookName(h, s.Prefix, names)
 		cc := s.ClientConfig(h.Path())
 		cc.CABundle = s.CABundle()
 		fp := admissionregistrationv1.Fail
@@ -100,9 +117,31 @@ func (s *Syncer) Sync(ctx context.Context, handlers []Handler) (unresolved []str
 		}
 	}
 	vname, mname := ConfigurationNames(s.Prefix)
-	errV := s.syncValidating(ctx, vname, validating)
-	errM := s.syncMutating(ctx, mname, mutating)
-	return unresolved, errors.Join(errV, errM)
+	errV := s.syncValidating(ctx, vname, validating, keep)
+	errM := s.syncMutating(ctx, mname, mutating, keep)
+	return unresolved, errors.Join(append(discoveryErrs, errV, errM)...)
+}
+
+// keepCurrent replaces the placeholders of hooks named in keep by the webhook of
+// that name in the current configuration (cur), dropping those it does not have.
+func keepCurrent[W any](hooks, cur []W, name func(*W) string, keep map[string]bool) []W {
+	if len(keep) == 0 {
+		return hooks
+	}
+	out := make([]W, 0, len(hooks))
+	for _, h := range hooks {
+		if !keep[name(&h)] {
+			out = append(out, h)
+			continue
+		}
+		for _, c := range cur {
+			if name(&c) == name(&h) {
+				out = append(out, c)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // rule resolves a Lua handler's resource into its webhook rule.
@@ -153,9 +192,14 @@ func (s *Syncer) meta(name string) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: name, Labels: map[string]string{ManagedByLabel: "luaop"}}
 }
 
-func (s *Syncer) syncValidating(ctx context.Context, name string, hooks []admissionregistrationv1.ValidatingWebhook) error {
+func (s *Syncer) syncValidating(ctx context.Context, name string, hooks []admissionregistrationv1.ValidatingWebhook, keep map[string]bool) error {
 	api := s.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
 	cur, err := api.Get(ctx, name, metav1.GetOptions{})
+	if err == nil {
+		hooks = keepCurrent(hooks, cur.Webhooks, func(w *admissionregistrationv1.ValidatingWebhook) string { return w.Name }, keep)
+	} else {
+		hooks = keepCurrent(hooks, nil, func(w *admissionregistrationv1.ValidatingWebhook) string { return w.Name }, keep)
+	}
 	switch {
 	case apierrors.IsNotFound(err):
 		if len(hooks) == 0 {
@@ -179,9 +223,14 @@ func (s *Syncer) syncValidating(ctx context.Context, name string, hooks []admiss
 	return wrap(err, "updating", name)
 }
 
-func (s *Syncer) syncMutating(ctx context.Context, name string, hooks []admissionregistrationv1.MutatingWebhook) error {
+func (s *Syncer) syncMutating(ctx context.Context, name string, hooks []admissionregistrationv1.MutatingWebhook, keep map[string]bool) error {
 	api := s.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
 	cur, err := api.Get(ctx, name, metav1.GetOptions{})
+	if err == nil {
+		hooks = keepCurrent(hooks, cur.Webhooks, func(w *admissionregistrationv1.MutatingWebhook) string { return w.Name }, keep)
+	} else {
+		hooks = keepCurrent(hooks, nil, func(w *admissionregistrationv1.MutatingWebhook) string { return w.Name }, keep)
+	}
 	switch {
 	case apierrors.IsNotFound(err):
 		if len(hooks) == 0 {

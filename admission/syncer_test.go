@@ -9,10 +9,13 @@ import (
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	fakediscovery "k8s.io/client-go/discovery/fake"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/luaop/luaop/processing/causes"
 )
@@ -188,5 +191,64 @@ func TestSyncGoHandler(t *testing.T) {
 	got := fmt.Sprint(w.Name, " ", *w.ClientConfig.URL, " ", w.Rules[0].Resources, " ", *w.TimeoutSeconds, " ", w.ObjectSelector.MatchLabels, " ", len(w.NamespaceSelector.MatchExpressions))
 	if want := "scripts-configmap.validate.ops.example.com https://127.0.0.1:9443/validate/scripts-configmap [configmaps] 5 map[app.kubernetes.io/name:luaop] 0"; got != want {
 		t.Errorf("webhook\n got %s\nwant %s", got, want)
+	}
+}
+
+// A discovery that fails (the API server overloaded, an aggregated API down) says
+// nothing about the resource: the handler's webhook stays as written, the other
+// handlers are synced, the error is returned (the sync is retried), and the
+// configuration is never deleted because of it. Only "not served" leaves it out.
+func TestSyncKeepsWebhookWhenDiscoveryFails(t *testing.T) {
+	widgets := causes.Resource{}
+	widgets.Group, widgets.Version, widgets.Resource = "example.com", "v1", "widgets"
+	for _, tc := range []struct {
+		name      string
+		handlers  []Handler
+		wantHooks []string // the validating webhooks after the failing sync
+	}{
+		{name: "the only handler", handlers: []Handler{{ID: "size", Kind: causes.KindValidate, Resource: widgets}},
+			wantHooks: []string{"size.validate.ops.example.com"}},
+		{name: "a handler added meanwhile", handlers: []Handler{{ID: "size", Kind: causes.KindValidate, Resource: widgets},
+			{ID: "cm", Kind: causes.KindValidate, Rules: []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{"*"},
+				Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}}}}}},
+			wantHooks: []string{"size.validate.ops.example.com", "cm.validate.ops.example.com"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, client := testSyncer(t)
+			ctx := t.Context()
+			if _, err := s.Sync(ctx, tc.handlers[:1]); err != nil {
+				t.Fatal(err)
+			}
+			api := client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+			before, err := api.Get(ctx, "ops.example.com.validate", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			disco := s.Discovery.(*fakediscovery.FakeDiscovery)
+			disco.PrependReactor("get", "resource", func(clienttesting.Action) (bool, runtime.Object, error) {
+				return true, nil, apierrors.NewServiceUnavailable("etcd is busy")
+			})
+			unresolved, err := s.Sync(ctx, tc.handlers)
+			if err == nil || !strings.Contains(err.Error(), "size") || !strings.Contains(err.Error(), "kept") {
+				t.Errorf("err = %v, want the discovery failure of size (retried)", err)
+			}
+			if len(unresolved) != 0 {
+				t.Errorf("unresolved = %q: a failing discovery is not a resource not served", unresolved)
+			}
+			after, err := api.Get(ctx, "ops.example.com.validate", metav1.GetOptions{})
+			if err != nil {
+				t.Fatalf("the configuration is gone after a failing discovery: %v", err)
+			}
+			var names []string
+			for _, w := range after.Webhooks {
+				names = append(names, w.Name)
+			}
+			if fmt.Sprint(names) != fmt.Sprint(tc.wantHooks) {
+				t.Fatalf("webhooks %q, want %q", names, tc.wantHooks)
+			}
+			if !equality.Semantic.DeepEqual(after.Webhooks[0], before.Webhooks[0]) {
+				t.Errorf("the kept webhook changed:\n%+v\n%+v", after.Webhooks[0], before.Webhooks[0])
+			}
+		})
 	}
 }

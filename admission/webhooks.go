@@ -292,7 +292,7 @@ func (w *Webhooks) sync(ctx context.Context) bool {
 	}
 	unresolved, err := w.syncer.Sync(ctx, handlers)
 	if err != nil {
-		w.log.Error("webhook configurations not written; retrying in "+retryEvery.String(), "error", err)
+		w.log.Error("webhook configurations not (fully) written; retrying in "+retryEvery.String(), "error", err)
 		return false
 	}
 	w.synced.Store(true)

@@ -1,6 +1,8 @@
 package processing
 
 import (
+	"errors"
+
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 
@@ -14,6 +16,18 @@ type ResolvedResource struct {
 	Namespaced        bool
 	StatusSubresource bool
 }
+
+// ErrResourceNotServed is wrapped by ResolveResource's error when discovery
+// answered that the group/version or the resource is not served; any other error
+// (the server or the network failing) says nothing about the resource.
+var ErrResourceNotServed = errors.New("resource not served")
+
+// notServed is the message of a resource discovery says is not served; it is
+// ErrResourceNotServed for errors.Is.
+type notServed struct{ msg string }
+
+func (e notServed) Error() string        { return e.msg }
+func (e notServed) Is(target error) bool { return target == ErrResourceNotServed }
 
 // ResolveResource resolves a resource as scripts spell it (plural, singular, kind or
 // short name) through discovery, as the operator does before watching it.

@@ -126,7 +126,7 @@ func lookupResource(disco discovery.DiscoveryInterface, spelling causes.Resource
 	list, err := disco.ServerResourcesForGroupVersion(gv.String())
 	if err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("group/version %s is not served", gv)
+			return nil, notServed{fmt.Sprintf("group/version %s is not served", gv)}
 		}
 		return nil, fmt.Errorf("discovery of %s: %w", gv, err)
 	}
@@ -143,7 +143,7 @@ func lookupResource(disco discovery.DiscoveryInterface, spelling causes.Resource
 		}
 	}
 	if found == nil {
-		return nil, fmt.Errorf("%s serves no resource named %q", gv, spelling.Resource)
+		return nil, notServed{fmt.Sprintf("%s serves no resource named %q", gv, spelling.Resource)}
 	}
 	info := &resourceInfo{gvr: gv.WithResource(found.Name), kind: found.Kind, namespaced: found.Namespaced}
 	for _, r := range list.APIResources {
