@@ -11,11 +11,13 @@ import (
 	"testing"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 
 	"github.com/luaop/luaop/operator"
 	"github.com/luaop/luaop/testcluster"
@@ -280,6 +282,139 @@ func TestNamespaceDeletedWithFinalizedObjects(t *testing.T) {
 	for i := range n {
 		if want, got := fmt.Sprintf("DELETED w%d .", i), strings.Count(logs, fmt.Sprintf("DELETED w%d .", i)); got != 1 {
 			t.Errorf("%q logged %d times, want exactly once", want, got)
+		}
+	}
+}
+
+// limitedOperatorEnv gives a ServiceAccount of ns (impersonated by the test's admin
+// connection) what `luaop rbac` would for widgets alone: it may read the CRDs and
+// list, watch and patch widgets, but not create ConfigMaps nor read gadgets. It
+// returns an Env whose operators run as that ServiceAccount, and a function that
+// grants the rest (ConfigMaps, gadgets).
+func limitedOperatorEnv(t *testing.T, ns string) (*testcluster.Env, func()) {
+	t.Helper()
+	const sa = "luaop-limited"
+	ctx := t.Context()
+	rbac := env.Kube.RbacV1()
+	crdReader := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: ns + "-crds"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, Verbs: []string{"get"}}},
+	}
+	if _, err := rbac.ClusterRoles().Create(ctx, crdReader, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	subject := []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: ns}}
+	if _, err := rbac.ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: ns + "-crds"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: crdReader.Name},
+		Subjects:   subject,
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = rbac.ClusterRoleBindings().Delete(context.Background(), ns+"-crds", metav1.DeleteOptions{})
+		_ = rbac.ClusterRoles().Delete(context.Background(), ns+"-crds", metav1.DeleteOptions{})
+	})
+	role := &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: sa, Namespace: ns},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{"examples.luaop.dev"}, Resources: []string{"widgets"}, Verbs: []string{"get", "list", "watch", "patch"}},
+			{APIGroups: []string{"examples.luaop.dev"}, Resources: []string{"widgets/status"}, Verbs: []string{"patch"}},
+		},
+	}
+	if _, err := rbac.Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rbac.RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: sa, Namespace: ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: sa},
+		Subjects:   subject,
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":" + sa}
+	grant := func() {
+		role.Rules = append(role.Rules,
+			rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create", "get"}},
+			rbacv1.PolicyRule{APIGroups: []string{"e2e.luaop.dev"}, Resources: []string{"gadgets"}, Verbs: []string{"get", "list", "watch", "patch"}})
+		if _, err := rbac.Roles(ns).Update(t.Context(), role, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("granting the missing RBAC: %v", err)
+		}
+	}
+	return &testcluster.Env{Config: cfg}, grant
+}
+
+// The operator's ServiceAccount may not create the ConfigMap a handler creates
+// through luaop.kube, nor list the gadgets it watches: the handler's failure and the
+// watch's are logged with the object or resource and "forbidden"; objects that need
+// neither are handled meanwhile; once the RBAC is granted, without a restart, the
+// failed handler succeeds (once) and the gadgets are handled.
+func TestRBACForbiddenThenGranted(t *testing.T) {
+	ns := env.Namespace(t)
+	limited, grant := limitedOperatorEnv(t, ns)
+	opts := operator.Options{Scripts: script(`
+		local luaop = require("luaop")
+		luaop.on.create("examples.luaop.dev/v1/widgets", function(ctx)
+			if ctx.spec.child then
+				local obj, err, reason = luaop.kube.create({ apiVersion = "v1", kind = "ConfigMap",
+					metadata = { name = ctx.name .. "-child", namespace = ctx.namespace }, data = { x = "1" } })
+				if obj == nil then
+					ctx.logger.info("KUBE FAILED " .. ctx.name .. " " .. tostring(reason) .. ": " .. tostring(err))
+					error(luaop.temporary_error("creating the child: " .. tostring(err), 1))
+				end
+			end
+			ctx.logger.info("MADE " .. ctx.name .. " .")
+			return "done"
+		end, { id = "made" })
+		luaop.on.create("e2e.luaop.dev/v1/gadgets", function(ctx)
+			ctx.logger.info("GADGET " .. ctx.name .. " .")
+			return "done"
+		end, { id = "gadget" })
+	`)}
+	opts.Processing.ConsistencyTimeout = 5 * time.Second
+	op := limited.StartOperatorAsync(t, ns, opts)
+
+	create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: parent}, spec: {child: true}}")
+	create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: plain}, spec: {child: false}}")
+	create(t, gadgets, ns, "{apiVersion: e2e.luaop.dev/v1, kind: Gadget, metadata: {name: g1}, spec: {n: 1}}")
+	waitField(t, widgets, ns, "plain", "status.made", "done")
+	testcluster.Eventually(t, 30*time.Second, func() (bool, string) {
+		logs := op.Log.String()
+		return strings.Contains(logs, "KUBE FAILED parent Forbidden") && strings.Contains(logs, "gadgets") && strings.Contains(logs, "forbidden"),
+			"waiting for the forbidden luaop.kube call and the forbidden watch of gadgets to be logged"
+	})
+	if obj := get(t, widgets, ns, "parent"); obj.Object["status"] != nil {
+		if made, _, _ := unstructured.NestedString(obj.Object, "status", "made"); made == "done" {
+			t.Fatalf("the parent was handled although its child could not be created")
+		}
+	}
+
+	grant()
+	waitField(t, widgets, ns, "parent", "status.made", "done")
+	if _, err := env.Kube.CoreV1().ConfigMaps(ns).Get(t.Context(), "parent-child", metav1.GetOptions{}); err != nil {
+		t.Errorf("the child of the parent: %v", err)
+	}
+	testcluster.Eventually(t, 60*time.Second, func() (bool, string) {
+		obj, err := env.Dynamic.Resource(gadgets).Namespace(ns).Get(t.Context(), "g1", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		made, _, _ := unstructured.NestedString(obj.Object, "status", "gadget")
+		return made == "done", "waiting for the gadget to be handled once its RBAC is granted"
+	})
+	testcluster.Eventually(t, 30*time.Second, func() (bool, string) {
+		return op.Ready(), "waiting for the operator to be ready once its RBAC is granted"
+	})
+	logs := op.Log.String()
+	for _, want := range []string{`"MADE parent .`, `"MADE plain .`, `"GADGET g1 .`} {
+		if got := strings.Count(logs, want); got != 1 {
+			t.Errorf("%q logged %d times, want exactly once", want, got)
+		}
+	}
+	for _, line := range strings.Split(logs, "\n") {
+		if strings.Contains(line, "KUBE FAILED parent") && !strings.Contains(line, "name=parent") {
+			t.Errorf("the failed luaop.kube call is logged without its object: %s", line)
 		}
 	}
 }
