@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -54,9 +55,10 @@ Established), so that no kubectl is needed:
 	}
 	addOperatorFlags(cmd.Flags(), "plain")
 	cmd.Flags().StringSlice("apply", nil, "YAML files or folders to apply (server-side) before starting: CRDs first, waiting until they are Established, then the other objects (repeatable)")
+	// dev's own defaults: not flags the user gave (Changed stays false), so that
+	// LUAOP_* variables and the config file still override them.
 	for _, flag := range []string{"health-address", "metrics-address"} {
-		_ = cmd.Flags().Set(flag, "")
-		cmd.Flags().Lookup(flag).DefValue = ""
+		setDefault(cmd.Flags(), flag, "")
 	}
 	// In development the webhooks are on, on loopback (a local control plane calls
 	// them there), and removed at exit: a webhook nobody answers would reject
@@ -64,10 +66,21 @@ Established), so that no kubectl is needed:
 	// The guard of the scripts ConfigMap is for production: `luaop dev` reads a
 	// folder of the developer's.
 	for flag, value := range map[string]string{"webhook-address": "127.0.0.1:0", "webhook-cleanup": "true", "scripts-webhook": "false"} {
-		_ = cmd.Flags().Set(flag, value)
-		cmd.Flags().Lookup(flag).DefValue = value
+		setDefault(cmd.Flags(), flag, value)
 	}
 	return cmd
+}
+
+// setDefault changes the default of a declared flag, as if it had been declared with
+// it: unlike FlagSet.Set it does not mark the flag as given, so the environment and
+// the config file still take precedence over it.
+func setDefault(fs *pflag.FlagSet, name, value string) {
+	f := fs.Lookup(name)
+	if err := f.Value.Set(value); err != nil {
+		panic(fmt.Sprintf("default %q of --%s: %v", value, name, err)) // a programming error
+	}
+	f.DefValue = value
+	f.Changed = false
 }
 
 func newRunCommand(v *viper.Viper) *cobra.Command {

@@ -55,7 +55,7 @@ and prints it: nothing is written.`,
   luaop release --resource example.com/v1/widgets`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := loadSettings(cmd, v)
+			s, err := loadSubsetSettings(cmd, v)
 			if err != nil {
 				return err
 			}

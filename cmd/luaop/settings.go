@@ -123,6 +123,18 @@ var notSettings = []string{"help", "config", "version"}
 // flags are read; the config file may hold no other key. Every invalid value is
 // reported, naming where it came from and what is allowed.
 func loadSettings(cmd *cobra.Command, v *viper.Viper) (settings, error) {
+	return readSettings(cmd, v, false)
+}
+
+// loadSubsetSettings is loadSettings for a command that reads a few of the operator's
+// settings (luaop release): the config file (and LUAOP_* variables) of the operator
+// may also hold the settings of luaop run and dev, which it ignores; a key that is
+// no setting of luaop is still refused, with the nearest one suggested.
+func loadSubsetSettings(cmd *cobra.Command, v *viper.Viper) (settings, error) {
+	return readSettings(cmd, v, true)
+}
+
+func readSettings(cmd *cobra.Command, v *viper.Viper, subset bool) (settings, error) {
 	fs := cmd.Flags()
 	if err := v.BindPFlags(fs); err != nil {
 		return settings{}, err
@@ -130,7 +142,7 @@ func loadSettings(cmd *cobra.Command, v *viper.Viper) (settings, error) {
 	v.SetEnvPrefix("LUAOP")
 	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
 	v.AutomaticEnv()
-	r := &settingsReader{fs: fs, v: v}
+	r := &settingsReader{fs: fs, v: v, subset: subset}
 	if file := v.GetString("config"); file != "" {
 		if err := r.readConfig(file); err != nil {
 			return settings{}, err
@@ -142,10 +154,14 @@ func loadSettings(cmd *cobra.Command, v *viper.Viper) (settings, error) {
 	s.Context = r.str("context")
 	s.Namespaces = r.namespaces("namespaces")
 	if r.bool("all-namespaces") {
-		if fs.Changed("namespaces") {
-			r.fail("-A/--all-namespaces and -n/--namespaces: give one of them")
+		// The higher source wins (flag > LUAOP_* > file); both from one source conflict.
+		switch all, ns := r.source("all-namespaces"), r.source("namespaces"); {
+		case ns == sourceDefault || all > ns:
+			s.Namespaces = nil
+		case all == ns:
+			r.fail("%s and %s: give one of them (cluster-wide or these namespaces)",
+				r.describe("all-namespaces", true), r.describe("namespaces", strings.Join(s.Namespaces, ",")))
 		}
-		s.Namespaces = nil
 	}
 	s.Workers = r.int("workers", 1, "a whole number of at least 1 (objects processed at once)")
 	s.Shards = r.int("shards", 0, "a whole number of at least 0 (0: one Lua state per CPU)")
@@ -210,6 +226,45 @@ type settingsReader struct {
 	file     string
 	fileKeys map[string]bool
 	errs     []error
+	subset   bool // the command reads a subset of luaop's settings: ignore the others
+}
+
+// Where a setting's value comes from, lowest precedence first.
+const (
+	sourceDefault = iota
+	sourceFile
+	sourceEnv
+	sourceFlag
+)
+
+// source tells where the value of key comes from.
+func (r *settingsReader) source(key string) int {
+	if f := r.fs.Lookup(key); f != nil && f.Changed {
+		return sourceFlag
+	}
+	if os.Getenv(envName(key)) != "" {
+		return sourceEnv
+	}
+	if r.fileKeys[key] {
+		return sourceFile
+	}
+	return sourceDefault
+}
+
+func envName(key string) string {
+	return "LUAOP_" + strings.ToUpper(strings.ReplaceAll(key, "-", "_"))
+}
+
+// luaopKeys are the settings of every luaop command that reads them (run and dev;
+// release reads a subset), sorted.
+func luaopKeys() []string {
+	fs := pflag.NewFlagSet("luaop", pflag.ContinueOnError)
+	addOperatorFlags(fs, "plain")
+	fs.StringSlice("apply", nil, "")
+	var keys []string
+	fs.VisitAll(func(f *pflag.Flag) { keys = append(keys, f.Name) })
+	slices.Sort(keys)
+	return keys
 }
 
 func (r *settingsReader) fail(format string, args ...any) {
@@ -230,15 +285,19 @@ func (r *settingsReader) readConfig(file string) error {
 		return fmt.Errorf("reading the config file %s: %w", file, err)
 	}
 	known := r.known()
+	suggest := known
+	if r.subset {
+		suggest = slices.Compact(slices.Sorted(slices.Values(append(luaopKeys(), known...))))
+	}
 	r.file, r.fileKeys = file, map[string]bool{}
 	var unknown []error
 	for key := range keys.AllSettings() {
 		r.fileKeys[key] = true
-		if slices.Contains(known, key) {
-			continue
+		if slices.Contains(suggest, key) {
+			continue // known, or (subset) a setting of luaop run the command ignores
 		}
 		hint := ""
-		if near := closest(key, known, max(2, len(key)/3)); near != "" {
+		if near := closest(key, suggest, max(2, len(key)/3)); near != "" {
 			hint = fmt.Sprintf(": did you mean %q?", near)
 		}
 		unknown = append(unknown, fmt.Errorf("%s: unknown key %q%s", file, key, hint))
@@ -302,7 +361,7 @@ func (r *settingsReader) envWarnings() []string {
 			continue
 		}
 		key := strings.ReplaceAll(strings.ToLower(rest), "_", "-")
-		if slices.Contains(known, key) || len(key) < 4 {
+		if slices.Contains(known, key) || len(key) < 4 || (r.subset && slices.Contains(luaopKeys(), key)) {
 			continue
 		}
 		if near := closest(key, known, 2); near != "" {
@@ -581,16 +640,27 @@ func (r *settingsReader) logLevel() string {
 	default:
 		r.invalid("log-level", r.str("log-level"), "debug, info, warn or error")
 	}
+	// The higher source wins (flag > LUAOP_* > file > default); two of them from one
+	// source conflict.
 	verbose, quiet := r.bool("verbose"), r.bool("quiet")
-	switch {
-	case verbose && quiet:
-		r.fail("-v/--verbose and -q/--quiet: give one of them")
-	case (verbose || quiet) && r.fs.Changed("log-level"):
-		r.fail("--log-level and -v/--verbose or -q/--quiet: give one of them")
-	case verbose:
-		level = "debug"
+	short, shortKey := "", ""
+	switch vs, qs := r.source("verbose"), r.source("quiet"); {
+	case verbose && quiet && vs == qs:
+		r.fail("%s and %s: give one of them", r.describe("verbose", true), r.describe("quiet", true))
+		return level
+	case verbose && (!quiet || vs > qs):
+		short, shortKey = "debug", "verbose"
 	case quiet:
-		level = "warn"
+		short, shortKey = "warn", "quiet"
+	}
+	if short == "" {
+		return level
+	}
+	switch ls, ss := r.source("log-level"), r.source(shortKey); {
+	case ls == ss:
+		r.fail("%s and %s: give one of them", r.describe("log-level", r.str("log-level")), r.describe(shortKey, true))
+	case ss > ls:
+		level = short
 	}
 	return level
 }

@@ -19,6 +19,10 @@ func TestSettingsPrecedence(t *testing.T) {
 	if err := os.WriteFile(config, []byte("workers: 7\nprefix: from-file.example\nlog-level: debug\nnamespaces: [a, b]\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	verboseConfig := filepath.Join(dir, "verbose.yaml")
+	if err := os.WriteFile(verboseConfig, []byte("verbose: true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name  string
 		args  []string
@@ -93,6 +97,37 @@ func TestSettingsPrecedence(t *testing.T) {
 		{"warning is warn", []string{"--log-level", "WARNING"}, nil, func(t *testing.T, s settings) {
 			if s.LogLevel != "warn" {
 				t.Errorf("--log-level WARNING: log level %q", s.LogLevel)
+			}
+		}},
+		// flag > LUAOP_* > file > default: the higher source wins.
+		{"--log-level over LUAOP_VERBOSE", []string{"--log-level", "error"}, map[string]string{"LUAOP_VERBOSE": "true"}, func(t *testing.T, s settings) {
+			if s.LogLevel != "error" {
+				t.Errorf("LUAOP_VERBOSE=true --log-level error: log level %q, want error", s.LogLevel)
+			}
+		}},
+		{"-v over the file's log level", []string{"--config", config, "-v"}, nil, func(t *testing.T, s settings) {
+			if s.LogLevel != "debug" {
+				t.Errorf("-v with log-level: debug in the file: log level %q", s.LogLevel)
+			}
+		}},
+		{"LUAOP_LOG_LEVEL over the file's verbose", []string{"--config", verboseConfig}, map[string]string{"LUAOP_LOG_LEVEL": "error"}, func(t *testing.T, s settings) {
+			if s.LogLevel != "error" {
+				t.Errorf("LUAOP_LOG_LEVEL=error with verbose: true in the file: log level %q", s.LogLevel)
+			}
+		}},
+		{"LUAOP_QUIET over the file's verbose", []string{"--config", verboseConfig}, map[string]string{"LUAOP_QUIET": "true"}, func(t *testing.T, s settings) {
+			if s.LogLevel != "warn" {
+				t.Errorf("LUAOP_QUIET=true with verbose: true in the file: log level %q", s.LogLevel)
+			}
+		}},
+		{"-n over LUAOP_ALL_NAMESPACES", []string{"-n", "a"}, map[string]string{"LUAOP_ALL_NAMESPACES": "true"}, func(t *testing.T, s settings) {
+			if strings.Join(s.Namespaces, ",") != "a" {
+				t.Errorf("LUAOP_ALL_NAMESPACES=true -n a: namespaces %q, want [a]", s.Namespaces)
+			}
+		}},
+		{"LUAOP_ALL_NAMESPACES over the file's namespaces", []string{"--config", config}, map[string]string{"LUAOP_ALL_NAMESPACES": "true"}, func(t *testing.T, s settings) {
+			if len(s.Namespaces) != 0 {
+				t.Errorf("LUAOP_ALL_NAMESPACES=true with namespaces in the file: %q, want none", s.Namespaces)
 			}
 		}},
 		{"zero where zero means something", []string{"--shards", "0", "--probe-cache", "0", "--health-address", ""}, nil, func(t *testing.T, s settings) {
@@ -175,9 +210,11 @@ func TestSettingsRejectBadValues(t *testing.T) {
 		{[]string{"-n", "Team-A"}, nil, []string{`--namespaces="Team-A"`, "namespace names"}},
 		{[]string{"-n", "team-["}, nil, []string{`--namespaces="team-["`, "globs"}},
 		{[]string{"-n", "!"}, nil, []string{`--namespaces="!"`, "exclusions"}},
-		{[]string{"-v", "-q"}, nil, []string{"-v/--verbose and -q/--quiet"}},
-		{[]string{"-v", "--log-level", "info"}, nil, []string{"--log-level and -v/--verbose"}},
-		{[]string{"-A", "-n", "a"}, nil, []string{"-A/--all-namespaces and -n/--namespaces"}},
+		{[]string{"-v", "-q"}, nil, []string{"--verbose=true and --quiet=true: give one of them"}},
+		{[]string{"-v", "--log-level", "info"}, nil, []string{`--log-level="info" and --verbose=true: give one of them`}},
+		{nil, map[string]string{"LUAOP_VERBOSE": "true", "LUAOP_LOG_LEVEL": "error"}, []string{`LUAOP_LOG_LEVEL="error" and LUAOP_VERBOSE=true: give one of them`}},
+		{[]string{"-A", "-n", "a"}, nil, []string{`--all-namespaces=true and --namespaces="a": give one of them`}},
+		{[]string{"--config", file("all-namespaces: true\nnamespaces: [a]\n")}, nil, []string{"all-namespaces: true in ", `namespaces: "a" in `, "give one of them"}},
 		{[]string{"--config", file("workers: 0\nshards: -1\n")}, nil, []string{"workers: 0 in ", "shards: -1 in ", "at least 1", "at least 0"}},
 		{[]string{"--config", file("handler-timeout: 30\n")}, nil, []string{"handler-timeout: 30 in ", "a number alone has no unit"}},
 		{[]string{"--config", file("namespaces: {a: b}\n")}, nil, []string{"namespaces: map[a:b] in ", "list of strings"}},
