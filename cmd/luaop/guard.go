@@ -182,7 +182,7 @@ func (s *lastGoodStore) Run(ctx context.Context) {
 		}
 		if err := s.write(ctx, set); err != nil {
 			s.log.Error("keeping the last good scripts failed; a pod that starts on broken scripts would have none to serve",
-				"configmap", s.ns+"/"+s.name, "error", err)
+				"configmap", s.ns+"/"+s.name, "error", err, "next", "check the operator may get, create and update it (luaop rbac --scripts-configmap NAME), or turn it off with --last-good-configmap=none")
 			s.mu.Lock()
 			if s.pending == nil {
 				s.pending = set

@@ -2,16 +2,26 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	clienttesting "k8s.io/client-go/testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/luaop/luaop/admission"
 	"github.com/luaop/luaop/luabind"
+	"github.com/luaop/luaop/testcluster"
 )
 
 const goodScript = `local luaop = require("luaop")
@@ -162,4 +172,39 @@ func TestLastGoodStoreWritesOnlyNewScripts(t *testing.T) {
 	if writes() != before {
 		t.Error("the same hash was written again")
 	}
+}
+
+// Run writes what Keep offers, in the background; a write that fails (here: no
+// RBAC) is tried again at the next offer, and the latest set wins.
+func TestLastGoodStoreRunRetriesAFailedWrite(t *testing.T) {
+	client := fake.NewSimpleClientset()
+	var deny atomic.Bool
+	deny.Store(true)
+	client.PrependReactor("create", "configmaps", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if deny.Load() {
+			return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, "x", errors.New("no RBAC"))
+		}
+		return false, nil, nil
+	})
+	logs := &testcluster.LogBuffer{}
+	store := newLastGoodStore(client, "ops", "last-good", "luaop.dev", false, slog.New(slog.NewTextHandler(logs, nil)))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); store.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	scripts := []luabind.Script{{Name: "a.lua", Source: []byte("-- a")}}
+	store.Keep(scripts, "h1")
+	testcluster.Eventually(t, 30*time.Second, func() (bool, string) {
+		return strings.Contains(logs.String(), "keeping the last good scripts failed"), "no error logged for the denied write:\n" + logs.String()
+	})
+	deny.Store(false)
+	store.Keep(append(scripts, luabind.Script{Name: "b.lua", Source: []byte("-- b")}), "h2")
+	testcluster.Eventually(t, 30*time.Second, func() (bool, string) {
+		cm, err := client.CoreV1().ConfigMaps("ops").Get(context.Background(), "last-good", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return cm.Annotations["luaop.dev/scripts-hash"] == "h2" && cm.Data["b.lua"] == "-- b", fmt.Sprintf("%v", cm)
+	})
 }
