@@ -82,12 +82,25 @@ func (h Handler) Path() string { return "/" + string(h.Kind) + "/" + h.ID }
 // DefaultTimeout is the API server's default webhook timeout.
 const DefaultTimeout = 10 * time.Second
 
+// timeout is the webhook's timeoutSeconds as the API server applies it: whole
+// seconds (a fraction is rounded down, at least 1 s, at most 30 s). Everything
+// derived from the timeout (the configuration, the handler's deadline) is
+// computed from this one value.
 func (h Handler) timeout() time.Duration {
-	if h.Timeout <= 0 {
+	t := h.Timeout
+	switch {
+	case t <= 0:
 		return DefaultTimeout
+	case t < time.Second:
+		return time.Second
+	case t > MaxTimeout:
+		return MaxTimeout
 	}
-	return h.Timeout
+	return t.Truncate(time.Second)
 }
+
+// MaxTimeout is the largest webhook timeout the API server accepts.
+const MaxTimeout = 30 * time.Second
 
 // deadline is how long the handler may run: 4/5 of the webhook's timeout, so that
 // the answer reaches the API server before it gives up.
@@ -120,6 +133,9 @@ func NewServer(rt *luabind.Runtime, log *slog.Logger) *Server {
 func (s *Server) Register(h Handler) error {
 	if !h.Kind.IsAdmission() || h.ID == "" || h.Admit == nil {
 		return fmt.Errorf("admission handler %q: needs an ID, Kind validate or mutate, and Admit", h.ID)
+	}
+	if h.Timeout != 0 && (h.Timeout < time.Second || h.Timeout > MaxTimeout) {
+		return fmt.Errorf("admission handler %q: Timeout %s: the API server accepts 1 to 30 seconds for a webhook (0: the default %s)", h.ID, h.Timeout, DefaultTimeout)
 	}
 	s.mu.Lock()
 	s.goHandlers[h.Path()] = h

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -250,5 +251,57 @@ func TestSyncKeepsWebhookWhenDiscoveryFails(t *testing.T) {
 				t.Errorf("the kept webhook changed:\n%+v\n%+v", after.Webhooks[0], before.Webhooks[0])
 			}
 		})
+	}
+}
+
+// The API server applies whole seconds of timeoutSeconds: the handler's deadline
+// must be computed from that value, not from a fraction it never sees, so that
+// luaop answers before the API server gives up.
+func TestTimeoutWholeSeconds(t *testing.T) {
+	widgets := causes.Resource{}
+	widgets.Group, widgets.Version, widgets.Resource = "example.com", "v1", "widgets"
+	for _, tc := range []struct {
+		timeout      time.Duration
+		wantSeconds  int32
+		wantDeadline time.Duration
+	}{
+		{0, 10, 8 * time.Second},
+		{2500 * time.Millisecond, 2, 1600 * time.Millisecond},
+		{1900 * time.Millisecond, 1, 800 * time.Millisecond},
+		{300 * time.Millisecond, 1, 800 * time.Millisecond},
+		{30 * time.Second, 30, 24 * time.Second},
+	} {
+		s, client := testSyncer(t)
+		h := Handler{ID: "size", Kind: causes.KindValidate, Resource: widgets, Timeout: tc.timeout}
+		if _, err := s.Sync(t.Context(), []Handler{h}); err != nil {
+			t.Fatal(err)
+		}
+		vc, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(t.Context(), "ops.example.com.validate", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := *vc.Webhooks[0].TimeoutSeconds
+		if got != tc.wantSeconds || h.deadline() != tc.wantDeadline {
+			t.Errorf("timeout %s: timeoutSeconds %d, deadline %s; want %d, %s", tc.timeout, got, h.deadline(), tc.wantSeconds, tc.wantDeadline)
+		}
+		if h.deadline() >= time.Duration(got)*time.Second {
+			t.Errorf("timeout %s: the handler's deadline %s is not before the API server's %ds", tc.timeout, h.deadline(), got)
+		}
+	}
+}
+
+func TestRegisterTimeoutRange(t *testing.T) {
+	admit := func(context.Context, Request) (Response, error) { return Response{Allowed: true}, nil }
+	for _, tc := range []struct {
+		timeout time.Duration
+		ok      bool
+	}{{0, true}, {time.Second, true}, {2500 * time.Millisecond, true}, {30 * time.Second, true},
+		{500 * time.Millisecond, false}, {31 * time.Second, false}, {-time.Second, false}} {
+		err := NewServer(nil, nil).Register(Handler{ID: "h", Kind: causes.KindValidate, Timeout: tc.timeout, Admit: admit})
+		if (err == nil) != tc.ok {
+			t.Errorf("Register with Timeout %s: %v, want ok=%v", tc.timeout, err, tc.ok)
+		} else if err != nil && !strings.Contains(err.Error(), "1 to 30 seconds") {
+			t.Errorf("Register with Timeout %s: %v, want the accepted range named", tc.timeout, err)
+		}
 	}
 }
