@@ -237,7 +237,9 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	}
 	// The endpoints answer from now on: /readyz tells why the scripts do not load
 	// while the operator waits for them.
-	serveEndpoints(ctx, log, s, op, m, elector, webhooks)
+	if err := serveEndpoints(ctx, log, s, op, m, elector, webhooks); err != nil {
+		return err
+	}
 	report, err := op.LoadScripts(ctx, initial.Scripts)
 	m.Reload(err == nil)
 	op.NoteReload(initial.Files, err)
@@ -403,23 +405,48 @@ func healthz(probe func(context.Context) (map[string]any, bool)) http.HandlerFun
 
 // serveEndpoints serves /healthz, /readyz and /debug on --health-address and
 // /metrics on --metrics-address (kubebuilder's split: probes and metrics apart, so
-// that each can be exposed on its own); one server when both are the same.
-func serveEndpoints(ctx context.Context, log *slog.Logger, s settings, op *operator.Operator, m *metrics.Metrics, elector *leader.Elector, webhooks *admission.Webhooks) {
-	var health *http.ServeMux
+// that each can be exposed on its own); one server when both are the same. It
+// listens before it returns: an address it cannot listen on is an error (a probe
+// or a scrape that never answers would only show as restarts or a missing target).
+func serveEndpoints(ctx context.Context, log *slog.Logger, s settings, op *operator.Operator, m *metrics.Metrics, elector *leader.Elector, webhooks *admission.Webhooks) error {
+	var healthLn, metricsLn net.Listener
+	var err error
 	if s.HealthAddress != "" {
-		health = healthMux(op, elector, webhooks)
-		go serve(ctx, log, "health endpoint", s.HealthAddress, health)
+		if healthLn, err = listen("/healthz, /readyz and /debug", "health-address", s.HealthAddress); err != nil {
+			return err
+		}
 	}
-	if s.MetricsAddress == "" {
-		return
+	if s.MetricsAddress != "" && s.MetricsAddress != s.HealthAddress {
+		if metricsLn, err = listen("/metrics", "metrics-address", s.MetricsAddress); err != nil {
+			if healthLn != nil {
+				_ = healthLn.Close()
+			}
+			return err
+		}
 	}
-	if s.MetricsAddress == s.HealthAddress {
-		health.Handle("/metrics", m.Handler())
-		return
+	if healthLn != nil {
+		health := healthMux(op, elector, webhooks)
+		if s.MetricsAddress == s.HealthAddress {
+			health.Handle("/metrics", m.Handler())
+		}
+		go serve(ctx, log, "health endpoint", healthLn, health)
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", m.Handler())
-	go serve(ctx, log, "metrics endpoint", s.MetricsAddress, mux)
+	if metricsLn != nil {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", m.Handler())
+		go serve(ctx, log, "metrics endpoint", metricsLn, mux)
+	}
+	return nil
+}
+
+// listen listens on the address of --flag, serving what.
+func listen(what, flag, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("cannot serve %s on --%s=%s: %w; is another process (another luaop?) using that port? "+
+			"Stop it, or give another --%s (an empty one turns it off)", what, flag, addr, err, flag)
+	}
+	return ln, nil
 }
 
 func healthMux(op *operator.Operator, elector *leader.Elector, webhooks *admission.Webhooks) *http.ServeMux {
@@ -516,14 +543,9 @@ func loadLastGood(ctx context.Context, op *operator.Operator, store *lastGoodSto
 	return rep, true
 }
 
-// serve serves mux on addr until ctx is done.
-func serve(ctx context.Context, log *slog.Logger, what, addr string, mux *http.ServeMux) {
+// serve serves mux on ln until ctx is done.
+func serve(ctx context.Context, log *slog.Logger, what string, ln net.Listener, mux *http.ServeMux) {
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		log.Error(what+" disabled: cannot listen", "address", addr, "error", err)
-		return
-	}
 	log.Info("serving "+what, "address", ln.Addr().String())
 	go func() { <-ctx.Done(); _ = srv.Close() }()
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
