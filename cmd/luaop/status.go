@@ -111,10 +111,23 @@ func printStatus(out io.Writer, d debugDoc, now time.Time) {
 	case "standby":
 		fmt.Fprintln(out, "standby: this replica waits for the Lease and handles nothing; ask the leader (its pod holds the Lease)")
 	}
-	fmt.Fprintf(out, "scripts %s\n", d.ScriptsHash)
+	switch {
+	case d.ScriptsHash == "":
+		fmt.Fprintln(out, "scripts: none serving (they do not load, and there are no last good scripts)")
+	case d.ServingLastGood:
+		fmt.Fprintf(out, "scripts %s: the last good ones kept by the operator (the mounted ones do not load)\n", d.ScriptsHash)
+	default:
+		fmt.Fprintf(out, "scripts %s\n", d.ScriptsHash)
+	}
 	if r := d.LastReload; r != nil {
 		result := "ok"
-		if !r.OK {
+		switch {
+		case r.OK:
+		case d.ScriptsHash == "":
+			result = "FAILED (no scripts serving)"
+		case d.ServingLastGood:
+			result = "FAILED (the last good scripts keep running)"
+		default:
 			result = "FAILED (the previous scripts keep running)"
 		}
 		fmt.Fprintf(out, "last reload %s ago: %s\n", since(now, r.At), strings.TrimSpace(result+" "+strings.Join(r.Files, ", ")))

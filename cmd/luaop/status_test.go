@@ -57,3 +57,29 @@ func TestPrintStatus(t *testing.T) {
 		}
 	}
 }
+
+// After a start on broken scripts, luaop status says which scripts serve.
+func TestPrintStatusOfBrokenScripts(t *testing.T) {
+	now := time.Date(2026, 11, 30, 16, 0, 0, 0, time.UTC)
+	failed := &operator.ReloadStatus{At: now.Add(-time.Minute), Error: "hello.lua:3: unknown handler option retires"}
+	for _, tt := range []struct {
+		name string
+		doc  operator.Debug
+		want []string
+	}{
+		{"last good serving", operator.Debug{Ready: true, ScriptsHash: "abc", ServingLastGood: true, Stale: true, LastReload: failed},
+			[]string{"scripts abc: the last good ones kept by the operator", "FAILED (the last good scripts keep running)", "hello.lua:3"}},
+		{"nothing serving", operator.Debug{LastReload: failed},
+			[]string{"scripts: none serving", "FAILED (no scripts serving)", "hello.lua:3"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var out strings.Builder
+			printStatus(&out, debugDoc{Version: "v1", Debug: tt.doc}, now)
+			for _, w := range tt.want {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("missing %q in:\n%s", w, out.String())
+				}
+			}
+		})
+	}
+}
