@@ -15,7 +15,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -30,12 +30,24 @@ import (
 type Certificates struct {
 	dir string
 
-	mu      sync.Mutex // guards the fields below (a leaf lock)
+	state     atomic.Pointer[certState]
+	checked   atomic.Int64 // when the folder was last looked at (UnixNano)
+	reloading atomic.Bool  // one reader of the folder at a time
+	// onChange is called (without any lock held) after a reload changed the
+	// certificate or the CA; set by OnChange before serving.
+	onChange atomic.Pointer[func()]
+}
+
+// certState is one certificate and its CA, swapped as a whole.
+type certState struct {
 	cert    *tls.Certificate
 	ca      []byte // PEM of the CA that signed cert (the caBundle)
 	modTime time.Time
-	checked time.Time
 }
+
+// OnChange makes f be called after the certificate or the CA read from the folder
+// changed (the caBundle of the configurations must then be written again).
+func (c *Certificates) OnChange(f func()) { c.onChange.Store(&f) }
 
 // GenerateCertificates makes a CA and a serving certificate signed by it for the
 // given DNS names and IP addresses (loopback is always included), valid one year.
@@ -53,7 +65,9 @@ func certificatesFromPEM(certPEM, keyPEM, caPEM []byte) (*Certificates, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Certificates{cert: &pair, ca: caPEM}, nil
+	c := &Certificates{}
+	c.state.Store(&certState{cert: &pair, ca: caPEM})
+	return c, nil
 }
 
 // generatePEM makes the PEM of a serving certificate, its key and its CA.
@@ -159,15 +173,17 @@ func serial() *big.Int {
 // caBundle is tls.crt's chain, right for a self-signed certificate) from dir.
 func LoadCertificates(dir string) (*Certificates, error) {
 	c := &Certificates{dir: dir}
-	if err := c.reload(); err != nil {
+	if _, err := c.reload(); err != nil {
 		return nil, err
 	}
+	c.checked.Store(time.Now().UnixNano())
 	return c, nil
 }
 
-// reload reads the folder again if a file changed. c.mu held by the caller or not
-// yet shared.
-func (c *Certificates) reload() error {
+// reload reads the folder again if a file changed, and tells whether the
+// certificate or the CA changed. No lock is held: the files are read and parsed
+// first, then the new state is swapped in.
+func (c *Certificates) reload() (changed bool, err error) {
 	crt, key, ca := filepath.Join(c.dir, "tls.crt"), filepath.Join(c.dir, "tls.key"), filepath.Join(c.dir, "ca.crt")
 	var newest time.Time
 	for _, p := range []string{crt, key, ca} {
@@ -175,51 +191,68 @@ func (c *Certificates) reload() error {
 			newest = st.ModTime()
 		}
 	}
-	if c.cert != nil && !newest.After(c.modTime) {
-		return nil
+	old := c.state.Load()
+	if old != nil && !newest.After(old.modTime) {
+		return false, nil
 	}
 	pair, err := tls.LoadX509KeyPair(crt, key)
 	if err != nil {
-		return fmt.Errorf("webhook certificate in %s (tls.crt, tls.key): %w", c.dir, err)
+		return false, fmt.Errorf("webhook certificate in %s (tls.crt, tls.key): %w", c.dir, err)
 	}
 	bundle, err := os.ReadFile(ca)
 	if err != nil {
 		if !os.IsNotExist(err) {
-			return fmt.Errorf("webhook CA %s: %w", ca, err)
+			return false, fmt.Errorf("webhook CA %s: %w", ca, err)
 		}
 		bundle, _ = os.ReadFile(crt)
 	}
-	c.cert, c.ca, c.modTime = &pair, bytes.TrimSpace(bundle), newest
-	c.ca = append(c.ca, '\n')
-	return nil
+	bundle = append(bytes.TrimSpace(bundle), '\n')
+	c.state.Store(&certState{cert: &pair, ca: bundle, modTime: newest})
+	return old != nil && (!bytes.Equal(old.ca, bundle) || !sameCertificate(old.cert, &pair)), nil
 }
 
-// maybeReload reads the folder again at most every 10 seconds.
+func sameCertificate(a, b *tls.Certificate) bool {
+	if len(a.Certificate) != len(b.Certificate) {
+		return false
+	}
+	for i := range a.Certificate {
+		if !bytes.Equal(a.Certificate[i], b.Certificate[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// reloadEvery is how often at most the folder is looked at again.
+const reloadEvery = 10 * time.Second
+
+// maybeReload reads the folder again at most every reloadEvery, and calls the
+// OnChange function when the certificate or the CA changed.
 func (c *Certificates) maybeReload() {
-	if c.dir == "" {
+	if c.dir == "" || time.Since(time.Unix(0, c.checked.Load())) < reloadEvery {
 		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if time.Since(c.checked) < 10*time.Second {
-		return
+	if !c.reloading.CompareAndSwap(false, true) {
+		return // another caller is reading the folder; serve the current pair
 	}
-	c.checked = time.Now()
-	_ = c.reload() // a half-written rotation: keep serving the previous pair
+	defer c.reloading.Store(false)
+	c.checked.Store(time.Now().UnixNano())
+	changed, err := c.reload() // an error: a half-written rotation, keep serving the previous pair
+	if err == nil && changed {
+		if f := c.onChange.Load(); f != nil {
+			(*f)()
+		}
+	}
 }
 
 // GetCertificate serves tls.Config.GetCertificate.
 func (c *Certificates) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	c.maybeReload()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.cert, nil
+	return c.state.Load().cert, nil
 }
 
 // CABundle is the PEM of the CA the API server must trust.
 func (c *Certificates) CABundle() []byte {
 	c.maybeReload()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]byte(nil), c.ca...)
+	return append([]byte(nil), c.state.Load().ca...)
 }

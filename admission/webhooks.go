@@ -63,8 +63,10 @@ type Webhooks struct {
 	unreachable string
 
 	trigger chan struct{}
-	serving atomic.Bool
-	synced  atomic.Bool
+	// resyncEvery overrides the package's resyncEvery (tests).
+	resyncEvery time.Duration
+	serving     atomic.Bool
+	synced      atomic.Bool
 }
 
 // New listens on opts.Address and prepares the certificates and the syncer;
@@ -145,6 +147,8 @@ func New(cfg *rest.Config, rt *luabind.Runtime, opts Options) (*Webhooks, error)
 	if err != nil {
 		return nil, err
 	}
+	// A rotated certificate or CA (--webhook-cert-dir) must reach the caBundle.
+	w.certs.OnChange(w.Resync)
 	w.server = NewServer(rt, opts.Logger)
 	w.syncer = &Syncer{Client: client, Discovery: disco, Prefix: opts.Prefix, CABundle: w.certs.CABundle, Log: opts.Logger, Namespaces: opts.Namespaces,
 		ClientConfig: func(path string) admissionregistrationv1.WebhookClientConfig {
@@ -232,8 +236,14 @@ func (w *Webhooks) Remove(ctx context.Context) error { return w.syncer.Remove(ct
 // retryEvery is how often a sync that failed or left resources out is tried again.
 const retryEvery = 10 * time.Second
 
-// Start serves until ctx ends, syncing the configurations at start, on Resync and
-// while some are not written; with RemoveOnExit it deletes them before returning.
+// resyncEvery is how often the configurations are compared with the handlers
+// anyway: one edited or deleted by someone else is repaired, a rotated CA reaches
+// the caBundle; a sync that finds them equal writes nothing.
+const resyncEvery = time.Minute
+
+// Start serves until ctx ends, syncing the configurations at start, on Resync,
+// when the certificate changes, every resyncEvery and while some are not
+// written; with RemoveOnExit it deletes them before returning.
 func (w *Webhooks) Start(ctx context.Context) error {
 	mux := http.NewServeMux()
 	mux.Handle("/", w.server)
@@ -247,6 +257,12 @@ func (w *Webhooks) Start(ctx context.Context) error {
 	}()
 	w.log.Info("webhook server listening", "address", w.ln.Addr().String())
 	w.Resync()
+	every := w.resyncEvery
+	if every <= 0 {
+		every = resyncEvery
+	}
+	periodic := time.NewTicker(every)
+	defer periodic.Stop()
 	var retry <-chan time.Time
 	for {
 		select {
@@ -273,6 +289,7 @@ func (w *Webhooks) Start(ctx context.Context) error {
 			return fmt.Errorf("webhook server: %w", err)
 		case <-w.trigger:
 		case <-retry:
+		case <-periodic.C:
 		}
 		retry = nil
 		if !w.sync(ctx) {

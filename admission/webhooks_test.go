@@ -1,10 +1,20 @@
 package admission
 
 import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
+
+	"github.com/luaop/luaop/processing/causes"
 )
 
 // Where the API server is told to call the webhooks, and when it cannot.
@@ -42,5 +52,118 @@ func TestWebhooksClientConfig(t *testing.T) {
 				t.Errorf("Unreachable() = %q, want %q", w.Unreachable(), tc.unreach)
 			}
 		})
+	}
+}
+
+// writeCerts writes a fresh CA and serving certificate into dir, stamped at mod.
+func writeCerts(t *testing.T, dir string, mod time.Time) []byte {
+	t.Helper()
+	certPEM, keyPEM, caPEM, err := generatePEM(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM, "ca.crt": caPEM} {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, mod, mod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return caPEM
+}
+
+// startWebhooks runs Webhooks with certificates from dir against a fake clientset
+// (one Go handler, so a validating configuration is written).
+func startWebhooks(t *testing.T, dir string, every time.Duration) (*Webhooks, *fake.Clientset) {
+	t.Helper()
+	w, err := New(&rest.Config{Host: "https://127.0.0.1:6443"}, nil, Options{Address: "127.0.0.1:0", CertDir: dir, Prefix: "ops.example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := fake.NewClientset()
+	w.syncer.Client, w.syncer.Discovery = client, client.Discovery()
+	w.resyncEvery = every
+	scope := admissionregistrationv1.NamespacedScope
+	if err := w.Register(Handler{ID: "cm", Kind: causes.KindValidate,
+		Rules: []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{"*"},
+			Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}, Scope: &scope}}},
+		Admit: func(context.Context, Request) (Response, error) { return Response{Allowed: true}, nil }}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- w.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return w, client
+}
+
+// caBundleEventually polls the validating configuration until its caBundle is want.
+func caBundleEventually(t *testing.T, client *fake.Clientset, want []byte, why string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		vc, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(t.Context(), "ops.example.com.validate", metav1.GetOptions{})
+		if err == nil && len(vc.Webhooks) == 1 && bytes.Equal(bytes.TrimSpace(vc.Webhooks[0].ClientConfig.CABundle), bytes.TrimSpace(want)) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: the configuration's caBundle is not the current CA (%v)", why, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A certificate rotated in --webhook-cert-dir reaches the caBundle without
+// anything else happening: the reload triggers a sync.
+func TestRotatedCertificatePushesCABundle(t *testing.T) {
+	dir := t.TempDir()
+	ca1 := writeCerts(t, dir, time.Now().Add(-time.Hour))
+	w, client := startWebhooks(t, dir, time.Hour) // no periodic sync within the test
+	caBundleEventually(t, client, ca1, "at start")
+
+	ca2 := writeCerts(t, dir, time.Now())
+	w.certs.checked.Store(0) // as if reloadEvery had passed
+	if _, err := w.certs.GetCertificate(nil); err != nil { // a TLS handshake
+		t.Fatal(err)
+	}
+	caBundleEventually(t, client, ca2, "after the rotation")
+}
+
+// A configuration deleted (or edited) by someone else is written again by the
+// periodic sync; a periodic sync of an unchanged configuration writes nothing.
+func TestPeriodicResyncRepairs(t *testing.T) {
+	dir := t.TempDir()
+	ca := writeCerts(t, dir, time.Now().Add(-time.Hour))
+	_, client := startWebhooks(t, dir, 50*time.Millisecond)
+	caBundleEventually(t, client, ca, "at start")
+	api := client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	if err := api.Delete(t.Context(), "ops.example.com.validate", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	caBundleEventually(t, client, ca, "after a deletion")
+	// Several periodic syncs of the unchanged configuration: no write.
+	client.ClearActions()
+	deadline := time.Now().Add(30 * time.Second)
+	for gets := 0; gets < 3; {
+		gets = 0
+		for _, a := range client.Actions() {
+			switch a.GetVerb() {
+			case "get":
+				gets++
+			case "create", "update", "delete":
+				t.Fatalf("an unchanged periodic sync wrote: %s", a.GetVerb())
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no periodic sync seen")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
