@@ -99,7 +99,7 @@ func New() *Metrics {
 		}, []string{"controller"}),
 		handlerRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "luaop_handler_runs_total",
-			Help: "Handler attempts, by resource, handler id, reason (create, update, delete, resume, event, daemon, timer...) and outcome (success, retry, failure, ignored).",
+			Help: "Handler attempts, by resource, handler id (the top-level handler's for subhandlers), reason (create, update, delete, resume, event, daemon, timer...) and outcome (success, retry, failure, ignored).",
 		}, []string{"resource", "handler", "reason", "outcome"}),
 		handlerDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "luaop_handler_duration_seconds",

@@ -21,7 +21,13 @@ func Instrument(p *processing.Options, m *metrics.Metrics) {
 			previous(r)
 		}
 		var se *luabind.ScriptError
-		m.HandlerRun(r.Controller, r.HandlerID, r.Reason, string(r.Outcome), r.Duration, errors.As(r.Err, &se))
+		// Subhandlers are counted as their top-level handler: their ids come from
+		// data (one per item of a list), which would make series without bound.
+		id := r.MetricID
+		if id == "" {
+			id = r.HandlerID
+		}
+		m.HandlerRun(r.Controller, id, r.Reason, string(r.Outcome), r.Duration, errors.As(r.Err, &se))
 	}
 }
 

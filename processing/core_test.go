@@ -537,3 +537,39 @@ func TestRefreshQueuesObjectsOnlyForEngines(t *testing.T) {
 		t.Errorf("%d cycles after a reload adding a daemon, want one per object (5)", got)
 	}
 }
+
+// Subhandlers' ids come from data (parent/<item>): their runs are reported with the
+// top-level handler's id for metrics (HandlerRun.MetricID), nested ones too, so the
+// series stay as many as the handlers.
+func TestSubhandlerRunsAreLabelledWithTheTopLevelHandler(t *testing.T) {
+	h := newFakeHandlers()
+	sub := func(id string) causes.Spec { return changeSpec(id, causes.Create) }
+	h.add(changeSpec("parent", causes.Create), func(ctx context.Context, call causes.Call) (causes.Result, error) {
+		return causes.Result{Subhandlers: []causes.Spec{sub("parent/item-a"), sub("parent/item-b")}}, nil
+	})
+	h.mu.Lock()
+	h.fns["parent/item-b"] = func(ctx context.Context, call causes.Call) (causes.Result, error) {
+		return causes.Result{Subhandlers: []causes.Spec{sub("parent/item-b/deep")}}, nil
+	}
+	h.mu.Unlock()
+	var mu sync.Mutex
+	metricIDs := map[string]string{} // handler id -> metric id
+	e := startEnv(t, h, Options{OnHandlerRun: func(r HandlerRun) {
+		mu.Lock()
+		metricIDs[r.HandlerID] = r.MetricID
+		mu.Unlock()
+	}})
+	e.create("w1", map[string]any{"size": int64(1)})
+	e.eventually("the parent, its subhandlers and the nested one reported", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(metricIDs) == 4
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for id, metricID := range metricIDs {
+		if metricID != "parent" {
+			t.Errorf("run of %s reported for metrics as %q, want %q", id, metricID, "parent")
+		}
+	}
+}

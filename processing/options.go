@@ -94,10 +94,15 @@ type HandlerRun struct {
 	Namespace  string
 	Name       string
 	HandlerID  string
-	Reason     string
-	Outcome    Outcome
-	Duration   time.Duration
-	Err        error
+	// MetricID is the id metrics label the run with: HandlerID, except for a
+	// subhandler, whose id (parent/<sub id>) is data-driven: there it is the id of
+	// the top-level handler that registered it, so the series stay as many as the
+	// scripts' handlers.
+	MetricID string
+	Reason   string
+	Outcome  Outcome
+	Duration time.Duration
+	Err      error
 }
 
 func (o *Options) setDefaults() {

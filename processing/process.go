@@ -262,11 +262,16 @@ func (o *Reactor) runEventHandlers(ctx context.Context, log *slog.Logger, key ob
 }
 
 func (o *Reactor) observe(key objectKey, id, reason string, outcome Outcome, d time.Duration, err error) {
+	o.observeAs(key, id, id, reason, outcome, d, err)
+}
+
+// observeAs is observe with the id metrics label the run with (HandlerRun.MetricID).
+func (o *Reactor) observeAs(key objectKey, id, metricID, reason string, outcome Outcome, d time.Duration, err error) {
 	if o.opts.OnHandlerRun == nil {
 		return
 	}
 	o.opts.OnHandlerRun(HandlerRun{Resource: key.resource.String(), Controller: ControllerName(key.resource), Namespace: key.namespace, Name: key.name,
-		HandlerID: id, Reason: reason, Outcome: outcome, Duration: d, Err: err})
+		HandlerID: id, MetricID: metricID, Reason: reason, Outcome: outcome, Duration: d, Err: err})
 }
 
 // cycle is one pass of change handling over one body of one object.
@@ -286,7 +291,10 @@ type cycle struct {
 
 	// subhandlerIDs are the subhandlers that ran or were registered in this cycle;
 	// their records are purged with their parents'.
-	subhandlerIDs   []string
+	subhandlerIDs []string
+	// topIDs maps the subhandlers of this cycle to the top-level handler that
+	// registered them (directly or not): the id of their runs in metrics.
+	topIDs          map[string]string
 	resumeIsHandled bool
 	// releaseFinalizer: the delete cause completed; the finalizer goes in a patch of
 	// its own after the cycle's patch.
@@ -729,7 +737,7 @@ func (c *cycle) runChangeHandler(ctx context.Context, h handlerState, cause caus
 		rec.Failure, rec.Stopped, rec.Delayed, rec.Message = true, &c.now, nil, msg
 		c.log.Error("handler failed for good", "handler", h.spec.ID, "reason", string(reason), "error", msg)
 		c.post("Warning", "HandlerFailed", msg)
-		o.observe(c.key, h.spec.ID, string(reason), OutcomeFailure, 0, errors.New(msg))
+		o.observeAs(c.key, h.spec.ID, c.topID(h.spec.ID), string(reason), OutcomeFailure, 0, errors.New(msg))
 		return rec
 	}
 	started := c.now
@@ -773,7 +781,11 @@ func (c *cycle) runSubhandlers(ctx context.Context, parent causes.Spec, rec stat
 	}
 	children := make([]handlerState, len(subs))
 	rec.Subrefs = rec.Subrefs[:0]
+	if c.topIDs == nil {
+		c.topIDs = map[string]string{}
+	}
 	for i, sub := range subs {
+		c.topIDs[sub.ID] = c.topID(parent.ID)
 		child, found := c.store.progress.Fetch(body, sub.ID)
 		if found && child.Purpose != "" && child.Purpose != string(reason) {
 			child, found = state.HandlerRecord{}, false
@@ -837,7 +849,16 @@ func (c *cycle) report(id string, reason causes.Reason, rec state.HandlerRecord,
 	case OutcomeIgnored:
 		c.log.Warn("handler failed; ignored as configured (errors=ignored)", "handler", id, "reason", string(reason), "error", err)
 	}
-	c.op.observe(c.key, id, string(reason), outcome, took, err)
+	c.op.observeAs(c.key, id, c.topID(id), string(reason), outcome, took, err)
+}
+
+// topID is the id of the top-level handler of a handler of this cycle: its own for
+// a top-level one.
+func (c *cycle) topID(id string) string {
+	if top, ok := c.topIDs[id]; ok {
+		return top
+	}
+	return id
 }
 
 // tookMs is a duration as milliseconds with a fraction, the unit of every "*_ms" field.
