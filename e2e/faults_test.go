@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/luaop/luaop/operator"
 	"github.com/luaop/luaop/testcluster"
@@ -415,6 +419,204 @@ func TestRBACForbiddenThenGranted(t *testing.T) {
 	for _, line := range strings.Split(logs, "\n") {
 		if strings.Contains(line, "KUBE FAILED parent") && !strings.Contains(line, "name=parent") {
 			t.Errorf("the failed luaop.kube call is logged without its object: %s", line)
+		}
+	}
+}
+
+// writeKubeconfig writes the test cluster's connection as a kubeconfig file, for a
+// `luaop run` subprocess.
+func writeKubeconfig(t *testing.T) string {
+	t.Helper()
+	if path := os.Getenv("LUAOP_TEST_KUBECONFIG"); path != "" {
+		return path
+	}
+	c := env.Config
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: c.Host, CertificateAuthority: c.CAFile, CertificateAuthorityData: c.CAData}
+	kc.AuthInfos["test"] = &clientcmdapi.AuthInfo{Token: c.BearerToken, TokenFile: c.BearerTokenFile,
+		ClientCertificate: c.CertFile, ClientCertificateData: c.CertData, ClientKey: c.KeyFile, ClientKeyData: c.KeyData}
+	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "test"}
+	kc.CurrentContext = "test"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// buildLuaop builds the luaop command from the working tree into a temporary folder.
+func buildLuaop(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "luaop")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/luaop")
+	build.Dir = testcluster.RepoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building luaop: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// process is one `luaop run` subprocess, its log in a buffer.
+type process struct {
+	cmd *exec.Cmd
+	log *testcluster.LogBuffer
+}
+
+func startLuaop(t *testing.T, bin, kubeconfig, ns, scripts string, flags ...string) *process {
+	t.Helper()
+	p := &process{log: &testcluster.LogBuffer{}}
+	args := append([]string{"run", "--kubeconfig", kubeconfig, "--namespaces", ns,
+		"--health-address=", "--metrics-address=", "--post-events=false", "--log-level", "info"}, flags...)
+	p.cmd = exec.Command(bin, append(args, scripts)...)
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("starting luaop run: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the log of luaop run (pid %d):\n%s", p.cmd.Process.Pid, p.log.String())
+		}
+		if p.cmd.ProcessState == nil {
+			_ = p.cmd.Process.Kill()
+			_ = p.cmd.Wait()
+		}
+	})
+	return p
+}
+
+// kill9 kills the process with SIGKILL and waits for it.
+func (p *process) kill9(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatalf("killing luaop: %v", err)
+	}
+	_ = p.cmd.Wait()
+}
+
+// sigkillScript has three create handlers; b sleeps SLEEP seconds first.
+const sigkillScript = `
+	local luaop = require("luaop")
+	luaop.on.create("examples.luaop.dev/v1/widgets", function(ctx)
+		ctx.logger.info("RAN a " .. ctx.name .. " .")
+		return "done"
+	end, { id = "a" })
+	luaop.on.create("examples.luaop.dev/v1/widgets", function(ctx)
+		ctx.logger.info("STARTED b " .. ctx.name .. " .")
+		luaop.sleep(SLEEP)
+		ctx.logger.info("RAN b " .. ctx.name .. " .")
+		return "done"
+	end, { id = "b" })
+	luaop.on.create("examples.luaop.dev/v1/widgets", function(ctx)
+		ctx.logger.info("RAN c " .. ctx.name .. " .")
+		return "done"
+	end, { id = "c" })
+`
+
+// The real `luaop run` is killed with SIGKILL twice: first while every object's
+// handler b sleeps (mid-handler), then, with b quick and one worker, as soon as the
+// first object is done while the others' handlers and patches are under way
+// (mid-patch; where exactly the kill lands varies). A third run finishes.
+// Every handler of every object succeeds in the end, and a handler whose success was
+// stored on the object before a kill never runs again afterwards.
+func TestSigkillMidHandlerAndMidPatch(t *testing.T) {
+	ns := env.Namespace(t)
+	bin := buildLuaop(t)
+	kubeconfig := writeKubeconfig(t)
+	dir := t.TempDir()
+	writeScript := func(sleep string) {
+		if err := os.WriteFile(filepath.Join(dir, "test.lua"), []byte(strings.ReplaceAll(sigkillScript, "SLEEP", sleep)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const n = 30
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("w%d", i)
+	}
+	// stored is, per object, the handlers whose success is on the object now.
+	stored := func() map[string]map[string]bool {
+		got := map[string]map[string]bool{}
+		for _, name := range names {
+			obj := get(t, widgets, ns, name)
+			got[name] = map[string]bool{}
+			for _, id := range []string{"a", "b", "c"} {
+				if v, _, _ := unstructured.NestedString(obj.Object, "status", id); v == "done" {
+					got[name][id] = true
+				}
+			}
+		}
+		return got
+	}
+	// ranAfter fails the test for every handler run logged by p whose success was
+	// stored before p started.
+	ranAfter := func(p *process, before map[string]map[string]bool) {
+		logs := p.log.String()
+		for name, ids := range before {
+			for id := range ids {
+				if strings.Contains(logs, "RAN "+id+" "+name+" .") || strings.Contains(logs, "STARTED "+id+" "+name+" .") {
+					t.Errorf("handler %s of %s ran again after its success was stored", id, name)
+				}
+			}
+		}
+	}
+
+	writeScript("600")
+	first := startLuaop(t, bin, kubeconfig, ns, dir, "--handler-timeout", "10m", "--workers", "64")
+	for _, name := range names {
+		create(t, widgets, ns, fmt.Sprintf("{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: %s}, spec: {size: 1}}", name))
+	}
+	testcluster.Eventually(t, 60*time.Second, func() (bool, string) {
+		logs := first.log.String()
+		for _, name := range names {
+			if !strings.Contains(logs, "STARTED b "+name+" .") {
+				return false, "waiting for handler b of " + name + " to start sleeping"
+			}
+		}
+		return true, ""
+	})
+	first.kill9(t)
+	afterFirst := stored()
+	t.Logf("killed mid-handler; stored: %v", afterFirst)
+	for _, name := range names {
+		if afterFirst[name]["b"] {
+			t.Fatalf("handler b of %s is stored as done although it was killed in its sleep", name)
+		}
+	}
+
+	writeScript("0")
+	second := startLuaop(t, bin, kubeconfig, ns, dir, "--workers", "1")
+	testcluster.Eventually(t, 60*time.Second, func() (bool, string) {
+		return strings.Contains(second.log.String(), "RAN c "), "waiting for the second run to finish a first object"
+	})
+	second.kill9(t)
+	ranAfter(second, afterFirst)
+	afterSecond := stored()
+	done := 0
+	for _, name := range names {
+		if afterSecond[name]["a"] && afterSecond[name]["b"] && afterSecond[name]["c"] {
+			done++
+		}
+	}
+	t.Logf("killed with %d of %d objects fully handled; stored: %v", done, n, afterSecond)
+
+	third := startLuaop(t, bin, kubeconfig, ns, dir)
+	for _, name := range names {
+		waitField(t, widgets, ns, name, "status.c", "done")
+		waitField(t, widgets, ns, name, "status.b", "done")
+		waitField(t, widgets, ns, name, "status.a", "done")
+	}
+	ranAfter(third, afterSecond)
+	// Objects all handled: no more runs come (checked once the third run is stopped).
+	if err := third.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	_ = third.cmd.Wait()
+	all := first.log.String() + second.log.String() + third.log.String()
+	for _, name := range names {
+		for _, id := range []string{"a", "b", "c"} {
+			if strings.Count(all, "RAN "+id+" "+name+" .") == 0 {
+				t.Errorf("handler %s of %s never ran to its end", id, name)
+			}
 		}
 	}
 }
