@@ -28,7 +28,8 @@ func runLuaop(t *testing.T, args ...string) (string, error) {
 	root.SetOut(&out)
 	root.SetErr(&out)
 	root.SetArgs(args)
-	err := root.ExecuteContext(t.Context())
+	// Not t.Context(): cleanups run luaop too, and t.Context() is done by then.
+	err := root.ExecuteContext(context.WithoutCancel(t.Context()))
 	return out.String(), err
 }
 
