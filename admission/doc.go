@@ -5,11 +5,14 @@
 // # Parts
 //
 //   - Server (server.go) is the http.Handler of the admission reviews: one path per
-//     handler (/validate/<id>, /mutate/<id>). It looks the handler up at every
-//     request (a reload swaps the Lua handlers atomically: a request runs the
-//     handler of the generation current when it arrives; a handler removed by a
-//     reload answers per its failure policy until the configurations follow), runs
-//     it under a deadline below the webhook's timeoutSeconds, and turns the verdict
+//     handler (/validate/<id>, /mutate/<id>; the configurations give the API
+//     server that path behind the failure policy, /fail/validate/<id> or
+//     /ignore/validate/<id>). It looks the handler up at every request (a reload
+//     swaps the Lua handlers atomically: a request runs the handler of the
+//     generation current when it arrives; a request for a handler removed by a
+//     reload, or of a stale configuration, is answered per the policy in its path
+//     until the configurations follow), runs it under a deadline below the
+//     webhook's timeoutSeconds (whole seconds), and turns the verdict
 //     into an AdmissionReview response: a rejection's message and code, warnings,
 //     and for mutate handlers a JSON patch computed from what the handler wrote
 //     into ctx.patch (patch.go).

@@ -79,6 +79,32 @@ type Handler struct {
 // Path is the URL path the Server serves the handler on.
 func (h Handler) Path() string { return "/" + string(h.Kind) + "/" + h.ID }
 
+// WebhookPath is the path the configurations give the API server: Path behind
+// the failure policy ("/fail/validate/x", "/ignore/validate/x"), so that a request
+// for a handler that is gone (removed by a reload, a stale configuration) is
+// still answered per the policy it was written with. (The API server accepts no
+// query in a webhook's URL.)
+func (h Handler) WebhookPath() string {
+	if h.ignore() {
+		return ignorePrefix + h.Path()
+	}
+	return failPrefix + h.Path()
+}
+
+const failPrefix, ignorePrefix = "/fail", "/ignore"
+
+// splitPolicy takes the failure policy off a request's path: "Fail", "Ignore",
+// or "" for a bare Path (a configuration written by an earlier luaop).
+func splitPolicy(path string) (policy, rest string) {
+	if r, ok := strings.CutPrefix(path, failPrefix+"/"); ok {
+		return "Fail", "/" + r
+	}
+	if r, ok := strings.CutPrefix(path, ignorePrefix+"/"); ok {
+		return "Ignore", "/" + r
+	}
+	return "", path
+}
+
 // DefaultTimeout is the API server's default webhook timeout.
 const DefaultTimeout = 10 * time.Second
 
@@ -229,12 +255,21 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // review runs the handler of path on a request and builds the response.
 func (s *Server) review(ctx context.Context, path string, ar *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	resp := &admissionv1.AdmissionResponse{UID: ar.UID}
+	policy, path := splitPolicy(path)
 	h, ok := s.lookup(path)
 	if !ok {
-		// A handler removed by a reload, until the configurations follow: allowed,
-		// since nobody asks for a verdict any more.
-		resp.Allowed = true
-		resp.Warnings = []string{fmt.Sprintf("luaop: no admission handler at %s (removed by a reload?); allowed", path)}
+		// A handler removed by a reload (until the configurations follow) or a
+		// stale configuration: answered per the failure policy the webhook was
+		// written with, Fail when the path does not say (the API server's default).
+		msg := fmt.Sprintf("luaop serves no admission handler at %s (removed by a reload, or a stale webhook configuration); the configurations are synced again shortly, or delete the webhook if no handler should answer", path)
+		if policy == "Ignore" {
+			s.log.Warn(msg+"; allowed (failure_policy Ignore)", "path", path)
+			resp.Allowed = true
+			resp.Warnings = []string{"luaop: " + msg + "; allowed (failure_policy Ignore)"}
+			return resp
+		}
+		s.log.Error(msg+"; rejected (failure_policy Fail)", "path", path)
+		resp.Result = &metav1.Status{Status: metav1.StatusFailure, Message: msg + "; rejected (failure_policy Fail)", Code: http.StatusInternalServerError}
 		return resp
 	}
 	req, err := decodeRequest(ar)

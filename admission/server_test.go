@@ -117,7 +117,18 @@ func TestServeValidate(t *testing.T) {
 			message: "admission handler size failed: widgets.lua:8: boom", code: 500},
 		{name: "error, policy Ignore", path: "/validate/lenient", req: request("CREATE", widget(`{}`)), allowed: true,
 			warning: "admission handler lenient failed: widgets.lua:12: broken; allowed (failure_policy Ignore)"},
-		{name: "unknown path", path: "/validate/gone", req: request("CREATE", widget(`{}`)), allowed: true, warning: "no admission handler"},
+		{name: "synced path", path: "/fail/validate/size", req: request("CREATE", widget(`{"size":11}`)),
+			message: "spec.size must be at most 10", code: 422},
+		{name: "synced path, policy Ignore", path: "/ignore/validate/lenient", req: request("CREATE", widget(`{}`)), allowed: true,
+			warning: "admission handler lenient failed: widgets.lua:12: broken; allowed (failure_policy Ignore)"},
+		// A handler gone (a reload removed it; a stale configuration): answered per
+		// the failure policy its webhook was written with.
+		{name: "unknown handler, policy Fail", path: "/fail/validate/gone", req: request("CREATE", widget(`{}`)),
+			message: "luaop serves no admission handler at /validate/gone (removed by a reload, or a stale webhook configuration); the configurations are synced again shortly, or delete the webhook if no handler should answer; rejected (failure_policy Fail)", code: 500},
+		{name: "unknown handler, policy Ignore", path: "/ignore/validate/gone", req: request("CREATE", widget(`{}`)), allowed: true,
+			warning: "luaop serves no admission handler at /validate/gone"},
+		{name: "unknown handler, no policy in the path", path: "/validate/gone", req: request("CREATE", widget(`{}`)),
+			message: "luaop serves no admission handler at /validate/gone (removed by a reload, or a stale webhook configuration); the configurations are synced again shortly, or delete the webhook if no handler should answer; rejected (failure_policy Fail)", code: 500},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := post(t, ts.URL, tc.path, tc.req)

@@ -81,7 +81,7 @@ func (s *Syncer) Sync(ctx context.Context, handlers []Handler) (unresolved []str
 			}
 			rules = []admissionregistrationv1.RuleWithOperations{rule}
 		}
-		cc := s.ClientConfig(h.Path())
+		cc := s.ClientConfig(h.WebhookPath())
 		cc.CABundle = s.CABundle()
 		fp := admissionregistrationv1.Fail
 		if h.ignore() {

@@ -70,7 +70,7 @@ func TestSyncWritesOneWebhookPerHandler(t *testing.T) {
 	rule := w.Rules[0]
 	got := fmt.Sprint(w.Name, " ", *w.ClientConfig.URL, " ", string(w.ClientConfig.CABundle), " ", rule.APIGroups, rule.APIVersions, rule.Resources,
 		rule.Operations, " ", *rule.Scope, " ", *w.FailurePolicy, " ", *w.SideEffects, " ", *w.TimeoutSeconds, " ", w.NamespaceSelector.MatchExpressions[0].Values)
-	want := "check-size.validate.ops.example.com https://127.0.0.1:9443/validate/check_Size CA [example.com] [v1] [widgets] [*] Namespaced Fail None 10 [team-a team-b]"
+	want := "check-size.validate.ops.example.com https://127.0.0.1:9443/fail/validate/check_Size CA [example.com] [v1] [widgets] [*] Namespaced Fail None 10 [team-a team-b]"
 	if got != want {
 		t.Errorf("webhook\n got %s\nwant %s", got, want)
 	}
@@ -85,6 +85,9 @@ func TestSyncWritesOneWebhookPerHandler(t *testing.T) {
 	got = fmt.Sprint(m.Rules[0].Resources, m.Rules[0].Operations, " ", *m.FailurePolicy, " ", *m.SideEffects, " ", *m.ReinvocationPolicy)
 	if got != "[widgets/status] [CREATE] Ignore NoneOnDryRun Never" {
 		t.Errorf("mutating webhook: %s", got)
+	}
+	if u := *m.ClientConfig.URL; u != "https://127.0.0.1:9443/ignore/mutate/defaults" {
+		t.Errorf("mutating webhook's URL %s: want the failure policy in the path", u)
 	}
 
 	// The same handlers again: nothing written.
@@ -190,7 +193,7 @@ func TestSyncGoHandler(t *testing.T) {
 	}
 	w := vc.Webhooks[0]
 	got := fmt.Sprint(w.Name, " ", *w.ClientConfig.URL, " ", w.Rules[0].Resources, " ", *w.TimeoutSeconds, " ", w.ObjectSelector.MatchLabels, " ", len(w.NamespaceSelector.MatchExpressions))
-	if want := "scripts-configmap.validate.ops.example.com https://127.0.0.1:9443/validate/scripts-configmap [configmaps] 5 map[app.kubernetes.io/name:luaop] 0"; got != want {
+	if want := "scripts-configmap.validate.ops.example.com https://127.0.0.1:9443/fail/validate/scripts-configmap [configmaps] 5 map[app.kubernetes.io/name:luaop] 0"; got != want {
 		t.Errorf("webhook\n got %s\nwant %s", got, want)
 	}
 }

@@ -129,7 +129,7 @@ func TestRotatedCertificatePushesCABundle(t *testing.T) {
 	caBundleEventually(t, client, ca1, "at start")
 
 	ca2 := writeCerts(t, dir, time.Now())
-	w.certs.checked.Store(0) // as if reloadEvery had passed
+	w.certs.checked.Store(0)                               // as if reloadEvery had passed
 	if _, err := w.certs.GetCertificate(nil); err != nil { // a TLS handshake
 		t.Fatal(err)
 	}
