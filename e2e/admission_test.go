@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +22,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 
 	"github.com/luaop/luaop/admission"
 	"github.com/luaop/luaop/operator"
@@ -52,6 +55,24 @@ func startAdmission(t *testing.T, ns, src string) (*testcluster.RunningOperator,
 		}
 	})
 	return op, wh, prefix
+}
+
+// warningCollector keeps the warnings the API server returns to a client.
+type warningCollector struct {
+	mu   sync.Mutex
+	text []string
+}
+
+func (w *warningCollector) HandleWarningHeader(_ int, _ string, text string) {
+	w.mu.Lock()
+	w.text = append(w.text, text)
+	w.mu.Unlock()
+}
+
+func (w *warningCollector) all() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return strings.Join(w.text, "\n")
 }
 
 type tw struct{ t testing.TB }
@@ -132,7 +153,10 @@ func TestAdmissionValidateRejectsWithTheHandlersMessage(t *testing.T) {
 	err := eventuallyRejected(t, ns, doohickey("big", "{size: 11}"), false)
 	mustContain(t, err, `admission webhook "size.validate.`+ns+`.e2e.luaop.dev" denied the request`, "spec.size must be at most 10, got 11")
 	var status apierrors.APIStatus
-	if errors.As(err, &status) && status.Status().Code != 422 {
+	if !errors.As(err, &status) {
+		t.Fatalf("error %T %v: want the API server's status", err, err)
+	}
+	if status.Status().Code != 422 {
 		t.Errorf("code %d, want the handler's 422", status.Status().Code)
 	}
 	_, err = createDoohickey(ns, doohickey("none", "{}"), false)
@@ -232,15 +256,26 @@ luaop.on.validate("e2e.luaop.dev/v1/doohickeys", function(ctx)
 end, {id = "lenient", labels = {policy = "ignore"}, failure_policy = "Ignore"})
 luaop.on.validate("e2e.luaop.dev/v1/doohickeys", function(ctx)
   while true do end
-end, {id = "slow", labels = {policy = "slow"}, timeout = 2, failure_policy = "Fail"})
+end, {id = "slow", labels = {policy = "slow"}, timeout = 2.5, failure_policy = "Fail"})
 `)
 	err := eventuallyRejected(t, ns, doohickey("f", "{}", "policy: fail"), false)
 	mustContain(t, err, "admission handler strict failed: test.lua:4: the strict handler broke")
-	if _, err := createDoohickey(ns, doohickey("i", "{}", "policy: ignore"), false); err != nil {
+	// Allowed, with the failure as a warning the client shows (kubectl: "Warning: ...").
+	warnings := &warningCollector{}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.WarningHandler = warnings
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dyn.Resource(doohickeys).Namespace(ns).Create(t.Context(), doohickey("i", "{}", "policy: ignore"), metav1.CreateOptions{}); err != nil {
 		t.Errorf("failure_policy Ignore: the request must be allowed, got %v", err)
 	}
+	if got := warnings.all(); !strings.Contains(got, "admission handler lenient failed: test.lua:7: the lenient handler broke; allowed (failure_policy Ignore)") {
+		t.Errorf("warnings returned to the client %q: want the lenient handler's failure", got)
+	}
 	// A handler past its deadline is answered per its policy before the webhook's
-	// timeout (2 s): the API server reports the handler's failure, not its own
+	// timeout (2.5 s: 2 s for the API server): the API server reports the handler's failure, not its own
 	// timeout.
 	_, err = createDoohickey(ns, doohickey("s", "{}", "policy: slow"), false)
 	mustContain(t, err, "admission handler slow failed", "deadline")
@@ -273,6 +308,16 @@ func TestAdmissionReloadChangesVerdictAndRules(t *testing.T) {
 		}
 		wh.Resync()
 	}
+	// A reload lowering the limit: the next request gets the new verdict (a
+	// rejection with the new message: an allowed request could also be one the
+	// webhook never saw).
+	if _, err := createDoohickey(ns, doohickey("seven", "{size: 7}"), false); err != nil {
+		t.Fatalf("before the reload, size 7 is valid: %v", err)
+	}
+	reload(strings.ReplaceAll(validateSrc, "LIMIT", "5"))
+	_, err = createDoohickey(ns, doohickey("eight", "{size: 8}"), false)
+	mustContain(t, err, "spec.size must be at most 5, got 8")
+	// And raising it: size 50 is now valid.
 	reload(strings.ReplaceAll(validateSrc, "LIMIT", "100"))
 	if _, err := createDoohickey(ns, doohickey("fifty", "{size: 50}"), false); err != nil {
 		t.Fatalf("after the reload, size 50 is valid: %v", err)
