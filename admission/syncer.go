@@ -2,6 +2,8 @@ package admission
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -172,13 +174,16 @@ func (s *Syncer) rule(h Handler) (admissionregistrationv1.RuleWithOperations, er
 
 var nonName = regexp.MustCompile(`[^a-z0-9.-]+`)
 
+// maxIDLabel and maxID bound the id's part of a webhook name: a DNS label is at
+// most 63 characters (room left for a "-<n>" number), the name at most 253.
+const maxIDLabel, maxID = 60, 100
+
 // webhookName is "<id>.<kind>.<prefix>" made a DNS name (lower case; other
-// characters as '-'), numbered when two ids end up the same.
+// characters as '-'; the dot-separated labels trimmed of '-', empty ones dropped;
+// a label or id too long shortened with a hash of the id), numbered when two ids
+// end up the same.
 func webhookName(h Handler, prefix string, taken map[string]bool) string {
-	id := strings.Trim(nonName.ReplaceAllString(strings.ToLower(h.ID), "-"), "-.")
-	if id == "" {
-		id = "handler"
-	}
+	id := dnsID(h.ID)
 	base := id + "." + string(h.Kind) + "." + prefix
 	name := base
 	for n := 2; taken[name]; n++ {
@@ -186,6 +191,30 @@ func webhookName(h Handler, prefix string, taken map[string]bool) string {
 	}
 	taken[name] = true
 	return name
+}
+
+// dnsID is a handler id as DNS labels (see webhookName).
+func dnsID(raw string) string {
+	sum := sha256.Sum256([]byte(raw))
+	hash := hex.EncodeToString(sum[:4])
+	var labels []string
+	for _, l := range strings.Split(nonName.ReplaceAllString(strings.ToLower(raw), "-"), ".") {
+		l = strings.Trim(l, "-")
+		if len(l) > maxIDLabel {
+			l = strings.TrimRight(l[:maxIDLabel-len(hash)-1], "-") + "-" + hash
+		}
+		if l != "" {
+			labels = append(labels, l)
+		}
+	}
+	id := strings.Join(labels, ".")
+	if len(id) > maxID {
+		id = strings.TrimRight(id[:maxID-len(hash)-1], "-.") + "-" + hash
+	}
+	if id == "" {
+		id = "handler"
+	}
+	return id
 }
 
 func (s *Syncer) meta(name string) metav1.ObjectMeta {

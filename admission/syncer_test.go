@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	fakediscovery "k8s.io/client-go/discovery/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
@@ -306,5 +307,42 @@ func TestRegisterTimeoutRange(t *testing.T) {
 		} else if err != nil && !strings.Contains(err.Error(), "1 to 30 seconds") {
 			t.Errorf("Register with Timeout %s: %v, want the accepted range named", tc.timeout, err)
 		}
+	}
+}
+
+// Handler ids become webhook names the API server accepts: DNS labels of
+// [a-z0-9-], not starting or ending with '-', none empty, at most 63 characters.
+func TestWebhookNameIsADNSName(t *testing.T) {
+	long := strings.Repeat("x", 70)
+	for _, tc := range []struct{ id, want string }{
+		{"check_Size", "check-size.validate.p.example.com"},
+		{"a..b", "a.b.validate.p.example.com"},
+		{"a.-b", "a.b.validate.p.example.com"},
+		{"a-.b", "a.b.validate.p.example.com"},
+		{".a.", "a.validate.p.example.com"},
+		{"--", "handler.validate.p.example.com"},
+		{"ü.ö", "handler.validate.p.example.com"},
+		{long, ""},
+		{strings.Repeat("abcdefghi.", 20), ""},
+	} {
+		got := webhookName(Handler{ID: tc.id, Kind: causes.KindValidate}, "p.example.com", map[string]bool{})
+		if tc.want != "" && got != tc.want {
+			t.Errorf("id %q: %q, want %q", tc.id, got, tc.want)
+		}
+		if errs := validation.IsDNS1123Subdomain(got); len(errs) > 0 {
+			t.Errorf("id %q: %q is not a DNS name: %v", tc.id, got, errs)
+		}
+		for _, l := range strings.Split(got, ".") {
+			if errs := validation.IsDNS1123Label(l); len(errs) > 0 {
+				t.Errorf("id %q: %q has label %q: %v", tc.id, got, l, errs)
+			}
+		}
+	}
+	// Two long ids that differ only past the cut stay two names.
+	taken := map[string]bool{}
+	a := webhookName(Handler{ID: long + "a", Kind: causes.KindValidate}, "p", taken)
+	b := webhookName(Handler{ID: long + "b", Kind: causes.KindValidate}, "p", taken)
+	if a == b {
+		t.Errorf("two ids, one name %q", a)
 	}
 }
