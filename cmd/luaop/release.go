@@ -10,15 +10,18 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/luaop/luaop/luabind"
@@ -43,7 +46,9 @@ underscores>), so that a later install handles every object as new. Handler resu
 (status.<handler id>) are the scripts' data and stay.
 
 Stop the operator first (kubectl scale deployment/luaop --replicas=0): a running
-operator puts its finalizer back. Objects already being deleted are deleted by the API
+operator puts its finalizer back. luaop release refuses while the operator's leader
+Lease (--leader-elect; --leader-election-name and -namespace as for luaop run) is held
+and renewed, unless --force; an operator without leader election cannot be seen. Objects already being deleted are deleted by the API
 server as soon as the finalizer is gone, without their delete handlers.
 
 --prefix, --namespaces (-n, -A) and the kubeconfig are read as by luaop run (flags,
@@ -75,6 +80,13 @@ and prints it: nothing is written.`,
 			if err := checkReachable(cfg); err != nil {
 				return err
 			}
+			kc, err := kubernetes.NewForConfig(cfg)
+			if err != nil {
+				return err
+			}
+			if err := checkOperatorStopped(cmd.Context(), kc, s, o.force, time.Now(), cmd.ErrOrStderr()); err != nil {
+				return err
+			}
 			_, err = release(cmd.Context(), cfg, s, o, cmd.OutOrStdout())
 			return err
 		},
@@ -84,6 +96,9 @@ and prints it: nothing is written.`,
 	fs.String("prefix", "luaop.dev", "the operator's prefix (luaop run --prefix): its finalizer is <prefix>/finalizer")
 	fs.Bool("dry-run", false, "print what would change and send it as a server-side dry run: nothing is written")
 	fs.BoolVar(&o.purge, "purge", false, "also remove the operator's annotations (<prefix>/*) and its status field (status.<prefix_with_underscores>)")
+	fs.String("leader-election-namespace", "", "namespace of the operator's leader Lease (luaop run --leader-election-namespace; default: looked for in every namespace)")
+	fs.String("leader-election-name", "luaop", "name of the operator's leader Lease (luaop run --leader-election-name)")
+	fs.BoolVar(&o.force, "force", false, "release even while the operator's leader Lease is held and renewed (the running operator puts its finalizer back)")
 	fs.StringSliceVar(&o.resources, "resource", nil, "a resource to release besides those of DIR, as scripts write it (group/version/plural, v1/plural); repeatable")
 	return cmd
 }
@@ -92,6 +107,109 @@ type releaseOptions struct {
 	dir       string
 	resources []string
 	purge     bool
+	force     bool
+}
+
+// checkOperatorStopped refuses to release while the operator runs: its leader Lease
+// (with --leader-elect) is held and was renewed within its duration. A dry run and
+// --force only warn. An operator running without --leader-elect holds no Lease and
+// cannot be seen.
+func checkOperatorStopped(ctx context.Context, kc kubernetes.Interface, s settings, force bool, now time.Time, warn io.Writer) error {
+	name := s.LeaderName
+	if name == "" {
+		name = "luaop"
+	}
+	var leases []coordinationv1.Lease
+	if s.LeaderNamespace != "" {
+		l, err := kc.CoordinationV1().Leases(s.LeaderNamespace).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case err == nil:
+			leases = append(leases, *l)
+		case apierrors.IsNotFound(err):
+		default:
+			fmt.Fprintf(warn, "warning: cannot read the operator's Lease %s/%s to check that it is stopped: %v\n", s.LeaderNamespace, name, err)
+		}
+	} else {
+		list, err := kc.CoordinationV1().Leases(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+		if err != nil {
+			fmt.Fprintf(warn, "warning: cannot list the Leases named %s to check that the operator is stopped (%v); give --leader-election-namespace\n", name, err)
+		} else {
+			for _, l := range list.Items {
+				if l.Name == name {
+					leases = append(leases, l)
+				}
+			}
+		}
+	}
+	for _, l := range leases {
+		holder, renewed, d, ok := leaseHeld(&l, now)
+		if !ok {
+			continue
+		}
+		deployment := holder
+		if host, _, found := strings.Cut(holder, "_"); found {
+			deployment = host
+		}
+		if parts := strings.Split(deployment, "-"); len(parts) > 2 {
+			deployment = strings.Join(parts[:len(parts)-2], "-") // <deployment>-<replicaset hash>-<pod hash>
+		}
+		msg := fmt.Sprintf("the operator is running: its leader Lease %s/%s is held by %s, renewed %s ago (it expires after %s without renewal); "+
+			"a running operator puts its finalizer back. Stop it first (kubectl -n %s scale deployment/%s --replicas=0), then run luaop release again",
+			l.Namespace, l.Name, holder, now.Sub(renewed).Round(time.Second), d, l.Namespace, deployment)
+		if force || s.DryRun {
+			fmt.Fprintln(warn, "warning:", msg)
+			continue
+		}
+		return errors.New(msg + "; --force releases anyway")
+	}
+	return nil
+}
+
+// leaseHeld tells whether a Lease has a holder that renewed it within its duration.
+func leaseHeld(l *coordinationv1.Lease, now time.Time) (holder string, renewed time.Time, d time.Duration, ok bool) {
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" || l.Spec.LeaseDurationSeconds == nil {
+		return "", time.Time{}, 0, false
+	}
+	switch {
+	case l.Spec.RenewTime != nil:
+		renewed = l.Spec.RenewTime.Time
+	case l.Spec.AcquireTime != nil:
+		renewed = l.Spec.AcquireTime.Time
+	default:
+		return "", time.Time{}, 0, false
+	}
+	d = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+	return *l.Spec.HolderIdentity, renewed, d, now.Before(renewed.Add(d))
+}
+
+// rbacHint adds to a Forbidden error what luaop release needs.
+func rbacHint(err error, verb string, res processing.ResolvedResource, purge bool) error {
+	if !apierrors.IsForbidden(err) {
+		return err
+	}
+	need := "list and patch"
+	if purge && res.StatusSubresource {
+		need += " (and patch on " + res.GVR.Resource + "/status, for --purge)"
+	}
+	return fmt.Errorf("%s: %w; luaop release needs %s on %s in group %q: run it with the credentials of a cluster admin, "+
+		"or grant them with a (Cluster)Role and a binding (luaop rbac prints the operator's, which has them)", verb, err, need, res.GVR.Resource, res.GVR.Group)
+}
+
+// versionTestFailed tells whether a patch answered 422 Invalid failed on its test
+// of metadata.resourceVersion, i.e. the object changed meanwhile, and returns the
+// object as it is now. The API server's answer does not say which operation failed
+// (its message is generic), so the object is read again: the same resourceVersion
+// means the patch itself was refused (a schema, a missing path), which a retry would
+// not fix.
+func versionTestFailed(ctx context.Context, client dynamic.ResourceInterface, obj *unstructured.Unstructured, err error) (*unstructured.Unstructured, bool, error) {
+	if !apierrors.IsInvalid(err) {
+		return nil, false, nil
+	}
+	fresh, getErr := client.Get(ctx, obj.GetName(), metav1.GetOptions{})
+	if getErr != nil {
+		return nil, false, getErr
+	}
+	return fresh, fresh.GetResourceVersion() != obj.GetResourceVersion(), nil
 }
 
 // releaseCount is what release did.
@@ -236,7 +354,7 @@ func (r releaser) releaseResource(ctx context.Context, res processing.ResolvedRe
 		for {
 			list, err := client.List(ctx, opts)
 			if err != nil {
-				return c, fmt.Errorf("listing: %w", err)
+				return c, rbacHint(err, "listing", res, r.purge)
 			}
 			for i := range list.Items {
 				obj := &list.Items[i]
@@ -297,8 +415,21 @@ func (r releaser) releaseObject(ctx context.Context, res processing.ResolvedReso
 			return "removed " + strings.Join(removed, ", "), nil
 		case apierrors.IsNotFound(err):
 			return "", nil // deleted meanwhile
-		case (apierrors.IsConflict(err) || apierrors.IsInvalid(err)) && attempt < 5:
-			// The resourceVersion test failed: the object changed; read it again.
+		case apierrors.IsForbidden(err):
+			return "", rbacHint(err, "patching", res, r.purge)
+		case apierrors.IsInvalid(err) && attempt < 5:
+			fresh, changed, getErr := versionTestFailed(ctx, client, obj, err)
+			switch {
+			case apierrors.IsNotFound(getErr):
+				return "", nil
+			case getErr != nil:
+				return "", getErr
+			case !changed:
+				return "", fmt.Errorf("the API server refused the patch (%w); the object did not change meanwhile, so trying again would not help", err)
+			}
+			obj = fresh // the resourceVersion test failed: the object changed
+		case apierrors.IsConflict(err) && attempt < 5:
+			// The object changed; read it again.
 			if obj, err = client.Get(ctx, obj.GetName(), metav1.GetOptions{}); err != nil {
 				if apierrors.IsNotFound(err) {
 					return "", nil
