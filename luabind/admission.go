@@ -11,6 +11,7 @@ import (
 	"time"
 
 	lua "github.com/yuin/gopher-lua"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/luaop/luaop/processing/causes"
 )
@@ -240,9 +241,21 @@ func (s *shard) admissionOverride(L *lua.LState, cs *callState, key string) lua.
 }
 
 // checkAdmissionSpec validates the options of an admission handler at registration.
-func checkAdmissionSpec(L *lua.LState, spec *causes.Spec) {
+func checkAdmissionSpec(L *lua.LState, spec *causes.Spec, filters *dataFilters) {
 	if spec.Timeout != 0 && (spec.Timeout < time.Second || spec.Timeout > 30*time.Second) {
 		L.RaiseError("%s: option timeout = %g: the API server accepts 1 to 30 seconds for a webhook", spec.ID, spec.Timeout.Seconds())
+	}
+	// The static label filters become the webhook's objectSelector: one the API
+	// server refuses would keep the whole configuration from being written.
+	for _, m := range filters.labels {
+		errs := validation.IsQualifiedName(m.key)
+		if m.mode == metaEquals {
+			errs = append(errs, validation.IsValidLabelValue(m.value)...)
+		}
+		if len(errs) > 0 {
+			L.RaiseError("%s: labels filter %q = %q cannot be the webhook's objectSelector: %s (a label key is [prefix/]name, a value at most 63 letters, digits, '-', '_' or '.'; use a function(value, ctx) to match anything else)",
+				spec.ID, m.key, m.value, strings.Join(errs, "; "))
+		}
 	}
 }
 

@@ -86,6 +86,8 @@ func TestAdmissionRegistrationErrors(t *testing.T) {
 		{`require("luaop").on.validate("example.com/v1/widgets", function() end, {failure_policy = "fail"})`, `use "Fail"`},
 		{`require("luaop").on.mutate("example.com/v1/widgets", function() end, {operations = "PATCH"})`, "option operations"},
 		{`require("luaop").on.create("example.com/v1/widgets", function() end, {failure_policy = "Fail"})`, "admission handlers only"},
+		{`require("luaop").on.validate("example.com/v1/widgets", function() end, {labels = {tier = "front end"}})`, `labels filter "tier" = "front end" cannot be the webhook's objectSelector`},
+		{`require("luaop").on.validate("example.com/v1/widgets", function() end, {labels = {["bad key!"] = require("luaop").PRESENT}})`, `labels filter "bad key!"`},
 	} {
 		rt := rttRuntime(t, Options{})
 		_, err := rt.Load(t.Context(), rttScripts("a.lua", tc.src))

@@ -176,7 +176,7 @@ func (s *shard) add(L *lua.LState, col *collected, spec causes.Spec, fn *lua.LFu
 		L.RaiseError("timer %q needs an interval or idle in seconds: {interval = 60} or {idle = 300}", spec.ID)
 	}
 	if spec.Kind.IsAdmission() {
-		checkAdmissionSpec(L, &spec)
+		checkAdmissionSpec(L, &spec, filters)
 	}
 	if prev, dup := col.sources[spec.ID]; dup {
 		L.RaiseError("duplicate handler id %q (first registered at %s); give one of them another id = \"...\"", spec.ID, prev)
