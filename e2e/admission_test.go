@@ -394,3 +394,35 @@ func TestAdmissionConfigurationsRemovedWhenAsked(t *testing.T) {
 		return err == nil, fmt.Sprint(err)
 	})
 }
+
+// A webhook whose handler is gone (removed by a reload, a stale configuration)
+// is answered per the failure policy it was written with: under Fail the request
+// is rejected with the reason, not let through.
+func TestAdmissionUnknownHandlerFailsClosed(t *testing.T) {
+	ns := env.Namespace(t)
+	_, _, prefix := startAdmission(t, ns, strings.ReplaceAll(validateSrc, "LIMIT", "10"))
+	vname, _ := admission.ConfigurationNames(prefix)
+	eventuallyRejected(t, ns, doohickey("big", "{size: 11}"), false)
+	api := env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	vc, err := api.Get(t.Context(), vname, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := *vc.Webhooks[0].ClientConfig.URL
+	if !strings.HasSuffix(u, "/fail/validate/size") {
+		t.Fatalf("webhook URL %s: want the failure policy in the path", u)
+	}
+	stale := strings.TrimSuffix(u, "/size") + "/gone"
+	vc.Webhooks[0].ClientConfig.URL = &stale
+	if _, err := api.Update(t.Context(), vc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testcluster.Eventually(t, 30*time.Second, func() (bool, string) {
+		_, err := createDoohickey(ns, doohickey("ok", "{size: 1}"), true)
+		if err == nil {
+			return false, "allowed: the stale webhook is not called yet, or lets requests through"
+		}
+		return strings.Contains(err.Error(), "luaop serves no admission handler at /validate/gone") &&
+			strings.Contains(err.Error(), "rejected (failure_policy Fail)"), err.Error()
+	})
+}
