@@ -185,6 +185,12 @@ var (
 	hooksOnce sync.Once
 )
 
+// init installs client-go's hooks before any client of the process exists (as
+// controller-runtime's metrics package does): set later, they race the requests of
+// clients already running (the race detector sees it in tests that make a client
+// before they start an operator).
+func init() { registerClientGoHooks() }
+
 func registerClientGoHooks() {
 	hooksOnce.Do(func() {
 		clientmetrics.Register(clientmetrics.RegisterOpts{RequestResult: restResult{}})
