@@ -21,11 +21,14 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/luaop/luaop/operator"
+	"github.com/luaop/luaop/processing"
 	"github.com/luaop/luaop/testcluster"
 )
 
@@ -733,5 +736,156 @@ func TestBurstOfUpdatesOfOneObjectMemoryBounded(t *testing.T) {
 	}
 	if logs := op.Log.String(); strings.Contains(logs, "level=ERROR") {
 		t.Errorf("errors logged during the burst:\n%s", logs)
+	}
+}
+
+// privateCluster starts a control plane of the test's own (localcluster/up.sh with
+// its own state folder; stopped by down.sh when the test ends), for faults that would
+// disturb the other tests sharing the package's cluster. It has the example CRDs.
+func privateCluster(t *testing.T) (*testcluster.Env, string) {
+	t.Helper()
+	env.Require(t)
+	root := testcluster.RepoRoot()
+	dir, err := os.MkdirTemp("", "luaop-faults-cluster-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := func(name string) *exec.Cmd {
+		cmd := exec.Command(filepath.Join(root, "localcluster", name))
+		cmd.Env = append(os.Environ(), "LUAOP_CLUSTER_DIR="+dir, "LUAOP_NO_BUILD=1")
+		return cmd
+	}
+	t.Cleanup(func() {
+		if out, err := script("down.sh").CombinedOutput(); err != nil {
+			t.Logf("stopping the private control plane: %v\n%s", err, out)
+		}
+		_ = os.RemoveAll(dir)
+	})
+	up := script("up.sh")
+	var stderr strings.Builder
+	up.Stderr = &stderr
+	out, err := up.Output()
+	if err != nil {
+		t.Fatalf("starting a private control plane: %v\n%s", err, stderr.String())
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.QPS, cfg.Burst = 500, 1000
+	private := &testcluster.Env{Config: cfg}
+	if private.Dynamic, err = dynamic.NewForConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if private.Kube, err = kubernetes.NewForConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := private.InstallCRDs(t.Context(), filepath.Join(root, "scripts", "examples", "crds")); err != nil {
+		t.Fatalf("installing the CRDs on the private control plane: %v", err)
+	}
+	return private, dir
+}
+
+// restartAPIServer kills the private control plane's kube-apiserver (SIGKILL: a
+// crash, and no wait for its graceful shutdown of open watches) and starts it again with the same command line (same port), and waits until it answers.
+func restartAPIServer(t *testing.T, private *testcluster.Env, dir string) {
+	t.Helper()
+	pidFile := filepath.Join(dir, "kube-apiserver.pid")
+	data, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		t.Fatalf("reading kube-apiserver's command line: %v", err)
+	}
+	args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+	proc, err := os.FindProcess(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proc.Signal(syscall.SIGKILL); err != nil {
+		t.Fatalf("killing kube-apiserver: %v", err)
+	}
+	testcluster.Eventually(t, 30*time.Second, func() (bool, string) {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		return err != nil || strings.Contains(string(stat), ") Z "), "waiting for kube-apiserver to exit"
+	})
+	logFile, err := os.OpenFile(filepath.Join(dir, "kube-apiserver.log"), os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = logFile.Close() }()
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting kube-apiserver again: %v", err)
+	}
+	// down.sh stops it by this file.
+	if err := os.WriteFile(pidFile, []byte(strconv.Itoa(cmd.Process.Pid)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = cmd.Wait() }()
+	testcluster.Eventually(t, 60*time.Second, func() (bool, string) {
+		_, err := private.Kube.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(t.Context())
+		return err == nil, fmt.Sprintf("waiting for kube-apiserver to be ready again: %v", err)
+	})
+}
+
+// kube-apiserver is restarted while the operator runs (on a control plane of the
+// test's own): handled objects are not handled again, and changes made after the
+// restart (a creation, an update, a deletion) are handled, each handler once.
+func TestKubeAPIServerRestart(t *testing.T) {
+	private, dir := privateCluster(t)
+	ns := private.Namespace(t)
+	op := private.StartOperator(t, ns, operator.Options{Scripts: script(countingScript),
+		Processing: processing.Options{ConsistencyTimeout: 5 * time.Second}})
+	client := private.Dynamic.Resource(widgets).Namespace(ns)
+	handled := func(name, field string, want any) {
+		t.Helper()
+		testcluster.Eventually(t, 60*time.Second, func() (bool, string) {
+			obj, err := client.Get(t.Context(), name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			got, found, _ := unstructured.NestedFieldNoCopy(obj.Object, splitPath(field)...)
+			return found && sameValue(got, want), "waiting for " + name + " " + field + ": have " + show(got, found)
+		})
+	}
+	if _, err := client.Create(t.Context(), mustYAML(t, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w1}, spec: {size: 1}}"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	handled("w1", "status.c", "done")
+	handled("w1", "status.sized", int64(1))
+
+	restartAPIServer(t, private, dir)
+
+	if _, err := client.Create(t.Context(), mustYAML(t, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w2}, spec: {size: 1}}"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Patch(t.Context(), "w1", types.MergePatchType, []byte(`{"spec":{"size":2}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	handled("w2", "status.c", "done")
+	handled("w1", "status.sized", int64(2))
+	if err := client.Delete(t.Context(), "w1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testcluster.Eventually(t, 60*time.Second, func() (bool, string) {
+		_, err := client.Get(t.Context(), "w1", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprintf("waiting for w1 to be gone: %v", err)
+	})
+	logs := op.Log.String()
+	for _, want := range []string{"RAN a w1 .", "RAN b w1 .", "RAN c w1 .", "SIZED w1 1 .", "SIZED w1 2 .", "DELETED w1 .",
+		"RAN a w2 .", "RAN b w2 .", "RAN c w2 .", "SIZED w2 1 ."} {
+		if got := strings.Count(logs, want); got != 1 {
+			t.Errorf("%q logged %d times, want exactly once", want, got)
+		}
 	}
 }
