@@ -786,11 +786,12 @@ func privateCluster(t *testing.T) (*testcluster.Env, string) {
 	return private, dir
 }
 
-// restartAPIServer kills the private control plane's kube-apiserver (SIGKILL: a
-// crash, and no wait for its graceful shutdown of open watches) and starts it again with the same command line (same port), and waits until it answers.
-func restartAPIServer(t *testing.T, private *testcluster.Env, dir string) {
+// restartComponent kills a process of the private control plane (SIGKILL: a crash,
+// and no wait for a graceful shutdown of open watches), starts it again with the same
+// command line (same ports, same data), and waits until kube-apiserver is ready.
+func restartComponent(t *testing.T, private *testcluster.Env, dir, name string) {
 	t.Helper()
-	pidFile := filepath.Join(dir, "kube-apiserver.pid")
+	pidFile := filepath.Join(dir, name+".pid")
 	data, err := os.ReadFile(pidFile)
 	if err != nil {
 		t.Fatal(err)
@@ -801,21 +802,24 @@ func restartAPIServer(t *testing.T, private *testcluster.Env, dir string) {
 	}
 	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	if err != nil {
-		t.Fatalf("reading kube-apiserver's command line: %v", err)
+		t.Fatalf("reading %s's command line: %v", name, err)
 	}
 	args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+	if filepath.Base(args[0]) != name {
+		t.Fatalf("pid %d runs %s, not %s", pid, args[0], name)
+	}
 	proc, err := os.FindProcess(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := proc.Signal(syscall.SIGKILL); err != nil {
-		t.Fatalf("killing kube-apiserver: %v", err)
+		t.Fatalf("killing %s: %v", name, err)
 	}
 	testcluster.Eventually(t, 30*time.Second, func() (bool, string) {
 		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		return err != nil || strings.Contains(string(stat), ") Z "), "waiting for kube-apiserver to exit"
+		return err != nil || strings.Contains(string(stat), ") Z "), "waiting for " + name + " to exit"
 	})
-	logFile, err := os.OpenFile(filepath.Join(dir, "kube-apiserver.log"), os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o600)
+	logFile, err := os.OpenFile(filepath.Join(dir, name+".log"), os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -825,7 +829,7 @@ func restartAPIServer(t *testing.T, private *testcluster.Env, dir string) {
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting kube-apiserver again: %v", err)
+		t.Fatalf("starting %s again: %v", name, err)
 	}
 	// down.sh stops it by this file.
 	if err := os.WriteFile(pidFile, []byte(strconv.Itoa(cmd.Process.Pid)), 0o600); err != nil {
@@ -834,14 +838,15 @@ func restartAPIServer(t *testing.T, private *testcluster.Env, dir string) {
 	go func() { _ = cmd.Wait() }()
 	testcluster.Eventually(t, 60*time.Second, func() (bool, string) {
 		_, err := private.Kube.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(t.Context())
-		return err == nil, fmt.Sprintf("waiting for kube-apiserver to be ready again: %v", err)
+		return err == nil, fmt.Sprintf("waiting for kube-apiserver to be ready again after restarting %s: %v", name, err)
 	})
 }
 
-// kube-apiserver is restarted while the operator runs (on a control plane of the
-// test's own): handled objects are not handled again, and changes made after the
-// restart (a creation, an update, a deletion) are handled, each handler once.
-func TestKubeAPIServerRestart(t *testing.T) {
+// kube-apiserver, then etcd, is killed and started again while the operator runs
+// (on a control plane of the test's own): objects handled before are not handled
+// again, and a creation, an update and a deletion made after each restart are
+// handled, each handler once.
+func TestControlPlaneRestarts(t *testing.T) {
 	private, dir := privateCluster(t)
 	ns := private.Namespace(t)
 	op := private.StartOperator(t, ns, operator.Options{Scripts: script(countingScript),
@@ -858,34 +863,42 @@ func TestKubeAPIServerRestart(t *testing.T) {
 			return found && sameValue(got, want), "waiting for " + name + " " + field + ": have " + show(got, found)
 		})
 	}
-	if _, err := client.Create(t.Context(), mustYAML(t, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w1}, spec: {size: 1}}"), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	createWidget := func(name string) {
+		t.Helper()
+		y := fmt.Sprintf("{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: %s}, spec: {size: 1}}", name)
+		testcluster.Eventually(t, 60*time.Second, func() (bool, string) {
+			_, err := client.Create(t.Context(), mustYAML(t, y), metav1.CreateOptions{})
+			return err == nil, fmt.Sprintf("creating %s: %v", name, err)
+		})
 	}
-	handled("w1", "status.c", "done")
-	handled("w1", "status.sized", int64(1))
-
-	restartAPIServer(t, private, dir)
-
-	if _, err := client.Create(t.Context(), mustYAML(t, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w2}, spec: {size: 1}}"), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	createWidget("w0")
+	handled("w0", "status.c", "done")
+	handled("w0", "status.sized", int64(1))
+	want := []string{"RAN a w0 .", "RAN b w0 .", "RAN c w0 .", "SIZED w0 1 ."}
+	for i, component := range []string{"kube-apiserver", "etcd"} {
+		restartComponent(t, private, dir, component)
+		prev, next := fmt.Sprintf("w%d", i), fmt.Sprintf("w%d", i+1)
+		createWidget(next)
+		if _, err := client.Patch(t.Context(), prev, types.MergePatchType, []byte(`{"spec":{"size":2}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatalf("updating %s after restarting %s: %v", prev, component, err)
+		}
+		handled(next, "status.c", "done")
+		handled(next, "status.sized", int64(1))
+		handled(prev, "status.sized", int64(2))
+		if err := client.Delete(t.Context(), prev, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		testcluster.Eventually(t, 60*time.Second, func() (bool, string) {
+			_, err := client.Get(t.Context(), prev, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), fmt.Sprintf("waiting for %s to be gone after restarting %s: %v", prev, component, err)
+		})
+		want = append(want, "SIZED "+prev+" 2 .", "DELETED "+prev+" .",
+			"RAN a "+next+" .", "RAN b "+next+" .", "RAN c "+next+" .", "SIZED "+next+" 1 .")
 	}
-	if _, err := client.Patch(t.Context(), "w1", types.MergePatchType, []byte(`{"spec":{"size":2}}`), metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	handled("w2", "status.c", "done")
-	handled("w1", "status.sized", int64(2))
-	if err := client.Delete(t.Context(), "w1", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	testcluster.Eventually(t, 60*time.Second, func() (bool, string) {
-		_, err := client.Get(t.Context(), "w1", metav1.GetOptions{})
-		return apierrors.IsNotFound(err), fmt.Sprintf("waiting for w1 to be gone: %v", err)
-	})
 	logs := op.Log.String()
-	for _, want := range []string{"RAN a w1 .", "RAN b w1 .", "RAN c w1 .", "SIZED w1 1 .", "SIZED w1 2 .", "DELETED w1 .",
-		"RAN a w2 .", "RAN b w2 .", "RAN c w2 .", "SIZED w2 1 ."} {
-		if got := strings.Count(logs, want); got != 1 {
-			t.Errorf("%q logged %d times, want exactly once", want, got)
+	for _, w := range want {
+		if got := strings.Count(logs, w); got != 1 {
+			t.Errorf("%q logged %d times, want exactly once", w, got)
 		}
 	}
 }
