@@ -2,12 +2,11 @@ package admission
 
 import (
 	"encoding/json"
-	"reflect"
-	"slices"
-	"sort"
 	"strings"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+
+	"github.com/luaop/luaop/state"
 )
 
 // patchOp is one RFC 6902 operation.
@@ -53,44 +52,24 @@ func jsonPatch(original []byte, merge map[string]any) ([]patchOp, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The operations are state.Compare's items, the diff every handler sees: objects
+	// key by key, lists and scalars whole, numbers by value.
 	var ops []patchOp
-	diffJSON("", a, b, &ops)
+	for _, item := range state.Compare(a, b) {
+		var pointer strings.Builder
+		for _, k := range item.Path {
+			pointer.WriteString("/" + escapePointer(k))
+		}
+		switch item.Op {
+		case state.DiffAdd:
+			ops = append(ops, patchOp{Op: "add", Path: pointer.String(), Value: item.New})
+		case state.DiffChange:
+			ops = append(ops, patchOp{Op: "replace", Path: pointer.String(), Value: item.New})
+		case state.DiffRemove:
+			ops = append(ops, patchOp{Op: "remove", Path: pointer.String()})
+		}
+	}
 	return ops, nil
-}
-
-func diffJSON(path string, a, b any, ops *[]patchOp) {
-	am, aok := a.(map[string]any)
-	bm, bok := b.(map[string]any)
-	if !aok || !bok {
-		if !reflect.DeepEqual(a, b) {
-			*ops = append(*ops, patchOp{Op: "replace", Path: path, Value: b})
-		}
-		return
-	}
-	keys := make([]string, 0, len(am)+len(bm))
-	for k := range am {
-		keys = append(keys, k)
-	}
-	for k := range bm {
-		if _, ok := am[k]; !ok {
-			keys = append(keys, k)
-		}
-	}
-	sort.Strings(keys)
-	keys = slices.Compact(keys)
-	for _, k := range keys {
-		p := path + "/" + escapePointer(k)
-		av, inA := am[k]
-		bv, inB := bm[k]
-		switch {
-		case inA && !inB:
-			*ops = append(*ops, patchOp{Op: "remove", Path: p})
-		case !inA && inB:
-			*ops = append(*ops, patchOp{Op: "add", Path: p, Value: bv})
-		default:
-			diffJSON(p, av, bv, ops)
-		}
-	}
 }
 
 // escapePointer escapes a key for a JSON pointer (RFC 6901).

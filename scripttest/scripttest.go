@@ -387,14 +387,7 @@ func runCase(ctx context.Context, scripts []luabind.Script, dir, prefix string, 
 		compare(&failures, "result", normalize(e.Result), normalize(first.result))
 	}
 	if e.Object != nil {
-		a, _ := json.Marshal(obj)
-		b, _ := json.Marshal(patch)
-		merged, err := jsonpatch.MergePatch(a, b)
-		var after any
-		if err == nil {
-			err = json.Unmarshal(merged, &after)
-		}
-		if err != nil {
+		if after, err := patchedObject(obj, patch); err != nil {
 			fail("applying the patch: %v", err)
 		} else {
 			compare(&failures, "object (after the patch)", e.Object, after)
@@ -881,14 +874,7 @@ func runAdmission(ctx context.Context, rt *luabind.Runtime, spec causes.Spec, c 
 		compare(&failures, "patch (ctx.patch)", emptyMapIfNil(e.Patch), patch)
 	}
 	if e.Object != nil {
-		a, _ := json.Marshal(obj)
-		b, _ := json.Marshal(patch)
-		merged, err := jsonpatch.MergePatch(a, b)
-		var after any
-		if err == nil {
-			err = json.Unmarshal(merged, &after)
-		}
-		if err != nil {
+		if after, err := patchedObject(obj, patch); err != nil {
 			fail("applying the patch: %v", err)
 		} else {
 			compare(&failures, "object (after the patch)", e.Object, after)
@@ -906,4 +892,23 @@ func emptyListIfNilStrings(l []string) []any {
 		out = append(out, s)
 	}
 	return out
+}
+
+// patchedObject is obj with the merge patch applied, as the API server would store it.
+func patchedObject(obj, patch any) (any, error) {
+	a, err := json.Marshal(obj)
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(patch)
+	if err != nil {
+		return nil, err
+	}
+	merged, err := jsonpatch.MergePatch(a, b)
+	if err != nil {
+		return nil, err
+	}
+	var after any
+	err = json.Unmarshal(merged, &after)
+	return after, err
 }
