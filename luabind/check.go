@@ -14,6 +14,8 @@ import (
 	"github.com/yuin/gopher-lua/parse"
 
 	lua "github.com/yuin/gopher-lua"
+
+	"github.com/luaop/luaop/luabind/internal/sandbox"
 )
 
 // Problem is one finding of Check, at a file and line of the scripts.
@@ -151,7 +153,7 @@ func (noCluster) Event(context.Context, map[string]any, string, string, string) 
 // SandboxGlobals lists the globals a script sees, with the fields of those that are
 // library tables (string, table, math, os), from a real sandbox state.
 func SandboxGlobals() map[string][]string {
-	L := newSandboxState(sandboxOptions{})
+	L := sandbox.NewState(sandbox.Options{})
 	defer L.Close()
 	iso := newIsolation(L, nil)
 	out := map[string][]string{"require": nil, "_G": nil}

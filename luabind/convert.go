@@ -77,8 +77,6 @@ type convCtx struct {
 
 	// raised errors (errors.go)
 	errMT *lua.LTable
-
-	iterationInstalled bool
 }
 
 // conv returns the state's convCtx, creating it on first use.

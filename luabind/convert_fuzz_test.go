@@ -8,13 +8,15 @@ import (
 
 	lua "github.com/yuin/gopher-lua"
 	kjson "k8s.io/apimachinery/pkg/util/json"
+
+	"github.com/luaop/luaop/luabind/internal/luatest"
 )
 
 // FuzzRoundTrip feeds JSON documents through toLua -> fromLua and newProxy -> fromLua:
 // what comes back must equal what went in (numbers by value; integral values within
 // ±2^53 as int64). Run with: go test -run '^$' -fuzz FuzzRoundTrip ./luabind/
 func FuzzRoundTrip(f *testing.F) {
-	files, _ := filepath.Glob(filepath.Join("testdata", "*.json"))
+	files, _ := filepath.Glob(filepath.Join(luatest.TestdataDir(), "*.json"))
 	for _, name := range files {
 		data, err := os.ReadFile(name)
 		if err != nil {

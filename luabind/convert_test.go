@@ -12,6 +12,9 @@ import (
 
 	lua "github.com/yuin/gopher-lua"
 	kjson "k8s.io/apimachinery/pkg/util/json"
+
+	"github.com/luaop/luaop/luabind/internal/luatest"
+	"github.com/luaop/luaop/luabind/internal/sandbox"
 )
 
 // ---- helpers shared by the tests of convert, proxy, sandbox and errors ----
@@ -20,7 +23,7 @@ import (
 // error constructors.
 func lbtState(t testing.TB) *lua.LState {
 	t.Helper()
-	L := newSandboxState(sandboxOptions{})
+	L := sandbox.NewState(sandbox.Options{})
 	t.Cleanup(L.Close)
 	mod := L.NewTable()
 	installMarkers(L, mod)
@@ -79,7 +82,7 @@ func lbtDecode(t testing.TB, data []byte) any {
 
 func lbtLoadFile(t testing.TB, name string) any {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("testdata", name))
+	data, err := os.ReadFile(filepath.Join(luatest.TestdataDir(), name))
 	if err != nil {
 		t.Fatal(err)
 	}

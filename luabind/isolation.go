@@ -66,7 +66,7 @@ type isolation struct {
 const isoMaxDepth = 4
 
 // newIsolation builds the base globals of a state whose libraries are open
-// (newSandboxState) and the read-only view of module (may be nil).
+// (sandbox.NewState) and the read-only view of module (may be nil).
 func newIsolation(L *lua.LState, module *lua.LTable) *isolation {
 	c := conv(L)
 	iso := &isolation{markerMTs: map[*lua.LTable]bool{c.arrayMT: true, c.objectMT: true}}

@@ -38,7 +38,7 @@ import (
 //     string.rep, string.format, string.gsub and table.concat refuse results over
 //     Options.MaxStringSize; luaop.json.decode and luaop.yaml.decode refuse documents
 //     over MaxStringSize bytes or with more than maxDecodeValues values; the call
-//     stack (sandboxOptions.CallStackSize) and data stack (threadRegistryMaxSize)
+//     stack (sandbox.Options.CallStackSize) and data stack (threadRegistryMaxSize)
 //     are bounded, so deep recursion fails with "stack overflow".
 //
 // What the budget cannot prevent: one instruction that allocates (s .. s of a large

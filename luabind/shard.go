@@ -11,6 +11,7 @@ import (
 
 	lua "github.com/yuin/gopher-lua"
 
+	"github.com/luaop/luaop/luabind/internal/sandbox"
 	"github.com/luaop/luaop/processing/causes"
 )
 
@@ -90,7 +91,7 @@ type shardGeneration struct {
 
 func newShard(rt *Runtime, idx int) *shard {
 	s := &shard{rt: rt, idx: idx, sem: make(chan struct{}, 1), threads: map[*lua.LState]*callThread{}}
-	s.L = newSandboxState(sandboxOptions{
+	s.L = sandbox.NewState(sandbox.Options{
 		MaxStringSize: rt.opts.MaxStringSize,
 		Print: func(L *lua.LState, msg string) {
 			s.log(L).Info(msg)

@@ -52,7 +52,7 @@ type callThread struct {
 }
 
 // Sizes of a call thread's stacks. gopher-lua's NewThread gives a thread the options
-// of the state it is made from; the shard's main state (newSandboxState) runs only
+// of the state it is made from; the shard's main state (sandbox.NewState) runs only
 // script loads, while every call and every daemon has a thread of its own, and a
 // daemon parked in luaop.sleep holds its thread as long as it sleeps. So threads get
 // smaller stacks than the main state, which both grow on demand:

@@ -11,7 +11,7 @@ import (
 // BenchmarkDetectChangeCause: cause detection of a realistic ~5 KB object whose
 // diff-base is stored (essence, decoding the stored one, comparing): once per cycle.
 func BenchmarkDetectChangeCause(b *testing.B) {
-	raw, err := os.ReadFile("../luabind/testdata/deployment.json")
+	raw, err := os.ReadFile("../luabind/internal/luatest/testdata/deployment.json")
 	if err != nil {
 		b.Fatal(err)
 	}

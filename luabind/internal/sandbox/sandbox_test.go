@@ -1,4 +1,4 @@
-package luabind
+package sandbox
 
 import (
 	"fmt"
@@ -8,7 +8,17 @@ import (
 	"testing"
 
 	lua "github.com/yuin/gopher-lua"
+
+	"github.com/luaop/luaop/luabind/internal/luatest"
 )
+
+// newTestState returns a sandboxed state closed at the end of the test.
+func newTestState(t testing.TB) *lua.LState {
+	t.Helper()
+	L := NewState(Options{})
+	t.Cleanup(L.Close)
+	return L
+}
 
 func TestSandboxLibraries(t *testing.T) {
 	cases := []struct {
@@ -42,10 +52,10 @@ func TestSandboxLibraries(t *testing.T) {
 		{"unpack 10000 items", `local t = {}; for i = 1, 10000 do t[i] = i end; return select("#", unpack(t))`, "10000"},
 		{"load still works", `return loadstring("return 1 + 1")()`, "2"},
 	}
-	L := lbtState(t)
+	L := newTestState(t)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := lbtCall(t, L, tc.lua)
+			got, err := luatest.Call(t, L, tc.lua)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -57,30 +67,30 @@ func TestSandboxLibraries(t *testing.T) {
 }
 
 func TestSandboxDeepRecursion(t *testing.T) {
-	L := lbtState(t)
-	_, err := lbtCall(t, L, `local function f(n) return 1 + f(n + 1) end; return f(1)`)
+	L := newTestState(t)
+	_, err := luatest.Call(t, L, `local function f(n) return 1 + f(n + 1) end; return f(1)`)
 	if err == nil || !strings.Contains(err.Error(), "stack overflow") {
 		t.Fatalf("err = %v", err)
 	}
 	// The state is still usable.
-	if got := lbtMustCall(t, L, `return 1 + 1`); got.String() != "2" {
+	if got := luatest.MustCall(t, L, `return 1 + 1`); got.String() != "2" {
 		t.Fatal(got)
 	}
 }
 
 func TestSandboxPrint(t *testing.T) {
 	var lines []string
-	L := newSandboxState(sandboxOptions{Print: func(_ *lua.LState, msg string) { lines = append(lines, msg) }})
+	L := NewState(Options{Print: func(_ *lua.LState, msg string) { lines = append(lines, msg) }})
 	defer L.Close()
-	lbtMustCall(t, L, `print("a", 1, nil, true, 2.5, setmetatable({}, {__tostring = function() return "T" end})); print(); print("second")`)
+	luatest.MustCall(t, L, `print("a", 1, nil, true, 2.5, setmetatable({}, {__tostring = function() return "T" end})); print(); print("second")`)
 	want := []string{"a\t1\tnil\ttrue\t2.5\tT", "", "second"}
 	if fmt.Sprint(lines) != fmt.Sprint(want) {
 		t.Fatalf("got %q, want %q", lines, want)
 	}
 	// Without a Print function output is discarded.
-	quiet := newSandboxState(sandboxOptions{})
+	quiet := NewState(Options{})
 	defer quiet.Close()
-	lbtMustCall(t, quiet, `print("nothing")`)
+	luatest.MustCall(t, quiet, `print("nothing")`)
 }
 
 func TestSandboxStringBounds(t *testing.T) {
@@ -109,11 +119,11 @@ func TestSandboxStringBounds(t *testing.T) {
 		{"concat over the limit", `local t = {}; for i = 1, 600 do t[i] = "ab" end; return table.concat(t)`, "", "table.concat: result too large (more than 1024 bytes)"},
 		{"concat under the limit", `local t = {}; for i = 1, 100 do t[i] = i end; return #table.concat(t, ",")`, "291", ""},
 	}
-	L := newSandboxState(sandboxOptions{MaxStringSize: limit})
+	L := NewState(Options{MaxStringSize: limit})
 	defer L.Close()
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := lbtCall(t, L, tc.lua)
+			got, err := luatest.Call(t, L, tc.lua)
 			if tc.wantErr != "" {
 				if err == nil {
 					t.Fatalf("no error, got %d bytes", len(got.String()))
@@ -134,11 +144,11 @@ func TestSandboxStringBounds(t *testing.T) {
 }
 
 func TestSandboxDefaultStringLimit(t *testing.T) {
-	L := lbtState(t)
-	if got := lbtMustCall(t, L, `return #("x"):rep(16 * 1024 * 1024)`); got.String() != "16777216" {
+	L := newTestState(t)
+	if got := luatest.MustCall(t, L, `return #("x"):rep(16 * 1024 * 1024)`); got.String() != "16777216" {
 		t.Fatal(got)
 	}
-	_, err := lbtCall(t, L, `return ("x"):rep(16 * 1024 * 1024 + 1)`)
+	_, err := luatest.Call(t, L, `return ("x"):rep(16 * 1024 * 1024 + 1)`)
 	if err == nil || !strings.Contains(err.Error(), "string.rep: result too large (16777217 bytes > 16777216)") {
 		t.Fatalf("err = %v", err)
 	}
@@ -177,9 +187,9 @@ func TestSandboxGsubSameAsOriginal(t *testing.T) {
 	}
 	plain := lua.NewState()
 	defer plain.Close()
-	L := lbtState(t)
+	L := newTestState(t)
 	run := func(L *lua.LState, code string) string {
-		fn := lbtCompile(t, L, "g.lua", code)
+		fn := luatest.Compile(t, L, "g.lua", code)
 		top := L.GetTop()
 		L.Push(fn)
 		if err := L.PCall(0, lua.MultRet, nil); err != nil {
@@ -210,22 +220,22 @@ func TestSandboxRequireDoesNotReadFiles(t *testing.T) {
 	}
 	t.Chdir(dir)
 	t.Setenv("LUA_PATH", filepath.Join(dir, "?.lua"))
-	L := lbtState(t)
-	_, err := lbtCall(t, L, `return require("evil")`)
+	L := newTestState(t)
+	_, err := luatest.Call(t, L, `return require("evil")`)
 	if err == nil {
 		t.Fatal("require read a file")
 	}
-	if got := lbtMustCall(t, L, `return tostring(evil_ran)`); got.String() != "nil" {
+	if got := luatest.MustCall(t, L, `return tostring(evil_ran)`); got.String() != "nil" {
 		t.Fatal("evil.lua ran")
 	}
 }
 
 func TestSandboxOptionsDefaults(t *testing.T) {
-	o := sandboxOptions{}.withDefaults()
+	o := Options{}.withDefaults()
 	if o.CallStackSize <= 0 || o.RegistrySize < 128 || o.RegistryMaxSize <= o.RegistrySize || o.RegistryGrowStep <= 0 || o.MaxStringSize != 16<<20 || o.Print == nil {
 		t.Fatalf("defaults: %+v", o)
 	}
-	o = sandboxOptions{RegistrySize: 4096, RegistryMaxSize: 100}.withDefaults()
+	o = Options{RegistrySize: 4096, RegistryMaxSize: 100}.withDefaults()
 	if o.RegistryMaxSize <= 4096 {
 		t.Fatalf("registry cannot grow: %+v", o)
 	}

@@ -1,4 +1,4 @@
-package luabind
+package sandbox
 
 import (
 	"strings"
@@ -7,9 +7,9 @@ import (
 	"github.com/yuin/gopher-lua/pm"
 )
 
-// sandboxOptions configure newSandboxState. Zero fields take the defaults of
+// Options configure NewState. Zero fields take the defaults of
 // withDefaults, the one place defaults are decided.
-type sandboxOptions struct {
+type Options struct {
 	// CallStackSize bounds Lua call depth (deep recursion fails with "stack overflow").
 	CallStackSize int
 	// RegistrySize is the initial data stack, in slots; RegistryMaxSize the most it may
@@ -27,30 +27,30 @@ type sandboxOptions struct {
 }
 
 const (
-	sbDefaultCallStackSize = 256
+	defaultCallStackSize = 256
 	// Small initial stacks: every daemon is a coroutine with a data stack and a call
 	// stack of its own (lua.Options are shared by threads); both grow on demand.
-	sbDefaultRegistrySize = 256
-	sbDefaultRegistryMax  = 1024 * 1024 // slots (16 bytes each): 16 MiB at most
-	sbDefaultGrowStep     = 1024
-	sbDefaultMaxString    = 16 << 20
+	defaultRegistrySize = 256
+	defaultRegistryMax  = 1024 * 1024 // slots (16 bytes each): 16 MiB at most
+	defaultGrowStep     = 1024
+	defaultMaxString    = 16 << 20
 )
 
-func (o sandboxOptions) withDefaults() sandboxOptions {
+func (o Options) withDefaults() Options {
 	if o.CallStackSize <= 0 {
-		o.CallStackSize = sbDefaultCallStackSize
+		o.CallStackSize = defaultCallStackSize
 	}
 	if o.RegistrySize < 128 {
-		o.RegistrySize = sbDefaultRegistrySize
+		o.RegistrySize = defaultRegistrySize
 	}
 	if o.RegistryMaxSize <= o.RegistrySize {
-		o.RegistryMaxSize = max(sbDefaultRegistryMax, 2*o.RegistrySize)
+		o.RegistryMaxSize = max(defaultRegistryMax, 2*o.RegistrySize)
 	}
 	if o.RegistryGrowStep <= 0 {
-		o.RegistryGrowStep = max(sbDefaultGrowStep, o.RegistrySize)
+		o.RegistryGrowStep = max(defaultGrowStep, o.RegistrySize)
 	}
 	if o.MaxStringSize <= 0 {
-		o.MaxStringSize = sbDefaultMaxString
+		o.MaxStringSize = defaultMaxString
 	}
 	if o.Print == nil {
 		o.Print = func(*lua.LState, string) {}
@@ -58,7 +58,7 @@ func (o sandboxOptions) withDefaults() sandboxOptions {
 	return o
 }
 
-// newSandboxState creates an LState for operator scripts:
+// NewState creates an LState for operator scripts:
 //   - libraries: package (first), base, table, string, math, and a safe os holding only
 //     time, date and clock. No io, debug, coroutine or channel library.
 //   - removed: dofile, loadfile, _printregs, package.loadlib, package.path,
@@ -71,12 +71,12 @@ func (o sandboxOptions) withDefaults() sandboxOptions {
 //   - string.rep, string.format, string.gsub and table.concat refuse to build a string
 //     larger than MaxStringSize. The string metatable's __index is the string table, so
 //     ("x"):rep(n) and s:gsub(...) are bounded too.
-//   - pairs/ipairs honour __pairs/__ipairs (installIteration).
+//   - pairs/ipairs honour __pairs/__ipairs (InstallIteration).
 //
 // The `..` operator cannot be bounded without patching gopher-lua's VM: repeated
 // doubling (s = s .. s) still grows without limit; the handler deadline (SetContext)
 // does not help there since each concatenation is one instruction.
-func newSandboxState(opts sandboxOptions) *lua.LState {
+func NewState(opts Options) *lua.LState {
 	opts = opts.withDefaults()
 	L := lua.NewState(lua.Options{
 		CallStackSize:       opts.CallStackSize,
@@ -147,14 +147,14 @@ func newSandboxState(opts sandboxOptions) *lua.LState {
 		}
 	}
 
-	sbBoundStrings(L, opts.MaxStringSize)
-	installIteration(L)
+	boundStrings(L, opts.MaxStringSize)
+	InstallIteration(L)
 	return L
 }
 
-// sbBoundStrings replaces string.rep, string.format, string.gsub and table.concat with
+// boundStrings replaces string.rep, string.format, string.gsub and table.concat with
 // versions that refuse results larger than limit bytes.
-func sbBoundStrings(L *lua.LState, limit int) {
+func boundStrings(L *lua.LState, limit int) {
 	strMod, ok := L.G.Global.RawGetString("string").(*lua.LTable)
 	if ok {
 		strMod.RawSetString("rep", L.NewFunction(func(L *lua.LState) int {
@@ -173,14 +173,14 @@ func sbBoundStrings(L *lua.LState, limit int) {
 		if orig, ok := strMod.RawGetString("format").(*lua.LFunction); ok && orig.IsG {
 			origFormat := orig.GFunction
 			strMod.RawSetString("format", L.NewFunction(func(L *lua.LState) int {
-				if est := sbFormatEstimate(L); est > limit {
+				if est := formatEstimate(L); est > limit {
 					L.RaiseError("string.format: result too large (up to %d bytes > %d)", est, limit)
 				}
 				return origFormat(L)
 			}))
 		}
 		strMod.RawSetString("gsub", L.NewFunction(func(L *lua.LState) int {
-			return sbGsub(L, limit)
+			return gsub(L, limit)
 		}))
 	}
 	if tabMod, ok := L.G.Global.RawGetString("table").(*lua.LTable); ok {
@@ -222,11 +222,11 @@ func sbBoundStrings(L *lua.LState, limit int) {
 	}
 }
 
-// sbFormatEstimate bounds the length of string.format's result from above: gopher-lua
+// formatEstimate bounds the length of string.format's result from above: gopher-lua
 // hands the format to Go's fmt.Sprintf, whose widths and precisions go up to 10^6 and
 // whose explicit argument indexes (%[1]s) may repeat an argument; so every verb counts
 // its width, its precision and the longest argument.
-func sbFormatEstimate(L *lua.LState) int {
+func formatEstimate(L *lua.LState) int {
 	f := L.CheckString(1)
 	longest := 0
 	for i := 2; i <= L.GetTop(); i++ {
@@ -277,11 +277,11 @@ func sbFormatEstimate(L *lua.LState) int {
 	return est
 }
 
-// sbGsub is gopher-lua's string.gsub with the same semantics, built in linear time
+// gsub is gopher-lua's string.gsub with the same semantics, built in linear time
 // (gopher-lua's copies the whole string once per match), finding matches in batches
 // instead of all at once, honouring the state's context between batches, and refusing a
 // result larger than limit (or than the input, when the input is already larger).
-func sbGsub(L *lua.LState, limit int) int {
+func gsub(L *lua.LState, limit int) int {
 	str := L.CheckString(1)
 	pat := L.CheckString(2)
 	L.CheckTypes(3, lua.LTString, lua.LTTable, lua.LTFunction)
@@ -313,7 +313,7 @@ func sbGsub(L *lua.LState, limit int) int {
 		}
 		for _, md := range mds {
 			start, end := md.Capture(0), md.Capture(1)
-			rep, ok := sbGsubReplacement(L, str, repl, md)
+			rep, ok := gsubReplacement(L, str, repl, md)
 			if out == nil {
 				out = make([]byte, 0, len(src))
 			}
@@ -352,9 +352,9 @@ func sbGsub(L *lua.LState, limit int) int {
 	return 2
 }
 
-// sbGsubReplacement computes one replacement like gopher-lua does; ok is false when the
+// gsubReplacement computes one replacement like gopher-lua does; ok is false when the
 // match must stay as it is (a table or function gave false or nil).
-func sbGsubReplacement(L *lua.LState, str string, repl lua.LValue, md *pm.MatchData) (string, bool) {
+func gsubReplacement(L *lua.LState, str string, repl lua.LValue, md *pm.MatchData) (string, bool) {
 	switch r := repl.(type) {
 	case lua.LString:
 		rs := string(r)
@@ -374,7 +374,7 @@ func sbGsubReplacement(L *lua.LState, str string, repl lua.LValue, md *pm.MatchD
 			case d == '%':
 				b.WriteByte('%')
 			case d >= '0' && d <= '9':
-				b.WriteString(sbCaptured(L, md, str, 2*int(d-'0')))
+				b.WriteString(captured(L, md, str, 2*int(d-'0')))
 			default:
 				b.WriteByte('%')
 				b.WriteByte(d)
@@ -423,7 +423,7 @@ func sbGsubReplacement(L *lua.LState, str string, repl lua.LValue, md *pm.MatchD
 	return "", false
 }
 
-func sbCaptured(L *lua.LState, md *pm.MatchData, str string, idx int) string {
+func captured(L *lua.LState, md *pm.MatchData, str string, idx int) string {
 	if idx > 2 && idx >= md.CaptureLength() {
 		L.RaiseError("invalid capture index")
 	}
