@@ -1,0 +1,300 @@
+package testcluster
+
+import (
+	"context"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// Proxy is a reverse proxy in front of a test cluster's kube-apiserver, for faults
+// between a client and the server: latency on every request, and watches that end
+// with 410 Gone (an expired resourceVersion) on command. Its Env connects through
+// it (TLS to the proxy, which forwards with the cluster's own credentials).
+type Proxy struct {
+	// Env connects through the proxy: give it to the operator under test.
+	Env *Env
+
+	upstream *url.URL
+	rp       *httputil.ReverseProxy
+	server   *httptest.Server
+
+	mu       sync.Mutex
+	latency  func(*http.Request) time.Duration
+	seen     []Request
+	active   map[*activeWatch]struct{}
+	hold     func(*http.Request) bool // set while watches are held (ExpireWatches)
+	held     map[*activeWatch]struct{}
+	release  chan struct{} // closed by AnswerGone
+	answered int
+}
+
+// Request is one request the proxy received.
+type Request struct {
+	Method string
+	URL    *url.URL
+	At     time.Time
+	// Delay is the latency injected before it was forwarded.
+	Delay time.Duration
+	// Gone is set when the proxy answered it with 410 Gone instead of forwarding it.
+	Gone bool
+}
+
+type activeWatch struct {
+	req    *http.Request
+	cancel context.CancelFunc
+}
+
+// ProxyOptions configure a Proxy.
+type ProxyOptions struct {
+	// Latency, when set, gives each request the time the proxy waits before
+	// forwarding it (a watch's wait is before its stream starts).
+	Latency func(*http.Request) time.Duration
+}
+
+// NewProxy starts a proxy in front of e's kube-apiserver until the test ends.
+func (e *Env) NewProxy(t testing.TB, opts ProxyOptions) *Proxy {
+	t.Helper()
+	e.Require(t)
+	upstream, err := url.Parse(e.Config.Host)
+	if err != nil || upstream.Host == "" {
+		t.Fatalf("the test cluster's address %q: %v", e.Config.Host, err)
+	}
+	if upstream.Scheme == "" {
+		upstream.Scheme = "https"
+	}
+	transport, err := rest.TransportFor(e.Config)
+	if err != nil {
+		t.Fatalf("the test cluster's transport: %v", err)
+	}
+	p := &Proxy{upstream: upstream, latency: opts.Latency,
+		active: map[*activeWatch]struct{}{}, held: map[*activeWatch]struct{}{}}
+	p.rp = &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(upstream)
+			r.Out.Host = upstream.Host
+		},
+		Transport:     transport,
+		FlushInterval: -1, // watch events go through at once
+		ErrorLog:      log.New(io.Discard, "", 0),
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if r.Context().Err() == nil {
+				http.Error(w, "proxy: "+err.Error(), http.StatusBadGateway)
+			}
+		},
+	}
+	p.server = httptest.NewUnstartedServer(http.HandlerFunc(p.serve))
+	p.server.Config.ErrorLog = log.New(io.Discard, "", 0)
+	p.server.StartTLS()
+	t.Cleanup(p.close)
+
+	cfg := rest.AnonymousClientConfig(e.Config) // the proxy adds the credentials
+	cfg.Host = p.server.URL
+	cfg.TLSClientConfig = rest.TLSClientConfig{
+		CAData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: p.server.Certificate().Raw}),
+	}
+	p.Env = &Env{Config: cfg}
+	if p.Env.Dynamic, err = dynamic.NewForConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if p.Env.Kube, err = kubernetes.NewForConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func (p *Proxy) close() {
+	p.mu.Lock()
+	if p.release != nil {
+		close(p.release)
+		p.release, p.hold = nil, nil
+	}
+	for w := range p.active {
+		w.cancel()
+	}
+	p.mu.Unlock()
+	p.server.CloseClientConnections()
+	p.server.Close()
+}
+
+// IsWatch tells whether r is a watch request.
+func IsWatch(r *http.Request) bool {
+	v := r.URL.Query().Get("watch")
+	return v == "true" || v == "1"
+}
+
+// IsList tells whether r reads a whole collection from scratch: a list (GET without
+// watch), or a watch that starts with the collection's current objects
+// (sendInitialEvents=true, what client-go's informers use to list).
+func IsList(r *http.Request) bool {
+	if r.Method != http.MethodGet {
+		return false
+	}
+	if !IsWatch(r) {
+		return true
+	}
+	return r.URL.Query().Get("sendInitialEvents") == "true"
+}
+
+func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
+	rec := Request{Method: r.Method, URL: r.URL, At: time.Now()}
+	p.mu.Lock()
+	latency := p.latency
+	p.mu.Unlock()
+	if latency != nil {
+		rec.Delay = latency(r)
+	}
+	if rec.Delay > 0 {
+		select {
+		case <-time.After(rec.Delay):
+		case <-r.Context().Done():
+			return
+		}
+	}
+	if !IsWatch(r) {
+		p.record(rec)
+		p.rp.ServeHTTP(w, r)
+		return
+	}
+
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	aw := &activeWatch{req: r, cancel: cancel}
+	p.mu.Lock()
+	// A watch that resumes from a resourceVersion (not one that lists) is held
+	// while ExpireWatches is in force, and answered with 410 by AnswerGone.
+	if p.hold != nil && p.hold(r) && !IsList(r) {
+		release := p.release
+		p.held[aw] = struct{}{}
+		p.mu.Unlock()
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		p.mu.Lock()
+		delete(p.held, aw)
+		p.mu.Unlock()
+		if ctx.Err() != nil {
+			return
+		}
+		rec.Gone = true
+		p.record(rec)
+		p.mu.Lock()
+		p.answered++
+		p.mu.Unlock()
+		writeGone(w)
+		return
+	}
+	p.active[aw] = struct{}{}
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.active, aw)
+		p.mu.Unlock()
+	}()
+	p.record(rec)
+	p.rp.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// goneEvent is what kube-apiserver sends on a watch from a resourceVersion that is
+// no longer in its history (compacted).
+const goneEvent = `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",` +
+	`"message":"too old resource version","reason":"Expired","code":410}}` + "\n"
+
+func writeGone(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-cache, private")
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.WriteString(w, goneEvent)
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (p *Proxy) record(r Request) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.seen = append(p.seen, r)
+}
+
+// Requests returns the requests received so far, in order of arrival (after their
+// latency), those answered with 410 Gone included.
+func (p *Proxy) Requests() []Request {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]Request(nil), p.seen...)
+}
+
+// SetLatency replaces the latency function (nil: none).
+func (p *Proxy) SetLatency(latency func(*http.Request) time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.latency = latency
+}
+
+// ExpireWatches cuts the running watches that match (the client sees its stream
+// end, as when a connection or the server goes away) and holds the matching watches
+// that come next, which resume from the resourceVersion the client last saw, until
+// AnswerGone. Meanwhile the client's view falls behind the server's: what changes is
+// what a compacted history would no longer give. It returns how many watches it cut.
+func (p *Proxy) ExpireWatches(match func(*http.Request) bool) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.hold == nil {
+		p.release = make(chan struct{})
+	}
+	p.hold = match
+	cut := 0
+	for w := range p.active {
+		if match(w.req) {
+			w.cancel()
+			delete(p.active, w)
+			cut++
+		}
+	}
+	return cut
+}
+
+// HeldWatches is how many watches ExpireWatches holds now.
+func (p *Proxy) HeldWatches() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.held)
+}
+
+// AnswerGone answers the held watches with a watch ERROR event carrying a Status
+// with code 410 and reason Expired, as kube-apiserver does for a resourceVersion
+// that was compacted, and stops holding watches: the client must list again.
+func (p *Proxy) AnswerGone() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.release != nil {
+		close(p.release)
+	}
+	p.release, p.hold = nil, nil
+}
+
+// GoneAnswered is how many watches were answered with 410 Gone so far.
+func (p *Proxy) GoneAnswered() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.answered
+}
+
+// String names the proxy and its upstream, for logs.
+func (p *Proxy) String() string {
+	return fmt.Sprintf("proxy %s -> %s", p.server.URL, strings.TrimSuffix(p.upstream.String(), "/"))
+}
