@@ -38,8 +38,10 @@ func TestRetryingHandlerEventsAreRateLimited(t *testing.T) {
 		return status["flaky"] == "done", fmt.Sprintf("the handler has not succeeded yet (status %v)", status)
 	})
 
-	// Events are written asynchronously: wait for the success one (a Normal Event, not
-	// limited by the Warning burst), then for the writes to settle.
+	// Events are written asynchronously, but in order: the recorder hands them to one
+	// goroutine that correlates and writes them one by one. The success Event (a Normal
+	// one, not limited by the Warning burst) is the last one posted, so once it is on
+	// the server every Warning before it has been written or dropped.
 	events := func() []corev1.Event {
 		list, err := env.Kube.CoreV1().Events(ns).List(t.Context(), metav1.ListOptions{})
 		if err != nil {
@@ -61,7 +63,6 @@ func TestRetryingHandlerEventsAreRateLimited(t *testing.T) {
 		}
 		return false, "no HandlerSucceeded Event yet"
 	})
-	time.Sleep(time.Second)
 
 	var warnings, warningCount, flakyCount int32
 	aggregated := false

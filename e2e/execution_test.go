@@ -36,15 +36,19 @@ func TestObjectRecreatedWhileItsOldCycleRunsIsHandledAsNew(t *testing.T) {
 	deleteObject(t, ns, "w")
 	waitGone(t, widgets, ns, "w")
 	second := create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w}, spec: {size: 2}}")
-	// Through the old cycle's end (its 2 s sleep), the new object never carries the
-	// old one's result, not even for a moment.
-	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-		now := get(t, widgets, ns, "w")
-		if uid, _, _ := unstructured.NestedString(now.Object, "status", "made", "uid"); uid != "" && uid != string(second.GetUID()) {
+	// Both incarnations share the object's key, handled by one worker at a time: the
+	// new one's cycle runs only after the old cycle (its 2 s sleep, then its refused
+	// patch) ended. Until the new one's result shows, the object never carries the old
+	// one's result, not even for a moment.
+	var obj *unstructured.Unstructured
+	testcluster.Eventually(t, 15*time.Second, func() (bool, string) {
+		obj = get(t, widgets, ns, "w")
+		uid, _, _ := unstructured.NestedString(obj.Object, "status", "made", "uid")
+		if uid != "" && uid != string(second.GetUID()) {
 			t.Fatalf("the new object carries the old incarnation's result (uid %s)", uid)
 		}
-	}
-	obj := waitField(t, widgets, ns, "w", "status.made.uid", string(second.GetUID()))
+		return uid == string(second.GetUID()), "waiting for the new object's own result: status.made.uid is " + uid
+	})
 	if size, _, _ := unstructured.NestedFieldNoCopy(obj.Object, "status", "made", "size"); sameValue(size, 1) {
 		t.Errorf("the new object carries the old one's result: %v", obj.Object["status"])
 	}
@@ -62,12 +66,16 @@ func TestTwoSpellingsOfOneResourceShareOneWorker(t *testing.T) {
 		{Name: "b.lua", Source: []byte(`
 			local luaop = require("luaop")
 			luaop.on.create("examples.luaop.dev/v1/Widget", function(ctx) luaop.sleep(0.2); return "b" end, { id = "by_kind" })
+			luaop.on.update("examples.luaop.dev/v1/Widget", function(ctx) return ctx.spec.size end, { id = "later" })
 		`)},
 	}})
 	create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w}, spec: {size: 1}}")
 	waitField(t, widgets, ns, "w", "status.by_plural", "a")
 	waitField(t, widgets, ns, "w", "status.by_kind", "b")
-	time.Sleep(time.Second) // a duplicate run, if any, would show by now
+	// One object's events are handled in order: once a later change is handled, any
+	// run the creation would cause again has already happened and is counted below.
+	mergePatch(t, widgets, ns, "w", `{"spec":{"size":2}}`)
+	waitField(t, widgets, ns, "w", "status.later", int64(2))
 	log := op.Log.String()
 	for _, id := range []string{"by_plural", "by_kind"} {
 		if n := strings.Count(log, `"handler succeeded" handler=`+id) + strings.Count(log, `"msg":"handler succeeded","handler":"`+id+`"`); n > 1 {
@@ -86,14 +94,19 @@ func TestSleepingHandlerDoesNotDelayAnotherObjectOnItsShard(t *testing.T) {
 	opts := operator.Options{Scripts: script(`
 		local luaop = require("luaop")
 		luaop.on.create("examples.luaop.dev/v1/widgets", function(ctx)
-			if ctx.spec.slow then luaop.sleep(4) end
+			if ctx.spec.slow then
+				ctx.logger.info("slow handler sleeps")
+				luaop.sleep(4)
+			end
 			return { at = os.time() }
 		end, { id = "made" })
 	`)}
 	opts.Runtime.Shards = 1
-	startWith(t, ns, opts)
+	op := startWith(t, ns, opts)
 	create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: slow}, spec: {size: 1, slow: true}}")
-	time.Sleep(300 * time.Millisecond)
+	testcluster.Eventually(t, 10*time.Second, func() (bool, string) {
+		return strings.Contains(op.Log.String(), "slow handler sleeps"), "waiting for the slow object's handler to start sleeping"
+	})
 	create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: fast}, spec: {size: 1}}")
 	testcluster.Eventually(t, 10*time.Second, func() (bool, string) {
 		fast, err := env.Dynamic.Resource(widgets).Namespace(ns).Get(t.Context(), "fast", metav1.GetOptions{})

@@ -112,10 +112,14 @@ func TestPermanentErrorIsNotRetried(t *testing.T) {
 			ctx.logger.info("attempting")
 			error(luaop.permanent_error("this can never work"))
 		end, { id = "doomed" })
+		luaop.on.update("examples.luaop.dev/v1/widgets", function(ctx) return ctx.spec.size end, { id = "later" })
 	`)})
 	create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w}, spec: {size: 1}}")
 	waitHandled(t, widgets, ns, "w", `{"spec":{"size":1}}`)
-	time.Sleep(time.Second)
+	// One object's events are handled in order: once a later change is handled, a
+	// retry of the creation's handler would already have run.
+	mergePatch(t, widgets, ns, "w", `{"spec":{"size":2}}`)
+	waitField(t, widgets, ns, "w", "status.later", int64(2))
 	logs := op.Log.String()
 	if n := strings.Count(logs, "attempting"); n != 1 {
 		t.Errorf("the handler ran %d times, want 1", n)
@@ -174,13 +178,23 @@ func TestPrunedStatusIsReportedOnceNotRetried(t *testing.T) {
 			ctx.patch.status.phase = "Ready"
 			return { detail = "pruned by the schema" }
 		end, { id = "strict" })
+		luaop.on.update("e2e.luaop.dev/v1/strictthings", function(ctx)
+			ctx.patch.status.phase = "Changed"
+		end, { id = "later" })
 	`)})
 	for i := 0; i < 2; i++ {
 		create(t, strictThings, ns, fmt.Sprintf("{apiVersion: e2e.luaop.dev/v1, kind: StrictThing, metadata: {name: s%d}, spec: {a: 1}}", i))
 	}
 	waitField(t, strictThings, ns, "s0", "status.phase", "Ready")
 	waitField(t, strictThings, ns, "s1", "status.phase", "Ready")
-	time.Sleep(time.Second)
+	// One object's events are handled in order: once a later change of each is
+	// handled, a re-run of its creation's handler (a loop on the pruned result) would
+	// already have run.
+	for _, name := range []string{"s0", "s1"} {
+		mergePatch(t, strictThings, ns, name, `{"spec":{"a":2}}`)
+	}
+	waitField(t, strictThings, ns, "s0", "status.phase", "Changed")
+	waitField(t, strictThings, ns, "s1", "status.phase", "Changed")
 	logs := op.Log.String()
 	if n := strings.Count(logs, "strict run"); n != 2 {
 		t.Errorf("the handler ran %d times for 2 objects, want 2", n)
