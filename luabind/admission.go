@@ -13,6 +13,7 @@ import (
 	lua "github.com/yuin/gopher-lua"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/luaop/luaop/luabind/internal/luavalue"
 	"github.com/luaop/luaop/processing/causes"
 )
 
@@ -167,7 +168,7 @@ func (s *shard) admit(ctx context.Context, req *AdmissionRequest, cause causes.C
 	}
 	if req.Handler.Kind == causes.KindMutate && cs.patchTbl != nil {
 		prunePatchTable(cs.patchTbl, s.patchMT)
-		p, err := fromLua(cs.patchTbl)
+		p, err := luavalue.FromLua(cs.patchTbl)
 		if err != nil {
 			return AdmissionResponse{}, fmt.Errorf("%s: ctx.patch: %w", req.Handler.Source, err)
 		}
@@ -209,9 +210,9 @@ func (s *shard) admissionField(L *lua.LState, cs *callState, key string) lua.LVa
 		return lua.LString(adm.req.Operation)
 	case "userinfo":
 		if adm.req.UserInfo == nil {
-			return newProxyNamed(L, map[string]any{}, "ctx.userinfo")
+			return luavalue.NewProxyNamed(L, map[string]any{}, "ctx.userinfo")
 		}
-		return newProxyNamed(L, adm.req.UserInfo, "ctx.userinfo")
+		return luavalue.NewProxyNamed(L, adm.req.UserInfo, "ctx.userinfo")
 	case "dryrun":
 		return lua.LBool(adm.req.DryRun)
 	case "subresource":

@@ -10,6 +10,7 @@ import (
 	lua "github.com/yuin/gopher-lua"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/luaop/luaop/luabind/internal/luavalue"
 	"github.com/luaop/luaop/processing/causes"
 	"github.com/luaop/luaop/state"
 )
@@ -38,7 +39,7 @@ func (s *shard) newModule() *lua.LTable {
 	mod.RawSetString("index", L.NewFunction(s.registerKind(causes.KindIndex, "index")))
 	mod.RawSetString("PRESENT", presentMarker(L))
 	mod.RawSetString("ABSENT", absentMarker(L))
-	installMarkers(L, mod)
+	luavalue.InstallMarkers(L, mod)
 	installErrorConstructors(L, mod)
 	installAdmissionError(L, mod)
 	s.installKube(mod)
@@ -348,7 +349,7 @@ func (s *shard) optValueFilter(L *lua.LState, name string, v lua.LValue, fn **lu
 		*fn = v.(*lua.LFunction)
 		return valueFilter{mode: valueCallback}
 	}
-	out, err := fromLua(v)
+	out, err := luavalue.FromLua(v)
 	if err != nil {
 		L.RaiseError("option %s: %s (use a value, luaop.PRESENT, luaop.ABSENT or a function(value, ctx))", name, err.Error())
 	}

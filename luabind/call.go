@@ -12,6 +12,7 @@ import (
 
 	lua "github.com/yuin/gopher-lua"
 
+	"github.com/luaop/luaop/luabind/internal/luavalue"
 	"github.com/luaop/luaop/processing/causes"
 	"github.com/luaop/luaop/state"
 )
@@ -103,7 +104,7 @@ func (s *shard) invoke(ctx context.Context, call causes.Call) (causes.Result, er
 	if ret == lua.LNil {
 		return result, nil
 	}
-	out, err := fromLua(ret)
+	out, err := luavalue.FromLua(ret)
 	if err != nil {
 		return causes.Result{}, &causes.PermanentError{Message: fmt.Sprintf("%s: the handler's return value: %s", call.Handler.Source, err)}
 	}
@@ -152,7 +153,7 @@ func (s *shard) mergePatch(cs *callState, call causes.Call) error {
 		return nil
 	}
 	prunePatchTable(cs.patchTbl, s.patchMT)
-	p, err := fromLua(cs.patchTbl)
+	p, err := luavalue.FromLua(cs.patchTbl)
 	if err != nil {
 		return &causes.PermanentError{Message: fmt.Sprintf("%s: ctx.patch: %s", call.Handler.Source, err)}
 	}
@@ -206,7 +207,7 @@ func (s *shard) matchCallbacksAdm(ctx context.Context, spec causes.Spec, fns *ha
 			v, ok := values[key]
 			arg := lua.LValue(lua.LNil)
 			if ok {
-				arg = toLua(s.L, v)
+				arg = luavalue.ToLua(s.L, v)
 			}
 			ret, err := fcall(fn, arg)
 			if err != nil {
@@ -221,7 +222,7 @@ func (s *shard) matchCallbacksAdm(ctx context.Context, spec causes.Spec, fns *ha
 		if !fv.present {
 			return lua.LNil
 		}
-		return toLua(s.L, fv.v)
+		return luavalue.ToLua(s.L, fv.v)
 	}
 	if fns.valueFn != nil && f != nil {
 		// kopf: the value matches when the new or the old one does (new first).
@@ -377,19 +378,19 @@ func (s *shard) ctxField(L *lua.LState, cs *callState, key string) lua.LValue {
 	meta, _ := body["metadata"].(map[string]any)
 	switch key {
 	case "body":
-		return newProxyNamed(L, body, ctxRoots[key])
+		return luavalue.NewProxyNamed(L, body, ctxRoots[key])
 	case "spec", "status":
 		if v, ok := body[key]; ok {
-			return newProxyNamed(L, v, ctxRoots[key])
+			return luavalue.NewProxyNamed(L, v, ctxRoots[key])
 		}
-		return newProxyNamed(L, map[string]any{}, ctxRoots[key])
+		return luavalue.NewProxyNamed(L, map[string]any{}, ctxRoots[key])
 	case "meta", "metadata":
-		return newProxyNamed(L, meta, ctxRoots[key])
+		return luavalue.NewProxyNamed(L, meta, ctxRoots[key])
 	case "labels", "annotations":
 		if v, ok := meta[key]; ok {
-			return newProxyNamed(L, v, ctxRoots[key])
+			return luavalue.NewProxyNamed(L, v, ctxRoots[key])
 		}
-		return newProxyNamed(L, map[string]any{}, ctxRoots[key])
+		return luavalue.NewProxyNamed(L, map[string]any{}, ctxRoots[key])
 	case "name", "namespace", "uid", "resourceVersion":
 		if v, ok := meta[key].(string); ok {
 			return lua.LString(v)
@@ -413,7 +414,7 @@ func (s *shard) ctxField(L *lua.LState, cs *callState, key string) lua.LValue {
 		if v == nil {
 			return lua.LNil // absent (a creation's old value): plain nil, not luaop.null
 		}
-		return newProxyNamed(L, v, ctxRoots[key])
+		return luavalue.NewProxyNamed(L, v, ctxRoots[key])
 	case "diff":
 		return diffToLua(L, call.Cause.Diff)
 	case "patch":
@@ -484,10 +485,10 @@ func diffToLua(L *lua.LState, d state.Diff) lua.LValue {
 		// An added field has no old value and a removed one no new value: plain nil
 		// (as ctx.old on a creation), not luaop.null.
 		if item.Old != nil {
-			e.RawSetString("old", toLua(L, item.Old))
+			e.RawSetString("old", luavalue.ToLua(L, item.Old))
 		}
 		if item.New != nil {
-			e.RawSetString("new", toLua(L, item.New))
+			e.RawSetString("new", luavalue.ToLua(L, item.New))
 		}
 		t.Append(e)
 	}
@@ -636,7 +637,7 @@ func (s *shard) indexesTable(L *lua.LState, call causes.Call) lua.LValue {
 			copy(list, v)
 			m[k] = list
 		}
-		v := newProxy(L, m)
+		v := luavalue.NewProxy(L, m)
 		L.Push(v)
 		return 1
 	}))
@@ -680,7 +681,7 @@ func logFields(L *lua.LState, start, top int) ([]any, bool) {
 	sort.Strings(keys)
 	attrs := make([]any, 0, 2*len(keys))
 	for _, k := range keys {
-		v, err := fromLua(values[k])
+		v, err := luavalue.FromLua(values[k])
 		if err != nil {
 			v = L.ToStringMeta(values[k]).String()
 		}

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/luaop/luaop/luabind/internal/luatest"
 	"github.com/luaop/luaop/processing/causes"
 	"github.com/luaop/luaop/state"
 )
@@ -30,7 +31,7 @@ end})
 
 func benchSetup(b *testing.B, shards int) (*Runtime, map[string]any) {
 	b.Helper()
-	obj := lbtLoadFile(b, "deployment.json").(map[string]any)
+	obj := luatest.LoadFile(b, "deployment.json").(map[string]any)
 	return rttNew(b, Options{Shards: shards}, "bench.lua", benchScript), obj
 }
 

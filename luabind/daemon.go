@@ -6,6 +6,7 @@ import (
 
 	lua "github.com/yuin/gopher-lua"
 
+	"github.com/luaop/luaop/luabind/internal/luavalue"
 	"github.com/luaop/luaop/processing/causes"
 )
 
@@ -52,7 +53,7 @@ func (s *shard) takeDaemonPatch(L *lua.LState, cs *callState) map[string]any {
 		return nil
 	}
 	prunePatchTable(cs.patchTbl, s.patchMT)
-	p, err := fromLua(cs.patchTbl)
+	p, err := luavalue.FromLua(cs.patchTbl)
 	cs.patchTbl = nil
 	if err != nil {
 		logger := cs.logger

@@ -13,6 +13,7 @@ import (
 
 	lua "github.com/yuin/gopher-lua"
 
+	"github.com/luaop/luaop/luabind/internal/luavalue"
 	"github.com/luaop/luaop/processing/causes"
 )
 
@@ -102,7 +103,7 @@ func luaError(err error) error {
 			se.cause = r.err
 			break
 		}
-		if _, ok := obj.Value.(cvNull); ok {
+		if luavalue.IsNull(obj) {
 			se.Message = "error(luaop.null) raised"
 			break
 		}
@@ -170,8 +171,8 @@ func leTraceLocation(trace string) (string, int) {
 // leRenderTable renders error({...}): its message field when there is one, else a
 // compact Lua-like dump with sorted keys.
 func leRenderTable(t *lua.LTable) string {
-	if pd := proxyDataOf(t); pd != nil {
-		return leRenderGo(pd.v)
+	if v, ok := luavalue.ProxyValue(t); ok {
+		return leRenderGo(v)
 	}
 	if m := t.RawGetString("message"); m != lua.LNil {
 		if s, ok := m.(lua.LString); ok {
@@ -207,7 +208,7 @@ func leDump(b *strings.Builder, v lua.LValue, depth int) {
 		x.ForEach(func(k, v lua.LValue) {
 			ks := k.String()
 			if s, ok := k.(lua.LString); ok {
-				if !cvIsIdent(string(s)) {
+				if !luavalue.IsIdent(string(s)) {
 					ks = "[" + strconv.Quote(string(s)) + "]"
 				}
 			} else {
@@ -227,7 +228,7 @@ func leDump(b *strings.Builder, v lua.LValue, depth int) {
 		}
 		b.WriteString("}")
 	case *lua.LUserData:
-		if _, ok := x.Value.(cvNull); ok {
+		if luavalue.IsNull(x) {
 			b.WriteString("null")
 			return
 		}
@@ -256,17 +257,31 @@ func throwGoError(L *lua.LState, err error) {
 }
 
 func leNewRaised(L *lua.LState, err error) *lua.LUserData {
-	return &lua.LUserData{Value: &leRaised{err: err}, Metatable: conv(L).errMT}
+	return &lua.LUserData{Value: &leRaised{err: err}, Metatable: leMetatable(L)}
 }
 
-func (c *convCtx) initErrors(L *lua.LState) {
-	c.errMT = L.CreateTable(0, 3)
-	c.errMT.RawSetString("__tostring", L.NewFunction(func(L *lua.LState) int {
+// leRegistryKey is where a state's registry keeps the metatable of raised errors.
+const leRegistryKey = "luaop.luaerr.metatable"
+
+// leMetatable returns the state's metatable of raised errors, making it on first use.
+// It lives in the state's registry, which coroutines (NewThread) share.
+func leMetatable(L *lua.LState) *lua.LTable {
+	if mt, ok := L.G.Registry.RawGetString(leRegistryKey).(*lua.LTable); ok {
+		return mt
+	}
+	mt := newErrorMetatable(L)
+	L.G.Registry.RawSetString(leRegistryKey, mt)
+	return mt
+}
+
+func newErrorMetatable(L *lua.LState) *lua.LTable {
+	errMT := L.CreateTable(0, 3)
+	errMT.RawSetString("__tostring", L.NewFunction(func(L *lua.LState) int {
 		r := leRaisedArg(L)
 		L.Push(lua.LString(r.err.Error()))
 		return 1
 	}))
-	c.errMT.RawSetString("__index", L.NewFunction(func(L *lua.LState) int {
+	errMT.RawSetString("__index", L.NewFunction(func(L *lua.LState) int {
 		r := leRaisedArg(L)
 		var te *causes.TemporaryError
 		var pe *causes.PermanentError
@@ -312,7 +327,8 @@ func (c *convCtx) initErrors(L *lua.LState) {
 		}
 		return 1
 	}))
-	c.errMT.RawSetString("__metatable", lua.LString("luaop.error"))
+	errMT.RawSetString("__metatable", lua.LString("luaop.error"))
+	return errMT
 }
 
 func leRaisedArg(L *lua.LState) *leRaised {

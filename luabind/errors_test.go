@@ -11,8 +11,24 @@ import (
 
 	lua "github.com/yuin/gopher-lua"
 
+	"github.com/luaop/luaop/luabind/internal/luatest"
+	"github.com/luaop/luaop/luabind/internal/luavalue"
+	"github.com/luaop/luaop/luabind/internal/sandbox"
 	"github.com/luaop/luaop/processing/causes"
 )
+
+// lbtState returns a sandboxed state with a global `luaop` holding the markers and the
+// error constructors.
+func lbtState(t testing.TB) *lua.LState {
+	t.Helper()
+	L := sandbox.NewState(sandbox.Options{})
+	t.Cleanup(L.Close)
+	mod := L.NewTable()
+	luavalue.InstallMarkers(L, mod)
+	installErrorConstructors(L, mod)
+	L.SetGlobal("luaop", mod)
+	return L
+}
 
 // lbtErrorState is lbtState plus Go functions that fail in various ways.
 func lbtErrorState(t testing.TB) *lua.LState {
@@ -87,8 +103,8 @@ func TestLuaErrorScriptErrors(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			L := lbtErrorState(t)
-			L.SetGlobal("luaop_proxy", newProxy(L, map[string]any{"spec": map[string]any{}}))
-			_, raw := lbtCall(t, L, tc.lua)
+			L.SetGlobal("luaop_proxy", luavalue.NewProxy(L, map[string]any{"spec": map[string]any{}}))
+			_, raw := luatest.Call(t, L, tc.lua)
 			if raw == nil {
 				t.Fatal("no error")
 			}
@@ -138,7 +154,7 @@ func TestLuaErrorCauses(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			L := lbtErrorState(t)
-			_, raw := lbtCall(t, L, tc.lua)
+			_, raw := luatest.Call(t, L, tc.lua)
 			if raw == nil {
 				t.Fatal("no error")
 			}
@@ -164,7 +180,7 @@ func TestLuaErrorConstructorArguments(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			L := lbtErrorState(t)
-			_, err := lbtCall(t, L, tc.lua)
+			_, err := luatest.Call(t, L, tc.lua)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want %q", err, tc.want)
 			}
@@ -200,7 +216,7 @@ func TestLuaErrorContext(t *testing.T) {
 			defer cancel()
 			L.SetContext(ctx)
 			defer L.RemoveContext()
-			_, raw := lbtCall(t, L, tc.lua)
+			_, raw := luatest.Call(t, L, tc.lua)
 			err := luaError(raw)
 			if !errors.Is(err, tc.is) {
 				t.Fatalf("errors.Is(%v, %v) is false", err, tc.is)
@@ -223,13 +239,13 @@ func TestLuaErrorPassThrough(t *testing.T) {
 	}
 	// Wrapped ApiError is found.
 	L := lbtErrorState(t)
-	_, raw := lbtCall(t, L, "error('x')")
+	_, raw := luatest.Call(t, L, "error('x')")
 	var se *ScriptError
 	if !errors.As(luaError(fmt.Errorf("calling handler: %w", raw)), &se) || se.Message != "x" {
 		t.Fatal("wrapped ApiError")
 	}
 	// A Go error raised by throwGoError is reachable.
-	_, raw = lbtCall(t, L, "gofail()")
+	_, raw = luatest.Call(t, L, "gofail()")
 	if !errors.Is(luaError(raw), io.ErrUnexpectedEOF) {
 		t.Fatal("throwGoError: cause lost")
 	}
@@ -286,7 +302,7 @@ func TestLuaErrorsDoNotPanic(t *testing.T) {
 		"error('x')", "error(nil)", "error({})", "gopanic()", "goyield()", "local function f() f() end f()",
 		"error(luaop.temporary_error('x'))", "local t = nil; t.x = 1", "string.rep('x', 1e12)", "return #nil",
 	} {
-		_, err := lbtCall(t, L, code)
+		_, err := luatest.Call(t, L, code)
 		if err == nil {
 			t.Fatalf("%s: no error", code)
 		}
@@ -294,7 +310,7 @@ func TestLuaErrorsDoNotPanic(t *testing.T) {
 			t.Fatalf("%s: mapped to nil", code)
 		}
 	}
-	if got := lbtMustCall(t, L, "return 40 + 2"); got.String() != "42" {
+	if got := luatest.MustCall(t, L, "return 40 + 2"); got.String() != "42" {
 		t.Fatal("state unusable")
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"strings"
 
 	lua "github.com/yuin/gopher-lua"
+
+	"github.com/luaop/luaop/luabind/internal/luavalue"
 )
 
 // Isolation between scripts.
@@ -68,8 +70,8 @@ const isoMaxDepth = 4
 // newIsolation builds the base globals of a state whose libraries are open
 // (sandbox.NewState) and the read-only view of module (may be nil).
 func newIsolation(L *lua.LState, module *lua.LTable) *isolation {
-	c := conv(L)
-	iso := &isolation{markerMTs: map[*lua.LTable]bool{c.arrayMT: true, c.objectMT: true}}
+	listMT, objectMT := luavalue.Markers(L)
+	iso := &isolation{markerMTs: map[*lua.LTable]bool{listMT: true, objectMT: true}}
 	g := L.G.Global
 
 	strView := lua.LValue(lua.LNil)

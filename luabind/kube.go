@@ -11,6 +11,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"sigs.k8s.io/yaml"
+
+	"github.com/luaop/luaop/luabind/internal/luavalue"
 )
 
 // Kube is the cluster access that scripts get as luaop.kube and the event helpers.
@@ -58,9 +60,10 @@ func (s *shard) installKube(mod *lua.LTable) {
 			}
 			t := L.CreateTable(len(items), 0)
 			for _, it := range items {
-				t.Append(toLua(L, it))
+				t.Append(luavalue.ToLua(L, it))
 			}
-			L.SetMetatable(t, conv(L).arrayMT)
+			listMT, _ := luavalue.Markers(L)
+			L.SetMetatable(t, listMT)
 			L.Push(t)
 			return 1
 		},
@@ -73,7 +76,7 @@ func (s *shard) installKube(mod *lua.LTable) {
 			return s.pushObject(L, created, err)
 		},
 		"patch": func(L *lua.LState) int {
-			patch, err := fromLua(L.CheckAny(5))
+			patch, err := luavalue.FromLua(L.CheckAny(5))
 			if err != nil {
 				L.ArgError(5, err.Error())
 			}
@@ -132,7 +135,7 @@ func (s *shard) installKube(mod *lua.LTable) {
 
 	jsonMod := L.NewTable()
 	jsonMod.RawSetString("encode", L.NewFunction(func(L *lua.LState) int {
-		v, err := fromLua(L.CheckAny(1))
+		v, err := luavalue.FromLua(L.CheckAny(1))
 		if err != nil {
 			L.ArgError(1, err.Error())
 		}
@@ -156,7 +159,7 @@ func (s *shard) installKube(mod *lua.LTable) {
 			L.Push(lua.LString("json.decode: " + err.Error()))
 			return 2
 		}
-		L.Push(toLua(L, v))
+		L.Push(luavalue.ToLua(L, v))
 		return 1
 	}))
 	mod.RawSetString("json", jsonMod)
@@ -181,7 +184,7 @@ func (s *shard) installKube(mod *lua.LTable) {
 			L.Push(lua.LString("yaml.decode: " + err.Error()))
 			return 2
 		}
-		L.Push(toLua(L, v))
+		L.Push(luavalue.ToLua(L, v))
 		return 1
 	}))
 	mod.RawSetString("yaml", yamlMod)
@@ -249,7 +252,7 @@ func (s *shard) callContext(L *lua.LState) context.Context {
 // script made), not the shard's main state, and values must go on its stack.
 
 func (s *shard) checkObject(L *lua.LState, n int) map[string]any {
-	v, err := fromLua(L.CheckAny(n))
+	v, err := luavalue.FromLua(L.CheckAny(n))
 	if err != nil {
 		L.ArgError(n, err.Error())
 	}
@@ -264,7 +267,7 @@ func (s *shard) pushObject(L *lua.LState, obj map[string]any, err error) int {
 	if err != nil {
 		return s.pushError(L, err)
 	}
-	L.Push(toLua(L, obj))
+	L.Push(luavalue.ToLua(L, obj))
 	return 1
 }
 

@@ -4,6 +4,8 @@ import (
 	_ "embed"
 
 	lua "github.com/yuin/gopher-lua"
+
+	"github.com/luaop/luaop/luabind/internal/luavalue"
 )
 
 // prelude.lua defines the object helpers (owner references, adopt, label) in Lua:
@@ -23,7 +25,7 @@ func (s *shard) runPrelude(mod *lua.LTable) {
 		if cs == nil || cs.call.Cause.Body == nil {
 			return 0
 		}
-		L.Push(newProxy(L, cs.call.Cause.Body))
+		L.Push(luavalue.NewProxy(L, cs.call.Cause.Body))
 		return 1
 	})
 	L.Push(fn)

@@ -11,6 +11,7 @@ import (
 
 	lua "github.com/yuin/gopher-lua"
 
+	"github.com/luaop/luaop/luabind/internal/luavalue"
 	"github.com/luaop/luaop/luabind/internal/sandbox"
 	"github.com/luaop/luaop/processing/causes"
 )
@@ -235,7 +236,7 @@ func (s *shard) memoFor(uid string) *lua.LTable {
 	// states, so each object gets its own copy of each value.
 	if seed := s.rt.opMemo.Load(); seed != nil {
 		for _, k := range seed.keys {
-			m.RawSetString(k, toLua(s.L, seed.values[k]))
+			m.RawSetString(k, luavalue.ToLua(s.L, seed.values[k]))
 		}
 	}
 	s.memos.RawSetString(uid, m)
@@ -259,7 +260,7 @@ func (s *shard) snapshotOperatorMemo() {
 		if !ok {
 			return
 		}
-		val, err := fromLua(v)
+		val, err := luavalue.FromLua(v)
 		if err != nil {
 			s.rt.opts.Logger.Warn("ctx.memo."+string(key)+" set by a startup handler is not copied into the objects' memos: only data (strings, numbers, booleans, tables of them) can be", "error", err)
 			return

@@ -1,166 +1,31 @@
-package luabind
+package luavalue
 
 import (
 	"encoding/json"
-	"fmt"
-	"math"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
 	lua "github.com/yuin/gopher-lua"
-	kjson "k8s.io/apimachinery/pkg/util/json"
 
 	"github.com/luaop/luaop/luabind/internal/luatest"
 	"github.com/luaop/luaop/luabind/internal/sandbox"
 )
 
-// ---- helpers shared by the tests of convert, proxy, sandbox and errors ----
-
-// lbtState returns a sandboxed state with a global `luaop` holding the markers and the
-// error constructors.
-func lbtState(t testing.TB) *lua.LState {
+// newTestState returns a sandboxed state with a global `luaop` holding the markers
+// and a global `userdata()` making a plain userdata.
+func newTestState(t testing.TB) *lua.LState {
 	t.Helper()
 	L := sandbox.NewState(sandbox.Options{})
 	t.Cleanup(L.Close)
 	mod := L.NewTable()
-	installMarkers(L, mod)
-	installErrorConstructors(L, mod)
+	InstallMarkers(L, mod)
 	L.SetGlobal("luaop", mod)
+	L.SetGlobal("userdata", L.NewFunction(func(L *lua.LState) int {
+		L.Push(L.NewUserData())
+		return 1
+	}))
 	return L
-}
-
-// lbtCompile compiles code as chunk `name` (so error messages say name:line:).
-func lbtCompile(t testing.TB, L *lua.LState, name, code string) *lua.LFunction {
-	t.Helper()
-	fn, err := L.Load(strings.NewReader(code), name)
-	if err != nil {
-		t.Fatalf("compile %s: %v", name, err)
-	}
-	return fn
-}
-
-// lbtCall runs code (as handler.lua) with args and returns its first result, or the
-// raw error of PCall.
-func lbtCall(t testing.TB, L *lua.LState, code string, args ...lua.LValue) (lua.LValue, error) {
-	t.Helper()
-	fn := lbtCompile(t, L, "handler.lua", code)
-	top := L.GetTop()
-	L.Push(fn)
-	for _, a := range args {
-		L.Push(a)
-	}
-	if err := L.PCall(len(args), 1, nil); err != nil {
-		L.SetTop(top)
-		return nil, err
-	}
-	v := L.Get(-1)
-	L.SetTop(top)
-	return v, nil
-}
-
-func lbtMustCall(t testing.TB, L *lua.LState, code string, args ...lua.LValue) lua.LValue {
-	t.Helper()
-	v, err := lbtCall(t, L, code, args...)
-	if err != nil {
-		t.Fatalf("lua: %v", err)
-	}
-	return v
-}
-
-// lbtDecode decodes JSON like client-go (int64 / float64 numbers).
-func lbtDecode(t testing.TB, data []byte) any {
-	t.Helper()
-	var v any
-	if err := kjson.Unmarshal(data, &v); err != nil {
-		t.Fatalf("decode: %v", err)
-	}
-	return v
-}
-
-func lbtLoadFile(t testing.TB, name string) any {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join(luatest.TestdataDir(), name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return lbtDecode(t, data)
-}
-
-// lbtSameJSON compares a value with what came back from Lua: numbers by value, and an
-// integral number within ±2^53 must come back as int64 (so JSON prints 3, not 3.0).
-func lbtSameJSON(want, got any, path string) error {
-	switch w := want.(type) {
-	case int64, float64:
-		wf := lbtFloat(w)
-		gf, ok := lbtNumber(got)
-		if !ok {
-			return fmt.Errorf("%s: want number %v, got %T %v", path, want, got, got)
-		}
-		if wf != gf {
-			return fmt.Errorf("%s: want %v, got %v", path, want, got)
-		}
-		if wf == math.Trunc(wf) && math.Abs(wf) <= 1<<53 {
-			if _, isInt := got.(int64); !isInt {
-				return fmt.Errorf("%s: want int64 %v, got %T", path, want, got)
-			}
-		}
-		return nil
-	case map[string]any:
-		g, ok := got.(map[string]any)
-		if !ok {
-			return fmt.Errorf("%s: want object, got %T", path, got)
-		}
-		if len(g) != len(w) {
-			return fmt.Errorf("%s: want %d keys, got %d", path, len(w), len(g))
-		}
-		for k, wv := range w {
-			gv, ok := g[k]
-			if !ok {
-				return fmt.Errorf("%s.%s: missing", path, k)
-			}
-			if err := lbtSameJSON(wv, gv, path+"."+k); err != nil {
-				return err
-			}
-		}
-		return nil
-	case []any:
-		g, ok := got.([]any)
-		if !ok {
-			return fmt.Errorf("%s: want list, got %T", path, got)
-		}
-		if len(g) != len(w) {
-			return fmt.Errorf("%s: want %d items, got %d", path, len(w), len(g))
-		}
-		for i := range w {
-			if err := lbtSameJSON(w[i], g[i], fmt.Sprintf("%s[%d]", path, i)); err != nil {
-				return err
-			}
-		}
-		return nil
-	default:
-		if !reflect.DeepEqual(want, got) {
-			return fmt.Errorf("%s: want %#v, got %#v", path, want, got)
-		}
-		return nil
-	}
-}
-
-func lbtFloat(v any) float64 {
-	f, _ := lbtNumber(v)
-	return f
-}
-
-func lbtNumber(v any) (float64, bool) {
-	switch x := v.(type) {
-	case int64:
-		return float64(x), true
-	case float64:
-		return x, true
-	}
-	return 0, false
 }
 
 // ---- conversion tests ----
@@ -189,29 +54,29 @@ func TestConvertRoundTrip(t *testing.T) {
 		{name: "bools", json: `[true,false]`},
 		{name: "string", json: `"just a string"`},
 	}
-	L := lbtState(t)
+	L := newTestState(t)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var orig any
 			if tc.file != "" {
-				orig = lbtLoadFile(t, tc.file)
+				orig = luatest.LoadFile(t, tc.file)
 			} else {
-				orig = lbtDecode(t, []byte(tc.json))
+				orig = luatest.Decode(t, []byte(tc.json))
 			}
 			// Directly, and through a Lua function that returns its argument.
-			got, err := fromLua(toLua(L, orig))
+			got, err := FromLua(ToLua(L, orig))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := lbtSameJSON(orig, got, "$"); err != nil {
+			if err := luatest.SameJSON(orig, got, "$"); err != nil {
 				t.Fatal(err)
 			}
-			lv := lbtMustCall(t, L, "local v = ... ; return v", toLua(L, orig))
-			got, err = fromLua(lv)
+			lv := luatest.MustCall(t, L, "local v = ... ; return v", ToLua(L, orig))
+			got, err = FromLua(lv)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := lbtSameJSON(orig, got, "$"); err != nil {
+			if err := luatest.SameJSON(orig, got, "$"); err != nil {
 				t.Fatal(err)
 			}
 			// JSON text is stable too.
@@ -225,13 +90,13 @@ func TestConvertRoundTrip(t *testing.T) {
 }
 
 func TestConvertIntegersStayIntegers(t *testing.T) {
-	L := lbtState(t)
-	obj := lbtLoadFile(t, "deployment.json")
-	got, err := fromLua(lbtMustCall(t, L, `
+	L := newTestState(t)
+	obj := luatest.LoadFile(t, "deployment.json")
+	got, err := FromLua(luatest.MustCall(t, L, `
 		local d = ...
 		d.spec.replicas = d.spec.replicas + 1
 		d.spec.ratio = d.spec.replicas / 8
-		return d`, toLua(L, obj)))
+		return d`, ToLua(L, obj)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,10 +129,10 @@ func TestConvertNumbers(t *testing.T) {
 		{"10 / 2", int64(5)},
 		{"1 / 3", 1.0 / 3},
 	}
-	L := lbtState(t)
+	L := newTestState(t)
 	for _, tc := range cases {
 		t.Run(tc.lua, func(t *testing.T) {
-			got, err := fromLua(lbtMustCall(t, L, "return "+tc.lua))
+			got, err := FromLua(luatest.MustCall(t, L, "return "+tc.lua))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -304,10 +169,10 @@ func TestConvertGoTypes(t *testing.T) {
 		{"nil map", map[string]any(nil), nil},
 		{"nested json.Number", map[string]any{"a": []any{json.Number("5")}}, map[string]any{"a": []any{int64(5)}}},
 	}
-	L := lbtState(t)
+	L := newTestState(t)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := fromLua(toLua(L, tc.in))
+			got, err := FromLua(ToLua(L, tc.in))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -341,15 +206,15 @@ func TestConvertShapes(t *testing.T) {
 		{"string keys that look like numbers", `return {["1"] = "a", ["2"] = "b"}`, `{"1":"a","2":"b"}`},
 		{"proxy inside a table", `local v = ...; return {copy = v}`, `{"copy":{"items":[],"labels":{},"list":[1,2]}}`},
 	}
-	L := lbtState(t)
+	L := newTestState(t)
 	arg := map[string]any{"items": []any{}, "labels": map[string]any{}, "list": []any{int64(1), int64(2)}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			var in lua.LValue = toLua(L, arg)
+			var in lua.LValue = ToLua(L, arg)
 			if strings.Contains(tc.name, "proxy") {
-				in = newProxy(L, arg)
+				in = NewProxy(L, arg)
 			}
-			got, err := fromLua(lbtMustCall(t, L, tc.lua, in))
+			got, err := FromLua(luatest.MustCall(t, L, tc.lua, in))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -383,13 +248,13 @@ func TestFromLuaErrors(t *testing.T) {
 		{"array with hole", `local a = luaop.array({1, 2, 3}); a[2] = nil; return {a = a}`, `a: list has a hole at index 2`},
 		{"object with number key", `return {o = luaop.object({1})}`, `o: object has a non-string key 1`},
 		{"top level", `return print`, `value: cannot convert a function to JSON`},
-		{"error userdata", `return {e = luaop.permanent_error("x")}`, `e: cannot convert a userdata to JSON`},
+		{"error userdata", `return {e = userdata()}`, `e: cannot convert a userdata to JSON`},
 		{"deterministic first error", `return {b = print, a = print, c = print}`, `a: cannot convert a function to JSON`},
 	}
-	L := lbtState(t)
+	L := newTestState(t)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := fromLua(lbtMustCall(t, L, tc.lua))
+			_, err := FromLua(luatest.MustCall(t, L, tc.lua))
 			if err == nil {
 				t.Fatal("no error")
 			}
@@ -402,19 +267,19 @@ func TestFromLuaErrors(t *testing.T) {
 		th, _ := L.NewThread()
 		tb := L.NewTable()
 		tb.RawSetString("co", th)
-		_, err := fromLua(tb)
+		_, err := FromLua(tb)
 		if err == nil || err.Error() != "co: cannot convert a coroutine to JSON" {
 			t.Fatalf("err = %v", err)
 		}
 	})
 	t.Run("depth 100 is fine", func(t *testing.T) {
-		_, err := fromLua(lbtMustCall(t, L, `local t = {}; local c = t; for i = 1, 99 do c.x = {}; c = c.x end; return t`))
+		_, err := FromLua(luatest.MustCall(t, L, `local t = {}; local c = t; for i = 1, 99 do c.x = {}; c = c.x end; return t`))
 		if err != nil {
 			t.Fatal(err)
 		}
 	})
 	t.Run("shared table is not a cycle", func(t *testing.T) {
-		got, err := fromLua(lbtMustCall(t, L, `local s = {1}; return {a = s, b = s}`))
+		got, err := FromLua(luatest.MustCall(t, L, `local s = {1}; return {a = s, b = s}`))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -442,10 +307,10 @@ func TestMarkers(t *testing.T) {
 		{"array returns its argument", `local t = {}; return tostring(luaop.array(t) == t)`, "true"},
 		{"array of a non-table", `local ok, e = pcall(luaop.array, 3); return e`, "handler.lua:1: bad argument #1 to (anonymous) (table or nil expected, got number)"},
 	}
-	L := lbtState(t)
+	L := newTestState(t)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := lbtMustCall(t, L, tc.lua, toLua(L, map[string]any{"x": nil}))
+			got := luatest.MustCall(t, L, tc.lua, ToLua(L, map[string]any{"x": nil}))
 			if !strings.HasSuffix(got.String(), tc.want) {
 				t.Fatalf("got %q, want %q", got.String(), tc.want)
 			}
@@ -453,41 +318,41 @@ func TestMarkers(t *testing.T) {
 	}
 }
 
-func TestConvCtxPerState(t *testing.T) {
-	L1, L2 := lbtState(t), lbtState(t)
-	if conv(L1) == conv(L2) || conv(L1).null == conv(L2).null {
-		t.Fatal("states share their convCtx")
+func TestStatePerLState(t *testing.T) {
+	L1, L2 := newTestState(t), newTestState(t)
+	if stateOf(L1) == stateOf(L2) || stateOf(L1).null == stateOf(L2).null {
+		t.Fatal("states share their state")
 	}
-	if first, again := conv(L1), conv(L1); first != again {
-		t.Fatal("conv is not stable")
+	if first, again := stateOf(L1), stateOf(L1); first != again {
+		t.Fatal("stateOf is not stable")
 	}
 	// Coroutines share their parent's registry, hence its null.
 	th, _ := L1.NewThread()
-	if conv(th) != conv(L1) {
-		t.Fatal("a coroutine has its own convCtx")
+	if stateOf(th) != stateOf(L1) {
+		t.Fatal("a coroutine has its own state")
 	}
-	// A null from another state still converts (fromLua needs no state).
-	v, err := fromLua(conv(L2).null)
+	// A null from another state still converts (FromLua needs no state).
+	v, err := FromLua(stateOf(L2).null)
 	if err != nil || v != nil {
 		t.Fatalf("got %v, %v", v, err)
 	}
 }
 
 func BenchmarkToLuaDeployment(b *testing.B) {
-	L := lbtState(b)
-	obj := lbtLoadFile(b, "deployment.json")
+	L := newTestState(b)
+	obj := luatest.LoadFile(b, "deployment.json")
 	b.ReportAllocs()
 	for b.Loop() {
-		toLua(L, obj)
+		ToLua(L, obj)
 	}
 }
 
 func BenchmarkFromLua(b *testing.B) {
-	L := lbtState(b)
-	lv := toLua(L, lbtLoadFile(b, "deployment.json"))
+	L := newTestState(b)
+	lv := ToLua(L, luatest.LoadFile(b, "deployment.json"))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := fromLua(lv); err != nil {
+		if _, err := FromLua(lv); err != nil {
 			b.Fatal(err)
 		}
 	}

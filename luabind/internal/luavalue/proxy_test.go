@@ -1,4 +1,4 @@
-package luabind
+package luavalue
 
 import (
 	"encoding/json"
@@ -8,10 +8,11 @@ import (
 
 	lua "github.com/yuin/gopher-lua"
 
+	"github.com/luaop/luaop/luabind/internal/luatest"
 	"github.com/luaop/luaop/luabind/internal/sandbox"
 )
 
-func lbtProxyData(t *testing.T, lv lua.LValue) *proxyData {
+func proxyDataFor(t *testing.T, lv lua.LValue) *proxyData {
 	t.Helper()
 	tb, ok := lv.(*lua.LTable)
 	if !ok {
@@ -24,7 +25,7 @@ func lbtProxyData(t *testing.T, lv lua.LValue) *proxyData {
 	return pd
 }
 
-func lbtCacheKeys(pd *proxyData) []string {
+func cacheKeys(pd *proxyData) []string {
 	var keys []string
 	for k := range pd.cache {
 		keys = append(keys, k)
@@ -34,38 +35,38 @@ func lbtCacheKeys(pd *proxyData) []string {
 }
 
 func TestProxyLazy(t *testing.T) {
-	L := lbtState(t)
-	obj := lbtLoadFile(t, "deployment.json")
-	p := newProxy(L, obj)
-	root := lbtProxyData(t, p)
+	L := newTestState(t)
+	obj := luatest.LoadFile(t, "deployment.json")
+	p := NewProxy(L, obj)
+	root := proxyDataFor(t, p)
 	if len(root.cache) != 0 {
 		t.Fatal("conversion before access")
 	}
-	got := lbtMustCall(t, L, `local o = ...; return o.metadata.name .. "/" .. o.spec.replicas`, p)
+	got := luatest.MustCall(t, L, `local o = ...; return o.metadata.name .. "/" .. o.spec.replicas`, p)
 	if got.String() != "web-frontend/3" {
 		t.Fatalf("got %q", got)
 	}
-	if k := strings.Join(lbtCacheKeys(root), ","); k != "metadata,spec" {
+	if k := strings.Join(cacheKeys(root), ","); k != "metadata,spec" {
 		t.Fatalf("root converted %q, want metadata,spec", k)
 	}
-	spec := lbtProxyData(t, root.cache["spec"])
-	if k := strings.Join(lbtCacheKeys(spec), ","); k != "replicas" {
+	spec := proxyDataFor(t, root.cache["spec"])
+	if k := strings.Join(cacheKeys(spec), ","); k != "replicas" {
 		t.Fatalf("spec converted %q, want replicas", k)
 	}
-	meta := lbtProxyData(t, root.cache["metadata"])
-	if k := strings.Join(lbtCacheKeys(meta), ","); k != "name" {
+	meta := proxyDataFor(t, root.cache["metadata"])
+	if k := strings.Join(cacheKeys(meta), ","); k != "name" {
 		t.Fatalf("metadata converted %q, want name", k)
 	}
 
 	// A second access returns the cached child (same table).
-	same := lbtMustCall(t, L, `local o = ...; return tostring(rawequal(o.spec, o.spec))`, p)
+	same := luatest.MustCall(t, L, `local o = ...; return tostring(rawequal(o.spec, o.spec))`, p)
 	if same.String() != "true" {
 		t.Fatal("children are not cached")
 	}
 
 	// Lists convert element by element.
-	lbtMustCall(t, L, `local o = ...; return o.spec.template.spec.containers[2].name`, p)
-	containers := lbtProxyData(t, lbtProxyData(t, lbtProxyData(t, spec.cache["template"]).cache["spec"]).cache["containers"])
+	luatest.MustCall(t, L, `local o = ...; return o.spec.template.spec.containers[2].name`, p)
+	containers := proxyDataFor(t, proxyDataFor(t, proxyDataFor(t, spec.cache["template"]).cache["spec"]).cache["containers"])
 	if containers.lcache[0] != nil || containers.lcache[1] == nil {
 		t.Fatalf("list cache: %v", containers.lcache)
 	}
@@ -105,11 +106,11 @@ func TestProxyAccess(t *testing.T) {
 		{"array(proxy) copies", `local c = luaop.array(o.spec.template.spec.containers); c[3] = "x"; return #c .. type(c[1].name)`, "3string"},
 		{"object(list proxy) refused", `local ok, e = pcall(luaop.object, o.spec.template.spec.containers); return tostring(ok)`, "false"},
 	}
-	L := lbtState(t)
-	obj := lbtLoadFile(t, "deployment.json")
+	L := newTestState(t)
+	obj := luatest.LoadFile(t, "deployment.json")
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := lbtMustCall(t, L, "local o = ...; "+tc.lua, newProxy(L, obj))
+			got := luatest.MustCall(t, L, "local o = ...; "+tc.lua, NewProxy(L, obj))
 			if got.String() != tc.want {
 				t.Fatalf("got %q, want %q", got.String(), tc.want)
 			}
@@ -133,11 +134,11 @@ func TestProxyReadOnly(t *testing.T) {
 		{"quoted key", "body", `o.metadata.labels["app.kubernetes.io/name"] = "x"`, `body.metadata.labels["app.kubernetes.io/name"] is read-only`},
 		{"table.insert bypasses nothing visible", "", `table.insert(o.spec.template.spec.containers, 1); return`, ""},
 	}
-	obj := lbtLoadFile(t, "deployment.json")
+	obj := luatest.LoadFile(t, "deployment.json")
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			L := lbtState(t)
-			_, err := lbtCall(t, L, "local o = ...; "+tc.lua, newProxyNamed(L, obj, tc.root))
+			L := newTestState(t)
+			_, err := luatest.Call(t, L, "local o = ...; "+tc.lua, NewProxyNamed(L, obj, tc.root))
 			if tc.want == "" {
 				if err != nil {
 					t.Fatal(err)
@@ -147,8 +148,8 @@ func TestProxyReadOnly(t *testing.T) {
 			if err == nil {
 				t.Fatal("write succeeded")
 			}
-			if !strings.Contains(luaError(err).Error(), tc.want) {
-				t.Fatalf("error %q does not contain %q", luaError(err), tc.want)
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q does not contain %q", err, tc.want)
 			}
 		})
 	}
@@ -160,24 +161,24 @@ func TestProxyReadOnly(t *testing.T) {
 }
 
 func TestProxyFromLua(t *testing.T) {
-	L := lbtState(t)
-	obj := lbtLoadFile(t, "deployment.json")
-	p := newProxy(L, obj)
-	got, err := fromLua(p)
+	L := newTestState(t)
+	obj := luatest.LoadFile(t, "deployment.json")
+	p := NewProxy(L, obj)
+	got, err := FromLua(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := lbtSameJSON(obj, got, "$"); err != nil {
+	if err := luatest.SameJSON(obj, got, "$"); err != nil {
 		t.Fatal(err)
 	}
 	// A copy: changing it leaves the original alone.
 	got.(map[string]any)["spec"].(map[string]any)["replicas"] = int64(9)
 	if obj.(map[string]any)["spec"].(map[string]any)["replicas"] != int64(3) {
-		t.Fatal("fromLua(proxy) shares the Go value")
+		t.Fatal("FromLua(proxy) shares the Go value")
 	}
 	// Partly read proxies and proxies nested in returned tables.
-	lv := lbtMustCall(t, L, `local o = ...; local _ = o.spec.replicas; return {sel = o.spec.selector, c = o.spec.template.spec.containers[1].ports, n = o.metadata.name}`, p)
-	got, err = fromLua(lv)
+	lv := luatest.MustCall(t, L, `local o = ...; local _ = o.spec.replicas; return {sel = o.spec.selector, c = o.spec.template.spec.containers[1].ports, n = o.metadata.name}`, p)
+	got, err = FromLua(lv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,22 +187,22 @@ func TestProxyFromLua(t *testing.T) {
 	if string(data) != want {
 		t.Fatalf("got %s", data)
 	}
-	if v, ok := proxyValue(p); !ok || v == nil {
+	if v, ok := ProxyValue(p); !ok || v == nil {
 		t.Fatal("proxyValue")
 	}
-	if _, ok := proxyValue(L.NewTable()); ok {
+	if _, ok := ProxyValue(L.NewTable()); ok {
 		t.Fatal("proxyValue of a plain table")
 	}
 }
 
 func TestProxyScalarsAndNil(t *testing.T) {
-	L := lbtState(t)
+	L := newTestState(t)
 	for _, v := range []any{"s", int64(3), 2.5, true, nil, map[string]any(nil), []any(nil)} {
-		lv := newProxy(L, v)
+		lv := NewProxy(L, v)
 		if tb, ok := lv.(*lua.LTable); ok && proxyDataOf(tb) != nil {
 			t.Fatalf("%#v became a proxy", v)
 		}
-		got, err := fromLua(lv)
+		got, err := FromLua(lv)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -219,7 +220,7 @@ func TestProxyScalarsAndNil(t *testing.T) {
 		v    any
 		want string
 	}{{map[string]any{}, "{}"}, {[]any{}, "[]"}} {
-		got, err := fromLua(newProxy(L, c.v))
+		got, err := FromLua(NewProxy(L, c.v))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -231,7 +232,7 @@ func TestProxyScalarsAndNil(t *testing.T) {
 }
 
 func TestInstallIterationIdempotent(t *testing.T) {
-	L := lbtState(t)
+	L := newTestState(t)
 	before := L.GetGlobal("pairs")
 	sandbox.InstallIteration(L)
 	if L.GetGlobal("pairs") != before {
@@ -241,8 +242,8 @@ func TestInstallIterationIdempotent(t *testing.T) {
 	bare := lua.NewState(lua.Options{SkipOpenLibs: true})
 	defer bare.Close()
 	sandbox.InstallIteration(bare)
-	p := newProxy(bare, map[string]any{"b": int64(2), "a": int64(1)})
-	fn := lbtCompile(t, bare, "x.lua", `local s = ""; for k, v in pairs(...) do s = s .. k .. v end; return s`)
+	p := NewProxy(bare, map[string]any{"b": int64(2), "a": int64(1)})
+	fn := luatest.Compile(t, bare, "x.lua", `local s = ""; for k, v in pairs(...) do s = s .. k .. v end; return s`)
 	bare.Push(fn)
 	bare.Push(p)
 	if err := bare.PCall(1, 1, nil); err != nil {
@@ -256,9 +257,9 @@ func TestInstallIterationIdempotent(t *testing.T) {
 // BenchmarkProxyReadTwoFields: a handler call that gets a 5 KB object as a proxy and
 // reads spec.replicas and metadata.name.
 func BenchmarkProxyReadTwoFields(b *testing.B) {
-	L := lbtState(b)
-	obj := lbtLoadFile(b, "deployment.json")
-	fn := lbtCompile(b, L, "handler.lua", `return function(o) return o.spec.replicas, o.metadata.name end`)
+	L := newTestState(b)
+	obj := luatest.LoadFile(b, "deployment.json")
+	fn := luatest.Compile(b, L, "handler.lua", `return function(o) return o.spec.replicas, o.metadata.name end`)
 	L.Push(fn)
 	L.Call(0, 1)
 	handler := L.Get(-1).(*lua.LFunction)
@@ -267,7 +268,7 @@ func BenchmarkProxyReadTwoFields(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			L.Push(handler)
-			L.Push(newProxy(L, obj))
+			L.Push(NewProxy(L, obj))
 			L.Call(1, 2)
 			L.Pop(2)
 		}
@@ -275,7 +276,7 @@ func BenchmarkProxyReadTwoFields(b *testing.B) {
 	b.Run("go", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			p := newProxy(L, obj)
+			p := NewProxy(L, obj)
 			L.GetField(L.GetField(p, "spec"), "replicas")
 			L.GetField(L.GetField(p, "metadata"), "name")
 		}
@@ -284,22 +285,9 @@ func BenchmarkProxyReadTwoFields(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			L.Push(handler)
-			L.Push(toLua(L, obj))
+			L.Push(ToLua(L, obj))
 			L.Call(1, 2)
 			L.Pop(2)
 		}
 	})
-}
-
-// proxyValue returns the Go value behind a proxy (not a copy: do not modify it).
-func proxyValue(lv lua.LValue) (any, bool) {
-	t, ok := lv.(*lua.LTable)
-	if !ok {
-		return nil, false
-	}
-	pd := proxyDataOf(t)
-	if pd == nil {
-		return nil, false
-	}
-	return pd.v, true
 }

@@ -1,4 +1,4 @@
-package luabind
+package luavalue
 
 import (
 	"os"
@@ -39,47 +39,47 @@ func FuzzRoundTrip(f *testing.F) {
 		if err := kjson.Unmarshal(data, &orig); err != nil {
 			return
 		}
-		deep := lbtDepth(orig) > cvMaxDepth
+		deep := depthOf(orig) > maxDepth
 		for _, way := range []struct {
 			name string
 			lv   lua.LValue
-		}{{"toLua", toLua(L, orig)}, {"newProxy", newProxy(L, orig)}} {
-			got, err := fromLua(way.lv)
+		}{{"toLua", ToLua(L, orig)}, {"newProxy", NewProxy(L, orig)}} {
+			got, err := FromLua(way.lv)
 			if deep {
 				if err == nil {
-					t.Fatalf("%s: no error for a value deeper than %d", way.name, cvMaxDepth)
+					t.Fatalf("%s: no error for a value deeper than %d", way.name, maxDepth)
 				}
 				continue
 			}
 			if err != nil {
 				t.Fatalf("%s: %v", way.name, err)
 			}
-			if _, isProxy := proxyValue(way.lv); isProxy {
+			if _, isProxy := ProxyValue(way.lv); isProxy {
 				// A proxy gives back a copy of the very Go value.
 				if !reflect.DeepEqual(orig, got) {
 					t.Fatalf("%s: got %#v\ninput: %s", way.name, got, data)
 				}
 				continue
 			}
-			if err := lbtSameJSON(orig, got, "$"); err != nil {
+			if err := luatest.SameJSON(orig, got, "$"); err != nil {
 				t.Fatalf("%s: %v\ninput: %s", way.name, err, data)
 			}
 		}
 	})
 }
 
-// lbtDepth is the nesting depth of containers (a scalar is 0, {} is 1).
-func lbtDepth(v any) int {
+// depthOf is the nesting depth of containers (a scalar is 0, {} is 1).
+func depthOf(v any) int {
 	d := 0
 	switch x := v.(type) {
 	case map[string]any:
 		for _, e := range x {
-			d = max(d, lbtDepth(e))
+			d = max(d, depthOf(e))
 		}
 		return d + 1
 	case []any:
 		for _, e := range x {
-			d = max(d, lbtDepth(e))
+			d = max(d, depthOf(e))
 		}
 		return d + 1
 	}

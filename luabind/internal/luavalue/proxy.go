@@ -1,4 +1,4 @@
-package luabind
+package luavalue
 
 import (
 	"encoding/json"
@@ -15,7 +15,7 @@ import (
 // the proxy table itself stays empty); children that are objects or lists become
 // proxies too. A handler that reads two fields of a large object converts two fields.
 //
-// All proxies of one tree (one newProxy call and the children reached from it) share
+// All proxies of one tree (one NewProxy call and the children reached from it) share
 // two metatables (objects, lists) holding the tree; the tree maps each proxy table to
 // its proxyData. gopher-lua tables are costly to fill (every string key allocates), so
 // a child proxy costs two small allocations and a map entry instead of a metatable of
@@ -25,11 +25,11 @@ import (
 // What works on a proxy:
 //   - p.field, p[i], nested access, with JSON null read as luaop.null;
 //   - #p for lists (gopher-lua's # operator honours __len for tables);
-//   - pairs(p) and ipairs(p), once installIteration has replaced the global pairs and
+//   - pairs(p) and ipairs(p), once sandbox.InstallIteration has replaced the global pairs and
 //     ipairs (gopher-lua follows Lua 5.1, whose pairs/ipairs ignore __pairs/__ipairs).
 //     Objects iterate in sorted key order; lists in index order;
 //   - tostring(p) renders the value as JSON;
-//   - fromLua(p) (and any proxy nested in a table given to fromLua) gives a deep copy of
+//   - FromLua(p) (and any proxy nested in a table given to FromLua) gives a deep copy of
 //     the Go value behind it.
 //
 // What does not: writes raise "<path> is read-only: write to ctx.patch instead";
@@ -42,8 +42,8 @@ import (
 //
 // getmetatable(p) returns false (the metatable is protected), so it cannot be removed.
 
-// pxTree is shared by the proxies of one tree.
-type pxTree struct {
+// proxyTree is shared by the proxies of one tree.
+type proxyTree struct {
 	pds    map[*lua.LTable]*proxyData
 	objMT  *lua.LTable // metatable of the tree's object proxies, made on first use
 	listMT *lua.LTable // metatable of the tree's list proxies, made on first use
@@ -51,13 +51,13 @@ type pxTree struct {
 	root   string // name of the root in messages ("" or e.g. "body")
 }
 
-// pxTreeKey is the metatable field holding the tree (a userdata). getmetatable is
+// treeKey is the metatable field holding the tree (a userdata). getmetatable is
 // protected, so scripts cannot reach it.
-const pxTreeKey = "__luaop_tree"
+const treeKey = "__luaop_tree"
 
 // proxyData is the Go side of one proxy.
 type proxyData struct {
-	tree *pxTree
+	tree *proxyTree
 	v    any            // map[string]any or []any, never modified
 	obj  map[string]any // v when it is an object (never nil then)
 	list []any          // v when it is a list
@@ -68,24 +68,24 @@ type proxyData struct {
 
 	// The path, built only for messages.
 	parent *proxyData
-	step   cvStep
+	step   pathStep
 }
 
 func (pd *proxyData) isList() bool { return pd.obj == nil }
 
 // path renders the proxy's path, with root as its first element when set.
-func (pd *proxyData) path(extra *cvStep) string {
-	var steps []cvStep
+func (pd *proxyData) path(extra *pathStep) string {
+	var steps []pathStep
 	for p := pd; p.parent != nil; p = p.parent {
 		steps = append(steps, p.step)
 	}
 	var b strings.Builder
 	b.WriteString(pd.tree.root)
 	for i := len(steps) - 1; i >= 0; i-- {
-		cvAppendStep(&b, steps[i])
+		appendStep(&b, steps[i])
 	}
 	if extra != nil {
-		cvAppendStep(&b, *extra)
+		appendStep(&b, *extra)
 	}
 	return b.String()
 }
@@ -102,32 +102,32 @@ func (pd *proxyData) sortedKeys() []string {
 	return pd.keys
 }
 
-// newProxy returns a lazy read-only view of v when v is a map[string]any or []any, and
-// toLua(v) for anything else (scalars convert directly).
-func newProxy(L *lua.LState, v any) lua.LValue {
-	return newProxyNamed(L, v, "")
+// NewProxy returns a lazy read-only view of v when v is a map[string]any or []any, and
+// ToLua(v) for anything else (scalars convert directly).
+func NewProxy(L *lua.LState, v any) lua.LValue {
+	return NewProxyNamed(L, v, "")
 }
 
-// newProxyNamed is newProxy with a name for the root in error messages: with root
+// NewProxyNamed is NewProxy with a name for the root in error messages: with root
 // "body", writing to body.spec.replicas says "body.spec.replicas is read-only: ...".
-func newProxyNamed(L *lua.LState, v any, root string) lua.LValue {
-	c := conv(L)
+func NewProxyNamed(L *lua.LState, v any, root string) lua.LValue {
+	c := stateOf(L)
 	switch x := v.(type) {
 	case map[string]any:
 		if x != nil {
-			tree := &pxTree{pds: make(map[*lua.LTable]*proxyData, 4), root: root}
+			tree := &proxyTree{pds: make(map[*lua.LTable]*proxyData, 4), root: root}
 			return c.newProxy(L, &proxyData{tree: tree, v: x, obj: x})
 		}
 	case []any:
 		if x != nil {
-			tree := &pxTree{pds: make(map[*lua.LTable]*proxyData, 4), root: root}
+			tree := &proxyTree{pds: make(map[*lua.LTable]*proxyData, 4), root: root}
 			return c.newProxy(L, &proxyData{tree: tree, v: x, list: x})
 		}
 	}
 	return c.toLua(L, v, 0)
 }
 
-func (c *convCtx) newProxy(L *lua.LState, pd *proxyData) *lua.LTable {
+func (c *state) newProxy(L *lua.LState, pd *proxyData) *lua.LTable {
 	t := L.CreateTable(0, 0)
 	t.Metatable = c.treeMT(L, pd.tree, pd.isList())
 	pd.tree.pds[t] = pd
@@ -135,7 +135,7 @@ func (c *convCtx) newProxy(L *lua.LState, pd *proxyData) *lua.LTable {
 }
 
 // treeMT returns the tree's metatable for objects or lists, making it on first use.
-func (c *convCtx) treeMT(L *lua.LState, tree *pxTree, list bool) *lua.LTable {
+func (c *state) treeMT(L *lua.LState, tree *proxyTree, list bool) *lua.LTable {
 	if list && tree.listMT != nil {
 		return tree.listMT
 	}
@@ -146,15 +146,15 @@ func (c *convCtx) treeMT(L *lua.LState, tree *pxTree, list bool) *lua.LTable {
 		tree.self = &lua.LUserData{Value: tree, Metatable: lua.LNil}
 	}
 	mt := L.CreateTable(0, 8)
-	mt.RawSetString("__index", c.pxIndex)
-	mt.RawSetString("__newindex", c.pxNewIndex)
-	mt.RawSetString("__pairs", c.pxPairs)
-	mt.RawSetString("__tostring", c.pxToString)
+	mt.RawSetString("__index", c.index)
+	mt.RawSetString("__newindex", c.newIndex)
+	mt.RawSetString("__pairs", c.pairs)
+	mt.RawSetString("__tostring", c.toString)
 	mt.RawSetString("__metatable", lua.LFalse)
-	mt.RawSetString(pxTreeKey, tree.self)
+	mt.RawSetString(treeKey, tree.self)
 	if list {
-		mt.RawSetString("__len", c.pxLen)
-		mt.RawSetString("__ipairs", c.pxIPairs)
+		mt.RawSetString("__len", c.length)
+		mt.RawSetString("__ipairs", c.ipairs)
 		tree.listMT = mt
 	} else {
 		// No __len and no __ipairs: # and ipairs of an empty table give 0 and nothing.
@@ -169,20 +169,34 @@ func proxyDataOf(t *lua.LTable) *proxyData {
 	if !ok {
 		return nil
 	}
-	ud, ok := mt.RawGetString(pxTreeKey).(*lua.LUserData)
+	ud, ok := mt.RawGetString(treeKey).(*lua.LUserData)
 	if !ok {
 		return nil
 	}
-	tree, ok := ud.Value.(*pxTree)
+	tree, ok := ud.Value.(*proxyTree)
 	if !ok {
 		return nil
 	}
 	return tree.pds[t]
 }
 
+// ProxyValue returns the Go value behind a proxy (not a copy: do not modify it); ok is
+// false when lv is not a proxy.
+func ProxyValue(lv lua.LValue) (v any, ok bool) {
+	t, ok := lv.(*lua.LTable)
+	if !ok {
+		return nil, false
+	}
+	pd := proxyDataOf(t)
+	if pd == nil {
+		return nil, false
+	}
+	return pd.v, true
+}
+
 // child returns the converted child at key (objects) or index (lists), converting and
 // caching it on first access. ok is false when there is no such child.
-func (c *convCtx) child(L *lua.LState, pd *proxyData, key lua.LValue) (lua.LValue, bool) {
+func (c *state) child(L *lua.LState, pd *proxyData, key lua.LValue) (lua.LValue, bool) {
 	if pd.isList() {
 		n, ok := key.(lua.LNumber)
 		if !ok {
@@ -197,7 +211,7 @@ func (c *convCtx) child(L *lua.LState, pd *proxyData, key lua.LValue) (lua.LValu
 		} else if lv := pd.lcache[i-1]; lv != nil {
 			return lv, true
 		}
-		lv := c.convertChild(L, pd, cvStep{index: i}, pd.list[i-1])
+		lv := c.convertChild(L, pd, pathStep{index: i}, pd.list[i-1])
 		pd.lcache[i-1] = lv
 		return lv, true
 	}
@@ -213,7 +227,7 @@ func (c *convCtx) child(L *lua.LState, pd *proxyData, key lua.LValue) (lua.LValu
 	if !ok {
 		return lua.LNil, false
 	}
-	lv := c.convertChild(L, pd, cvStep{key: k, isKey: true}, v)
+	lv := c.convertChild(L, pd, pathStep{key: k, isKey: true}, v)
 	if pd.cache == nil {
 		pd.cache = make(map[string]lua.LValue, 4)
 	}
@@ -221,7 +235,7 @@ func (c *convCtx) child(L *lua.LState, pd *proxyData, key lua.LValue) (lua.LValu
 	return lv, true
 }
 
-func (c *convCtx) convertChild(L *lua.LState, parent *proxyData, step cvStep, v any) lua.LValue {
+func (c *state) convertChild(L *lua.LState, parent *proxyData, step pathStep, v any) lua.LValue {
 	switch x := v.(type) {
 	case map[string]any:
 		if x != nil {
@@ -235,8 +249,8 @@ func (c *convCtx) convertChild(L *lua.LState, parent *proxyData, step cvStep, v 
 	return c.toLua(L, v, 0)
 }
 
-// pxArg returns the proxyData of argument 1 of a metamethod: the proxy table.
-func pxArg(L *lua.LState) *proxyData {
+// proxyArg returns the proxyData of argument 1 of a metamethod: the proxy table.
+func proxyArg(L *lua.LState) *proxyData {
 	if t, ok := L.Get(1).(*lua.LTable); ok {
 		if pd := proxyDataOf(t); pd != nil {
 			return pd
@@ -246,21 +260,21 @@ func pxArg(L *lua.LState) *proxyData {
 	return nil
 }
 
-func (c *convCtx) initProxy(L *lua.LState) {
-	c.pxIndex = L.NewFunction(func(L *lua.LState) int {
-		pd := pxArg(L)
+func (c *state) initProxy(L *lua.LState) {
+	c.index = L.NewFunction(func(L *lua.LState) int {
+		pd := proxyArg(L)
 		lv, _ := c.child(L, pd, L.Get(2))
 		L.Push(lv)
 		return 1
 	})
-	c.pxNewIndex = L.NewFunction(func(L *lua.LState) int {
-		pd := pxArg(L)
-		var step cvStep
+	c.newIndex = L.NewFunction(func(L *lua.LState) int {
+		pd := proxyArg(L)
+		var step pathStep
 		switch k := L.Get(2).(type) {
 		case lua.LNumber:
-			step = cvStep{index: int(k)}
+			step = pathStep{index: int(k)}
 		default:
-			step = cvStep{key: lua.LVAsString(k), isKey: true}
+			step = pathStep{key: lua.LVAsString(k), isKey: true}
 			if _, ok := k.(lua.LString); !ok {
 				step.key = k.String()
 			}
@@ -269,8 +283,8 @@ func (c *convCtx) initProxy(L *lua.LState) {
 		return 0
 	})
 
-	c.pxLen = L.NewFunction(func(L *lua.LState) int {
-		pd := pxArg(L)
+	c.length = L.NewFunction(func(L *lua.LState) int {
+		pd := proxyArg(L)
 		if pd.isList() {
 			L.Push(lua.LNumber(len(pd.list)))
 		} else {
@@ -278,8 +292,8 @@ func (c *convCtx) initProxy(L *lua.LState) {
 		}
 		return 1
 	})
-	c.pxListNext = L.NewFunction(func(L *lua.LState) int {
-		pd := pxArg(L)
+	c.listNext = L.NewFunction(func(L *lua.LState) int {
+		pd := proxyArg(L)
 		if !pd.isList() {
 			return 0 // ipairs over an object: like a plain table, nothing
 		}
@@ -292,8 +306,8 @@ func (c *convCtx) initProxy(L *lua.LState) {
 		L.Push(lv)
 		return 2
 	})
-	c.pxMapNext = L.NewFunction(func(L *lua.LState) int {
-		pd := pxArg(L)
+	c.mapNext = L.NewFunction(func(L *lua.LState) int {
+		pd := proxyArg(L)
 		keys := pd.sortedKeys()
 		i := 0
 		if k := L.Get(2); k != lua.LNil {
@@ -316,28 +330,28 @@ func (c *convCtx) initProxy(L *lua.LState) {
 		L.Push(lv)
 		return 2
 	})
-	c.pxPairs = L.NewFunction(func(L *lua.LState) int {
-		pd := pxArg(L)
+	c.pairs = L.NewFunction(func(L *lua.LState) int {
+		pd := proxyArg(L)
 		if pd.isList() {
-			L.Push(c.pxListNext)
+			L.Push(c.listNext)
 			L.Push(L.Get(1))
 			L.Push(lua.LNumber(0))
 		} else {
-			L.Push(c.pxMapNext)
+			L.Push(c.mapNext)
 			L.Push(L.Get(1))
 			L.Push(lua.LNil)
 		}
 		return 3
 	})
-	c.pxIPairs = L.NewFunction(func(L *lua.LState) int {
-		pxArg(L)
-		L.Push(c.pxListNext)
+	c.ipairs = L.NewFunction(func(L *lua.LState) int {
+		proxyArg(L)
+		L.Push(c.listNext)
 		L.Push(L.Get(1))
 		L.Push(lua.LNumber(0))
 		return 3
 	})
-	c.pxToString = L.NewFunction(func(L *lua.LState) int {
-		pd := pxArg(L)
+	c.toString = L.NewFunction(func(L *lua.LState) int {
+		pd := proxyArg(L)
 		data, err := json.Marshal(pd.v)
 		if err != nil {
 			L.Push(lua.LString("read-only view: " + err.Error()))

@@ -1,4 +1,4 @@
-package luabind
+package luavalue
 
 import (
 	"bytes"
@@ -16,7 +16,7 @@ import (
 // Conversion between Kubernetes JSON values and Lua.
 //
 // Go side: the values client-go's unstructured decoding produces (map[string]any, []any,
-// string, bool, int64, float64, nil); toLua also accepts the other Go integer and float
+// string, bool, int64, float64, nil); ToLua also accepts the other Go integer and float
 // types, json.Number, and (through reflection or a JSON round trip) other maps, slices
 // and structs.
 //
@@ -31,69 +31,67 @@ import (
 //     |x| <= 2^53 becomes int64, anything else float64; so an int64 beyond ±2^53 does
 //     not survive a trip through Lua exactly (it comes back as the nearest float64).
 //
-// fromLua, for tables without a marker: keys exactly 1..n (n > 0) make a list, string
+// FromLua, for tables without a marker: keys exactly 1..n (n > 0) make a list, string
 // keys make an object, and an EMPTY plain table is an OBJECT ({}): a handler that wants
 // an empty list writes luaop.array() (or luaop.array(t) to mark an existing table).
 // List indices in error paths are Lua's (1-based): "spec.items[3]" is items[3] in Lua.
 
-// cvMaxDepth bounds the nesting of values converted from Lua (and of Go values copied
+// maxDepth bounds the nesting of values converted from Lua (and of Go values copied
 // out of proxies), so a self-similar or absurdly deep value fails instead of exhausting
 // the stack.
-const cvMaxDepth = 100
+const maxDepth = 100
 
-// cvMaxSafeInt is 2^53: every integer up to it is exactly representable as float64.
-const cvMaxSafeInt = 1 << 53
+// maxSafeInt is 2^53: every integer up to it is exactly representable as float64.
+const maxSafeInt = 1 << 53
 
 // Keys of the marker metatables. Their value says which marker it is. Forging them from
 // Lua (setmetatable(t, {__luaop_json = "array"})) is harmless: it is what luaop.array does.
 const (
-	cvMarkerKey   = "__luaop_json"
-	cvMarkArray   = lua.LString("array")
-	cvMarkObject  = lua.LString("object")
-	cvRegistryKey = "luaop.binding.state"
+	markerKey   = "__luaop_json"
+	markArray   = lua.LString("array")
+	markObject  = lua.LString("object")
+	registryKey = "luaop.luavalue.state"
 )
 
-// cvNull is the Go value held by every state's null sentinel. It is a zero-size,
+// nullValue is the Go value held by every state's null sentinel. It is a zero-size,
 // immutable type: recognising the sentinel needs no state.
-type cvNull struct{}
+type nullValue struct{}
 
-// convCtx holds the per-LState objects of the binding: marker metatables, the null
-// sentinel, and the shared functions and metatables of proxies and raised errors. It
-// lives in the state's registry (L.G.Registry), which coroutines (NewThread) share.
-type convCtx struct {
+// state holds the per-LState objects of conversion: marker metatables, the null
+// sentinel, and the shared functions of proxies. It lives in the state's registry
+// (L.G.Registry), which coroutines (NewThread) share, and is made on first use; like
+// every Lua value of the state, it is used only by whoever holds the state.
+type state struct {
 	null     *lua.LUserData
 	arrayMT  *lua.LTable
 	objectMT *lua.LTable
 
 	// proxies (proxy.go)
-	pxIndex    *lua.LFunction
-	pxNewIndex *lua.LFunction
-	pxLen      *lua.LFunction
-	pxPairs    *lua.LFunction
-	pxIPairs   *lua.LFunction
-	pxToString *lua.LFunction
-	pxMapNext  *lua.LFunction
-	pxListNext *lua.LFunction
-
-	// raised errors (errors.go)
-	errMT *lua.LTable
+	index    *lua.LFunction
+	newIndex *lua.LFunction
+	length   *lua.LFunction
+	pairs    *lua.LFunction
+	ipairs   *lua.LFunction
+	toString *lua.LFunction
+	mapNext  *lua.LFunction
+	listNext *lua.LFunction
 }
 
-// conv returns the state's convCtx, creating it on first use.
-func conv(L *lua.LState) *convCtx {
+// stateOf returns L's conversion state, creating it on first use.
+func stateOf(L *lua.LState) *state {
 	reg := L.G.Registry
-	if ud, ok := reg.RawGetString(cvRegistryKey).(*lua.LUserData); ok {
-		if c, ok := ud.Value.(*convCtx); ok {
+	if ud, ok := reg.RawGetString(registryKey).(*lua.LUserData); ok {
+		if c, ok := ud.Value.(*state); ok {
 			return c
 		}
 	}
-	c := newConvCtx(L)
-	reg.RawSetString(cvRegistryKey, &lua.LUserData{Value: c, Metatable: lua.LNil})
+	c := newState(L)
+	reg.RawSetString(registryKey, &lua.LUserData{Value: c, Metatable: lua.LNil})
 	return c
 }
 
-func newConvCtx(L *lua.LState) *convCtx {
-	c := &convCtx{}
+func newState(L *lua.LState) *state {
+	c := &state{}
 
 	nullMT := L.CreateTable(0, 4)
 	nullMT.RawSetString("__tostring", L.NewFunction(func(L *lua.LState) int {
@@ -109,28 +107,48 @@ func newConvCtx(L *lua.LState) *convCtx {
 		return 0
 	}))
 	nullMT.RawSetString("__metatable", lua.LString("null"))
-	c.null = &lua.LUserData{Value: cvNull{}, Metatable: nullMT}
+	c.null = &lua.LUserData{Value: nullValue{}, Metatable: nullMT}
 
 	c.arrayMT = L.CreateTable(0, 1)
-	c.arrayMT.RawSetString(cvMarkerKey, cvMarkArray)
+	c.arrayMT.RawSetString(markerKey, markArray)
 	c.objectMT = L.CreateTable(0, 1)
-	c.objectMT.RawSetString(cvMarkerKey, cvMarkObject)
+	c.objectMT.RawSetString(markerKey, markObject)
 	// Shared by every marked table of the state: protected, so that no script changes
 	// them for the others (the shards' setmetatable may still replace them on a table).
 	c.arrayMT.RawSetString("__metatable", lua.LFalse)
 	c.objectMT.RawSetString("__metatable", lua.LFalse)
 
 	c.initProxy(L)
-	c.initErrors(L)
 	return c
 }
 
-// toLua converts a Go JSON value into a fresh Lua value (an eager deep copy).
-func toLua(L *lua.LState, v any) lua.LValue {
-	return conv(L).toLua(L, v, 0)
+// Null returns the state's JSON null sentinel (luaop.null).
+func Null(L *lua.LState) *lua.LUserData { return stateOf(L).null }
+
+// IsNull tells whether v is a JSON null sentinel (of any state).
+func IsNull(v lua.LValue) bool {
+	ud, ok := v.(*lua.LUserData)
+	if !ok {
+		return false
+	}
+	_, ok = ud.Value.(nullValue)
+	return ok
 }
 
-func (c *convCtx) toLua(L *lua.LState, v any, depth int) lua.LValue {
+// Markers returns the state's marker metatables: the one luaop.array sets (a JSON
+// list) and the one luaop.object sets (a JSON object). They are shared by the state's
+// marked tables and protected (the conversion rules are at the top of convert.go).
+func Markers(L *lua.LState) (list, object *lua.LTable) {
+	c := stateOf(L)
+	return c.arrayMT, c.objectMT
+}
+
+// ToLua converts a Go JSON value into a fresh Lua value (an eager deep copy).
+func ToLua(L *lua.LState, v any) lua.LValue {
+	return stateOf(L).toLua(L, v, 0)
+}
+
+func (c *state) toLua(L *lua.LState, v any, depth int) lua.LValue {
 	switch x := v.(type) {
 	case nil:
 		return c.null
@@ -185,8 +203,8 @@ func (c *convCtx) toLua(L *lua.LState, v any, depth int) lua.LValue {
 
 // toLuaReflect handles the Go values that client-go never produces but Go callers may
 // pass: other numeric types, typed maps and slices, pointers, structs (through JSON).
-func (c *convCtx) toLuaReflect(L *lua.LState, v any, depth int) lua.LValue {
-	if depth > cvMaxDepth {
+func (c *state) toLuaReflect(L *lua.LState, v any, depth int) lua.LValue {
+	if depth > maxDepth {
 		return c.null
 	}
 	rv := reflect.ValueOf(v)
@@ -242,69 +260,69 @@ func (c *convCtx) toLuaReflect(L *lua.LState, v any, depth int) lua.LValue {
 		return lua.LString(fmt.Sprint(v))
 	}
 	var out any
-	if err := cvUnmarshal(data, &out); err != nil {
+	if err := unmarshal(data, &out); err != nil {
 		return lua.LString(fmt.Sprint(v))
 	}
 	return c.toLua(L, out, depth+1)
 }
 
-// cvUnmarshal decodes JSON like client-go does: integers as int64, other numbers float64.
-func cvUnmarshal(data []byte, out *any) error {
+// unmarshal decodes JSON like client-go does: integers as int64, other numbers float64.
+func unmarshal(data []byte, out *any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	if err := dec.Decode(out); err != nil {
 		return err
 	}
-	v, err := cvNormalize(*out, 0)
+	v, err := normalize(*out, 0)
 	*out = v
 	return err
 }
 
-// fromLua converts a Lua value into a Go JSON value (a deep copy). Errors name the path
+// FromLua converts a Lua value into a Go JSON value (a deep copy). Errors name the path
 // of the offending value, e.g. `spec.items[3]: cannot convert a function to JSON`.
-func fromLua(lv lua.LValue) (any, error) {
-	w := cvWalker{}
+func FromLua(lv lua.LValue) (any, error) {
+	w := walker{}
 	return w.from(lv, 0)
 }
 
-// cvWalker keeps the path and the tables being visited (for cycle detection).
-type cvWalker struct {
-	path  []cvStep
+// walker keeps the path and the tables being visited (for cycle detection).
+type walker struct {
+	path  []pathStep
 	stack []*lua.LTable
 }
 
-// cvStep is one step of a path: a key of an object, or a 1-based index of a list.
-type cvStep struct {
+// pathStep is one step of a path: a key of an object, or a 1-based index of a list.
+type pathStep struct {
 	key   string
 	index int
 	isKey bool
 }
 
-func (w *cvWalker) errorf(format string, args ...any) error {
-	p := cvFormatPath(w.path)
+func (w *walker) errorf(format string, args ...any) error {
+	p := formatPath(w.path)
 	if p == "" {
 		p = "value"
 	}
 	return fmt.Errorf("%s: %s", p, fmt.Sprintf(format, args...))
 }
 
-// cvFormatPath renders steps as `spec.items[3]["app.kubernetes.io/name"]`.
-func cvFormatPath(steps []cvStep) string {
+// formatPath renders steps as `spec.items[3]["app.kubernetes.io/name"]`.
+func formatPath(steps []pathStep) string {
 	var b strings.Builder
 	for _, s := range steps {
-		cvAppendStep(&b, s)
+		appendStep(&b, s)
 	}
 	return b.String()
 }
 
-func cvAppendStep(b *strings.Builder, s cvStep) {
+func appendStep(b *strings.Builder, s pathStep) {
 	if !s.isKey {
 		b.WriteByte('[')
 		b.WriteString(strconv.Itoa(s.index))
 		b.WriteByte(']')
 		return
 	}
-	if cvIsIdent(s.key) {
+	if IsIdent(s.key) {
 		if b.Len() > 0 {
 			b.WriteByte('.')
 		}
@@ -316,7 +334,7 @@ func cvAppendStep(b *strings.Builder, s cvStep) {
 	b.WriteByte(']')
 }
 
-func cvIsIdent(s string) bool {
+func IsIdent(s string) bool {
 	if s == "" {
 		return false
 	}
@@ -330,7 +348,7 @@ func cvIsIdent(s string) bool {
 	return true
 }
 
-func (w *cvWalker) from(lv lua.LValue, depth int) (any, error) {
+func (w *walker) from(lv lua.LValue, depth int) (any, error) {
 	switch x := lv.(type) {
 	case *lua.LNilType:
 		return nil, nil
@@ -339,13 +357,13 @@ func (w *cvWalker) from(lv lua.LValue, depth int) (any, error) {
 	case lua.LString:
 		return string(x), nil
 	case lua.LNumber:
-		return cvNumber(float64(x), w)
+		return jsonNumber(float64(x), w)
 	case *lua.LTable:
-		if depth >= cvMaxDepth {
-			return nil, w.errorf("value nested deeper than %d levels", cvMaxDepth)
+		if depth >= maxDepth {
+			return nil, w.errorf("value nested deeper than %d levels", maxDepth)
 		}
 		if pd := proxyDataOf(x); pd != nil {
-			v, err := cvNormalize(pd.v, depth)
+			v, err := normalize(pd.v, depth)
 			if err != nil {
 				return nil, w.errorf("%v", err)
 			}
@@ -361,7 +379,7 @@ func (w *cvWalker) from(lv lua.LValue, depth int) (any, error) {
 		w.stack = w.stack[:len(w.stack)-1]
 		return v, err
 	case *lua.LUserData:
-		if _, ok := x.Value.(cvNull); ok {
+		if _, ok := x.Value.(nullValue); ok {
 			return nil, nil
 		}
 		return nil, w.errorf("cannot convert a userdata to JSON")
@@ -376,28 +394,28 @@ func (w *cvWalker) from(lv lua.LValue, depth int) (any, error) {
 	}
 }
 
-// cvNumber applies the number rule: integral and |x| <= 2^53 -> int64, else float64.
-func cvNumber(f float64, w *cvWalker) (any, error) {
+// jsonNumber applies the number rule: integral and |x| <= 2^53 -> int64, else float64.
+func jsonNumber(f float64, w *walker) (any, error) {
 	if math.IsNaN(f) || math.IsInf(f, 0) {
 		return nil, w.errorf("number %v cannot be represented in JSON", f)
 	}
-	if f == math.Trunc(f) && f >= -cvMaxSafeInt && f <= cvMaxSafeInt {
+	if f == math.Trunc(f) && f >= -maxSafeInt && f <= maxSafeInt {
 		return int64(f), nil
 	}
 	return f, nil
 }
 
-func cvMarkerOf(t *lua.LTable) lua.LValue {
+func markerOf(t *lua.LTable) lua.LValue {
 	mt, ok := t.Metatable.(*lua.LTable)
 	if !ok {
 		return lua.LNil
 	}
-	return mt.RawGetString(cvMarkerKey)
+	return mt.RawGetString(markerKey)
 }
 
 // table converts a plain or marked table.
-func (w *cvWalker) table(t *lua.LTable, depth int) (any, error) {
-	marker := cvMarkerOf(t)
+func (w *walker) table(t *lua.LTable, depth int) (any, error) {
+	marker := markerOf(t)
 
 	// Classify the keys in one pass.
 	var (
@@ -428,36 +446,36 @@ func (w *cvWalker) table(t *lua.LTable, depth int) (any, error) {
 	})
 
 	switch {
-	case marker == cvMarkArray:
+	case marker == markArray:
 		if nStr > 0 {
 			return nil, w.errorf("list has a string key %s (a list takes only indices 1..n)", strconv.Quote(w.smallestStringKey(t)))
 		}
 		if badKey != lua.LNil {
-			return nil, w.errorf("list has an invalid key %s (a list takes only indices 1..n)", cvKeyString(badKey))
+			return nil, w.errorf("list has an invalid key %s (a list takes only indices 1..n)", keyString(badKey))
 		}
 		if nInt != maxInt {
-			return nil, w.errorf("list has a hole at index %d (a list takes indices 1..n without gaps; use luaop.null for JSON null)", cvFirstHole(t, maxInt))
+			return nil, w.errorf("list has a hole at index %d (a list takes indices 1..n without gaps; use luaop.null for JSON null)", firstHole(t, maxInt))
 		}
 		return w.list(t, maxInt, depth)
-	case marker == cvMarkObject:
+	case marker == markObject:
 		if badKey != lua.LNil || nInt > 0 {
 			k := badKey
 			if k == lua.LNil {
 				k = lua.LNumber(w.smallestIntKey(t))
 			}
-			return nil, w.errorf("object has a non-string key %s (object keys must be strings)", cvKeyString(k))
+			return nil, w.errorf("object has a non-string key %s (object keys must be strings)", keyString(k))
 		}
 		return w.object(t, nStr, depth)
 	}
 
 	switch {
 	case badKey != lua.LNil:
-		return nil, w.errorf("table has a key %s that is neither a string nor a list index 1..n", cvKeyString(badKey))
+		return nil, w.errorf("table has a key %s that is neither a string nor a list index 1..n", keyString(badKey))
 	case nInt > 0 && nStr > 0:
 		return nil, w.errorf("table mixes list indices and string keys (index %d and key %s); use either 1..n or string keys", w.smallestIntKey(t), strconv.Quote(w.smallestStringKey(t)))
 	case nInt > 0:
 		if nInt != maxInt {
-			return nil, w.errorf("table is a sparse list: hole at index %d (a list takes indices 1..n without gaps; use luaop.null for JSON null)", cvFirstHole(t, maxInt))
+			return nil, w.errorf("table is a sparse list: hole at index %d (a list takes indices 1..n without gaps; use luaop.null for JSON null)", firstHole(t, maxInt))
 		}
 		return w.list(t, maxInt, depth)
 	default:
@@ -466,10 +484,10 @@ func (w *cvWalker) table(t *lua.LTable, depth int) (any, error) {
 	}
 }
 
-func (w *cvWalker) list(t *lua.LTable, n int, depth int) (any, error) {
+func (w *walker) list(t *lua.LTable, n int, depth int) (any, error) {
 	out := make([]any, n)
 	for i := 1; i <= n; i++ {
-		w.path = append(w.path, cvStep{index: i})
+		w.path = append(w.path, pathStep{index: i})
 		v, err := w.from(t.RawGetInt(i), depth+1)
 		w.path = w.path[:len(w.path)-1]
 		if err != nil {
@@ -480,7 +498,7 @@ func (w *cvWalker) list(t *lua.LTable, n int, depth int) (any, error) {
 	return out, nil
 }
 
-func (w *cvWalker) object(t *lua.LTable, n int, depth int) (any, error) {
+func (w *walker) object(t *lua.LTable, n int, depth int) (any, error) {
 	out := make(map[string]any, n)
 	var firstErr error
 	var errKey string
@@ -489,7 +507,7 @@ func (w *cvWalker) object(t *lua.LTable, n int, depth int) (any, error) {
 		if firstErr != nil && ks > errKey {
 			return
 		}
-		w.path = append(w.path, cvStep{key: ks, isKey: true})
+		w.path = append(w.path, pathStep{key: ks, isKey: true})
 		gv, err := w.from(v, depth+1)
 		w.path = w.path[:len(w.path)-1]
 		if err != nil {
@@ -507,7 +525,7 @@ func (w *cvWalker) object(t *lua.LTable, n int, depth int) (any, error) {
 	return out, nil
 }
 
-func (w *cvWalker) smallestStringKey(t *lua.LTable) string {
+func (w *walker) smallestStringKey(t *lua.LTable) string {
 	var keys []string
 	t.ForEach(func(k, _ lua.LValue) {
 		if s, ok := k.(lua.LString); ok {
@@ -521,7 +539,7 @@ func (w *cvWalker) smallestStringKey(t *lua.LTable) string {
 	return keys[0]
 }
 
-func (w *cvWalker) smallestIntKey(t *lua.LTable) int {
+func (w *walker) smallestIntKey(t *lua.LTable) int {
 	best := 0
 	t.ForEach(func(k, _ lua.LValue) {
 		if n, ok := k.(lua.LNumber); ok && float64(n) >= 1 && float64(n) == math.Trunc(float64(n)) {
@@ -533,7 +551,7 @@ func (w *cvWalker) smallestIntKey(t *lua.LTable) int {
 	return best
 }
 
-func cvFirstHole(t *lua.LTable, n int) int {
+func firstHole(t *lua.LTable, n int) int {
 	for i := 1; i <= n; i++ {
 		if t.RawGetInt(i) == lua.LNil {
 			return i
@@ -542,7 +560,7 @@ func cvFirstHole(t *lua.LTable, n int) int {
 	return n + 1
 }
 
-func cvKeyString(k lua.LValue) string {
+func keyString(k lua.LValue) string {
 	switch kk := k.(type) {
 	case lua.LString:
 		return strconv.Quote(string(kk))
@@ -553,10 +571,10 @@ func cvKeyString(k lua.LValue) string {
 	}
 }
 
-// cvNormalize deep-copies a Go JSON value, normalising numbers to int64/float64 as
-// client-go does. It serves proxies (whose Go value fromLua must not share) and toLua's
+// normalize deep-copies a Go JSON value, normalising numbers to int64/float64 as
+// client-go does. It serves proxies (whose Go value FromLua must not share) and ToLua's
 // JSON fallback.
-func cvNormalize(v any, depth int) (any, error) {
+func normalize(v any, depth int) (any, error) {
 	switch x := v.(type) {
 	case nil, string, bool, int64, float64:
 		return x, nil
@@ -564,12 +582,12 @@ func cvNormalize(v any, depth int) (any, error) {
 		if x == nil {
 			return nil, nil
 		}
-		if depth >= cvMaxDepth {
-			return nil, fmt.Errorf("value nested deeper than %d levels", cvMaxDepth)
+		if depth >= maxDepth {
+			return nil, fmt.Errorf("value nested deeper than %d levels", maxDepth)
 		}
 		out := make(map[string]any, len(x))
 		for k, e := range x {
-			c, err := cvNormalize(e, depth+1)
+			c, err := normalize(e, depth+1)
 			if err != nil {
 				return nil, err
 			}
@@ -580,12 +598,12 @@ func cvNormalize(v any, depth int) (any, error) {
 		if x == nil {
 			return nil, nil
 		}
-		if depth >= cvMaxDepth {
-			return nil, fmt.Errorf("value nested deeper than %d levels", cvMaxDepth)
+		if depth >= maxDepth {
+			return nil, fmt.Errorf("value nested deeper than %d levels", maxDepth)
 		}
 		out := make([]any, len(x))
 		for i, e := range x {
-			c, err := cvNormalize(e, depth+1)
+			c, err := normalize(e, depth+1)
 			if err != nil {
 				return nil, err
 			}
@@ -628,13 +646,13 @@ func cvNormalize(v any, depth int) (any, error) {
 		return nil, err
 	}
 	var out any
-	if err := cvUnmarshal(data, &out); err != nil {
+	if err := unmarshal(data, &out); err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-// installMarkers sets, on the luaop module table:
+// InstallMarkers sets, on the luaop module table:
 //
 //	mod.null        the JSON null sentinel of this state
 //	mod.array(t?)   marks t (or a new table) as a JSON list and returns it
@@ -643,8 +661,8 @@ func cvNormalize(v any, depth int) (any, error) {
 //
 // Marking a read-only proxy returns a marked plain copy of it (proxies cannot carry
 // another metatable).
-func installMarkers(L *lua.LState, mod *lua.LTable) {
-	c := conv(L)
+func InstallMarkers(L *lua.LState, mod *lua.LTable) {
+	c := stateOf(L)
 	mod.RawSetString("null", c.null)
 	mark := func(mt *lua.LTable, wantList bool) *lua.LFunction {
 		return L.NewFunction(func(L *lua.LState) int {
@@ -656,7 +674,7 @@ func installMarkers(L *lua.LState, mod *lua.LTable) {
 				t = v
 				if pd := proxyDataOf(v); pd != nil {
 					if _, isList := pd.v.([]any); isList != wantList {
-						L.ArgError(1, "a read-only view of a "+cvKindName(isList)+" cannot become a "+cvKindName(wantList))
+						L.ArgError(1, "a read-only view of a "+kindName(isList)+" cannot become a "+kindName(wantList))
 					}
 					t = c.toLua(L, pd.v, 0).(*lua.LTable)
 				}
@@ -673,14 +691,14 @@ func installMarkers(L *lua.LState, mod *lua.LTable) {
 	mod.RawSetString("is_null", L.NewFunction(func(L *lua.LState) int {
 		ud, ok := L.Get(1).(*lua.LUserData)
 		if ok {
-			_, ok = ud.Value.(cvNull)
+			_, ok = ud.Value.(nullValue)
 		}
 		L.Push(lua.LBool(ok))
 		return 1
 	}))
 }
 
-func cvKindName(list bool) string {
+func kindName(list bool) string {
 	if list {
 		return "list"
 	}
