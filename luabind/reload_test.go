@@ -2,6 +2,7 @@ package luabind
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -156,5 +157,64 @@ luaop.on.create("example.com/v1/widgets", function(ctx) return seen end, {id = "
 	}
 	if res := rttMustInvoke(t, rt, "b", rttCause("u1")); res.Value != "global" {
 		t.Errorf("b = %#v", res.Value)
+	}
+}
+
+// A reload gives every object a cycle only when an engine's EvalHash changed
+// (processing.Reactor.Refresh): it must change with what a cycle evaluates (the
+// daemon's code and options, its filters; anything for an index) and stay put
+// otherwise (lines moved, another file or handler edited).
+func TestEvalHashFollowsWhatACycleEvaluates(t *testing.T) {
+	const engines = `local luaop = require("luaop")
+luaop.daemon("example.com/v1/widgets", function(ctx) while luaop.sleep(30) do end end,
+  {id = "d", when = function(ctx) return ctx.spec.on end})
+luaop.timer("example.com/v1/widgets", function(ctx) return 1 end, {id = "t", interval = 10})
+luaop.index("example.com/v1/widgets", function(ctx) return ctx.name end, {id = "i"})
+`
+	const other = `local luaop = require("luaop")
+luaop.on.create("example.com/v1/widgets", function(ctx) return "c1" end, {id = "c"})
+`
+	type hashes map[string][2]string // id -> CodeHash, EvalHash
+	load := func(t *testing.T, rt *Runtime, engines, other string) hashes {
+		rttLoad(t, rt, "engines.lua", engines, "other.lua", other)
+		h := hashes{}
+		for _, id := range []string{"d", "t", "i", "c"} {
+			s := rttSpec(t, rt, id)
+			h[id] = [2]string{s.CodeHash, s.EvalHash}
+		}
+		return h
+	}
+	for _, tc := range []struct {
+		name        string
+		engines     string
+		other       string
+		evalChanged []string // engines whose EvalHash must change
+		codeChanged []string // handlers whose CodeHash must change
+	}{
+		{name: "identical", engines: engines, other: other},
+		{name: "lines moved", engines: "-- a comment\n\n" + engines, other: other, evalChanged: []string{"i"}},
+		{name: "another file's handler edited", engines: engines, other: strings.Replace(other, "c1", "c2", 1),
+			evalChanged: []string{"i"}, codeChanged: []string{"c"}},
+		{name: "the daemon's filter edited", engines: strings.Replace(engines, "ctx.spec.on end", "ctx.spec.enabled end", 1), other: other,
+			evalChanged: []string{"d", "i"}},
+		{name: "the daemon's code edited", engines: strings.Replace(engines, "sleep(30)", "sleep(60)", 1), other: other,
+			evalChanged: []string{"d", "i"}, codeChanged: []string{"d"}},
+		{name: "the timer's interval edited", engines: strings.Replace(engines, "interval = 10", "interval = 20", 1), other: other,
+			evalChanged: []string{"t", "i"}, codeChanged: []string{"t"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rt := rttRuntime(t, Options{Shards: 2})
+			before := load(t, rt, engines, other)
+			after := load(t, rt, tc.engines, tc.other)
+			for id, b := range before {
+				a := after[id]
+				if want := slices.Contains(tc.codeChanged, id); (a[0] != b[0]) != want {
+					t.Errorf("%s: CodeHash %s -> %s, want changed = %v", id, b[0], a[0], want)
+				}
+				if want := slices.Contains(tc.evalChanged, id); (a[1] != b[1]) != want {
+					t.Errorf("%s: EvalHash %s -> %s, want changed = %v", id, b[1], a[1], want)
+				}
+			}
+		})
 	}
 }

@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"log/slog"
+	"maps"
 	"reflect"
 	"runtime"
 	"slices"
@@ -238,9 +240,13 @@ func (r *Runtime) Load(ctx context.Context, scripts []Script) (LoadReport, error
 		sources[sc.Name] = sc.Source
 	}
 	hashes := make(map[string]codeHashEntry, len(first.specs))
+	setSum := hash.Sum(nil)
 	for i := range first.specs {
 		spec := &first.specs[i]
 		spec.CodeHash = r.codeHashCached(hashes, *spec, first.fns[spec.ID], sources)
+		if spec.IsEngine() {
+			spec.EvalHash = evalHash(*spec, first.fns[spec.ID], sources, setSum)
+		}
 	}
 	r.codeHashes = hashes
 	keys := make(map[protoKey]bool, len(used))
@@ -309,7 +315,7 @@ func (r *Runtime) stageAll(ctx context.Context, files []string, protos map[strin
 // function (its compiled prototype, so the same file content) and its spec are the
 // same; the result is recorded in next.
 func (r *Runtime) codeHashCached(next map[string]codeHashEntry, spec causes.Spec, fns *handlerFns, sources map[string][]byte) string {
-	spec.Source, spec.CodeHash = "", ""
+	spec.Source, spec.CodeHash, spec.EvalHash = "", "", ""
 	var proto *lua.FunctionProto
 	if fns != nil && fns.fn != nil {
 		proto = fns.fn.Proto
@@ -445,15 +451,52 @@ func uidOf(body map[string]any) string {
 // its spec. Reloads restart a daemon only when this changes.
 func codeHash(spec causes.Spec, fns *handlerFns, sources map[string][]byte) string {
 	h := sha256.New()
-	spec.Source, spec.CodeHash = "", ""
+	spec.Source, spec.CodeHash, spec.EvalHash = "", "", ""
 	fmt.Fprintf(h, "%+v\x00", spec)
-	if fns != nil && fns.fn != nil && fns.fn.Proto != nil {
-		p := fns.fn.Proto
-		lines := strings.Split(string(sources[p.SourceName]), "\n")
-		from, to := max(p.LineDefined-1, 0), min(p.LastLineDefined, len(lines))
-		if from < to {
-			h.Write([]byte(strings.Join(lines[from:to], "\n")))
+	if fns != nil {
+		writeFunctionSource(h, fns.fn, sources)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// writeFunctionSource writes the source lines of a Lua function (nothing for nil).
+func writeFunctionSource(w io.Writer, fn *lua.LFunction, sources map[string][]byte) {
+	if fn == nil || fn.Proto == nil {
+		return
+	}
+	p := fn.Proto
+	lines := strings.Split(string(sources[p.SourceName]), "\n")
+	from, to := max(p.LineDefined-1, 0), min(p.LastLineDefined, len(lines))
+	if from < to {
+		io.WriteString(w, strings.Join(lines[from:to], "\n"))
+	}
+	io.WriteString(w, "\x00")
+}
+
+// evalHash is Spec.EvalHash of a daemon, timer or index: its code hash, the source of
+// its filter functions (when, label and annotation callbacks, value/old/new), and for
+// an index the content hash of the whole script set (setSum): an index keeps the
+// values its function returned at the last cycle, and that function may call
+// anything. A helper that a daemon's or timer's filter calls, edited in another
+// function or a module, applies from the object's next cycle (its next change, or a
+// reload that changes an engine).
+func evalHash(spec causes.Spec, fns *handlerFns, sources map[string][]byte, setSum []byte) string {
+	h := sha256.New()
+	io.WriteString(h, spec.CodeHash+"\x00")
+	if fns != nil {
+		writeFunctionSource(h, fns.when, sources)
+		writeFunctionSource(h, fns.valueFn, sources)
+		writeFunctionSource(h, fns.oldFn, sources)
+		writeFunctionSource(h, fns.newFn, sources)
+		for _, m := range []map[string]*lua.LFunction{fns.labelFns, fns.annotFns} {
+			for _, k := range slices.Sorted(maps.Keys(m)) {
+				io.WriteString(h, k+"\x00")
+				writeFunctionSource(h, m[k], sources)
+			}
 		}
+	}
+	if spec.Kind == causes.KindIndex {
+		h.Write(setSum)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }

@@ -521,6 +521,10 @@ luaop.on.startup(function() end)
 				t.Errorf("spec %s has no code hash (reloads restart daemons by it)", got[i].ID)
 			}
 			got[i].CodeHash = ""
+			if engine := got[i].IsEngine(); engine != (got[i].EvalHash != "") {
+				t.Errorf("spec %s (engine %v) has EvalHash %q: engines have one, other kinds none", got[i].ID, engine, got[i].EvalHash)
+			}
+			got[i].EvalHash = ""
 			if !reflect.DeepEqual(got[i], want[i]) {
 				t.Errorf("spec\n got %+v\nwant %+v", got[i], want[i])
 			}

@@ -508,18 +508,23 @@ func TestRefreshQueuesObjectsOnlyForEngines(t *testing.T) {
 		e.create(fmt.Sprintf("w%d", i), nil)
 	}
 	e.eventually("every object handled", func() bool { return len(h.callsOf("create_fn", "")) == 5 })
-	// The cycles of the handlers' own writes settle: no new one for a few polls.
-	before, quiet := counter.cycles.Load(), 0
-	e.eventually("the cycles settled", func() bool {
-		time.Sleep(50 * time.Millisecond)
-		now := counter.cycles.Load()
-		if now != before {
-			before, quiet = now, 0
-			return false
-		}
-		quiet++
-		return quiet >= 4
-	})
+	// settle waits until the cycles of the handlers' own writes settle (no new one
+	// for a few polls) and returns their count.
+	settle := func() int64 {
+		before, quiet := counter.cycles.Load(), 0
+		e.eventually("the cycles settled", func() bool {
+			time.Sleep(50 * time.Millisecond)
+			now := counter.cycles.Load()
+			if now != before {
+				before, quiet = now, 0
+				return false
+			}
+			quiet++
+			return quiet >= 4
+		})
+		return before
+	}
+	before := settle()
 
 	h.add(changeSpec("update_fn", causes.Update), nil) // a reload of change handlers only
 	e.op.Refresh()
@@ -536,6 +541,28 @@ func TestRefreshQueuesObjectsOnlyForEngines(t *testing.T) {
 	if got := counter.cycles.Load() - before; got < 5 {
 		t.Errorf("%d cycles after a reload adding a daemon, want one per object (5)", got)
 	}
+
+	// A reload that leaves the daemon as it was (another file saved, lines moved):
+	// its specs are equal, so no object needs a cycle and the daemons keep running.
+	before = settle() // the finalizers the daemons need were written
+	h.add(changeSpec("delete_fn", causes.Delete), nil)
+	h.edit("watcher", func(s *causes.Spec) { s.Source = "moved.lua:40" })
+	e.op.Refresh()
+	e.never("a cycle after a reload that left the daemons unchanged", func() bool { return counter.cycles.Load() != before })
+
+	// Its filter edited (EvalHash) but not its code: every object gets a cycle (the
+	// filter is evaluated again), the running daemons are kept.
+	h.edit("watcher", func(s *causes.Spec) { s.EvalHash = "filter-v2" })
+	e.op.Refresh()
+	e.eventually("a cycle of every object after the daemon's filter changed", func() bool { return counter.cycles.Load()-before >= 5 })
+	if got := started.Load(); got != 5 {
+		t.Errorf("%d daemon starts after a reload that changed only its filter, want the 5 running ones kept", got)
+	}
+
+	// Its code edited (CodeHash): every daemon restarts with the new code.
+	h.edit("watcher", func(s *causes.Spec) { s.CodeHash = "code-v2" })
+	e.op.Refresh()
+	e.eventually("every daemon restarted with its new code", func() bool { return started.Load() == 10 })
 }
 
 // Subhandlers' ids come from data (parent/<item>): their runs are reported with the

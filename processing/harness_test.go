@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -95,6 +96,18 @@ func (h *fakeHandlers) add(spec causes.Spec, fn handlerFunc) {
 	h.specs = append(append([]causes.Spec(nil), h.specs...), spec)
 	if fn != nil {
 		h.fns[spec.ID] = fn
+	}
+}
+
+// edit changes a registered handler's spec (a new Specs slice, as a reload makes).
+func (h *fakeHandlers) edit(id string, change func(*causes.Spec)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.specs = slices.Clone(h.specs)
+	for i := range h.specs {
+		if h.specs[i].ID == id {
+			change(&h.specs[i])
+		}
 	}
 }
 

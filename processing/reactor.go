@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,9 +62,11 @@ type Reactor struct {
 	// stopping is set when Start's context ends: workers take no new key, reloads
 	// start no new watcher.
 	stopping atomic.Bool
-	// hadEngines: the handlers of the last Refresh had daemons, timers or indexes,
-	// which follow a reload only through a cycle of every object.
-	hadEngines atomic.Bool
+	// enginesMu guards engines, the signature of the daemons, timers and indexes
+	// of the last Refresh (engineSignature): they follow a reload only through a
+	// cycle of every object, needed only when the signature changed. A leaf lock.
+	enginesMu sync.Mutex
+	engines   string
 	pruned     sync.Map // "resource field" -> struct{}: schema pruning reported once
 }
 
@@ -215,10 +218,11 @@ func (o *Reactor) Start(ctx context.Context) error {
 }
 
 // Refresh starts watching resources that handlers were registered for since the last
-// call (after a script reload), and gives every known object a cycle, so that daemons,
-// timers and indexes follow the new handlers. When neither the old nor the new
-// handlers have any of those, no object needs a cycle: change handlers act on the next
-// change, as they would have (a reload of a big operator queues nothing then).
+// call (after a script reload), and gives every known object a cycle when the
+// daemons, timers or indexes changed (one added or removed, its code, options or
+// filters edited: Spec.EvalHash), so that they follow the new handlers. Otherwise no
+// object needs a cycle: change handlers act on the next change, as they would have,
+// and unchanged engines keep running (a reload of a big operator queues nothing).
 // Watchers of resources no longer used keep running: their objects are simply not
 // handled, and a later reload may need them.
 func (o *Reactor) Refresh() {
@@ -230,15 +234,30 @@ func (o *Reactor) Refresh() {
 	}
 	specs := o.handlers.Specs()
 	o.refreshResources(ctx, specs)
-	engines := slices.ContainsFunc(specs, func(s causes.Spec) bool {
-		return s.Kind == causes.KindDaemon || s.Kind == causes.KindTimer || s.Kind == causes.KindIndex
-	})
-	if hadEngines := o.hadEngines.Swap(engines); !engines && !hadEngines {
+	engines := engineSignature(specs)
+	o.enginesMu.Lock()
+	changed := engines != o.engines
+	o.engines = engines
+	o.enginesMu.Unlock()
+	if !changed {
 		return
 	}
 	for _, key := range o.objects.keys() {
 		o.queue.Add(key)
 	}
+}
+
+// engineSignature identifies the daemons, timers and indexes among specs: their ids,
+// kinds, resources and hashes, in a stable order. "" when there are none.
+func engineSignature(specs []causes.Spec) string {
+	var lines []string
+	for _, s := range specs {
+		if s.IsEngine() {
+			lines = append(lines, strings.Join([]string{s.ID, string(s.Kind), s.Resource.String(), s.CodeHash, s.EvalHash}, "\x00"))
+		}
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
 }
 
 // Synced tells whether every watched resource finished its initial listing and the

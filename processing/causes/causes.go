@@ -124,6 +124,19 @@ type Spec struct {
 	// CodeHash identifies the handler's code and options: a reload restarts a
 	// daemon only when it changes.
 	CodeHash string
+	// EvalHash identifies what a cycle evaluates for a daemon, timer or index
+	// beyond the object: CodeHash and the source of its filter functions (for an
+	// index, the whole script set, since its values are kept from the last cycle).
+	// A reload gives every object a cycle only when an engine was added, removed or
+	// changed its EvalHash; "" for other kinds.
+	EvalHash string
+}
+
+// IsEngine tells whether the handler runs on an object between its changes (a daemon,
+// a timer) or keeps state computed from it (an index): what a reload must revisit on
+// every object.
+func (s Spec) IsEngine() bool {
+	return s.Kind == KindDaemon || s.Kind == KindTimer || s.Kind == KindIndex
 }
 
 // RequiresFinalizer tells whether the presence of this handler must block deletion.
