@@ -116,11 +116,12 @@ func watch(ctx context.Context, dir string, opts WatcherOptions, newNotifier fun
 				"error", err, "interval", opts.PollInterval)
 		}
 	}
-	scripts, err := luabind.ReadDir(dir)
+	tree, err := w.files.ReadTree(dir)
 	if err != nil {
 		w.stopNotify()
 		return Change{}, nil, fmt.Errorf("reading scripts: %w", err)
 	}
+	scripts := tree.Scripts
 	initial := Change{Scripts: scripts, Hash: hashScripts(scripts), At: time.Now()}
 	out := make(chan Change)
 	go w.run(ctx, initial, out)
@@ -134,6 +135,9 @@ type watcher struct {
 	log   *slog.Logger
 	fsw   *fsnotify.Watcher   // nil when polling
 	extra map[string]struct{} // folders outside dir holding targets of script symlinks
+	// files keeps what the last read read, so a read opens only the files that
+	// changed since.
+	files luabind.FileCache
 }
 
 func (w *watcher) startNotify(newNotifier func() (*fsnotify.Watcher, error)) error {
@@ -327,7 +331,7 @@ func (w *watcher) run(ctx context.Context, last Change, out chan<- Change) {
 	// read re-reads the set and updates pending; it reports whether it succeeded.
 	read := func() bool {
 		windowStart = time.Time{}
-		tree, err := luabind.ReadTree(w.dir)
+		tree, err := w.files.ReadTree(w.dir)
 		if err != nil {
 			w.log.Warn("reading scripts failed, will retry", "error", err)
 			return false

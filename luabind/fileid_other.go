@@ -1,0 +1,10 @@
+//go:build !linux
+
+package luabind
+
+import "io/fs"
+
+// fileIdentity: without Linux's stat fields, FileCache reads every file.
+type fileIdentity struct{ changed int64 }
+
+func identityOf(fs.FileInfo) (fileIdentity, bool) { return fileIdentity{}, false }
