@@ -67,7 +67,7 @@ type Reactor struct {
 	// cycle of every object, needed only when the signature changed. A leaf lock.
 	enginesMu sync.Mutex
 	engines   string
-	pruned     sync.Map // "resource field" -> struct{}: schema pruning reported once
+	pruned    sync.Map // "resource field" -> struct{}: schema pruning reported once
 }
 
 // Clients are the API clients a Reactor uses. New builds them from a rest.Config;
