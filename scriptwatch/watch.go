@@ -22,9 +22,12 @@ import (
 
 // Defaults of [WatcherOptions].
 const (
-	// 30 ms: editors and ConfigMap swaps settle within a few ms, and a reload should
-	// be live well under 50 ms after the save.
-	DefaultDebounce     = 30 * time.Millisecond
+	// 20 ms (webpack's watcher waits as long): an editor's save (write, or write a
+	// temporary and rename) and a ConfigMap's ..data swap make their events within a
+	// few ms, and a reload should be live well under 50 ms after the save. A read
+	// that still catches a file half written fails to load or loads what was there;
+	// the writer's next event reloads the whole file. --reload-debounce raises it.
+	DefaultDebounce     = 20 * time.Millisecond
 	DefaultPollInterval = 2 * time.Second
 )
 
@@ -35,7 +38,7 @@ const maxWaitFactor = 10
 
 // WatcherOptions configures [Watch]. The zero value gives the defaults.
 type WatcherOptions struct {
-	// Debounce is the quiet time that ends a burst of events; default 30ms.
+	// Debounce is the quiet time that ends a burst of events; default 20ms.
 	Debounce time.Duration
 	// PollInterval is the period of the polling fallback, used when fsnotify cannot
 	// be set up (inotify limits, file systems without events) or when ForcePolling is

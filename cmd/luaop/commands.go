@@ -231,7 +231,7 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	}
 
 	// Watch first, so that no save between the first read and the watch is missed.
-	initial, changes, err := scriptwatch.Watch(ctx, dir, scriptwatch.WatcherOptions{Logger: log})
+	initial, changes, err := scriptwatch.Watch(ctx, dir, scriptwatch.WatcherOptions{Logger: log, Debounce: s.ReloadDebounce})
 	if err != nil {
 		return fmt.Errorf("watching %s: %w", dir, err)
 	}

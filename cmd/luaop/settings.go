@@ -21,6 +21,7 @@ import (
 
 	"github.com/luaop/luaop/luabind"
 	"github.com/luaop/luaop/processing"
+	"github.com/luaop/luaop/scriptwatch"
 )
 
 // settings are every option of the operator, read through viper from flags,
@@ -46,6 +47,7 @@ type settings struct {
 	PostEvents         bool
 	LogEvents          string
 	ShutdownGrace      time.Duration
+	ReloadDebounce     time.Duration
 	LeaderElect        bool
 	LeaderNamespace    string
 	LeaderName         string
@@ -103,6 +105,7 @@ func addOperatorFlags(fs *pflag.FlagSet, logFormat string) {
 	fs.Bool("leader-elect", false, "run several replicas: only the holder of a coordination.k8s.io Lease handles objects, the others stand by")
 	fs.String("leader-election-namespace", "", "namespace of the Lease (default: the pod's own namespace)")
 	fs.String("leader-election-name", "luaop", "name of the Lease; operators sharing one take turns")
+	fs.Duration("reload-debounce", scriptwatch.DefaultDebounce, "quiet time after a file event before the scripts folder is read again and reloaded (> 0): raise it for editors or file systems that write a file in several pauses")
 	fs.Duration("shutdown-grace-period", 20*time.Second, "on SIGTERM, how long running handlers and daemons may take to finish before they are cancelled (> 0)")
 	fs.String("webhook-address", "", "address of the HTTPS server of the validate and mutate handlers, host:port (\":9443\"; empty: off)")
 	fs.String("webhook-cert-dir", "", "folder with tls.crt, tls.key and optionally ca.crt (cert-manager, a mounted Secret); empty: a CA and a certificate are generated at start")
@@ -180,6 +183,7 @@ func readSettings(cmd *cobra.Command, v *viper.Viper, subset bool) (settings, er
 	s.PostEvents = r.bool("post-events")
 	s.LogEvents = r.logEventsLevel("log-events-level")
 	s.ShutdownGrace = r.duration("shutdown-grace-period", false)
+	s.ReloadDebounce = r.duration("reload-debounce", false)
 	s.LeaderElect = r.bool("leader-elect")
 	s.LeaderNamespace = r.dnsName("leader-election-namespace", true)
 	s.LeaderName = r.dnsName("leader-election-name", false)

@@ -192,6 +192,8 @@ func TestSettingsRejectBadValues(t *testing.T) {
 		{[]string{"--consistency-timeout", "0s"}, nil, []string{"--consistency-timeout", "greater than 0"}},
 		{[]string{"--shutdown-grace-period", "-1s"}, nil, []string{"--shutdown-grace-period", "greater than 0"}},
 		{[]string{"--probe-cache", "-1s"}, nil, []string{"--probe-cache", "0 or more"}},
+		{[]string{"--reload-debounce", "0s"}, nil, []string{"--reload-debounce", "greater than 0"}},
+		{nil, map[string]string{"LUAOP_RELOAD_DEBOUNCE": "20"}, []string{`LUAOP_RELOAD_DEBOUNCE="20"`, "with a unit"}},
 		{[]string{"--log-level", "verbose"}, nil, []string{`--log-level="verbose"`, "debug, info, warn or error"}},
 		{[]string{"--log-format", "xml"}, nil, []string{`--log-format="xml"`, "plain or json"}},
 		{[]string{"--log-events-level", "loud"}, nil, []string{"--log-events-level", "debug, info, warning, error or none"}},
