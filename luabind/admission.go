@@ -13,6 +13,7 @@ import (
 	lua "github.com/yuin/gopher-lua"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/luaop/luaop/luabind/internal/luaerr"
 	"github.com/luaop/luaop/luabind/internal/luavalue"
 	"github.com/luaop/luaop/processing/causes"
 )
@@ -61,12 +62,7 @@ type AdmissionResponse struct {
 
 // AdmissionError rejects an admission request with a message and an HTTP code
 // (luaop.admission_error; kopf's AdmissionError).
-type AdmissionError struct {
-	Message string
-	Code    int
-}
-
-func (e *AdmissionError) Error() string { return e.Message }
+type AdmissionError = luaerr.AdmissionError
 
 // admissionState is the admission part of a call (callState.adm).
 type admissionState struct {
@@ -315,7 +311,7 @@ func installAdmissionError(L *lua.LState, mod *lua.LTable) {
 			}
 			code = int(n)
 		}
-		L.Push(leNewRaised(L, &AdmissionError{Message: msg, Code: code}))
+		L.Push(luaerr.NewRaised(L, &AdmissionError{Message: msg, Code: code}))
 		return 1
 	}))
 }

@@ -10,6 +10,7 @@ import (
 	lua "github.com/yuin/gopher-lua"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/luaop/luaop/luabind/internal/luaerr"
 	"github.com/luaop/luaop/luabind/internal/luavalue"
 	"github.com/luaop/luaop/processing/causes"
 	"github.com/luaop/luaop/state"
@@ -40,7 +41,7 @@ func (s *shard) newModule() *lua.LTable {
 	mod.RawSetString("PRESENT", presentMarker(L))
 	mod.RawSetString("ABSENT", absentMarker(L))
 	luavalue.InstallMarkers(L, mod)
-	installErrorConstructors(L, mod)
+	luaerr.InstallConstructors(L, mod)
 	installAdmissionError(L, mod)
 	s.installKube(mod)
 	mod.RawSetString("metrics", s.metricsModule())

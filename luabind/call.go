@@ -12,6 +12,7 @@ import (
 
 	lua "github.com/yuin/gopher-lua"
 
+	"github.com/luaop/luaop/luabind/internal/luaerr"
 	"github.com/luaop/luaop/luabind/internal/luavalue"
 	"github.com/luaop/luaop/processing/causes"
 	"github.com/luaop/luaop/state"
@@ -319,7 +320,7 @@ func (s *shard) run(cs *callState, fn *lua.LFunction, args ...lua.LValue) (ret l
 		if L.Context().Err() != nil && cs.ctx.Err() == nil {
 			return lua.LNil, timeoutError(perr, s.rt.opts.HandlerTimeout)
 		}
-		return lua.LNil, luaError(perr)
+		return lua.LNil, luaerr.Translate(perr)
 	}
 	if nret == 2 {
 		cs.adm.second = L.Get(-1)
@@ -330,7 +331,7 @@ func (s *shard) run(cs *callState, fn *lua.LFunction, args ...lua.LValue) (ret l
 
 // timeoutError keeps the location and makes the deadline recognisable.
 func timeoutError(err error, limit time.Duration) error {
-	mapped := luaError(err)
+	mapped := luaerr.Translate(err)
 	return fmt.Errorf("handler exceeded its %s deadline (an endless loop?): %w", limit, mapped)
 }
 

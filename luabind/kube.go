@@ -12,6 +12,7 @@ import (
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"sigs.k8s.io/yaml"
 
+	"github.com/luaop/luaop/luabind/internal/luaerr"
 	"github.com/luaop/luaop/luabind/internal/luavalue"
 )
 
@@ -276,7 +277,7 @@ func (s *shard) pushObject(L *lua.LState, obj map[string]any, err error) int {
 func (s *shard) pushError(L *lua.LState, err error) int {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		// Raised as the Go error, so the deadline stays recognisable (errors.Is).
-		throwGoError(L, fmt.Errorf("API call interrupted: %w", err))
+		luaerr.Throw(L, fmt.Errorf("API call interrupted: %w", err))
 	}
 	L.Push(lua.LNil)
 	L.Push(lua.LString(err.Error()))

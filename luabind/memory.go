@@ -15,6 +15,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/luaop/luaop/luabind/internal/luaerr"
 )
 
 // The memory budget.
@@ -244,11 +246,11 @@ func (w *memWatch) cancelOldest(heap uint64) {
 // budgetError is the error of a call the watchdog cancelled: where the script was
 // stopped (file:line, from the Lua error) and why.
 func (w *memWatch) budgetError(err error, mc *memCall) error {
-	se := &ScriptError{cause: ErrMemoryBudget,
+	se := luaerr.WithCause(&ScriptError{
 		Message: fmt.Sprintf("memory budget exceeded: the operator's heap reached %s, over the budget of %s for Lua calls (--lua-memory-budget), so this call was cancelled; a script that builds large strings or tables in a loop must bound them",
-			FormatBytes(mc.heapAt.Load()), FormatBytes(w.budget))}
+			FormatBytes(mc.heapAt.Load()), FormatBytes(w.budget))}, ErrMemoryBudget)
 	var orig *ScriptError
-	if errors.As(luaError(err), &orig) {
+	if errors.As(luaerr.Translate(err), &orig) {
 		se.File, se.Line, se.Traceback = orig.File, orig.Line, orig.Traceback
 	}
 	return se

@@ -11,6 +11,7 @@ import (
 
 	lua "github.com/yuin/gopher-lua"
 
+	"github.com/luaop/luaop/luabind/internal/luaerr"
 	"github.com/luaop/luaop/luabind/internal/luavalue"
 	"github.com/luaop/luaop/luabind/internal/sandbox"
 	"github.com/luaop/luaop/processing/causes"
@@ -164,7 +165,7 @@ func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lu
 			if mc.hit.Load() {
 				return nil, s.rt.mem.budgetError(err, mc)
 			}
-			return nil, luaError(err)
+			return nil, luaerr.Translate(err)
 		}
 		v := L.Get(-1)
 		L.Pop(1)

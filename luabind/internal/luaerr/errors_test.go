@@ -1,4 +1,4 @@
-package luabind
+package luaerr
 
 import (
 	"context"
@@ -17,22 +17,22 @@ import (
 	"github.com/luaop/luaop/processing/causes"
 )
 
-// lbtState returns a sandboxed state with a global `luaop` holding the markers and the
+// newTestState returns a sandboxed state with a global `luaop` holding the markers and the
 // error constructors.
-func lbtState(t testing.TB) *lua.LState {
+func newTestState(t testing.TB) *lua.LState {
 	t.Helper()
 	L := sandbox.NewState(sandbox.Options{})
 	t.Cleanup(L.Close)
 	mod := L.NewTable()
 	luavalue.InstallMarkers(L, mod)
-	installErrorConstructors(L, mod)
+	InstallConstructors(L, mod)
 	L.SetGlobal("luaop", mod)
 	return L
 }
 
-// lbtErrorState is lbtState plus Go functions that fail in various ways.
-func lbtErrorState(t testing.TB) *lua.LState {
-	L := lbtState(t)
+// newErrorState is newTestState plus Go functions that fail in various ways.
+func newErrorState(t testing.TB) *lua.LState {
+	L := newTestState(t)
 	L.SetGlobal("goraise", L.NewFunction(func(L *lua.LState) int {
 		L.RaiseError("boom %d", 1)
 		return 0
@@ -51,11 +51,11 @@ func lbtErrorState(t testing.TB) *lua.LState {
 		return L.Yield(lua.LNumber(1))
 	}))
 	L.SetGlobal("gotemporary", L.NewFunction(func(L *lua.LState) int {
-		throwGoError(L, &causes.TemporaryError{Message: "conflict", Delay: 2 * time.Second})
+		Throw(L, &causes.TemporaryError{Message: "conflict", Delay: 2 * time.Second})
 		return 0
 	}))
 	L.SetGlobal("gofail", L.NewFunction(func(L *lua.LState) int {
-		throwGoError(L, fmt.Errorf("patching: %w", io.ErrUnexpectedEOF))
+		Throw(L, fmt.Errorf("patching: %w", io.ErrUnexpectedEOF))
 		return 0
 	}))
 	return L
@@ -102,13 +102,13 @@ func TestLuaErrorScriptErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			L := lbtErrorState(t)
+			L := newErrorState(t)
 			L.SetGlobal("luaop_proxy", luavalue.NewProxy(L, map[string]any{"spec": map[string]any{}}))
 			_, raw := luatest.Call(t, L, tc.lua)
 			if raw == nil {
 				t.Fatal("no error")
 			}
-			err := luaError(raw)
+			err := Translate(raw)
 			var se *ScriptError
 			if !errors.As(err, &se) {
 				t.Fatalf("%T %v is not a ScriptError", err, err)
@@ -153,12 +153,12 @@ func TestLuaErrorCauses(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			L := lbtErrorState(t)
+			L := newErrorState(t)
 			_, raw := luatest.Call(t, L, tc.lua)
 			if raw == nil {
 				t.Fatal("no error")
 			}
-			err := luaError(raw)
+			err := Translate(raw)
 			if fmt.Sprintf("%T %+v", err, err) != fmt.Sprintf("%T %+v", tc.want, tc.want) {
 				t.Fatalf("got %T %+v, want %T %+v", err, err, tc.want, tc.want)
 			}
@@ -179,7 +179,7 @@ func TestLuaErrorConstructorArguments(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			L := lbtErrorState(t)
+			L := newErrorState(t)
 			_, err := luatest.Call(t, L, tc.lua)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want %q", err, tc.want)
@@ -197,14 +197,14 @@ func TestLuaErrorContext(t *testing.T) {
 		is      error
 		message string
 	}{
-		{"deadline", "local n = 0\nwhile true do n = n + 1 end", 30 * time.Millisecond, false, context.DeadlineExceeded, leTimeoutMessage},
-		{"deadline caught by pcall", "while true do pcall(function() while true do end end) end", 30 * time.Millisecond, false, context.DeadlineExceeded, leTimeoutMessage},
-		{"cancelled", "while true do end", 0, true, context.Canceled, leCanceledMessage},
-		{"deadline in gsub", "local s = ('x'):rep(4000000)\nwhile true do s:gsub('x', 'x') end", 30 * time.Millisecond, false, context.DeadlineExceeded, leTimeoutMessage},
+		{"deadline", "local n = 0\nwhile true do n = n + 1 end", 30 * time.Millisecond, false, context.DeadlineExceeded, timeoutMessage},
+		{"deadline caught by pcall", "while true do pcall(function() while true do end end) end", 30 * time.Millisecond, false, context.DeadlineExceeded, timeoutMessage},
+		{"cancelled", "while true do end", 0, true, context.Canceled, canceledMessage},
+		{"deadline in gsub", "local s = ('x'):rep(4000000)\nwhile true do s:gsub('x', 'x') end", 30 * time.Millisecond, false, context.DeadlineExceeded, timeoutMessage},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			L := lbtErrorState(t)
+			L := newErrorState(t)
 			var ctx context.Context
 			var cancel context.CancelFunc
 			if tc.cancel {
@@ -217,7 +217,7 @@ func TestLuaErrorContext(t *testing.T) {
 			L.SetContext(ctx)
 			defer L.RemoveContext()
 			_, raw := luatest.Call(t, L, tc.lua)
-			err := luaError(raw)
+			err := Translate(raw)
 			if !errors.Is(err, tc.is) {
 				t.Fatalf("errors.Is(%v, %v) is false", err, tc.is)
 			}
@@ -230,24 +230,24 @@ func TestLuaErrorContext(t *testing.T) {
 }
 
 func TestLuaErrorPassThrough(t *testing.T) {
-	if luaError(nil) != nil {
+	if Translate(nil) != nil {
 		t.Fatal("nil")
 	}
 	plain := errors.New("not a Lua error")
-	if luaError(plain) != plain {
+	if Translate(plain) != plain {
 		t.Fatal("non-Lua errors must pass unchanged")
 	}
 	// Wrapped ApiError is found.
-	L := lbtErrorState(t)
+	L := newErrorState(t)
 	_, raw := luatest.Call(t, L, "error('x')")
 	var se *ScriptError
-	if !errors.As(luaError(fmt.Errorf("calling handler: %w", raw)), &se) || se.Message != "x" {
+	if !errors.As(Translate(fmt.Errorf("calling handler: %w", raw)), &se) || se.Message != "x" {
 		t.Fatal("wrapped ApiError")
 	}
-	// A Go error raised by throwGoError is reachable.
+	// A Go error raised by Throw is reachable.
 	_, raw = luatest.Call(t, L, "gofail()")
-	if !errors.Is(luaError(raw), io.ErrUnexpectedEOF) {
-		t.Fatal("throwGoError: cause lost")
+	if !errors.Is(Translate(raw), io.ErrUnexpectedEOF) {
+		t.Fatal("Throw: cause lost")
 	}
 }
 
@@ -263,11 +263,11 @@ func TestLuaErrorSyntax(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			L := lbtState(t)
+			L := newTestState(t)
 			_, err := L.Load(strings.NewReader(tc.code), "broken.lua")
 			var se *ScriptError
-			if !errors.As(luaError(err), &se) {
-				t.Fatalf("%T %v", luaError(err), luaError(err))
+			if !errors.As(Translate(err), &se) {
+				t.Fatalf("%T %v", Translate(err), Translate(err))
 			}
 			if se.File != "broken.lua" || se.Line != tc.line || !strings.Contains(se.Message, tc.msg) {
 				t.Fatalf("got %+v", se)
@@ -297,7 +297,7 @@ func TestScriptErrorText(t *testing.T) {
 // No Lua error may escape as a Go panic when called through PCall, and the state stays
 // usable afterwards.
 func TestLuaErrorsDoNotPanic(t *testing.T) {
-	L := lbtErrorState(t)
+	L := newErrorState(t)
 	for _, code := range []string{
 		"error('x')", "error(nil)", "error({})", "gopanic()", "goyield()", "local function f() f() end f()",
 		"error(luaop.temporary_error('x'))", "local t = nil; t.x = 1", "string.rep('x', 1e12)", "return #nil",
@@ -306,7 +306,7 @@ func TestLuaErrorsDoNotPanic(t *testing.T) {
 		if err == nil {
 			t.Fatalf("%s: no error", code)
 		}
-		if luaError(err) == nil {
+		if Translate(err) == nil {
 			t.Fatalf("%s: mapped to nil", code)
 		}
 	}
