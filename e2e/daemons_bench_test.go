@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/luaop/luaop/operator"
+	"github.com/luaop/luaop/processing"
 	"github.com/luaop/luaop/testcluster"
 )
 
@@ -139,10 +141,24 @@ func idleDaemons(b *testing.B, objects int) {
 		testcluster.Eventually(b, 10*time.Minute, func() (bool, string) {
 			return started.Load() >= wantStarted, fmt.Sprintf("%d of %d daemons started", started.Load(), wantStarted)
 		})
-		time.Sleep(2 * time.Second) // let the finalizer patches settle
+		if wantStarted > 0 { // daemons put the finalizer on their objects: measure once every one is on
+			testcluster.Eventually(b, 10*time.Minute, func() (bool, string) {
+				list, err := env.Dynamic.Resource(widgets).Namespace(ns).List(b.Context(), metav1.ListOptions{})
+				if err != nil {
+					return false, err.Error()
+				}
+				without := 0
+				for _, o := range list.Items {
+					if !slices.Contains(o.GetFinalizers(), processing.Finalizer("luaop.dev")) {
+						without++
+					}
+				}
+				return without == 0, fmt.Sprintf("%d of %d objects without the finalizer", without, len(list.Items))
+			})
+		}
 		m = readMem()
 		c0, t0 := cpuTime(), time.Now()
-		time.Sleep(10 * time.Second)
+		time.Sleep(10 * time.Second) // the measured interval: CPU used while the daemons sleep
 		idleCPU = float64(cpuTime()-c0) / float64(time.Since(t0)) * 100
 		return m, idleCPU, op
 	}

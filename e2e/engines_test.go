@@ -104,12 +104,19 @@ func TestTimerCadenceIdleAndSharp(t *testing.T) {
 	`)})
 	create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w}, spec: {size: 1}}")
 	create(t, gadgets, ns, "{apiVersion: e2e.luaop.dev/v1, kind: Gadget, metadata: {name: g}, spec: {n: 0}}")
-	// Keep changing the gadget for 1.5 s: its idle timer must not run meanwhile.
+	// Keep changing the gadget for 1.5 s: its idle timer must not run meanwhile. The
+	// sleeps are the scenario (changes closer together than the 1.2 s idle time); a
+	// machine so loaded that two changes ended up farther apart proves nothing.
+	longest, last := time.Duration(0), time.Now()
 	for i := 1; i <= 6; i++ {
 		time.Sleep(250 * time.Millisecond)
 		mergePatch(t, gadgets, ns, "g", fmt.Sprintf(`{"spec":{"n":%d}}`, i))
+		longest, last = max(longest, time.Since(last)), time.Now()
 	}
-	if strings.Contains(op.Log.String(), "idle timer ran") {
+	switch {
+	case longest > time.Second:
+		t.Logf("two changes were %s apart, close to the idle time: the idle check is skipped", longest)
+	case strings.Contains(op.Log.String(), "idle timer ran"):
 		t.Errorf("the idle timer ran while the object kept changing")
 	}
 	waitField(t, gadgets, ns, "g", "status.idle", "quiet now")

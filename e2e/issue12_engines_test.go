@@ -55,22 +55,36 @@ func TestTwoOperatorsWithDifferentPrefixesDoNotFeedOnEachOther(t *testing.T) {
 			return a >= n && b >= n, fmt.Sprintf("%s ran a=%d b=%d times, want %d", what, a, b, n)
 		})
 	}
+	// handled waits until both operators stored want in their diff-bases. Each
+	// operator handles the gadget's events in order: once both handled a later change,
+	// each has seen the other's writes of the earlier one, and a run they caused (the
+	// bug: operators feeding on each other) would be counted below.
+	handled := func(want string) {
+		t.Helper()
+		testcluster.Eventually(t, 20*time.Second, func() (bool, string) {
+			ann := get(t, gadgets, ns, "g").GetAnnotations()
+			a, b := ann["a.luaop.dev/last-handled-configuration"], ann["b.luaop.dev/last-handled-configuration"]
+			return strings.Contains(a, want) && strings.Contains(b, want), fmt.Sprintf("waiting for both diff-bases to hold %s: a=%s b=%s", want, a, b)
+		})
+	}
 	create(t, gadgets, ns, "{apiVersion: e2e.luaop.dev/v1, kind: Gadget, metadata: {name: g}, spec: {size: 1}}")
 	both("CREATE", 1)
-	time.Sleep(2 * time.Second) // the operators' writes (and reactions to them) settle
+	handled(`"size":1`)
 	patchGadget(t, ns, "g", `{"spec":{"size":2}}`)
 	both("UPDATE", 1)
-	time.Sleep(2 * time.Second)
+	handled(`"size":2`)
 	base := annotationsBytes(t, ns, "g")
 	var sizes []int
 	for i := 0; i < 5; i++ {
 		patchGadget(t, ns, "g", fmt.Sprintf(`{"metadata":{"labels":{"round":"r%d"}}}`, i))
-		time.Sleep(time.Second)
+		handled(fmt.Sprintf(`"round":"r%d"`, i))
 		sizes = append(sizes, annotationsBytes(t, ns, "g"))
 	}
 	// Label changes are essential: each one is an update of both; what must not
-	// happen is a run caused by the other operator's writes.
-	time.Sleep(2 * time.Second)
+	// happen is a run caused by the other operator's writes. A last change is the
+	// barrier for the writes of the fifth round.
+	patchGadget(t, ns, "g", `{"metadata":{"labels":{"round":"last"}}}`)
+	handled(`"round":"last"`)
 	ann := get(t, gadgets, ns, "g").GetAnnotations()
 	for _, p := range []string{"a.luaop.dev", "b.luaop.dev"} {
 		if ann[p+"/luaop-managed"] != "yes" {
@@ -87,8 +101,13 @@ func TestTwoOperatorsWithDifferentPrefixesDoNotFeedOnEachOther(t *testing.T) {
 		if n := runs(i, "UPDATE-"+who+" 2 -"); n != 1 {
 			t.Errorf("update_%s ran %d times for the spec change", who, n)
 		}
-		if n := runs(i, "UPDATE-"+who); n != 6 {
-			t.Errorf("update_%s ran %d times for one spec change and 5 label changes, want 6", who, n)
+		for r := 0; r < 5; r++ {
+			if n := runs(i, fmt.Sprintf("UPDATE-%s 2 r%d", who, r)); n != 1 {
+				t.Errorf("update_%s ran %d times for the label change r%d, want once", who, n, r)
+			}
+		}
+		if n := runs(i, "UPDATE-"+who); n != 7 {
+			t.Errorf("update_%s ran %d times for one spec change and 6 label changes, want 7", who, n)
 		}
 	}
 	for _, s := range sizes {
@@ -154,9 +173,16 @@ func TestDeletingObjectIsFoundInItsIndexUntilGone(t *testing.T) {
 		_, err := env.Dynamic.Resource(gadgets).Namespace(ns).Get(t.Context(), "g", metav1.GetOptions{})
 		return err != nil, "the gadget is still there"
 	})
-	time.Sleep(time.Second) // the DELETED event reaches the operator
-	lookup("after-gone")
-	logged("LOOKUP after-gone 0")
+	// The DELETED event reaches the operator some time after the gadget is gone:
+	// look it up again (a new ConfigMap each time) until the index no longer has it.
+	i := 0
+	testcluster.Eventually(t, 15*time.Second, func() (bool, string) {
+		i++
+		name := fmt.Sprintf("after-gone-%d", i)
+		lookup(name)
+		logged("LOOKUP " + name + " ")
+		return strings.Contains(op.Log.String(), "LOOKUP "+name+" 0"), "the index still finds the gone gadget"
+	})
 }
 
 // Issue 12.16: ctx.logger messages at info and above are posted as Events of the

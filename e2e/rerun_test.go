@@ -9,6 +9,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/luaop/luaop/operator"
 	"github.com/luaop/luaop/processing"
@@ -46,6 +47,9 @@ func TestSucceededHandlersNeverRunAgainUnderDaemonWrites(t *testing.T) {
 				luaop.on.delete("examples.luaop.dev/v1/widgets", function(ctx)
 					ctx.logger.info("RUN delete " .. ctx.name)
 				end, { id = "cleanup" })
+				luaop.on.event("examples.luaop.dev/v1/widgets", function(ctx)
+					if ctx.type == "DELETED" then ctx.logger.info("GONE " .. ctx.name) end
+				end, { id = "gone" })
 			`)}
 			if mode == "status" {
 				opts.Processing = processing.Options{Progress: state.NewStatusProgress("luaop"), DiffBase: state.NewStatusDiffBase("luaop")}
@@ -61,7 +65,34 @@ func TestSucceededHandlersNeverRunAgainUnderDaemonWrites(t *testing.T) {
 				c := strings.Count(op.Log.String(), `msg="RUN create `)
 				return c >= n, fmt.Sprintf("%d of %d created", c, n)
 			})
-			time.Sleep(300 * time.Millisecond) // daemons write meanwhile
+			// Daemons write between the causes: every object's heartbeat shows.
+			beats := func() map[string]int64 {
+				list, err := client.List(t.Context(), metav1.ListOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				out := map[string]int64{}
+				for _, o := range list.Items {
+					if b, ok, _ := unstructured.NestedInt64(o.Object, "status", "beat"); ok {
+						out[o.GetName()] = b
+					}
+				}
+				return out
+			}
+			beatsAfter := func(before map[string]int64) {
+				t.Helper()
+				testcluster.Eventually(t, 90*time.Second, func() (bool, string) {
+					now, behind := beats(), 0
+					for i := 0; i < n; i++ {
+						name := fmt.Sprintf("w%03d", i)
+						if b, ok := now[name]; !ok || b <= before[name] {
+							behind++
+						}
+					}
+					return behind == 0, fmt.Sprintf("%d of %d daemons have not written since", behind, n)
+				})
+			}
+			beatsAfter(nil)
 			parallel(t, n, func(i int) error {
 				_, err := client.Patch(t.Context(), fmt.Sprintf("w%03d", i), "application/merge-patch+json", []byte(`{"spec":{"size":2}}`), metav1.PatchOptions{})
 				return err
@@ -70,7 +101,7 @@ func TestSucceededHandlersNeverRunAgainUnderDaemonWrites(t *testing.T) {
 				c := strings.Count(op.Log.String(), `msg="RUN update `)
 				return c >= n, fmt.Sprintf("%d of %d updated", c, n)
 			})
-			time.Sleep(300 * time.Millisecond)
+			beatsAfter(beats())
 			if err := client.DeleteCollection(t.Context(), metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 				t.Fatal(err)
 			}
@@ -81,7 +112,12 @@ func TestSucceededHandlersNeverRunAgainUnderDaemonWrites(t *testing.T) {
 				}
 				return len(list.Items) == 0, fmt.Sprintf("%d objects left", len(list.Items))
 			})
-			time.Sleep(500 * time.Millisecond)
+			// The DELETED event is the last one of each object: once the operator saw
+			// it for every object, no handler can run for them any more.
+			testcluster.Eventually(t, 90*time.Second, func() (bool, string) {
+				c := strings.Count(op.Log.String(), `msg="GONE `)
+				return c >= n, fmt.Sprintf("the operator saw %d of %d objects gone", c, n)
+			})
 			logs := op.Log.String()
 			for _, kind := range []string{"create", "update", "delete"} {
 				runs := map[string]int{}
