@@ -92,12 +92,12 @@ func doohickey(name string, spec string, labels ...string) *unstructured.Unstruc
 	return mustYAML(nil, fmt.Sprintf("apiVersion: e2e.luaop.dev/v1\nkind: Doohickey\nmetadata:\n  name: %s%s\nspec: %s\n", name, lbl, spec))
 }
 
-func createDoohickey(ns string, obj *unstructured.Unstructured, dryRun bool) (*unstructured.Unstructured, error) {
+func createDoohickey(t testing.TB, ns string, obj *unstructured.Unstructured, dryRun bool) (*unstructured.Unstructured, error) {
 	opts := metav1.CreateOptions{}
 	if dryRun {
 		opts.DryRun = []string{metav1.DryRunAll}
 	}
-	return env.Dynamic.Resource(doohickeys).Namespace(ns).Create(context.Background(), obj.DeepCopy(), opts)
+	return env.Dynamic.Resource(doohickeys).Namespace(ns).Create(t.Context(), obj.DeepCopy(), opts)
 }
 
 // eventuallyRejected creates obj until the API server rejects it (the webhook
@@ -107,7 +107,7 @@ func eventuallyRejected(t *testing.T, ns string, obj *unstructured.Unstructured,
 	t.Helper()
 	var rejected error
 	testcluster.Eventually(t, 30*time.Second, func() (bool, string) {
-		_, err := createDoohickey(ns, obj, dryRun)
+		_, err := createDoohickey(t, ns, obj, dryRun)
 		if err == nil {
 			_ = env.Dynamic.Resource(doohickeys).Namespace(ns).Delete(t.Context(), obj.GetName(), metav1.DeleteOptions{})
 			return false, "created: the webhook is not called yet"
@@ -159,9 +159,9 @@ func TestAdmissionValidateRejectsWithTheHandlersMessage(t *testing.T) {
 	if status.Status().Code != 422 {
 		t.Errorf("code %d, want the handler's 422", status.Status().Code)
 	}
-	_, err = createDoohickey(ns, doohickey("none", "{}"), false)
+	_, err = createDoohickey(t, ns, doohickey("none", "{}"), false)
 	mustContain(t, err, "spec.size is required")
-	if _, err := createDoohickey(ns, doohickey("fine", "{size: 3}"), false); err != nil {
+	if _, err := createDoohickey(t, ns, doohickey("fine", "{size: 3}"), false); err != nil {
 		t.Fatalf("a valid object is rejected: %v", err)
 	}
 	// UPDATE is validated too.
@@ -189,7 +189,7 @@ end, {id = "probe"})
 	// written in the same sync; wait for its effect.
 	var obj *unstructured.Unstructured
 	testcluster.Eventually(t, 30*time.Second, func() (bool, string) {
-		created, err := createDoohickey(ns, doohickey("d1", "{size: 1, obsolete: true}"), false)
+		created, err := createDoohickey(t, ns, doohickey("d1", "{size: 1, obsolete: true}"), false)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -204,7 +204,7 @@ end, {id = "probe"})
 	if spec["color"] != "blue" || spec["size"] != int64(1) || spec["obsolete"] != nil {
 		t.Errorf("spec = %v, want color blue added, size kept, obsolete removed", spec)
 	}
-	kept, err := createDoohickey(ns, doohickey("d2", "{color: red}"), false)
+	kept, err := createDoohickey(t, ns, doohickey("d2", "{color: red}"), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +229,7 @@ end, {id = "recorder", side_effects = true})
 	if _, err := env.Kube.CoreV1().ConfigMaps(ns).Get(t.Context(), "seen-dry", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the dry-run request's luaop.kube.create was sent (get: %v)", err)
 	}
-	if _, err := createDoohickey(ns, doohickey("wet", "{}"), false); err != nil {
+	if _, err := createDoohickey(t, ns, doohickey("wet", "{}"), false); err != nil {
 		t.Fatal(err)
 	}
 	cm, err := env.Kube.CoreV1().ConfigMaps(ns).Get(t.Context(), "seen-wet", metav1.GetOptions{})
@@ -277,7 +277,7 @@ end, {id = "slow", labels = {policy = "slow"}, timeout = 2.5, failure_policy = "
 	// A handler past its deadline is answered per its policy before the webhook's
 	// timeout (2.5 s: 2 s for the API server): the API server reports the handler's failure, not its own
 	// timeout.
-	_, err = createDoohickey(ns, doohickey("s", "{}", "policy: slow"), false)
+	_, err = createDoohickey(t, ns, doohickey("s", "{}", "policy: slow"), false)
 	mustContain(t, err, "admission handler slow failed", "deadline")
 	if err != nil && strings.Contains(err.Error(), "context deadline exceeded (Client.Timeout") {
 		t.Errorf("the API server timed out waiting: %v", err)
@@ -311,15 +311,15 @@ func TestAdmissionReloadChangesVerdictAndRules(t *testing.T) {
 	// A reload lowering the limit: the next request gets the new verdict (a
 	// rejection with the new message: an allowed request could also be one the
 	// webhook never saw).
-	if _, err := createDoohickey(ns, doohickey("seven", "{size: 7}"), false); err != nil {
+	if _, err := createDoohickey(t, ns, doohickey("seven", "{size: 7}"), false); err != nil {
 		t.Fatalf("before the reload, size 7 is valid: %v", err)
 	}
 	reload(strings.ReplaceAll(validateSrc, "LIMIT", "5"))
-	_, err = createDoohickey(ns, doohickey("eight", "{size: 8}"), false)
+	_, err = createDoohickey(t, ns, doohickey("eight", "{size: 8}"), false)
 	mustContain(t, err, "spec.size must be at most 5, got 8")
 	// And raising it: size 50 is now valid.
 	reload(strings.ReplaceAll(validateSrc, "LIMIT", "100"))
-	if _, err := createDoohickey(ns, doohickey("fifty", "{size: 50}"), false); err != nil {
+	if _, err := createDoohickey(t, ns, doohickey("fifty", "{size: 50}"), false); err != nil {
 		t.Fatalf("after the reload, size 50 is valid: %v", err)
 	}
 
@@ -390,7 +390,7 @@ func TestAdmissionConfigurationsRemovedWhenAsked(t *testing.T) {
 		t.Errorf("%s after Remove: %v", vname, err)
 	}
 	testcluster.Eventually(t, 30*time.Second, func() (bool, string) {
-		_, err := createDoohickey(ns, doohickey("big", "{size: 11}"), false)
+		_, err := createDoohickey(t, ns, doohickey("big", "{size: 11}"), false)
 		return err == nil, fmt.Sprint(err)
 	})
 }
@@ -418,7 +418,7 @@ func TestAdmissionUnknownHandlerFailsClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	testcluster.Eventually(t, 30*time.Second, func() (bool, string) {
-		_, err := createDoohickey(ns, doohickey("ok", "{size: 1}"), true)
+		_, err := createDoohickey(t, ns, doohickey("ok", "{size: 1}"), true)
 		if err == nil {
 			return false, "allowed: the stale webhook is not called yet, or lets requests through"
 		}

@@ -285,7 +285,7 @@ func (e *env) create(name string, spec map[string]any) string {
 	e.t.Helper()
 	e.uids++
 	uid := fmt.Sprintf("uid-%s-%d", name, e.uids)
-	_, err := e.dyn.Resource(widgetsGVR).Namespace("default").Create(context.Background(), widgetObject(name, uid, spec), metav1.CreateOptions{})
+	_, err := e.dyn.Resource(widgetsGVR).Namespace("default").Create(e.t.Context(), widgetObject(name, uid, spec), metav1.CreateOptions{})
 	if err != nil {
 		e.t.Fatalf("creating %s: %v", name, err)
 	}
@@ -294,7 +294,7 @@ func (e *env) create(name string, spec map[string]any) string {
 
 func (e *env) get(name string) *unstructured.Unstructured {
 	e.t.Helper()
-	u, err := e.dyn.Resource(widgetsGVR).Namespace("default").Get(context.Background(), name, metav1.GetOptions{})
+	u, err := e.dyn.Resource(widgetsGVR).Namespace("default").Get(e.t.Context(), name, metav1.GetOptions{})
 	if err != nil {
 		return nil
 	}
@@ -303,14 +303,14 @@ func (e *env) get(name string) *unstructured.Unstructured {
 
 func (e *env) delete(name string) {
 	e.t.Helper()
-	if err := e.dyn.Resource(widgetsGVR).Namespace("default").Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+	if err := e.dyn.Resource(widgetsGVR).Namespace("default").Delete(e.t.Context(), name, metav1.DeleteOptions{}); err != nil {
 		e.t.Fatalf("deleting %s: %v", name, err)
 	}
 }
 
 func (e *env) patch(name string, patch string) {
 	e.t.Helper()
-	_, err := e.dyn.Resource(widgetsGVR).Namespace("default").Patch(context.Background(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	_, err := e.dyn.Resource(widgetsGVR).Namespace("default").Patch(e.t.Context(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 	if err != nil {
 		e.t.Fatalf("patching %s: %v", name, err)
 	}

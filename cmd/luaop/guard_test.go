@@ -97,7 +97,7 @@ func TestScriptsGuardRejectsScriptsThatDoNotLoad(t *testing.T) {
 		{"another namespace", "default", "luaop-scripts", map[string]any{"bad.lua": "("}, true, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			resp, err := h.Admit(context.Background(), admission.Request{Operation: "UPDATE", Namespace: tt.ns, Name: tt.cm, Object: cm(tt.data)})
+			resp, err := h.Admit(t.Context(), admission.Request{Operation: "UPDATE", Namespace: tt.ns, Name: tt.cm, Object: cm(tt.data)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -119,7 +119,7 @@ func TestLastGoodStoreWritesOnlyNewScripts(t *testing.T) {
 	client := fake.NewSimpleClientset()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	store := newLastGoodStore(client, "ops", "luaop-scripts-last-good", "luaop.dev", false, log)
-	ctx := context.Background()
+	ctx := t.Context()
 	if scripts, err := store.Load(ctx); err != nil || scripts != nil {
 		t.Fatalf("Load before any write: %v, %v; want none", scripts, err)
 	}
@@ -188,7 +188,7 @@ func TestLastGoodStoreRunRetriesAFailedWrite(t *testing.T) {
 	})
 	logs := &testcluster.LogBuffer{}
 	store := newLastGoodStore(client, "ops", "last-good", "luaop.dev", false, slog.New(slog.NewTextHandler(logs, nil)))
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { defer close(done); store.Run(ctx) }()
 	defer func() { cancel(); <-done }()
@@ -201,7 +201,7 @@ func TestLastGoodStoreRunRetriesAFailedWrite(t *testing.T) {
 	deny.Store(false)
 	store.Keep(append(scripts, luabind.Script{Name: "b.lua", Source: []byte("-- b")}), "h2")
 	testcluster.Eventually(t, 30*time.Second, func() (bool, string) {
-		cm, err := client.CoreV1().ConfigMaps("ops").Get(context.Background(), "last-good", metav1.GetOptions{})
+		cm, err := client.CoreV1().ConfigMaps("ops").Get(t.Context(), "last-good", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"net/http"
 	"strings"
 	"testing"
@@ -117,7 +116,7 @@ func TestReleaseObjectErrors(t *testing.T) {
 				return true, obj("3"), nil
 			})
 			r := releaser{dyn: dyn, finalizer: "luaop.dev/finalizer", annotations: "luaop.dev/", statusField: "luaop_dev"}
-			changed, err := r.releaseObject(context.Background(), res, obj("1"))
+			changed, err := r.releaseObject(t.Context(), res, obj("1"))
 			switch {
 			case tt.want == "" && err != nil:
 				t.Fatalf("not released: %v", err)
