@@ -81,6 +81,29 @@
 //
 // Objects go to Lua as lazy read-only proxies: a handler that reads two fields of a
 // large object converts two fields. Values coming back (the patch, the result) are
-// converted by one function, fromLua, which keeps integers integral, empty objects
-// objects, and marked empty lists lists; luaop.null writes JSON null.
+// converted by one function, luavalue.FromLua, which keeps integers integral, empty
+// objects objects, and marked empty lists lists; luaop.null writes JSON null.
+//
+// # Rooms
+//
+// This package holds the runtime (shards, threads, calls, reloads, the luaop module,
+// admission, memory budget, luaop check). Three concepts it uses have rooms of their
+// own under internal/, each with its tests:
+//   - internal/sandbox makes the states: safe libraries, string functions bounded in
+//     size, pairs/ipairs honouring __pairs/__ipairs. Isolation between scripts (each
+//     file's own globals, read-only library views) stays here, in isolation.go, as it
+//     is built on the shard's module.
+//   - internal/luavalue converts values between Go and Lua: ToLua, FromLua, the lazy
+//     proxies (NewProxy) and the JSON markers (luaop.null, luaop.array, luaop.object).
+//   - internal/luaerr carries errors across the boundary: Translate (a failed call to
+//     *ScriptError with file:line, or the temporary, permanent or admission error a
+//     script raised), Throw (a Go error raised from a Go function) and the
+//     luaop.temporary_error and luaop.permanent_error constructors. ScriptError and
+//     AdmissionError are defined there; this package's names are aliases of them.
+//
+// Both luavalue and luaerr keep per-state objects (marker metatables, the null
+// sentinel, proxy metamethods; the raised errors' metatable) in the LState's registry,
+// each under its own key, made on first use; they are Lua values of the shard and, like
+// all of them, used only under the shard lock. internal/luatest holds the helpers and
+// JSON documents the tests of all four packages share.
 package luabind
