@@ -145,7 +145,8 @@ func (e *Env) Require(t testing.TB) {
 var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
 // InstallCRDs creates or updates the CRDs in the given YAML files or folders and
-// waits until each is Established (and past the server's 2 s warm-up for creates).
+// waits until each is Established and, when one was created, the server answers
+// creates of its objects (past its warm-up of about 2 s).
 func (e *Env) InstallCRDs(ctx context.Context, paths ...string) error {
 	var objs []*unstructured.Unstructured
 	for _, p := range paths {
@@ -184,9 +185,50 @@ func (e *Env) InstallCRDs(ctx context.Context, paths ...string) error {
 		if err := waitEstablished(ctx, e.Dynamic, crd.GetName()); err != nil {
 			return err
 		}
+		if created {
+			if err := waitServed(ctx, e.Dynamic, crd); err != nil {
+				return err
+			}
+		}
 	}
-	if created {
-		time.Sleep(2 * time.Second) // the server delays creates of a new CRD's objects
+	return nil
+}
+
+// waitServed waits until the server answers creates of a new CRD's objects: right
+// after Established it holds the first one for about 2 s (or answers 404), which
+// would fall into a test's first timed wait. A dry-run create of an empty object is
+// the probe, retried while 404: any other answer (even a schema error) means served.
+func waitServed(ctx context.Context, dyn dynamic.Interface, crd *unstructured.Unstructured) error {
+	group, _, _ := unstructured.NestedString(crd.Object, "spec", "group")
+	plural, _, _ := unstructured.NestedString(crd.Object, "spec", "names", "plural")
+	kind, _, _ := unstructured.NestedString(crd.Object, "spec", "names", "kind")
+	scope, _, _ := unstructured.NestedString(crd.Object, "spec", "scope")
+	versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
+	for _, v := range versions {
+		v, _ := v.(map[string]any)
+		if served, _ := v["served"].(bool); !served {
+			continue
+		}
+		version, _ := v["name"].(string)
+		client := dyn.Resource(schema.GroupVersionResource{Group: group, Version: version, Resource: plural})
+		var resource dynamic.ResourceInterface = client
+		if scope != "Cluster" {
+			resource = client.Namespace("default")
+		}
+		probe := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": group + "/" + version, "kind": kind,
+			"metadata": map[string]any{"name": "luaop-served-probe"}}}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			_, err := resource.Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			if !apierrors.IsNotFound(err) {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("CRD %s: creates of %s/%s still answered 404 after 30s: %w", crd.GetName(), version, plural, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 	}
 	return nil
 }
