@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -131,6 +132,26 @@ func idleDaemons(b *testing.B, objects int) {
 	close(names)
 	wg.Wait()
 
+	// LUAOP_BENCH_HEAPPROFILE=PREFIX writes the heap profiles of both runs (PREFIX.base,
+	// PREFIX.daemons; compare with go tool pprof -diff_base PREFIX.base PREFIX.daemons).
+	profile := os.Getenv("LUAOP_BENCH_HEAPPROFILE")
+	if profile != "" {
+		defer func(rate int) { runtime.MemProfileRate = rate }(runtime.MemProfileRate)
+		runtime.MemProfileRate = 4096
+	}
+	writeProfile := func(label string) {
+		if profile == "" {
+			return
+		}
+		f, err := os.Create(profile + "." + label)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
 	run := func(src string, wantStarted int64) (m memStats, idleCPU float64, op *testcluster.RunningOperator) {
 		var started atomic.Int64
 		log := slog.New(countingHandler{prefix: "daemon started", n: &started})
@@ -157,6 +178,11 @@ func idleDaemons(b *testing.B, objects int) {
 			})
 		}
 		m = readMem()
+		if wantStarted > 0 {
+			writeProfile("daemons")
+		} else {
+			writeProfile("base")
+		}
 		c0, t0 := cpuTime(), time.Now()
 		time.Sleep(10 * time.Second) // the measured interval: CPU used while the daemons sleep
 		idleCPU = float64(cpuTime()-c0) / float64(time.Since(t0)) * 100

@@ -188,6 +188,9 @@ func (c *cycle) send(ctx context.Context, subresource string, do func([]byte) (*
 		return nil, nil
 	}
 	resp, err := do(data)
+	if resp != nil {
+		stripManagedFields(resp) // it may stand for the watch's body (objects.go)
+	}
 	if obs := c.op.opts.Observer; obs != nil {
 		obs.PatchSent(ControllerName(c.key.resource), subresource, patchResult(err))
 	}

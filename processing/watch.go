@@ -77,6 +77,10 @@ func (w *watcher) run(ctx context.Context) {
 	var informers []cache.SharedIndexInformer
 	for _, ns := range namespaces {
 		inf := dynamicinformer.NewFilteredDynamicInformer(w.op.dynamic, info.gvr, ns, w.op.opts.ResyncPeriod, cache.Indexers{}, nil).Informer()
+		if err := inf.SetTransform(stripManagedFieldsTransform); err != nil {
+			log.Error("cannot watch", "error", err)
+			return
+		}
 		// Readiness follows the registration, not the informer: the informer's
 		// HasSynced does not mean this handler received the initial listing.
 		reg, err := inf.AddEventHandler(w)
@@ -110,6 +114,30 @@ func (w *watcher) run(ctx context.Context) {
 		go func() { defer running.Done(); inf.RunWithContext(ctx) }()
 	}
 	running.Wait()
+}
+
+// stripManagedFieldsTransform drops metadata.managedFields from every object the
+// informer stores (as controller-runtime's cache.TransformStripManagedFields does).
+// The server-side apply bookkeeping is about a third of a small object decoded, and
+// grows with every writer (the operator's own finalizer and status writes add
+// entries); nothing in luaop reads it, and handlers rarely would: a handler that needs
+// it reads the object with luaop.kube.get.
+func stripManagedFieldsTransform(obj any) (any, error) {
+	switch o := obj.(type) {
+	case *unstructured.Unstructured:
+		stripManagedFields(o)
+	case cache.DeletedFinalStateUnknown:
+		if u, ok := o.Obj.(*unstructured.Unstructured); ok {
+			stripManagedFields(u)
+		}
+	}
+	return obj, nil
+}
+
+func stripManagedFields(u *unstructured.Unstructured) {
+	if meta, ok := u.Object["metadata"].(map[string]any); ok {
+		delete(meta, "managedFields")
+	}
 }
 
 func namespacesForLog(ns []string) []string {
