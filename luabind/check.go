@@ -155,29 +155,8 @@ func (noCluster) Event(context.Context, map[string]any, string, string, string) 
 func SandboxGlobals() map[string][]string {
 	L := sandbox.NewState(sandbox.Options{})
 	defer L.Close()
-	iso := newIsolation(L, nil)
-	out := map[string][]string{"require": nil, "_G": nil}
-	iso.base.ForEach(func(k, v lua.LValue) {
-		name, ok := k.(lua.LString)
-		if !ok {
-			return
-		}
-		var fields []string
-		if ud, ok := v.(*lua.LUserData); ok {
-			if view, ok := ud.Value.(*roView); ok {
-				view.fields.ForEach(func(fk, _ lua.LValue) {
-					if s, ok := fk.(lua.LString); ok {
-						fields = append(fields, string(s))
-					}
-				})
-				sort.Strings(fields)
-				if fields == nil {
-					fields = []string{}
-				}
-			}
-		}
-		out[string(name)] = fields
-	})
+	out := sandbox.NewIsolation(L, nil).Globals()
+	out["require"], out["_G"] = nil, nil
 	return out
 }
 

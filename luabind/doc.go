@@ -89,10 +89,10 @@
 // This package holds the runtime (shards, threads, calls, reloads, the luaop module,
 // admission, memory budget, luaop check). Three concepts it uses have rooms of their
 // own under internal/, each with its tests:
-//   - internal/sandbox makes the states: safe libraries, string functions bounded in
-//     size, pairs/ipairs honouring __pairs/__ipairs. Isolation between scripts (each
-//     file's own globals, read-only library views) stays here, in isolation.go, as it
-//     is built on the shard's module.
+//   - internal/sandbox makes the states (safe libraries, string functions bounded in
+//     size, pairs/ipairs honouring __pairs/__ipairs) and isolates the scripts of a
+//     state (sandbox.Isolation: each file's own globals, read-only views of the
+//     libraries and of the luaop module).
 //   - internal/luavalue converts values between Go and Lua: ToLua, FromLua, the lazy
 //     proxies (NewProxy) and the JSON markers (luaop.null, luaop.array, luaop.object).
 //   - internal/luaerr carries errors across the boundary: Translate (a failed call to

@@ -33,8 +33,8 @@ type shard struct {
 	opMemo *lua.LTable
 	module *lua.LTable // the `luaop` module of this state (Go and the prelude use it)
 	// iso gives each script its own globals and read-only views of the shared
-	// libraries and of the module (isolation.go).
-	iso *isolation
+	// libraries and of the module (sandbox.Isolation).
+	iso *sandbox.Isolation
 	fns map[string]*handlerFns
 	// records maps the record names of the handlers in fns to their ids (recordName).
 	records map[string]string
@@ -104,8 +104,9 @@ func newShard(rt *Runtime, idx int) *shard {
 	s.module = s.newModule()
 	s.ctxMT = s.newCtxMetatable()
 	s.patchMT = s.newPatchMetatable()
-	s.iso = newIsolation(s.L, s.module)
-	s.logger = s.iso.view(s.L, "ctx.logger", s.newLogger(), 0)
+	listMT, objectMT := luavalue.Markers(s.L)
+	s.iso = sandbox.NewIsolation(s.L, s.module, listMT, objectMT)
+	s.logger = s.iso.View(s.L, "ctx.logger", s.newLogger())
 	s.fns = map[string]*handlerFns{}
 	s.subFns = map[string]map[string]*handlerFns{}
 	return s
@@ -128,8 +129,8 @@ func moduleName(file string) string {
 }
 
 // stage runs the scripts of this state, each file in a fresh global environment of
-// its own (isolation.go). Top-level files are the handler scripts, run in name order;
-// files in subfolders are modules that only run when required, once per load, their
+// its own (sandbox.Isolation). Top-level files are the handler scripts, run in name
+// order; files in subfolders are modules that only run when required, once per load, their
 // value shared by every file that requires them. Globals of the previous load are not
 // visible.
 func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lua.FunctionProto) (*shardGeneration, *collected, error) {
@@ -159,7 +160,7 @@ func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lu
 		loading[mod] = true
 		defer delete(loading, mod)
 		fn := L.NewFunctionFromProto(protos[file])
-		fn.Env = s.iso.newEnv(L, require)
+		fn.Env = s.iso.NewEnv(L, require)
 		L.Push(fn)
 		if err := L.PCall(0, 1, nil); err != nil {
 			if mc.hit.Load() {
@@ -178,7 +179,7 @@ func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lu
 	require = L.NewFunction(func(L *lua.LState) int {
 		name := L.CheckString(1)
 		if name == "luaop" {
-			L.Push(s.iso.module)
+			L.Push(s.iso.Module())
 			return 1
 		}
 		file, ok := byModule[name]

@@ -1,11 +1,10 @@
-package luabind
+package sandbox
 
 import (
+	"sort"
 	"strings"
 
 	lua "github.com/yuin/gopher-lua"
-
-	"github.com/luaop/luaop/luabind/internal/luavalue"
 )
 
 // Isolation between scripts.
@@ -48,8 +47,8 @@ type roView struct {
 	fields *lua.LTable
 }
 
-// isolation holds what a shard needs to give each script its own globals.
-type isolation struct {
+// Isolation holds what a state needs to give each script its own globals.
+type Isolation struct {
 	// base holds the globals every script reads: the sandbox's functions, the
 	// libraries as read-only views, and the safe getfenv, setfenv, load,
 	// loadstring and setmetatable. No script reaches base itself.
@@ -59,19 +58,24 @@ type isolation struct {
 	envMT *lua.LTable
 	// module is the read-only view of the luaop module (require("luaop")).
 	module *lua.LUserData
-	// markerMTs are the JSON marker metatables: protected, but setmetatable may
-	// replace them (a list from luaop.kube.list made an object of a script's class).
-	markerMTs map[*lua.LTable]bool
+	// replaceable are the metatables setmetatable may replace though they are
+	// protected: the JSON markers (a list from luaop.kube.list made an object of a
+	// script's class).
+	replaceable map[*lua.LTable]bool
 }
 
-// isoMaxDepth bounds the nesting of read-only views (the luaop module has two levels).
-const isoMaxDepth = 4
+// maxViewDepth bounds the nesting of read-only views (the luaop module has two levels).
+const maxViewDepth = 4
 
-// newIsolation builds the base globals of a state whose libraries are open
-// (sandbox.NewState) and the read-only view of module (may be nil).
-func newIsolation(L *lua.LState, module *lua.LTable) *isolation {
-	listMT, objectMT := luavalue.Markers(L)
-	iso := &isolation{markerMTs: map[*lua.LTable]bool{listMT: true, objectMT: true}}
+// NewIsolation builds the base globals of a state whose libraries are open
+// (NewState) and the read-only view of module (may be nil). setmetatable may replace
+// the replaceable metatables on a table though they are protected (luabind passes the
+// JSON markers).
+func NewIsolation(L *lua.LState, module *lua.LTable, replaceable ...*lua.LTable) *Isolation {
+	iso := &Isolation{replaceable: make(map[*lua.LTable]bool, len(replaceable))}
+	for _, mt := range replaceable {
+		iso.replaceable[mt] = true
+	}
 	g := L.G.Global
 
 	strView := lua.LValue(lua.LNil)
@@ -117,9 +121,9 @@ func newIsolation(L *lua.LState, module *lua.LTable) *isolation {
 	return iso
 }
 
-// newEnv makes the global environment of one script: its _G, require, and reads
+// NewEnv makes the global environment of one script: its _G, require, and reads
 // through to base.
-func (iso *isolation) newEnv(L *lua.LState, require lua.LValue) *lua.LTable {
+func (iso *Isolation) NewEnv(L *lua.LState, require lua.LValue) *lua.LTable {
 	env := L.CreateTable(0, 4)
 	env.Metatable = iso.envMT
 	env.RawSetString("_G", env)
@@ -129,12 +133,52 @@ func (iso *isolation) newEnv(L *lua.LState, require lua.LValue) *lua.LTable {
 	return env
 }
 
+// View returns a read-only view of t named name (e.g. "ctx.logger"): a userdata whose
+// protected metatable reads t's fields, refuses writes with an error naming the field
+// and lists the fields to pairs(). Sub-tables become views too.
+func (iso *Isolation) View(L *lua.LState, name string, t *lua.LTable) *lua.LUserData {
+	return iso.view(L, name, t, 0)
+}
+
+// Module returns the read-only view of the module NewIsolation was given (nil when
+// none).
+func (iso *Isolation) Module() *lua.LUserData { return iso.module }
+
+// Globals lists the base globals a script reads, each with the sorted fields of its
+// read-only view when it is a library table (string, table, math, os) and nil when it
+// is not.
+func (iso *Isolation) Globals() map[string][]string {
+	out := map[string][]string{}
+	iso.base.ForEach(func(k, v lua.LValue) {
+		name, ok := k.(lua.LString)
+		if !ok {
+			return
+		}
+		var fields []string
+		if ud, ok := v.(*lua.LUserData); ok {
+			if view, ok := ud.Value.(*roView); ok {
+				view.fields.ForEach(func(fk, _ lua.LValue) {
+					if s, ok := fk.(lua.LString); ok {
+						fields = append(fields, string(s))
+					}
+				})
+				sort.Strings(fields)
+				if fields == nil {
+					fields = []string{}
+				}
+			}
+		}
+		out[string(name)] = fields
+	})
+	return out
+}
+
 // view returns a read-only view of t named name. Sub-tables become views too.
-func (iso *isolation) view(L *lua.LState, name string, t *lua.LTable, depth int) *lua.LUserData {
+func (iso *Isolation) view(L *lua.LState, name string, t *lua.LTable, depth int) *lua.LUserData {
 	fields := L.CreateTable(0, 16)
 	t.ForEach(func(k, v lua.LValue) {
 		if sub, ok := v.(*lua.LTable); ok {
-			if depth >= isoMaxDepth {
+			if depth >= maxViewDepth {
 				return
 			}
 			v = iso.view(L, name+"."+k.String(), sub, depth+1)
@@ -214,7 +258,7 @@ func scriptFunction(L *lua.LState, fn *lua.LFunction) bool {
 
 // callerEnv is the environment of the nearest script function on the call stack
 // (nil when there is none: Go code called directly).
-func (iso *isolation) callerEnv(L *lua.LState) *lua.LTable {
+func (iso *Isolation) callerEnv(L *lua.LState) *lua.LTable {
 	for level := 1; ; level++ {
 		dbg, ok := L.GetStack(level)
 		if !ok {
@@ -230,7 +274,7 @@ func (iso *isolation) callerEnv(L *lua.LState) *lua.LTable {
 	}
 }
 
-func (iso *isolation) getfenv(L *lua.LState) int {
+func (iso *Isolation) getfenv(L *lua.LState) int {
 	fn := fenvTarget(L, "getfenv")
 	if scriptFunction(L, fn) {
 		L.Push(fn.Env)
@@ -244,7 +288,7 @@ func (iso *isolation) getfenv(L *lua.LState) int {
 	return 1
 }
 
-func (iso *isolation) setfenv(L *lua.LState) int {
+func (iso *Isolation) setfenv(L *lua.LState) int {
 	fn := fenvTarget(L, "setfenv")
 	env := L.CheckTable(2)
 	if !scriptFunction(L, fn) {
@@ -257,11 +301,11 @@ func (iso *isolation) setfenv(L *lua.LState) int {
 
 // loadstring and load are the base library's, compiling into the calling script's
 // environment.
-func (iso *isolation) loadstring(L *lua.LState) int {
+func (iso *Isolation) loadstring(L *lua.LState) int {
 	return iso.loaded(L, L.CheckString(1), L.OptString(2, "<string>"))
 }
 
-func (iso *isolation) load(L *lua.LState) int {
+func (iso *Isolation) load(L *lua.LState) int {
 	reader := L.CheckFunction(1)
 	name := L.OptString(2, "=(load)")
 	var b strings.Builder
@@ -287,7 +331,7 @@ func (iso *isolation) load(L *lua.LState) int {
 	return iso.loaded(L, b.String(), name)
 }
 
-func (iso *isolation) loaded(L *lua.LState, src, name string) int {
+func (iso *Isolation) loaded(L *lua.LState, src, name string) int {
 	fn, err := L.Load(strings.NewReader(src), name)
 	if err != nil {
 		L.Push(lua.LNil)
@@ -296,7 +340,7 @@ func (iso *isolation) loaded(L *lua.LState, src, name string) int {
 	}
 	env := iso.callerEnv(L)
 	if env == nil {
-		env = iso.newEnv(L, nil)
+		env = iso.NewEnv(L, nil)
 	}
 	fn.Env = env
 	L.Push(fn)
@@ -305,13 +349,13 @@ func (iso *isolation) loaded(L *lua.LState, src, name string) int {
 
 // setmetatable is Lua 5.1's: tables only, protected metatables stay (the JSON markers
 // aside).
-func (iso *isolation) setmetatable(L *lua.LState) int {
+func (iso *Isolation) setmetatable(L *lua.LState) int {
 	t := L.CheckTable(1)
 	mt := L.Get(2)
 	if mt != lua.LNil && mt.Type() != lua.LTTable {
 		L.ArgError(2, "nil or table expected")
 	}
-	if cur, ok := t.Metatable.(*lua.LTable); ok && !iso.markerMTs[cur] && cur.RawGetString("__metatable") != lua.LNil {
+	if cur, ok := t.Metatable.(*lua.LTable); ok && !iso.replaceable[cur] && cur.RawGetString("__metatable") != lua.LNil {
 		L.RaiseError("cannot change a protected metatable")
 	}
 	t.Metatable = mt
