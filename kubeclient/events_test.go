@@ -44,6 +44,20 @@ func eventWrites(cs *fake.Clientset) (creates, patches int) {
 	return
 }
 
+// markerWritten reports whether the Normal "Marker" Event was written.
+func markerWritten(t *testing.T, cs *fake.Clientset) bool {
+	list, err := cs.CoreV1().Events("ns").List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range list.Items {
+		if e.Reason == "Marker" {
+			return true
+		}
+	}
+	return false
+}
+
 // A handler retrying in a loop calls luaop.warn on every attempt: 100 posts about
 // one object reach the API server as at most the correlator's burst (25) of writes,
 // and repeats are aggregated instead of each making an Event.
@@ -101,19 +115,23 @@ func TestEventPostsAreRateLimitedAndAggregated(t *testing.T) {
 					t.Fatalf("post %d: %v", i, err)
 				}
 			}
-			// Posting is asynchronous: wait for the burst to be written, then a little
-			// longer to see that nothing more comes.
+			// Posting is asynchronous but in order: the recorder writes Events one by
+			// one. A Normal Event posted last (not limited by the Warning burst: the
+			// correlator keys its limit by type) is the barrier: once it is written,
+			// every Warning before it has been written or dropped.
+			if err := c.Event(t.Context(), widget(), "Normal", "Marker", "the last post"); err != nil {
+				t.Fatal(err)
+			}
 			const burst = 25
 			deadline := time.Now().Add(10 * time.Second)
-			for {
-				creates, patches := eventWrites(cs)
-				if creates+patches >= burst || time.Now().After(deadline) {
-					break
+			for !markerWritten(t, cs) {
+				if time.Now().After(deadline) {
+					t.Fatal("the last post (a Normal Event) was not written within 10s")
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
-			time.Sleep(300 * time.Millisecond)
 			creates, patches := eventWrites(cs)
+			creates-- // the marker
 			t.Logf("%d posts: %d creates, %d patches", posts, creates, patches)
 			if creates+patches == 0 {
 				t.Fatal("no Event was written")
@@ -126,7 +144,12 @@ func TestEventPostsAreRateLimitedAndAggregated(t *testing.T) {
 				t.Fatal(err)
 			}
 			var total int32
+			var warnings []corev1.Event
 			for _, e := range list.Items {
+				if e.Reason == "Marker" {
+					continue
+				}
+				warnings = append(warnings, e)
 				if e.InvolvedObject.Name != "w" || e.InvolvedObject.Kind != "Widget" || e.InvolvedObject.UID != "u-1" ||
 					e.Type != "Warning" || e.Reason != "Flaky" || e.Source.Component != "luaop" {
 					t.Errorf("unexpected Event %s: %+v %s %s %+v", e.Name, e.InvolvedObject, e.Type, e.Reason, e.Source)
@@ -136,7 +159,7 @@ func TestEventPostsAreRateLimitedAndAggregated(t *testing.T) {
 			if total > burst {
 				t.Errorf("the Events count %d posts, more than the burst of %d", total, burst)
 			}
-			tc.check(t, list.Items)
+			tc.check(t, warnings)
 		})
 	}
 }
