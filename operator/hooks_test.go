@@ -150,7 +150,7 @@ func TestProbeResultsAreCached(t *testing.T) {
 			var got []string
 			for i := 0; i < 3; i++ {
 				if i == 2 && tt.cache > 0 {
-					time.Sleep(2 * tt.cache)
+					time.Sleep(2 * tt.cache) // the scenario: the cached answer expires
 				}
 				res, healthy := op.Probe(t.Context())
 				if healthy == tt.fail {

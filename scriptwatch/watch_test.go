@@ -563,6 +563,8 @@ func TestWatchSlowConsumer(t *testing.T) {
 	writeFile(t, dir, "b.lua", "return 1")
 	_, ch := startWatch(t, dir, WatcherOptions{})
 	start := time.Now()
+	// The scenario: two bursts farther apart than the debounce, each complete, while
+	// nobody reads the channel; the sleeps are those gaps, not waits for a result.
 	writeFile(t, dir, "a.lua", "return 2")
 	time.Sleep(3 * testDebounce)
 	second := time.Now()
@@ -590,7 +592,7 @@ func TestWatchCancelClosesChannel(t *testing.T) {
 				Logger: testLogger(t)})
 			must(t, err)
 			writeFile(t, dir, "widgets.lua", "return 2") // a change nobody takes
-			time.Sleep(2 * testDebounce)
+			time.Sleep(2 * testDebounce)                 // the scenario: cancel while it is pending (or still debounced)
 			cancel()
 			waitClosed(t, ch)
 		})
