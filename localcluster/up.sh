@@ -44,10 +44,15 @@ rm -rf "$STATE/etcd-data" "$STATE"/*.log "$STATE"/*.pid
 cd "$STATE"
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# Ports below the kernel's ephemeral range: while a component is down (a test restarts
+# it), a port inside that range can be taken by any outgoing connection on the machine,
+# and the restarted etcd or kube-apiserver then fails with "address already in use".
+read -r eph_low _ < /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || eph_low=32768
 pick_port() {
-  local p
+  local p lo=15000 span=$(( eph_low - 15000 - 2 ))
+  [ "$span" -ge 2000 ] || { lo=20000; span=40000; }
   for _ in $(seq 1 50); do
-    p=$(( 20000 + RANDOM % 40000 ))
+    p=$(( lo + (RANDOM * 32768 + RANDOM) % span ))
     if port_free "$p" && port_free $((p + 1)); then echo "$p"; return; fi
   done
   die "no free loopback port found"
