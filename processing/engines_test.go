@@ -38,12 +38,12 @@ func TestTimerErrorRetriesAfterItsBackoffNotItsInterval(t *testing.T) {
 	e := startEnv(t, h, Options{})
 	e.create("w1", nil)
 	e.eventually("the first tick", func() bool { return len(h.callsOf("tick", "w1")) == 1 })
-	e.never("a retry before the backoff", func() bool { return len(h.callsOf("tick", "w1")) > 1 })
+	e.stays("w1", "a retry before the backoff", func() bool { return len(h.callsOf("tick", "w1")) > 1 })
 	e.clock.Step(3 * time.Second)
 	e.eventually("the retry after the backoff", func() bool { return len(h.callsOf("tick", "w1")) == 2 })
-	e.never("a run before the interval after the success", func() bool { return len(h.callsOf("tick", "w1")) > 2 })
+	e.stays("w1", "a run before the interval after the success", func() bool { return len(h.callsOf("tick", "w1")) > 2 })
 	e.clock.Step(3 * time.Second)
-	e.never("a run 3 s after the success", func() bool { return len(h.callsOf("tick", "w1")) > 2 })
+	e.stays("w1", "a run 3 s after the success", func() bool { return len(h.callsOf("tick", "w1")) > 2 })
 	e.clock.Step(7 * time.Second)
 	e.eventually("the next tick at the interval", func() bool { return len(h.callsOf("tick", "w1")) == 3 })
 	if got := retriesOf(h.callsOf("tick", "w1")); got != "[0 1 0]" {
@@ -86,11 +86,11 @@ func TestTimerRetriesTimeoutAndErrorsOptions(t *testing.T) {
 			e.create("w1", nil)
 			e.eventually("the first run", func() bool { return len(h.callsOf("tick", "w1")) == 1 })
 			for i, step := range tt.steps {
-				e.never("an early run", func() bool { return len(h.callsOf("tick", "w1")) > tt.runs[max(i-1, 0)] && i > 0 })
+				e.stays("w1", "an early run", func() bool { return len(h.callsOf("tick", "w1")) > tt.runs[max(i-1, 0)] && i > 0 })
 				e.clock.Step(time.Duration(step) * time.Second)
 				want := tt.runs[i]
 				e.eventually(fmt.Sprintf("%d runs after step %d", want, i+1), func() bool { return len(h.callsOf("tick", "w1")) >= want })
-				e.never(fmt.Sprintf("more than %d runs after step %d", want, i+1), func() bool { return len(h.callsOf("tick", "w1")) > want })
+				e.stays("w1", fmt.Sprintf("more than %d runs after step %d", want, i+1), func() bool { return len(h.callsOf("tick", "w1")) > want })
 			}
 			if got := retriesOf(h.callsOf("tick", "w1")); got != tt.want {
 				t.Errorf("ctx.retry of the runs: %s, want %s", got, tt.want)
@@ -106,15 +106,15 @@ func TestIdleTimerWithoutIntervalRunsAfterEachQuietPeriod(t *testing.T) {
 	h.add(causes.Spec{ID: "quiet", Kind: causes.KindTimer, Resource: widgets, Idle: 5 * time.Second}, nil)
 	e := startEnv(t, h, Options{})
 	e.create("w1", map[string]any{"size": int64(1)})
-	e.never("a run before the object was idle", func() bool { return len(h.callsOf("quiet", "w1")) > 0 })
+	e.stays("w1", "a run before the object was idle", func() bool { return len(h.callsOf("quiet", "w1")) > 0 })
 	e.clock.Step(5 * time.Second)
 	e.eventually("the run after idle seconds", func() bool { return len(h.callsOf("quiet", "w1")) == 1 })
 	e.clock.Step(20 * time.Second)
-	e.never("another run without a change", func() bool { return len(h.callsOf("quiet", "w1")) > 1 })
+	e.stays("w1", "another run without a change", func() bool { return len(h.callsOf("quiet", "w1")) > 1 })
 	e.patch("w1", `{"spec":{"size":2}}`)
-	e.never("a run right after the change", func() bool { return len(h.callsOf("quiet", "w1")) > 1 })
+	e.stays("w1", "a run right after the change", func() bool { return len(h.callsOf("quiet", "w1")) > 1 })
 	e.clock.Step(3 * time.Second)
-	e.never("a run before idle seconds after the change", func() bool { return len(h.callsOf("quiet", "w1")) > 1 })
+	e.stays("w1", "a run before idle seconds after the change", func() bool { return len(h.callsOf("quiet", "w1")) > 1 })
 	e.clock.Step(2 * time.Second)
 	e.eventually("a run idle seconds after the change", func() bool { return len(h.callsOf("quiet", "w1")) == 2 })
 }
@@ -193,7 +193,38 @@ func TestDeletingObjectStaysInTheIndexUntilItIsGone(t *testing.T) {
 	e.eventually("the object indexed", indexed)
 	e.markDeleting("w1")
 	e.eventually("the deleting object re-indexed", func() bool { return len(h.callsOf("by_name", "w1")) >= 2 })
-	e.never("the object leaving the index while it is being deleted", func() bool { return !indexed() })
+	e.stays("w1", "the object leaving the index while it is being deleted", func() bool { return !indexed() })
 	e.delete("w1")
 	e.eventually("the object left the index once gone", func() bool { return !indexed() })
+}
+
+// A sharp timer keeps to its schedule (first run + n intervals), whatever the
+// delays: a late wake-up skips the ticks it missed instead of running them in a
+// burst, and the next tick is back on the schedule. A timer that is not sharp
+// runs an interval after its last run ended: a late run delays every later one.
+// The e2e test only checks that timers keep running on a real server; the
+// schedule is proved here, on the fake clock, with no time measured.
+func TestSharpTimerKeepsItsScheduleAndOthersDrift(t *testing.T) {
+	h := newFakeHandlers()
+	h.add(causes.Spec{ID: "sharp", Kind: causes.KindTimer, Resource: widgets, Interval: 10 * time.Second, Sharp: true}, nil)
+	h.add(causes.Spec{ID: "drifting", Kind: causes.KindTimer, Resource: widgets, Interval: 10 * time.Second}, nil)
+	e := startEnv(t, h, Options{})
+	e.create("w1", nil)
+	runs := func(id string) int { return len(h.callsOf(id, "w1")) }
+	e.eventually("the first run of both timers", func() bool { return runs("sharp") == 1 && runs("drifting") == 1 })
+	// Late by 15 s (a loaded machine, a stopped process): both run once, not twice.
+	e.clock.Step(25 * time.Second)
+	e.eventually("the late run of both timers", func() bool { return runs("sharp") == 2 && runs("drifting") == 2 })
+	e.stays("w1", "the missed ticks run in a burst", func() bool { return runs("sharp") > 2 || runs("drifting") > 2 })
+	// 30 s after the first run: the sharp timer is back on its schedule; the other
+	// one runs 10 s after its late run, at 35 s.
+	e.clock.Step(5 * time.Second)
+	e.eventually("the sharp timer's tick at 30 s", func() bool { return runs("sharp") == 3 })
+	e.stays("w1", "the drifting timer runs before 35 s", func() bool { return runs("drifting") > 2 })
+	e.clock.Step(5 * time.Second)
+	e.eventually("the drifting timer's tick at 35 s", func() bool { return runs("drifting") == 3 })
+	e.stays("w1", "the sharp timer runs off its schedule", func() bool { return runs("sharp") > 3 })
+	e.clock.Step(5 * time.Second)
+	e.eventually("the sharp timer's tick at 40 s", func() bool { return runs("sharp") == 4 })
+	e.stays("w1", "the drifting timer runs before 45 s", func() bool { return runs("drifting") > 3 })
 }
