@@ -41,7 +41,7 @@ func TestSpecChangeDuringAHalfDoneCauseReachesEveryHandler(t *testing.T) {
 	e.eventually("both changes handled by both handlers", func() bool {
 		return len(h.callsOf("size_fn", "w1")) == 2 && len(h.callsOf("update_fn", "w1")) == 2
 	})
-	e.never("a third run", func() bool { return len(h.callsOf("size_fn", "w1")) > 2 || len(h.callsOf("update_fn", "w1")) > 2 })
+	e.stays("w1", "a third run", func() bool { return len(h.callsOf("size_fn", "w1")) > 2 || len(h.callsOf("update_fn", "w1")) > 2 })
 	var seen []string
 	for _, c := range h.callsOf("size_fn", "w1") {
 		seen = append(seen, fmt.Sprintf("%v->%v", c.old, c.new))
@@ -66,7 +66,7 @@ func TestObjectsNoHandlerMatchesGetNoDiffBaseAndTheirFirstMatchIsACreation(t *te
 	}
 	e := startEnv(t, h, Options{})
 	e.create("w1", map[string]any{"size": int64(1)})
-	e.never("a diff-base for an object nobody is interested in", func() bool {
+	e.stays("w1", "a diff-base for an object nobody is interested in", func() bool {
 		_, ok := e.annotations("w1")["luaop.dev/last-handled-configuration"]
 		return ok
 	})
@@ -120,7 +120,7 @@ func TestResumeHandlerDoesNotRunForObjectsCreatedWhileTheOperatorWasDown(t *test
 	h.add(changeSpec("resume_only", causes.Resume), nil)
 	e := startEnv(t, h, Options{}, widgetObject("w1", "uid-1", map[string]any{"size": int64(1)}))
 	e.eventually("created", func() bool { return len(h.callsOf("create_or_resume", "w1")) == 1 })
-	e.never("a second run or a resume", func() bool {
+	e.stays("w1", "a second run or a resume", func() bool {
 		return len(h.callsOf("create_or_resume", "w1")) > 1 || len(h.callsOf("resume_only", "w1")) > 0
 	})
 	if got := h.callsOf("create_or_resume", "w1")[0].reason; got != causes.Create {
@@ -141,7 +141,7 @@ func TestFieldOnADeleteHandlerIsAPresenceFilter(t *testing.T) {
 	e.eventually("the finalizer on the object with the field", func() bool {
 		return slices.Contains(e.get("with").GetFinalizers(), "luaop.dev/finalizer")
 	})
-	e.never("a finalizer on the object without the field: nothing would run for it", func() bool {
+	e.stays("without", "a finalizer on the object without the field: nothing would run for it", func() bool {
 		return len(e.get("without").GetFinalizers()) != 0
 	})
 	e.markDeleting("with")
@@ -164,7 +164,7 @@ func TestFieldHandlerOnAStatusFieldFires(t *testing.T) {
 	h.add(spec, nil)
 	e := startEnv(t, h, Options{})
 	e.create("w1", map[string]any{"size": int64(1)})
-	e.never("a run while the field is absent", func() bool { return len(h.callsOf("phase_fn", "w1")) > 0 })
+	e.stays("w1", "a run while the field is absent", func() bool { return len(h.callsOf("phase_fn", "w1")) > 0 })
 	e.patch("w1", `{"status":{"phase":"Pending"}}`)
 	e.eventually("the status field handler ran", func() bool { return len(h.callsOf("phase_fn", "w1")) == 1 })
 	e.patch("w1", `{"status":{"phase":"Running"}}`)
@@ -241,7 +241,7 @@ func TestDeleteHandlersRunWhileDaemonsStop(t *testing.T) {
 	e.eventually("the delete handler ran while the daemon is still stopping", func() bool {
 		return len(h.callsOf("cleanup", "w1")) == 1
 	})
-	e.never("the finalizer released before the daemon exited", func() bool { return len(e.get("w1").GetFinalizers()) == 0 })
+	e.stays("w1", "the finalizer released before the daemon exited", func() bool { return len(e.get("w1").GetFinalizers()) == 0 })
 	close(letGo)
 	e.eventually("the finalizer released once the daemon exited", func() bool { return len(e.get("w1").GetFinalizers()) == 0 })
 	if n := len(h.callsOf("cleanup", "w1")); n != 1 {
@@ -383,7 +383,7 @@ func TestPrunedStatusStorageFallsBackToAnnotationsWithoutRunningAgain(t *testing
 		_, ok := e.annotations("w1")["luaop.dev/last-handled-configuration"]
 		return ok
 	})
-	e.never("the create handler running again", func() bool { return len(h.callsOf("create_fn", "w1")) > 1 })
+	e.stays("w1", "the create handler running again", func() bool { return len(h.callsOf("create_fn", "w1")) > 1 })
 	e.patch("w1", `{"spec":{"size":2}}`)
 	e.eventually("an update handled from the annotations", func() bool { return len(h.callsOf("update_fn", "w1")) == 1 })
 	if v, _, _ := unstructured.NestedString(e.get("w1").Object, "status", "create_fn"); v != "made" {

@@ -207,6 +207,12 @@ type env struct {
 	uids  int
 
 	stopOnce sync.Once
+
+	// cycles: the newest resourceVersion seen by a cycle of each object (by name)
+	// that did not wait for the operator's own write (Reactor.cycleDone).
+	cyclesMu sync.Mutex
+	settled  map[string]string
+	barriers int
 }
 
 func newScheme() *runtime.Scheme { return runtime.NewScheme() }
@@ -249,7 +255,9 @@ func startEnvWith(t *testing.T, h *fakeHandlers, opts Options, setup func(*dynam
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
-	e := &env{t: t, dyn: dyn, clock: clk, op: op, h: h, stop: cancel, done: make(chan error, 1), uids: 1000}
+	e := &env{t: t, dyn: dyn, clock: clk, op: op, h: h, stop: cancel, done: make(chan error, 1), uids: 1000,
+		settled: map[string]string{}}
+	op.cycleDone = e.cycleDone
 	go func() { e.done <- op.Start(ctx) }()
 	t.Cleanup(e.shutdown)
 	return e
@@ -335,7 +343,53 @@ func (e *env) eventually(what string, cond func() bool) {
 	e.t.Fatalf("timed out waiting for: %s", what)
 }
 
-// never checks that cond stays false for a while.
+func (e *env) cycleDone(key objectKey, seen string, waitingForOwnWrite bool) {
+	if waitingForOwnWrite || key.resource != widgets {
+		return
+	}
+	e.cyclesMu.Lock()
+	defer e.cyclesMu.Unlock()
+	if old := e.settled[key.name]; old == "" || versionNewer(seen, old) {
+		e.settled[key.name] = seen
+	}
+}
+
+// settle is a barrier for one widget: it writes a change no handler sees (status
+// is outside the essence) and waits for a cycle of the object that has seen it and
+// does not wait for the operator's own write. The watch delivers an object's
+// events in order, and a cycle handles everything delivered before it, so every
+// cause the test's earlier actions gave the object has been handled by then, or
+// deferred to a later time of the fake clock (retries, timers: a cycle runs the
+// ones that are due). Daemons run outside cycles: settle says nothing about them.
+func (e *env) settle(name string) {
+	e.t.Helper()
+	e.barriers++
+	u, err := e.dyn.Resource(widgetsGVR).Namespace("default").Patch(e.t.Context(), name, types.MergePatchType,
+		fmt.Appendf(nil, `{"status":{"testBarrier":%d}}`, e.barriers), metav1.PatchOptions{})
+	if err != nil {
+		e.t.Fatalf("the barrier on %s: %v", name, err)
+	}
+	rv := u.GetResourceVersion()
+	e.eventually(fmt.Sprintf("a cycle of %s past the barrier (resourceVersion %s)", name, rv), func() bool {
+		e.cyclesMu.Lock()
+		defer e.cyclesMu.Unlock()
+		seen := e.settled[name]
+		return seen != "" && !versionOlder(seen, rv)
+	})
+}
+
+// stays checks, after a barrier on the widget name (settle), that cond is false:
+// what the test's earlier actions could cause on that object has happened by then.
+func (e *env) stays(name, what string, cond func() bool) {
+	e.t.Helper()
+	e.settle(name)
+	if cond() {
+		e.t.Fatalf("unexpectedly: %s", what)
+	}
+}
+
+// never checks that cond stays false for a while (300 ms of real time). Only for
+// what no barrier covers (each use says why): prefer stays.
 func (e *env) never(what string, cond func() bool) {
 	e.t.Helper()
 	deadline := time.Now().Add(300 * time.Millisecond)

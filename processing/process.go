@@ -32,6 +32,9 @@ func (o *Reactor) process(ctx context.Context, key objectKey) (time.Duration, er
 	}
 	mem := &st.mem
 	in := st.inbox.take()
+	if o.cycleDone != nil {
+		defer func() { o.cycleDone(key, in.lastSeenVersion, mem.expectedVersion != "") }()
+	}
 	idx := o.specs()
 	specs := idx.byResource[key.resource]
 	log := o.log.With(objectAttrs(key, o.kindOf(key), in.uid)...)

@@ -68,6 +68,12 @@ type Reactor struct {
 	enginesMu sync.Mutex
 	engines   string
 	pruned    sync.Map // "resource field" -> struct{}: schema pruning reported once
+
+	// cycleDone is for tests only (nil otherwise; set before Start): after every
+	// cycle of an object it is told the newest resourceVersion the cycle had seen
+	// and whether the object still waits for the watch to deliver the operator's
+	// own write. The harness builds its barriers on it (harness_test.go).
+	cycleDone func(key objectKey, seen string, waitingForOwnWrite bool)
 }
 
 // Clients are the API clients a Reactor uses. New builds them from a rest.Config;
