@@ -165,6 +165,8 @@ func TestDaemonRetriesTimeoutAndErrorsOptions(t *testing.T) {
 				if i <= tt.runs {
 					e.eventually(fmt.Sprintf("run %d", i), func() bool { return len(runs()) == i })
 				}
+				// No barrier (stays) here: daemons run and restart in their own
+				// goroutines, outside the object's cycles.
 				e.never("an early restart", func() bool { return len(runs()) > min(i, tt.runs) })
 				if i < steps { // a last step would let one more run race the check below
 					e.clock.Step(2 * time.Second)

@@ -344,13 +344,14 @@ func (e *env) eventually(what string, cond func() bool) {
 }
 
 func (e *env) cycleDone(key objectKey, seen string, waitingForOwnWrite bool) {
-	if waitingForOwnWrite || key.resource != widgets {
+	if waitingForOwnWrite {
 		return
 	}
 	e.cyclesMu.Lock()
 	defer e.cyclesMu.Unlock()
-	if old := e.settled[key.name]; old == "" || versionNewer(seen, old) {
-		e.settled[key.name] = seen
+	k := key.resource.Resource + "/" + key.name
+	if old := e.settled[k]; old == "" || versionNewer(seen, old) {
+		e.settled[k] = seen
 	}
 }
 
@@ -361,10 +362,13 @@ func (e *env) cycleDone(key objectKey, seen string, waitingForOwnWrite bool) {
 // cause the test's earlier actions gave the object has been handled by then, or
 // deferred to a later time of the fake clock (retries, timers: a cycle runs the
 // ones that are due). Daemons run outside cycles: settle says nothing about them.
-func (e *env) settle(name string) {
+func (e *env) settle(name string) { e.t.Helper(); e.settleIn(widgetsGVR, name) }
+
+// settleIn is settle for an object of any resource the harness serves.
+func (e *env) settleIn(gvr schema.GroupVersionResource, name string) {
 	e.t.Helper()
 	e.barriers++
-	u, err := e.dyn.Resource(widgetsGVR).Namespace("default").Patch(e.t.Context(), name, types.MergePatchType,
+	u, err := e.dyn.Resource(gvr).Namespace("default").Patch(e.t.Context(), name, types.MergePatchType,
 		fmt.Appendf(nil, `{"status":{"testBarrier":%d}}`, e.barriers), metav1.PatchOptions{})
 	if err != nil {
 		e.t.Fatalf("the barrier on %s: %v", name, err)
@@ -373,7 +377,7 @@ func (e *env) settle(name string) {
 	e.eventually(fmt.Sprintf("a cycle of %s past the barrier (resourceVersion %s)", name, rv), func() bool {
 		e.cyclesMu.Lock()
 		defer e.cyclesMu.Unlock()
-		seen := e.settled[name]
+		seen := e.settled[gvr.Resource+"/"+name]
 		return seen != "" && !versionOlder(seen, rv)
 	})
 }
@@ -382,7 +386,13 @@ func (e *env) settle(name string) {
 // what the test's earlier actions could cause on that object has happened by then.
 func (e *env) stays(name, what string, cond func() bool) {
 	e.t.Helper()
-	e.settle(name)
+	e.staysIn(widgetsGVR, name, what, cond)
+}
+
+// staysIn is stays for an object of any resource the harness serves.
+func (e *env) staysIn(gvr schema.GroupVersionResource, name, what string, cond func() bool) {
+	e.t.Helper()
+	e.settleIn(gvr, name)
 	if cond() {
 		e.t.Fatalf("unexpectedly: %s", what)
 	}
