@@ -364,12 +364,26 @@ func TestReadinessFollowsTheKeysOfTheInitialListing(t *testing.T) {
 		objs = append(objs, widgetObject(fmt.Sprintf("w%d", i), fmt.Sprintf("uid-%d", i), nil))
 	}
 	e := startEnv(t, h, Options{Workers: 2}, objs...)
-	// No barrier (stays) here: every cycle is held in its handler until the gate
-	// opens, so none can complete to serve as one.
-	e.never("ready before the initial objects were handled", e.op.Synced)
+	var openGate sync.Once
+	t.Cleanup(func() { openGate.Do(func() { close(gate) }) }) // a failed check lets the operator stop
+	// The barrier: the listing is in (every watcher synced) and both workers are
+	// held in a handler until the gate opens, so no cycle can finish and nothing
+	// can make the operator ready before the check.
+	e.eventually("the listing in and both workers held in a handler", func() bool {
+		watchers, _ := e.op.watchersSnapshot()
+		for _, w := range watchers {
+			if !w.synced() {
+				return false
+			}
+		}
+		return len(watchers) > 0 && len(h.callsOf("create_fn", "")) == 2
+	})
+	if e.op.Synced() {
+		t.Fatal("ready before the initial objects were handled")
+	}
 	e.delete("w5")
 	e.delete("w4")
-	close(gate)
+	openGate.Do(func() { close(gate) })
 	e.eventually("ready once every listed object was handled or is gone", e.op.Synced)
 }
 
