@@ -481,7 +481,7 @@ func TestAWatchLatePastTheConsistencyTimeoutRunsNothingTwice(t *testing.T) {
 					return fmt.Sprint(v) == fmt.Sprint(n)
 				})
 			}
-			// No barrier here (settle): the watch never delivers the operator's own
+			// No barrier here (stays): the watch never delivers the operator's own
 			// write, so the object always waits for it; the clock moves on at every
 			// look instead.
 			e.never("the create handler running twice", func() bool {

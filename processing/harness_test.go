@@ -208,8 +208,9 @@ type env struct {
 
 	stopOnce sync.Once
 
-	// cycles: the newest resourceVersion seen by a cycle of each object (by name)
-	// that did not wait for the operator's own write (Reactor.cycleDone).
+	// settled: the newest resourceVersion seen by a cycle of each object (by
+	// "resource/name") that did not wait for the operator's own write
+	// (Reactor.cycleDone); barriers counts settleIn's writes.
 	cyclesMu sync.Mutex
 	settled  map[string]string
 	barriers int
@@ -355,16 +356,13 @@ func (e *env) cycleDone(key objectKey, seen string, waitingForOwnWrite bool) {
 	}
 }
 
-// settle is a barrier for one widget: it writes a change no handler sees (status
+// settleIn is a barrier for one object: it writes a change no handler sees (status
 // is outside the essence) and waits for a cycle of the object that has seen it and
 // does not wait for the operator's own write. The watch delivers an object's
 // events in order, and a cycle handles everything delivered before it, so every
 // cause the test's earlier actions gave the object has been handled by then, or
 // deferred to a later time of the fake clock (retries, timers: a cycle runs the
-// ones that are due). Daemons run outside cycles: settle says nothing about them.
-func (e *env) settle(name string) { e.t.Helper(); e.settleIn(widgetsGVR, name) }
-
-// settleIn is settle for an object of any resource the harness serves.
+// ones that are due). Daemons run outside cycles: the barrier says nothing about them.
 func (e *env) settleIn(gvr schema.GroupVersionResource, name string) {
 	e.t.Helper()
 	e.barriers++
@@ -382,7 +380,7 @@ func (e *env) settleIn(gvr schema.GroupVersionResource, name string) {
 	})
 }
 
-// stays checks, after a barrier on the widget name (settle), that cond is false:
+// stays checks, after a barrier on the widget name (settleIn), that cond is false:
 // what the test's earlier actions could cause on that object has happened by then.
 func (e *env) stays(name, what string, cond func() bool) {
 	e.t.Helper()
