@@ -2,6 +2,7 @@ package processing
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -188,6 +189,9 @@ func (c *cycle) send(ctx context.Context, subresource string, do func([]byte) (*
 		return nil, nil
 	}
 	resp, err := do(data)
+	if err != nil && writeOutcomeUnknown(err) {
+		c.mem.writeUnknown = true
+	}
 	if resp != nil {
 		stripManagedFields(resp) // it may stand for the watch's body (objects.go)
 	}
@@ -208,6 +212,41 @@ func (c *cycle) send(ctx context.Context, subresource string, do func([]byte) (*
 	default:
 		return nil, fmt.Errorf("patching %s: %w", c.key, err)
 	}
+}
+
+// writeOutcomeUnknown tells whether a failed write may have been applied anyway: no
+// answer came from the API server (the connection broke, the client gave up), or it
+// answered that it could not tell (a timeout, an internal error). Other answers (a
+// conflict, a rejection) say it was not applied.
+func writeOutcomeUnknown(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return true
+	}
+	return apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || apierrors.IsInternalError(err) ||
+		apierrors.IsUnexpectedServerError(err)
+}
+
+// readAfterUnknownWrite reads the object from the server after a write whose outcome
+// is unknown (objectMemory.writeUnknown). Handling the cached body instead would run
+// again a handler whose success that write stored, if the server applied it (kopf
+// does: a known limit there). A newer version read is expected from the watch as the
+// answer of a write would be, and handled past the consistency timeout.
+func (c *cycle) readAfterUnknownWrite(ctx context.Context) error {
+	got, err := c.op.dynamic.Resource(c.info.gvr).Namespace(c.key.namespace).Get(ctx, c.key.name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		// Gone: the watch brings the deletion.
+	case err != nil:
+		return fmt.Errorf("reading %s after a write that got no answer (it may have been applied): %w", c.key, err)
+	case string(got.GetUID()) == c.mem.uid && versionNewer(got.GetResourceVersion(), c.body.GetResourceVersion()):
+		stripManagedFields(got)
+		c.log.Info("the last write got no answer; the object read from the server is newer than the watch's, and is waited for",
+			"resourceVersion", got.GetResourceVersion(), "watched", c.body.GetResourceVersion())
+		c.expectVersion(got)
+	}
+	c.mem.writeUnknown = false
+	return nil
 }
 
 // checkPruning reports, once per field, a status field that the server dropped: the

@@ -19,7 +19,11 @@
 // soon as a newer event arrives (kopf's "consistency after its own patch"). Past the
 // timeout kopf handles the stale body and runs again what the patch recorded as done;
 // luaop handles the body its own patch returned instead (newer than anything the watch
-// delivered), until the watch catches up: a deliberate departure from kopf.
+// delivered), until the watch catches up: a deliberate departure from kopf. A write
+// that got no answer (the connection broke, a timeout) may still have been applied:
+// the next cycle reads the object from the server and waits for that version in the
+// same way, where kopf would handle its cached body and run again what the write had
+// recorded as done.
 //
 // Delays that handlers ask for (TemporaryError, backoff) are kept in the work queue:
 // no dummy "touch" patches load the API server, unlike kopf.

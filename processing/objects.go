@@ -141,6 +141,11 @@ type objectMemory struct {
 	expectedBody        *unstructured.Unstructured
 	consistencyDeadline time.Time
 	lateWatchWarned     bool
+	// writeUnknown: the operator's last write got no answer (the connection broke,
+	// a timeout), so the server may have applied it. The next cycle reads the object
+	// from the server before running anything, and waits for the watch to deliver
+	// that version as it would for a write that answered (readAfterUnknownWrite).
+	writeUnknown bool
 
 	// Background engines (engines.go).
 	daemons        map[string]*daemonRun

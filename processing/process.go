@@ -86,6 +86,11 @@ func (o *Reactor) process(ctx context.Context, key objectKey) (time.Duration, er
 		mem.eventPatch.Merge(eventPatch.Map())
 	}
 	c := &cycle{op: o, key: key, info: info, store: info.storage(), body: latest, log: log, now: now, patch: state.NewPatch(), specs: specs, st: st, mem: mem}
+	if mem.writeUnknown && !o.opts.DryRun {
+		if err := c.readAfterUnknownWrite(ctx); err != nil {
+			return 0, err
+		}
+	}
 
 	// Change handlers must not see a body older than the operator's own last write
 	// (they would run again what it recorded as done): they wait for the watch to
