@@ -8,3 +8,5 @@ import "io/fs"
 type fileIdentity struct{ changed int64 }
 
 func identityOf(fs.FileInfo) (fileIdentity, bool) { return fileIdentity{}, false }
+
+func onLocalFileSystem(string) bool { return false }

@@ -160,59 +160,82 @@ luaop.on.create("example.com/v1/widgets", function(ctx) return seen end, {id = "
 	}
 }
 
-// A reload gives every object a cycle only when an engine's EvalHash changed
-// (processing.Reactor.Refresh): it must change with what a cycle evaluates (the
-// daemon's code and options, its filters; anything for an index) and stay put
-// otherwise (lines moved, another file or handler edited).
+// A reload gives every object a cycle only when the EvalHash of a handler it must
+// revisit objects for (daemons, timers, indexes, handlers needing a finalizer)
+// changed (processing.Reactor.Refresh): it must change with anything such a handler
+// may evaluate (its code and options, its file: filters as data or functions,
+// constants; any module; anything at all for an index) and stay put when only a file
+// of other handlers changed.
 func TestEvalHashFollowsWhatACycleEvaluates(t *testing.T) {
 	const engines = `local luaop = require("luaop")
+local util = require("lib.util")
+local LIMIT = 3
 luaop.daemon("example.com/v1/widgets", function(ctx) while luaop.sleep(30) do end end,
-  {id = "d", when = function(ctx) return ctx.spec.on end})
+  {id = "d", labels = {tier = "gold"}, when = function(ctx) return util.big(ctx.spec.size, LIMIT) end})
 luaop.timer("example.com/v1/widgets", function(ctx) return 1 end, {id = "t", interval = 10})
 luaop.index("example.com/v1/widgets", function(ctx) return ctx.name end, {id = "i"})
 `
 	const other = `local luaop = require("luaop")
 luaop.on.create("example.com/v1/widgets", function(ctx) return "c1" end, {id = "c"})
+luaop.on.delete("example.com/v1/widgets", function(ctx) end, {id = "del"})
 `
+	const changes = `local luaop = require("luaop")
+luaop.on.update("example.com/v1/widgets", function(ctx) return "u1" end, {id = "u"})
+`
+	const util = `return {big = function(size, limit) return size > limit end}
+`
+	ids := []string{"d", "t", "i", "c", "del", "u"}
 	type hashes map[string][2]string // id -> CodeHash, EvalHash
-	load := func(t *testing.T, rt *Runtime, engines, other string) hashes {
-		rttLoad(t, rt, "engines.lua", engines, "other.lua", other)
+	load := func(t *testing.T, rt *Runtime, files ...string) hashes {
+		rttLoad(t, rt, files...)
 		h := hashes{}
-		for _, id := range []string{"d", "t", "i", "c"} {
+		for _, id := range ids {
 			s := rttSpec(t, rt, id)
 			h[id] = [2]string{s.CodeHash, s.EvalHash}
 		}
 		return h
 	}
+	set := func(engines, other, changes, util string) []string {
+		return []string{"engines.lua", engines, "other.lua", other, "changes.lua", changes, "lib/util.lua", util}
+	}
 	for _, tc := range []struct {
 		name        string
-		engines     string
-		other       string
-		evalChanged []string // engines whose EvalHash must change
+		files       []string
+		evalChanged []string // handlers whose EvalHash must change
 		codeChanged []string // handlers whose CodeHash must change
 	}{
-		{name: "identical", engines: engines, other: other},
-		{name: "lines moved", engines: "-- a comment\n\n" + engines, other: other, evalChanged: []string{"i"}},
-		{name: "another file's handler edited", engines: engines, other: strings.Replace(other, "c1", "c2", 1),
-			evalChanged: []string{"i"}, codeChanged: []string{"c"}},
-		{name: "the daemon's filter edited", engines: strings.Replace(engines, "ctx.spec.on end", "ctx.spec.enabled end", 1), other: other,
-			evalChanged: []string{"d", "i"}},
-		{name: "the daemon's code edited", engines: strings.Replace(engines, "sleep(30)", "sleep(60)", 1), other: other,
-			evalChanged: []string{"d", "i"}, codeChanged: []string{"d"}},
-		{name: "the timer's interval edited", engines: strings.Replace(engines, "interval = 10", "interval = 20", 1), other: other,
-			evalChanged: []string{"t", "i"}, codeChanged: []string{"t"}},
+		{name: "identical", files: set(engines, other, changes, util)},
+		{name: "a file of change handlers only edited", files: set(engines, other, strings.Replace(changes, "u1", "u2", 1), util),
+			evalChanged: []string{"i"}, codeChanged: []string{"u"}},
+		{name: "lines moved in the daemon's file", files: set("-- a comment\n\n"+engines, other, changes, util),
+			evalChanged: []string{"d", "t", "i"}},
+		{name: "the daemon's data filter edited", files: set(strings.Replace(engines, `"gold"`, `"silver"`, 1), other, changes, util),
+			evalChanged: []string{"d", "t", "i"}}, // the cycle stops the daemon where it no longer matches
+		{name: "a constant its filter reads edited", files: set(strings.Replace(engines, "LIMIT = 3", "LIMIT = 4", 1), other, changes, util),
+			evalChanged: []string{"d", "t", "i"}},
+		{name: "a module edited", files: set(engines, other, changes, strings.Replace(util, "size > limit", "size >= limit", 1)),
+			evalChanged: []string{"d", "t", "i", "del"}},
+		{name: "the delete handler's file edited", files: set(engines, strings.Replace(other, "c1", "c2", 1), changes, util),
+			evalChanged: []string{"i", "del"}, codeChanged: []string{"c"}},
+		{name: "the timer's interval edited", files: set(strings.Replace(engines, "interval = 10", "interval = 20", 1), other, changes, util),
+			evalChanged: []string{"d", "t", "i"}, codeChanged: []string{"t"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rt := rttRuntime(t, Options{Shards: 2})
-			before := load(t, rt, engines, other)
-			after := load(t, rt, tc.engines, tc.other)
-			for id, b := range before {
-				a := after[id]
+			before := load(t, rt, set(engines, other, changes, util)...)
+			after := load(t, rt, tc.files...)
+			for _, id := range ids {
+				b, a := before[id], after[id]
 				if want := slices.Contains(tc.codeChanged, id); (a[0] != b[0]) != want {
 					t.Errorf("%s: CodeHash %s -> %s, want changed = %v", id, b[0], a[0], want)
 				}
 				if want := slices.Contains(tc.evalChanged, id); (a[1] != b[1]) != want {
-					t.Errorf("%s: EvalHash %s -> %s, want changed = %v", id, b[1], a[1], want)
+					t.Errorf("%s: EvalHash %q -> %q, want changed = %v", id, b[1], a[1], want)
+				}
+			}
+			for _, id := range []string{"c", "u"} {
+				if after[id][1] != "" {
+					t.Errorf("%s (a change handler needing no finalizer) has EvalHash %q", id, after[id][1])
 				}
 			}
 		})

@@ -244,10 +244,8 @@ func (r *Runtime) Load(ctx context.Context, scripts []Script) (LoadReport, error
 	for i := range first.specs {
 		spec := &first.specs[i]
 		spec.CodeHash = r.codeHashCached(hashes, *spec, first.fns[spec.ID], sources)
-		if spec.IsEngine() {
-			spec.EvalHash = evalHash(*spec, first.fns[spec.ID], sources, setSum)
-		}
 	}
+	evalHashes(first.specs, sources, setSum)
 	r.codeHashes = hashes
 	keys := make(map[protoKey]bool, len(used))
 	for k := range used {
@@ -473,30 +471,53 @@ func writeFunctionSource(w io.Writer, fn *lua.LFunction, sources map[string][]by
 	io.WriteString(w, "\x00")
 }
 
-// evalHash is Spec.EvalHash of a daemon, timer or index: its code hash, the source of
-// its filter functions (when, label and annotation callbacks, value/old/new), and for
-// an index the content hash of the whole script set (setSum): an index keeps the
-// values its function returned at the last cycle, and that function may call
-// anything. A helper that a daemon's or timer's filter calls, edited in another
-// function or a module, applies from the object's next cycle (its next change, or a
-// reload that changes an engine).
-func evalHash(spec causes.Spec, fns *handlerFns, sources map[string][]byte, setSum []byte) string {
-	h := sha256.New()
-	io.WriteString(h, spec.CodeHash+"\x00")
-	if fns != nil {
-		writeFunctionSource(h, fns.when, sources)
-		writeFunctionSource(h, fns.valueFn, sources)
-		writeFunctionSource(h, fns.oldFn, sources)
-		writeFunctionSource(h, fns.newFn, sources)
-		for _, m := range []map[string]*lua.LFunction{fns.labelFns, fns.annotFns} {
-			for _, k := range slices.Sorted(maps.Keys(m)) {
-				io.WriteString(h, k+"\x00")
-				writeFunctionSource(h, m[k], sources)
-			}
+// evalHashes computes Spec.EvalHash for the specs a reload must revisit every object
+// for (causes.Spec.RevisitedOnReload): the code hash, the content of the file that
+// registered the handler (its filters, data or functions, and whatever constants and
+// helpers they read there) and of every module (files below a folder, which any file
+// may require); for an index, the content of the whole set (setSum), as its function
+// may call anything and its values are kept from the last cycle. Editing a file of
+// change handlers only leaves every EvalHash as it was.
+func evalHashes(specs []causes.Spec, sources map[string][]byte, setSum []byte) {
+	var (
+		fileSums   = map[string][]byte{}
+		modulesSum []byte
+	)
+	sumOf := func(name string) []byte {
+		if sum, ok := fileSums[name]; ok {
+			return sum
 		}
+		sum := sha256.Sum256(sources[name])
+		fileSums[name] = sum[:]
+		return sum[:]
 	}
-	if spec.Kind == causes.KindIndex {
-		h.Write(setSum)
+	for i := range specs {
+		spec := &specs[i]
+		if !spec.RevisitedOnReload() {
+			continue
+		}
+		if modulesSum == nil {
+			m := sha256.New()
+			for _, name := range slices.Sorted(maps.Keys(sources)) {
+				if strings.Contains(name, "/") {
+					io.WriteString(m, name+"\x00")
+					m.Write(sumOf(name))
+				}
+			}
+			modulesSum = m.Sum(nil)
+		}
+		h := sha256.New()
+		io.WriteString(h, spec.CodeHash+"\x00")
+		file := spec.Source
+		if i := strings.LastIndexByte(file, ':'); i >= 0 {
+			file = file[:i]
+		}
+		io.WriteString(h, file+"\x00")
+		h.Write(sumOf(file))
+		h.Write(modulesSum)
+		if spec.Kind == causes.KindIndex {
+			h.Write(setSum)
+		}
+		spec.EvalHash = hex.EncodeToString(h.Sum(nil))[:16]
 	}
-	return hex.EncodeToString(h.Sum(nil))[:16]
 }

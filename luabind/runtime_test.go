@@ -521,8 +521,8 @@ luaop.on.startup(function() end)
 				t.Errorf("spec %s has no code hash (reloads restart daemons by it)", got[i].ID)
 			}
 			got[i].CodeHash = ""
-			if engine := got[i].IsEngine(); engine != (got[i].EvalHash != "") {
-				t.Errorf("spec %s (engine %v) has EvalHash %q: engines have one, other kinds none", got[i].ID, engine, got[i].EvalHash)
+			if revisit := got[i].RevisitedOnReload(); revisit != (got[i].EvalHash != "") {
+				t.Errorf("spec %s (revisited on reload: %v) has EvalHash %q: daemons, timers, indexes and handlers needing a finalizer have one, others none", got[i].ID, revisit, got[i].EvalHash)
 			}
 			got[i].EvalHash = ""
 			if !reflect.DeepEqual(got[i], want[i]) {

@@ -47,8 +47,9 @@ func ReadTree(dir string) (Tree, error) { return (*FileCache)(nil).ReadTree(dir)
 // is the same and it was last changed well before it was read (racilyClean): file
 // times tick with the kernel's coarse clock, so a file rewritten with the same size
 // within one tick of being read would otherwise look unchanged. Where stat gives no
-// identity (not Linux), every file is read. The zero value is ready; a nil cache
-// reads every file. Not safe for concurrent use: it has one owner (a watcher).
+// identity (not Linux), or the folder is not on a local file system (ext4, xfs,
+// btrfs, tmpfs, overlay, zfs: network and FUSE file systems may answer stat from a
+// cache), every file is read. The zero value is ready; a nil cache reads every file. Not safe for concurrent use: it has one owner (a watcher).
 type FileCache struct {
 	files map[string]cachedFile // by path as walked
 	// now is the clock (time.Now when nil); opened counts the files read (tests).
@@ -108,6 +109,10 @@ func (c *FileCache) ReadTree(dir string) (Tree, error) {
 		t    Tree
 		next map[string]cachedFile
 	)
+	if c != nil && !onLocalFileSystem(dir) {
+		c.files = nil
+		c = nil // every file is read
+	}
 	if c != nil {
 		next = make(map[string]cachedFile, len(c.files))
 	}

@@ -411,6 +411,7 @@ func truncate(s string, n int) string {
 // delivered it (notifications can be faster than the patch's response). The
 // response itself is kept as the newest body known, for when the watch stays late.
 func (c *cycle) expectVersion(resp *unstructured.Unstructured) {
+	stripManagedFields(resp) // it may stand for the watch's body (every write's answer comes here)
 	rv := resp.GetResourceVersion()
 	c.st.inbox.mu.Lock()
 	seen := c.st.inbox.lastSeenVersion

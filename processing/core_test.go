@@ -558,6 +558,20 @@ func TestRefreshQueuesObjectsOnlyForEngines(t *testing.T) {
 		t.Errorf("a reload of change handlers queued %d objects, want none", n)
 	}
 
+	// A reload adding a delete handler: objects that do not change need its
+	// finalizer all the same, or their deletion would not wait for it.
+	h.add(changeSpec("delete_fn", causes.Delete), nil)
+	e.op.Refresh()
+	e.eventually("every object got the finalizer the new delete handler needs", func() bool {
+		for i := range 5 {
+			if u := e.get(fmt.Sprintf("w%d", i)); u == nil || len(u.GetFinalizers()) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	before = settle()
+
 	var started atomic.Int64
 	h.addDaemon(causes.Spec{ID: "watcher", Resource: widgets}, func(ctx context.Context, call causes.Call) error {
 		started.Add(1)
@@ -572,8 +586,8 @@ func TestRefreshQueuesObjectsOnlyForEngines(t *testing.T) {
 
 	// A reload that leaves the daemon as it was (another file saved, lines moved):
 	// its specs are equal, so no object needs a cycle and the daemons keep running.
-	before = settle() // the finalizers the daemons need were written
-	h.add(changeSpec("delete_fn", causes.Delete), nil)
+	before = settle() // the daemons' cycles are over
+	h.add(changeSpec("update2_fn", causes.Update), nil)
 	h.edit("watcher", func(s *causes.Spec) { s.Source = "moved.lua:40" })
 	if n := queuedBy(e.op.Refresh); n != 0 {
 		t.Errorf("a reload that left the daemons unchanged queued %d objects, want none", n)

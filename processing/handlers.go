@@ -10,7 +10,11 @@ import (
 // must be safe for concurrent use: workers of different objects call them in parallel.
 type Handlers interface {
 	// Specs returns the handlers registered now. Reloads may replace the set at any
-	// time; callers take a fresh snapshot per cycle.
+	// time; callers take a fresh snapshot per cycle. It must not block (a snapshot
+	// behind an atomic pointer or a leaf lock): Refresh calls it under a leaf lock.
+	// CodeHash and EvalHash of the specs that RevisitedOnReload must change whenever
+	// what they evaluate does, or a reload leaves objects on the old handlers until
+	// they change.
 	Specs() []causes.Spec
 	// Match evaluates the filters of a handler that live in the scripts (label,
 	// annotation and `when` callbacks). Data-only filters are evaluated there too, so

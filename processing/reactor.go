@@ -62,9 +62,9 @@ type Reactor struct {
 	// stopping is set when Start's context ends: workers take no new key, reloads
 	// start no new watcher.
 	stopping atomic.Bool
-	// enginesMu guards engines, the signature of the daemons, timers and indexes
-	// of the last Refresh (engineSignature): they follow a reload only through a
-	// cycle of every object, needed only when the signature changed. A leaf lock.
+	// enginesMu guards engines, the signature of the handlers of the last Refresh
+	// that follow a reload only through a cycle of every object (engineSignature),
+	// needed only when it changed. Held around Handlers.Specs (an atomic load).
 	enginesMu sync.Mutex
 	engines   string
 	pruned    sync.Map // "resource field" -> struct{}: schema pruning reported once
@@ -224,11 +224,12 @@ func (o *Reactor) Start(ctx context.Context) error {
 }
 
 // Refresh starts watching resources that handlers were registered for since the last
-// call (after a script reload), and gives every known object a cycle when the
-// daemons, timers or indexes changed (one added or removed, its code, options or
-// filters edited: Spec.EvalHash), so that they follow the new handlers. Otherwise no
+// call (after a script reload), and gives every known object a cycle when a daemon,
+// timer, index or handler needing a finalizer was added, removed or changed (its
+// code, options, file or a module edited: Spec.EvalHash), so that daemons, timers and
+// indexes follow the new handlers and finalizers are added or removed. Otherwise no
 // object needs a cycle: change handlers act on the next change, as they would have,
-// and unchanged engines keep running (a reload of a big operator queues nothing).
+// and unchanged daemons keep running (saving a file of change handlers queues nothing).
 // Watchers of resources no longer used keep running: their objects are simply not
 // handled, and a later reload may need them.
 func (o *Reactor) Refresh() {
@@ -238,10 +239,11 @@ func (o *Reactor) Refresh() {
 	if ctx == nil || o.stopping.Load() {
 		return
 	}
-	specs := o.handlers.Specs()
-	o.refreshResources(ctx, specs)
-	engines := engineSignature(specs)
+	o.refreshResources(ctx, o.handlers.Specs())
+	// The specs are read again under the lock: a Refresh that stalled in discovery
+	// while a later reload's Refresh stored its signature must not store an older one.
 	o.enginesMu.Lock()
+	engines := engineSignature(o.handlers.Specs())
 	changed := engines != o.engines
 	o.engines = engines
 	o.enginesMu.Unlock()
@@ -253,12 +255,14 @@ func (o *Reactor) Refresh() {
 	}
 }
 
-// engineSignature identifies the daemons, timers and indexes among specs: their ids,
-// kinds, resources and hashes, in a stable order. "" when there are none.
+// engineSignature identifies the handlers among specs that a reload must revisit every
+// object for (Spec.RevisitedOnReload: daemons, timers, indexes, handlers that need a
+// finalizer): their ids, kinds, resources and hashes, in a stable order. "" when
+// there are none.
 func engineSignature(specs []causes.Spec) string {
 	var lines []string
 	for _, s := range specs {
-		if s.IsEngine() {
+		if s.RevisitedOnReload() {
 			lines = append(lines, strings.Join([]string{s.ID, string(s.Kind), s.Resource.String(), s.CodeHash, s.EvalHash}, "\x00"))
 		}
 	}

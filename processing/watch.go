@@ -123,20 +123,19 @@ func (w *watcher) run(ctx context.Context) {
 // entries); nothing in luaop reads it, and handlers rarely would: a handler that needs
 // it reads the object with luaop.kube.get.
 func stripManagedFieldsTransform(obj any) (any, error) {
-	switch o := obj.(type) {
-	case *unstructured.Unstructured:
-		stripManagedFields(o)
-	case cache.DeletedFinalStateUnknown:
-		if u, ok := o.Obj.(*unstructured.Unstructured); ok {
-			stripManagedFields(u)
-		}
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		stripManagedFields(u)
 	}
 	return obj, nil
 }
 
+// stripManagedFields drops metadata.managedFields; it writes nothing when there are
+// none (client-go's fake tracker hands the same object to several readers).
 func stripManagedFields(u *unstructured.Unstructured) {
 	if meta, ok := u.Object["metadata"].(map[string]any); ok {
-		delete(meta, "managedFields")
+		if _, has := meta["managedFields"]; has {
+			delete(meta, "managedFields")
+		}
 	}
 }
 

@@ -36,6 +36,10 @@ const (
 // reloads are never starved. Editor saves and ConfigMap swaps end far sooner.
 const maxWaitFactor = 10
 
+// minMaxWait is the least time a burst may last before the folder is read anyway: a
+// long copy (a git checkout, kubectl cp) is read half done less often.
+const minMaxWait = 300 * time.Millisecond
+
 // WatcherOptions configures [Watch]. The zero value gives the defaults.
 type WatcherOptions struct {
 	// Debounce is the quiet time that ends a burst of events; default 20ms.
@@ -89,7 +93,7 @@ type Change struct {
 // Every event, whatever its name, starts or extends a burst; when no event arrived for
 // Debounce, the whole set is re-read with [luabind.ReadDir] and its hash compared, so
 // swap, backup and hidden files never cause a Change by themselves while a ConfigMap's
-// ..data swap does. A burst that never goes quiet is read at least every 10*Debounce.
+// ..data swap does. A burst that never goes quiet is read at least every 10*Debounce (300 ms at least).
 //
 // Watch reads the initial set itself and returns it as initial (Scripts, Hash, At); it
 // is not sent on the channel. A consumer that falls behind gets one Change that
@@ -139,7 +143,8 @@ type watcher struct {
 	fsw   *fsnotify.Watcher   // nil when polling
 	extra map[string]struct{} // folders outside dir holding targets of script symlinks
 	// files keeps what the last read read, so a read opens only the files that
-	// changed since.
+	// changed since; not used while polling (file systems without events are often
+	// network ones, whose stat may answer from a cache).
 	files luabind.FileCache
 }
 
@@ -297,7 +302,7 @@ func (w *watcher) run(ctx context.Context, last Change, out chan<- Change) {
 		pending     *Change   // settled change not yet taken by the consumer
 		at          time.Time // first event since the last successful read
 		windowStart time.Time // first event of the current debounce window
-		maxWait     = maxWaitFactor * w.opts.Debounce
+		maxWait     = max(maxWaitFactor*w.opts.Debounce, minMaxWait)
 		settle      = time.NewTimer(time.Hour)
 		poll        *time.Ticker
 		pollC       <-chan time.Time
@@ -334,7 +339,11 @@ func (w *watcher) run(ctx context.Context, last Change, out chan<- Change) {
 	// read re-reads the set and updates pending; it reports whether it succeeded.
 	read := func() bool {
 		windowStart = time.Time{}
-		tree, err := w.files.ReadTree(w.dir)
+		cache := &w.files
+		if w.fsw == nil {
+			cache = nil
+		}
+		tree, err := cache.ReadTree(w.dir)
 		if err != nil {
 			w.log.Warn("reading scripts failed, will retry", "error", err)
 			return false

@@ -124,12 +124,21 @@ type Spec struct {
 	// CodeHash identifies the handler's code and options: a reload restarts a
 	// daemon only when it changes.
 	CodeHash string
-	// EvalHash identifies what a cycle evaluates for a daemon, timer or index
-	// beyond the object: CodeHash and the source of its filter functions (for an
-	// index, the whole script set, since its values are kept from the last cycle).
-	// A reload gives every object a cycle only when an engine was added, removed or
-	// changed its EvalHash; "" for other kinds.
+	// EvalHash identifies everything a cycle evaluates for this handler besides the
+	// object, for the handlers a reload must revisit every object for
+	// (RevisitedOnReload): its code and options (CodeHash), the file that registered
+	// it (filters, constants and helpers it reads) and every module; for an index,
+	// the whole script set. A reload gives every object a cycle only when such a
+	// handler was added, removed or changed its EvalHash; "" for other handlers.
 	EvalHash string
+}
+
+// RevisitedOnReload tells whether a reload that adds, removes or changes this
+// handler must give every object a cycle: daemons and timers run on objects between
+// their changes and indexes keep what they computed from them, and a handler that
+// requires a finalizer needs it added to (or removed from) objects that do not change.
+func (s Spec) RevisitedOnReload() bool {
+	return s.IsEngine() || s.RequiresFinalizer()
 }
 
 // IsEngine tells whether the handler runs on an object between its changes (a daemon,
