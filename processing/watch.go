@@ -133,6 +133,7 @@ func stripManagedFieldsTransform(obj any) (any, error) {
 // none (client-go's fake tracker hands the same object to several readers).
 func stripManagedFields(u *unstructured.Unstructured) {
 	if meta, ok := u.Object["metadata"].(map[string]any); ok {
+		//lint:ignore S1033 a delete is a write even of a missing key (the race detector says so), and the map may be shared
 		if _, has := meta["managedFields"]; has {
 			delete(meta, "managedFields")
 		}
