@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"sort"
 	"strings"
+	"syscall"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -191,6 +193,7 @@ func (c *cycle) send(ctx context.Context, subresource string, do func([]byte) (*
 	resp, err := do(data)
 	if err != nil && writeOutcomeUnknown(err) {
 		c.mem.writeUnknown = true
+		c.mem.writeUnknownUntil = c.op.clock.Now().Add(c.op.opts.ConsistencyTimeout)
 	}
 	if resp != nil {
 		stripManagedFields(resp) // it may stand for the watch's body (objects.go)
@@ -216,37 +219,46 @@ func (c *cycle) send(ctx context.Context, subresource string, do func([]byte) (*
 
 // writeOutcomeUnknown tells whether a failed write may have been applied anyway: no
 // answer came from the API server (the connection broke, the client gave up), or it
-// answered that it could not tell (a timeout, an internal error). Other answers (a
-// conflict, a rejection) say it was not applied.
+// answered that it could not tell (a timeout, an internal error, unavailable: a proxy
+// in between may say so after the server applied it). A refused connection and the
+// server's other answers (a conflict, a rejection) say it was not applied.
 func writeOutcomeUnknown(err error) bool {
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return false
+	}
 	var status apierrors.APIStatus
 	if !errors.As(err, &status) {
 		return true
 	}
 	return apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || apierrors.IsInternalError(err) ||
-		apierrors.IsUnexpectedServerError(err)
+		apierrors.IsUnexpectedServerError(err) || apierrors.IsServiceUnavailable(err)
 }
 
 // readAfterUnknownWrite reads the object from the server after a write whose outcome
 // is unknown (objectMemory.writeUnknown). Handling the cached body instead would run
 // again a handler whose success that write stored, if the server applied it (kopf
 // does: a known limit there). A newer version read is expected from the watch as the
-// answer of a write would be, and handled past the consistency timeout.
-func (c *cycle) readAfterUnknownWrite(ctx context.Context) error {
+// answer of a write would be, and handled past the consistency timeout. While the
+// server shows nothing newer and may still apply the write (writeUnknownUntil), the
+// object waits (the returned delay) and is read again.
+func (c *cycle) readAfterUnknownWrite(ctx context.Context) (time.Duration, error) {
 	got, err := c.op.dynamic.Resource(c.info.gvr).Namespace(c.key.namespace).Get(ctx, c.key.name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		// Gone: the watch brings the deletion.
 	case err != nil:
-		return fmt.Errorf("reading %s after a write that got no answer (it may have been applied): %w", c.key, err)
+		return 0, fmt.Errorf("reading %s after a write that got no answer (it may have been applied): %w", c.key, err)
 	case string(got.GetUID()) == c.mem.uid && versionNewer(got.GetResourceVersion(), c.body.GetResourceVersion()):
-		stripManagedFields(got)
 		c.log.Info("the last write got no answer; the object read from the server is newer than the watch's, and is waited for",
 			"resourceVersion", got.GetResourceVersion(), "watched", c.body.GetResourceVersion())
 		c.expectVersion(got)
+	default:
+		if now := c.op.clock.Now(); now.Before(c.mem.writeUnknownUntil) {
+			return min(c.mem.writeUnknownUntil.Sub(now), time.Second), nil
+		}
 	}
 	c.mem.writeUnknown = false
-	return nil
+	return 0, nil
 }
 
 // checkPruning reports, once per field, a status field that the server dropped: the

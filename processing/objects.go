@@ -142,10 +142,12 @@ type objectMemory struct {
 	consistencyDeadline time.Time
 	lateWatchWarned     bool
 	// writeUnknown: the operator's last write got no answer (the connection broke,
-	// a timeout), so the server may have applied it. The next cycle reads the object
-	// from the server before running anything, and waits for the watch to deliver
-	// that version as it would for a write that answered (readAfterUnknownWrite).
-	writeUnknown bool
+	// a timeout), so the server may have applied it, or still may until
+	// writeUnknownUntil (a request the client gave up on runs on in the server). The
+	// next cycles read the object from the server before running anything, until
+	// they see the write or that time passes (readAfterUnknownWrite).
+	writeUnknown      bool
+	writeUnknownUntil time.Time
 
 	// Background engines (engines.go).
 	daemons        map[string]*daemonRun

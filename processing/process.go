@@ -87,8 +87,8 @@ func (o *Reactor) process(ctx context.Context, key objectKey) (time.Duration, er
 	}
 	c := &cycle{op: o, key: key, info: info, store: info.storage(), body: latest, log: log, now: now, patch: state.NewPatch(), specs: specs, st: st, mem: mem}
 	if mem.writeUnknown && !o.opts.DryRun {
-		if err := c.readAfterUnknownWrite(ctx); err != nil {
-			return 0, err
+		if wait, err := c.readAfterUnknownWrite(ctx); err != nil || wait > 0 {
+			return wait, err
 		}
 	}
 
