@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/luaop/luaop/operator"
 	"github.com/luaop/luaop/testcluster"
@@ -25,7 +27,16 @@ import (
 // and waits (generously: every request may be slowed) until it is ready.
 func startBehind(t *testing.T, proxy *testcluster.Proxy, ns string) *testcluster.RunningOperator {
 	t.Helper()
-	op := proxy.Env.StartOperatorAsync(t, ns, operator.Options{Scripts: script(countingScript)})
+	return startBehindWith(t, proxy, ns, operator.Options{})
+}
+
+// startBehindWith is startBehind with options (the counting script unless they name scripts).
+func startBehindWith(t *testing.T, proxy *testcluster.Proxy, ns string, opts operator.Options) *testcluster.RunningOperator {
+	t.Helper()
+	if opts.Scripts == nil {
+		opts.Scripts = script(countingScript)
+	}
+	op := proxy.Env.StartOperatorAsync(t, ns, opts)
 	testcluster.Eventually(t, 90*time.Second, func() (bool, string) {
 		return op.Ready(), "waiting for the operator behind the proxy to be ready"
 	})
@@ -69,14 +80,73 @@ func slowLatency(*http.Request) time.Duration {
 	return 300*time.Millisecond + rand.N(700*time.Millisecond)
 }
 
+// slowEvents is how late TestSlowAPIServer's watch events arrive: 800 ms to 1.5 s,
+// longer than slowConsistency.
+func slowEvents(*http.Request) time.Duration {
+	return 800*time.Millisecond + rand.N(700*time.Millisecond)
+}
+
+// slowConsistency is the operator's ConsistencyTimeout in TestSlowAPIServer: how
+// long it waits for the watch to bring back its own last patch.
+const slowConsistency = 500 * time.Millisecond
+
+// lateWatchWarning is what the operator logs when the watch did not bring back its
+// own last patch within the ConsistencyTimeout.
+const lateWatchWarning = "the watch did not deliver the operator's own last patch in time"
+
+// touchAnnotations merge-patches an annotation of widgets w0..w(n-1), one after the
+// other, a round at most every 100 ms, until the function it returns is called (which waits for it
+// to stop). Errors are reported after it stopped.
+func touchAnnotations(t *testing.T, client dynamic.ResourceInterface, n int) func() {
+	t.Helper()
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		pace := time.NewTicker(100 * time.Millisecond) // a round of touches at most every 100 ms
+		defer pace.Stop()
+		for k := 0; ; k++ {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			case <-pace.C:
+			}
+			for i := range n {
+				patch := fmt.Sprintf(`{"metadata":{"annotations":{"e2e.luaop.dev/touched":"%d"}}}`, k)
+				if _, err := client.Patch(t.Context(), fmt.Sprintf("w%d", i), types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+					done <- fmt.Errorf("touching w%d: %w", i, err)
+					return
+				}
+			}
+		}
+	}()
+	stopped := false
+	return func() {
+		t.Helper()
+		if stopped {
+			return
+		}
+		stopped = true
+		close(stop)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // Every request of the operator waits 300 ms to 1 s in the proxy before it reaches
-// kube-apiserver (a watch before its stream starts): objects are created, updated
-// and deleted, and each handler runs exactly once per change; none is run again
-// because a slow answer was taken for a lost one.
+// kube-apiserver (a watch before its stream starts), and every watch event reaches
+// it 800 ms to 1.5 s late, longer than its ConsistencyTimeout (500 ms here): its own
+// patches come back through the watch after it stopped waiting for them, and the
+// events it handles meanwhile are older than what it wrote. Objects are created,
+// updated and deleted, and each handler runs exactly once per change; none is run
+// again because a slow answer was taken for a lost one or a stale body for news.
 func TestSlowAPIServer(t *testing.T) {
 	ns := env.Namespace(t)
-	proxy := env.NewProxy(t, testcluster.ProxyOptions{Latency: slowLatency})
-	op := startBehind(t, proxy, ns)
+	proxy := env.NewProxy(t, testcluster.ProxyOptions{Latency: slowLatency, WatchEventDelay: slowEvents})
+	opts := operator.Options{}
+	opts.Processing.ConsistencyTimeout = slowConsistency
+	op := startBehindWith(t, proxy, ns, opts)
 	client := env.Dynamic.Resource(widgets).Namespace(ns)
 
 	const n = 6
@@ -84,6 +154,22 @@ func TestSlowAPIServer(t *testing.T) {
 	for i := range n {
 		create(t, widgets, ns, fmt.Sprintf("{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w%d}, spec: {size: 1}}", i))
 	}
+	// Once the operator put its finalizer on every object (its finalizer patch
+	// must match the resourceVersion it read), a second writer touches an annotation
+	// of every object, again and again, until the deletes: when the operator patches
+	// an object, the watch still carries changes older than its patch (they reach it
+	// 0.8-1.5 s late), and it waits for its own patch past its ConsistencyTimeout.
+	for i := range n {
+		name := fmt.Sprintf("w%d", i)
+		testcluster.Eventually(t, 60*time.Second, func() (bool, string) {
+			obj, err := client.Get(t.Context(), name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			return len(obj.GetFinalizers()) > 0, "waiting for the operator's finalizer on " + name
+		})
+	}
+	stopTouching := touchAnnotations(t, client, n)
 	for i := range n {
 		name := fmt.Sprintf("w%d", i)
 		waitFieldWithin(t, 60*time.Second, widgets, ns, name, "status.c", "done")
@@ -98,6 +184,7 @@ func TestSlowAPIServer(t *testing.T) {
 		waitFieldWithin(t, 60*time.Second, widgets, ns, name, "status.sized", int64(2))
 		want = append(want, "SIZED "+name+" 2 .")
 	}
+	stopTouching()
 	for i := range n {
 		if err := client.Delete(t.Context(), fmt.Sprintf("w%d", i), metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
@@ -112,6 +199,10 @@ func TestSlowAPIServer(t *testing.T) {
 	onceEach(t, logs, want)
 	if strings.Contains(logs, "level=ERROR") {
 		t.Errorf("errors logged under the slow API server")
+	}
+	// The path under test was taken: the operator stopped waiting for its own patch.
+	if !strings.Contains(logs, lateWatchWarning) {
+		t.Errorf("the operator never logged %q: the watch events were not late enough to reach its ConsistencyTimeout (%s)", lateWatchWarning, slowConsistency)
 	}
 
 	// The latency was there: on the watches and on the operator's patches.
@@ -190,7 +281,7 @@ func TestWatchExpiry410(t *testing.T) {
 	}
 	relisted := 0
 	for _, r := range proxy.Requests() {
-		if r.At.After(gapEnd) && !r.Gone && ofWidgets(&http.Request{URL: r.URL}) && testcluster.IsList(&http.Request{Method: r.Method, URL: r.URL}) {
+		if r.At.After(gapEnd) && !r.Gone && ofWidgets(&http.Request{URL: r.URL}) && testcluster.IsList(&http.Request{Method: r.Method, URL: r.URL}, "widgets") {
 			relisted++
 		}
 	}

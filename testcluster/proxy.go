@@ -32,21 +32,23 @@ type Proxy struct {
 	rp       *httputil.ReverseProxy
 	server   *httptest.Server
 
-	mu       sync.Mutex
-	latency  func(*http.Request) time.Duration
-	seen     []Request
-	active   map[*activeWatch]struct{}
-	hold     func(*http.Request) bool // set while watches are held (ExpireWatches)
-	held     map[*activeWatch]struct{}
-	release  chan struct{} // closed by AnswerGone
-	answered int
+	mu         sync.Mutex
+	latency    func(*http.Request) time.Duration
+	eventDelay func(*http.Request) time.Duration
+	seen       []Request
+	active     map[*activeWatch]struct{}
+	hold       func(*http.Request) bool // set while watches are held (ExpireWatches)
+	held       map[*activeWatch]struct{}
+	release    chan struct{} // closed by AnswerGone
+	answered   int
 }
 
 // Request is one request the proxy received.
 type Request struct {
 	Method string
 	URL    *url.URL
-	At     time.Time
+	// At is when the proxy received it, before its latency.
+	At time.Time
 	// Delay is the latency injected before it was forwarded.
 	Delay time.Duration
 	// Gone is set when the proxy answered it with 410 Gone instead of forwarding it.
@@ -63,6 +65,11 @@ type ProxyOptions struct {
 	// Latency, when set, gives each request the time the proxy waits before
 	// forwarding it (a watch's wait is before its stream starts).
 	Latency func(*http.Request) time.Duration
+	// WatchEventDelay, when set, holds back what each watch's stream carries:
+	// every chunk the upstream sends (kube-apiserver flushes one per event) reaches
+	// the client that long after the proxy read it, in order, so the client sees
+	// every change, its own writes included, late. It is called once per chunk.
+	WatchEventDelay func(*http.Request) time.Duration
 }
 
 // NewProxy starts a proxy in front of e's kube-apiserver until the test ends.
@@ -80,7 +87,7 @@ func (e *Env) NewProxy(t testing.TB, opts ProxyOptions) *Proxy {
 	if err != nil {
 		t.Fatalf("the test cluster's transport: %v", err)
 	}
-	p := &Proxy{upstream: upstream, latency: opts.Latency,
+	p := &Proxy{upstream: upstream, latency: opts.Latency, eventDelay: opts.WatchEventDelay,
 		active: map[*activeWatch]struct{}{}, held: map[*activeWatch]struct{}{}}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
@@ -90,10 +97,24 @@ func (e *Env) NewProxy(t testing.TB, opts ProxyOptions) *Proxy {
 		Transport:     transport,
 		FlushInterval: -1, // watch events go through at once
 		ErrorLog:      log.New(io.Discard, "", 0),
+		ModifyResponse: func(resp *http.Response) error {
+			p.mu.Lock()
+			delay := p.eventDelay
+			p.mu.Unlock()
+			if delay != nil && resp.Request != nil && IsWatch(resp.Request) {
+				resp.Body = newDelayedBody(resp.Body, func() time.Duration { return delay(resp.Request) })
+			}
+			return nil
+		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if r.Context().Err() == nil {
 				http.Error(w, "proxy: "+err.Error(), http.StatusBadGateway)
+				return
 			}
+			// The client's request was cut (ExpireWatches, or the client went away)
+			// before the upstream answered: abort the response, so that the client
+			// sees its connection end rather than an empty 200.
+			panic(http.ErrAbortHandler)
 		},
 	}
 	p.server = httptest.NewUnstartedServer(http.HandlerFunc(p.serve))
@@ -136,11 +157,13 @@ func IsWatch(r *http.Request) bool {
 	return v == "true" || v == "1"
 }
 
-// IsList tells whether r reads a whole collection from scratch: a list (GET without
-// watch), or a watch that starts with the collection's current objects
-// (sendInitialEvents=true, what client-go's informers use to list).
-func IsList(r *http.Request) bool {
-	if r.Method != http.MethodGet {
+// IsList tells whether r reads a whole collection from scratch: a list (GET of a
+// collection, without watch), or a watch that starts with the collection's current
+// objects (sendInitialEvents=true, what client-go's informers use to list). A
+// collection's path ends with its resource's plural name, given as resource
+// ("widgets"); a GET of one object (…/widgets/w0) is no list.
+func IsList(r *http.Request, resource string) bool {
+	if r.Method != http.MethodGet || !strings.HasSuffix(strings.TrimSuffix(r.URL.Path, "/"), "/"+resource) {
 		return false
 	}
 	if !IsWatch(r) {
@@ -176,7 +199,7 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 	p.mu.Lock()
 	// A watch that resumes from a resourceVersion (not one that lists) is held
 	// while ExpireWatches is in force, and answered with 410 by AnswerGone.
-	if p.hold != nil && p.hold(r) && !IsList(r) {
+	if p.hold != nil && p.hold(r) && r.URL.Query().Get("sendInitialEvents") != "true" {
 		release := p.release
 		p.held[aw] = struct{}{}
 		p.mu.Unlock()
@@ -230,8 +253,9 @@ func (p *Proxy) record(r Request) {
 	p.seen = append(p.seen, r)
 }
 
-// Requests returns the requests received so far, in order of arrival (after their
-// latency), those answered with 410 Gone included.
+// Requests returns the requests forwarded or answered so far, in the order they
+// were (after their latency; Request.At is when each arrived, before it), those
+// answered with 410 Gone included.
 func (p *Proxy) Requests() []Request {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -297,4 +321,78 @@ func (p *Proxy) GoneAnswered() int {
 // String names the proxy and its upstream, for logs.
 func (p *Proxy) String() string {
 	return fmt.Sprintf("proxy %s -> %s", p.server.URL, strings.TrimSuffix(p.upstream.String(), "/"))
+}
+
+// delayedBody hands on what body carries, each chunk delay() after it was read
+// from body, in order (a chunk is never handed on before the one before it).
+type delayedBody struct {
+	body   io.ReadCloser
+	chunks chan delayedChunk
+	done   chan struct{}
+	once   sync.Once
+	rest   []byte
+	err    error
+}
+
+type delayedChunk struct {
+	data []byte
+	due  time.Time
+	err  error
+}
+
+func newDelayedBody(body io.ReadCloser, delay func() time.Duration) *delayedBody {
+	d := &delayedBody{body: body, chunks: make(chan delayedChunk, 1024), done: make(chan struct{})}
+	go func() {
+		var last time.Time
+		for {
+			buf := make([]byte, 32*1024)
+			n, err := body.Read(buf)
+			due := time.Now().Add(delay())
+			if due.Before(last) {
+				due = last
+			}
+			last = due
+			select {
+			case d.chunks <- delayedChunk{data: buf[:n], due: due, err: err}:
+			case <-d.done:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return d
+}
+
+func (d *delayedBody) Read(p []byte) (int, error) {
+	for len(d.rest) == 0 {
+		if d.err != nil {
+			return 0, d.err
+		}
+		var c delayedChunk
+		select {
+		case c = <-d.chunks:
+		case <-d.done:
+			return 0, io.ErrClosedPipe
+		}
+		if wait := time.Until(c.due); wait > 0 {
+			timer := time.NewTimer(wait)
+			select {
+			case <-timer.C:
+			case <-d.done:
+				timer.Stop()
+				return 0, io.ErrClosedPipe
+			}
+		}
+		d.rest, d.err = c.data, c.err
+	}
+	n := copy(p, d.rest)
+	d.rest = d.rest[n:]
+	return n, nil
+}
+
+func (d *delayedBody) Close() error {
+	d.once.Do(func() { close(d.done) })
+	return d.body.Close()
 }
