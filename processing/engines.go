@@ -118,13 +118,6 @@ func (r *daemonRegistry) stopAll(grace time.Duration) {
 
 func (r *daemonRegistry) wait() { r.group.Wait() }
 
-// count is the number of daemons running now.
-func (r *daemonRegistry) count() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.running)
-}
-
 func (d *daemonRun) stopping() bool {
 	select {
 	case <-d.stopCh:

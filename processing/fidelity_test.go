@@ -377,7 +377,7 @@ func TestPrunedStatusStorageFallsBackToAnnotationsWithoutRunningAgain(t *testing
 		return causes.Result{Value: "made"}, nil
 	})
 	h.add(changeSpec("update_fn", causes.Update), nil)
-	e := startEnv(t, h, Options{pruneStatusField: "luaop_dev"}, widgetsCRD())
+	e := startEnvPruning(t, h, Options{}, "luaop_dev", nil, widgetsCRD())
 	e.create("w1", map[string]any{"size": int64(1)})
 	e.eventually("the diff-base moved to annotations", func() bool {
 		_, ok := e.annotations("w1")["luaop.dev/last-handled-configuration"]

@@ -227,6 +227,13 @@ func startEnv(t *testing.T, h *fakeHandlers, opts Options, objects ...*unstructu
 // startEnvWith is startEnv with a chance to add reactors to the fake client first.
 func startEnvWith(t *testing.T, h *fakeHandlers, opts Options, setup func(*dynamicfake.FakeDynamicClient), objects ...*unstructured.Unstructured) *env {
 	t.Helper()
+	return startEnvPruning(t, h, opts, "", setup, objects...)
+}
+
+// startEnvPruning is startEnvWith on a fake server that prunes the status field named prune
+// (as a server does once a CRD's schema no longer keeps it); "" prunes nothing.
+func startEnvPruning(t *testing.T, h *fakeHandlers, opts Options, prune string, setup func(*dynamicfake.FakeDynamicClient), objects ...*unstructured.Unstructured) *env {
+	t.Helper()
 	var objs []runtime.Object
 	for _, o := range objects {
 		if o.GetResourceVersion() == "" {
@@ -237,7 +244,7 @@ func startEnvWith(t *testing.T, h *fakeHandlers, opts Options, setup func(*dynam
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(newScheme(), map[schema.GroupVersionResource]string{
 		widgetsGVR: "WidgetList", configmapsGVR: "ConfigMapList", crdsGVR: "CustomResourceDefinitionList",
 	}, objs...)
-	stampResourceVersions(dyn, opts.pruneStatusField)
+	stampResourceVersions(dyn, prune)
 	if setup != nil {
 		setup(dyn)
 	}

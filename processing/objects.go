@@ -326,9 +326,3 @@ func (t *objectTable) keys() []objectKey {
 	}
 	return keys
 }
-
-func (t *objectTable) len() int {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	return len(t.objects)
-}

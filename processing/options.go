@@ -71,8 +71,6 @@ type Options struct {
 	// DryRun logs every write the core would send (patches of objects, status and
 	// finalizers) instead of sending it. Handlers still run.
 	DryRun bool
-	// pruneStatusField is for tests only: the fake server prunes this status field.
-	pruneStatusField string
 	// Clock drives every wait of the core: the work queue's delays and backoffs,
 	// retries, timers, daemons' delays, consistency waits. Tests give a fake clock
 	// (k8s.io/utils/clock/testing). Defaults to the real clock.

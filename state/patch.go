@@ -135,26 +135,3 @@ func (p *Patch) Split() (main, status map[string]any) {
 	}
 	return main, status
 }
-
-// applyInto applies patch to dst, which the caller already owns.
-func applyInto(dst, patch map[string]any) {
-	for k, v := range patch {
-		if isNull(v) {
-			delete(dst, k)
-			continue
-		}
-		pv, ok := v.(map[string]any)
-		if !ok {
-			dst[k] = DeepCopyValue(v)
-			continue
-		}
-		// RFC 7386: a patch object applied to a non-object starts from {}, which also drops the
-		// nulls inside the patch value instead of storing them.
-		target, ok := dst[k].(map[string]any)
-		if !ok || target == nil {
-			target = map[string]any{}
-			dst[k] = target
-		}
-		applyInto(target, pv)
-	}
-}

@@ -186,13 +186,6 @@ func DeepCopyValue(v any) any {
 	return v
 }
 
-func copyMap(m map[string]any) map[string]any {
-	if m == nil {
-		return nil
-	}
-	return DeepCopyValue(m).(map[string]any)
-}
-
 // encodeJSON is the canonical encoding: encoding/json already sorts map keys; HTML escaping is
 // turned off so that the stored text reads like what a user wrote.
 func encodeJSON(v any) (string, error) {
