@@ -266,12 +266,27 @@ func (a *Analysis) covers(p Problem) bool {
 	return false
 }
 
-// registration kinds by the module path of their function.
-var regKinds = map[string]string{
-	"on.create": "change", "on.update": "change", "on.delete": "change", "on.resume": "change",
-	"on.field": "field", "on.event": "event", "daemon": "daemon", "timer": "timer", "index": "index",
-	"on.startup": "hook", "on.cleanup": "hook", "on.probe": "probe",
-	"on.validate": "admission", "on.mutate": "admission",
+// regKind groups the registering functions whose options and arguments are alike.
+type regKind string
+
+const (
+	regChange    regKind = "change"    // on.create, on.update, on.delete, on.resume
+	regField     regKind = "field"     // on.field: its options come after the field path
+	regEvent     regKind = "event"     // on.event
+	regDaemon    regKind = "daemon"    // daemon
+	regTimer     regKind = "timer"     // timer
+	regIndex     regKind = "index"     // index
+	regHook      regKind = "hook"      // on.startup, on.cleanup: no resource
+	regProbe     regKind = "probe"     // on.probe: no resource
+	regAdmission regKind = "admission" // on.validate, on.mutate
+)
+
+// regKinds gives the kind of each registering function by its module path.
+var regKinds = map[string]regKind{
+	"on.create": regChange, "on.update": regChange, "on.delete": regChange, "on.resume": regChange,
+	"on.field": regField, "on.event": regEvent, "daemon": regDaemon, "timer": regTimer, "index": regIndex,
+	"on.startup": regHook, "on.cleanup": regHook, "on.probe": regProbe,
+	"on.validate": regAdmission, "on.mutate": regAdmission,
 }
 
 // optionApplies tells for each option the registrations it has an effect on.
@@ -281,27 +296,27 @@ func optionApplies(opt, fn string) (bool, string) {
 	case "id", "param":
 		return true, ""
 	case "timeout":
-		return kind != "event" && kind != "index" && kind != "probe",
+		return kind != regEvent && kind != regIndex && kind != regProbe,
 			"change handlers, daemons, timers, admission handlers, on.startup and on.cleanup"
 	case "operations", "side_effects", "failure_policy", "subresource":
-		return kind == "admission", "admission handlers (on.validate, on.mutate)"
+		return kind == regAdmission, "admission handlers (on.validate, on.mutate)"
 	case "retries", "backoff", "errors":
-		return kind == "change" || kind == "field" || kind == "daemon" || kind == "timer" || kind == "hook",
+		return kind == regChange || kind == regField || kind == regDaemon || kind == regTimer || kind == regHook,
 			"change handlers, daemons, timers, on.startup and on.cleanup"
 	case "labels", "annotations", "field", "value", "when":
-		return kind != "hook" && kind != "probe", "handlers of a resource"
+		return kind != regHook && kind != regProbe, "handlers of a resource"
 	case "old", "new":
-		return kind == "change" || kind == "field", "change handlers (on.create, on.update, on.delete, on.resume, on.field)"
+		return kind == regChange || kind == regField, "change handlers (on.create, on.update, on.delete, on.resume, on.field)"
 	case "optional":
 		return fn == "on.delete", "on.delete"
 	case "deleted":
 		return fn == "on.resume", "on.resume"
 	case "interval", "sharp", "idle":
-		return kind == "timer", "timers"
+		return kind == regTimer, "timers"
 	case "initial_delay":
-		return kind == "timer" || kind == "daemon", "timers and daemons"
+		return kind == regTimer || kind == regDaemon, "timers and daemons"
 	case "cancellation_timeout":
-		return kind == "daemon", "daemons"
+		return kind == regDaemon, "daemons"
 	}
 	return true, ""
 }
@@ -764,12 +779,12 @@ func (z *analyzer) call(c *ast.FuncCallExpr, sc *scope) {
 	reg := Registration{File: z.file, Line: c.Line(), Function: path}
 	optArg := 2
 	switch kind {
-	case "field":
+	case regField:
 		optArg = 3
-	case "hook", "probe":
+	case regHook, regProbe:
 		optArg = 1
 	}
-	if kind != "hook" && kind != "probe" && len(c.Args) > 0 {
+	if kind != regHook && kind != regProbe && len(c.Args) > 0 {
 		if res, ok := z.str(c.Args[0], sc, 0); ok {
 			reg.Resource = res
 			if _, err := parseResource(res); err != nil {

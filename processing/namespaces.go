@@ -71,3 +71,14 @@ func (f namespaceFilter) exactNamespaces() []string {
 	}
 	return f.include
 }
+
+// NamespaceMatcher tells which namespaces the patterns of Options.Namespaces serve,
+// and, when every pattern is a plain name, those names (nil otherwise: list
+// cluster-wide and filter).
+func NamespaceMatcher(patterns []string) (allows func(namespace string) bool, exact []string, err error) {
+	f, err := newNamespaceFilter(patterns)
+	if err != nil {
+		return nil, nil, err
+	}
+	return f.allows, f.exactNamespaces(), nil
+}
