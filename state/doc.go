@@ -1,6 +1,7 @@
 // Package state holds the pure data rules by which luaop decides what changed in an object and
 // records what it has done about it: merge patches, the essence and its stored diff-base,
-// kopf-style diffs, and the per-handler progress records.
+// kopf-style diffs, the per-handler progress records, and Indexes, the operator-wide indexes
+// built by index handlers (the one type here shared across objects: safe for concurrent use).
 //
 // Nothing here performs I/O. Objects are the map[string]any trees produced by client-go's
 // unstructured JSON decoding, so every function tolerates the numeric types that decoding (or a
