@@ -87,11 +87,7 @@ type cctResult struct {
 	err   error
 }
 
-// cctInvokeAsync runs handler id on body in a goroutine.
-func cctInvokeAsync(rt *Runtime, spec causes.Spec, body map[string]any, logger *slog.Logger) chan cctResult {
-	return cctInvokeCtx(context.Background(), rt, spec, body, logger)
-}
-
+// cctInvokeCtx runs handler spec on body in a goroutine, under ctx.
 func cctInvokeCtx(ctx context.Context, rt *Runtime, spec causes.Spec, body map[string]any, logger *slog.Logger) chan cctResult {
 	done := make(chan cctResult, 1)
 	go func() {
@@ -157,9 +153,9 @@ luaop.on.update(R, function(ctx)
 end, {id = "fast"})
 `)
 	logger, logs := cctLog()
-	slow := cctInvokeAsync(rt, rttSpec(t, rt, "slow"), cctBody("ua", "a"), logger)
+	slow := cctInvokeCtx(t.Context(), rt, rttSpec(t, rt, "slow"), cctBody("ua", "a"), logger)
 	cctExpect(t, logs, "sleeping")
-	fast := cctResultOf(t, "the fast handler of b", cctInvokeAsync(rt, rttSpec(t, rt, "fast"), cctBody("ub", "b"), nil))
+	fast := cctResultOf(t, "the fast handler of b", cctInvokeCtx(t.Context(), rt, rttSpec(t, rt, "fast"), cctBody("ub", "b"), nil))
 	if want := "fast b while slow sleeping"; fast.res.Value != want {
 		t.Errorf("fast handler returned %v, want %q: it did not run while the slow one slept", fast.res.Value, want)
 	}
@@ -183,13 +179,13 @@ luaop.on.update(R, function(ctx)
   return "fast " .. ctx.name .. " " .. obj.metadata.name
 end, {id = "fast"})
 `)
-	slow := cctInvokeAsync(rt, rttSpec(t, rt, "get"), cctBody("ua", "a"), nil)
+	slow := cctInvokeCtx(t.Context(), rt, rttSpec(t, rt, "get"), cctBody("ua", "a"), nil)
 	select {
 	case <-kube.entered:
 	case <-time.After(cctWait):
 		t.Fatal("the handler did not call luaop.kube.get")
 	}
-	fast := cctResultOf(t, "the handler of b while a waits on the API", cctInvokeAsync(rt, rttSpec(t, rt, "fast"), cctBody("ub", "b"), nil))
+	fast := cctResultOf(t, "the handler of b while a waits on the API", cctInvokeCtx(t.Context(), rt, rttSpec(t, rt, "fast"), cctBody("ub", "b"), nil))
 	if fast.res.Value != "fast b other" {
 		t.Errorf("fast handler returned %v", fast.res.Value)
 	}
@@ -268,9 +264,9 @@ end, {id = "h"})
 	bodyA["metadata"].(map[string]any)["annotations"] = map[string]any{"wait": "block"}
 	logA, logsA := cctLog()
 	logB, logsB := cctLog()
-	a := cctInvokeAsync(rt, spec, bodyA, logA)
+	a := cctInvokeCtx(t.Context(), rt, spec, bodyA, logA)
 	<-kube.entered
-	b := cctResultOf(t, "b while a is parked", cctInvokeAsync(rt, spec, cctBody("ub", "b"), logB))
+	b := cctResultOf(t, "b while a is parked", cctInvokeCtx(t.Context(), rt, spec, cctBody("ub", "b"), logB))
 	close(kube.release)
 	ra := cctResultOf(t, "a", a)
 	for _, c := range []struct {
@@ -291,13 +287,13 @@ end, {id = "h"})
 	}
 }
 
-// cctDaemon runs daemon id of body until it returns; flushes go to the returned func.
-func cctDaemon(rt *Runtime, spec causes.Spec, body map[string]any, stop chan struct{}) (chan error, func() []map[string]any) {
+// cctDaemon runs daemon spec on body under ctx until it returns; flushes go to the returned func.
+func cctDaemon(ctx context.Context, rt *Runtime, spec causes.Spec, body map[string]any, stop chan struct{}) (chan error, func() []map[string]any) {
 	var mu sync.Mutex
 	var flushed []map[string]any
 	done := make(chan error, 1)
 	go func() {
-		done <- rt.RunDaemon(context.Background(), causes.Call{Handler: spec, Cause: causes.Cause{Body: body},
+		done <- rt.RunDaemon(ctx, causes.Call{Handler: spec, Cause: causes.Cause{Body: body},
 			Logger: slog.Default(), Daemon: &causes.DaemonLink{Stopped: stop, Latest: func() map[string]any { return body },
 				Flush: func(p map[string]any) { mu.Lock(); flushed = append(flushed, p); mu.Unlock() }}})
 	}()
@@ -321,7 +317,7 @@ end, {id = "d"})
 luaop.on.update(R, function(ctx) return "fast " .. ctx.name end, {id = "fast"})
 `)
 	stop := make(chan struct{})
-	done, flushed := cctDaemon(rt, rttSpec(t, rt, "d"), cctBody("ua", "a"), stop)
+	done, flushed := cctDaemon(t.Context(), rt, rttSpec(t, rt, "d"), cctBody("ua", "a"), stop)
 	deadline := time.Now().Add(cctWait)
 	for len(flushed()) == 0 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
@@ -329,7 +325,7 @@ luaop.on.update(R, function(ctx) return "fast " .. ctx.name end, {id = "fast"})
 	if got := flushed(); len(got) != 1 || !reflect.DeepEqual(got[0], map[string]any{"status": map[string]any{"phase": "Watching"}}) {
 		t.Fatalf("flushed %v before the sleep, want the phase once", got)
 	}
-	r := cctResultOf(t, "a handler of b while the daemon of a sleeps", cctInvokeAsync(rt, rttSpec(t, rt, "fast"), cctBody("ub", "b"), nil))
+	r := cctResultOf(t, "a handler of b while the daemon of a sleeps", cctInvokeCtx(t.Context(), rt, rttSpec(t, rt, "fast"), cctBody("ub", "b"), nil))
 	if r.res.Value != "fast b" {
 		t.Errorf("fast handler returned %v", r.res.Value)
 	}
@@ -360,9 +356,9 @@ luaop.daemon(R, function(ctx)
 end, {id = "d"})
 luaop.on.update(R, function(ctx) return "fast " .. ctx.name end, {id = "fast"})
 `)
-	done, flushed := cctDaemon(rt, rttSpec(t, rt, "d"), cctBody("ua", "a"), make(chan struct{}))
+	done, flushed := cctDaemon(t.Context(), rt, rttSpec(t, rt, "d"), cctBody("ua", "a"), make(chan struct{}))
 	<-kube.entered
-	r := cctResultOf(t, "a handler of b while the daemon of a waits on the API", cctInvokeAsync(rt, rttSpec(t, rt, "fast"), cctBody("ub", "b"), nil))
+	r := cctResultOf(t, "a handler of b while the daemon of a waits on the API", cctInvokeCtx(t.Context(), rt, rttSpec(t, rt, "fast"), cctBody("ub", "b"), nil))
 	if r.res.Value != "fast b" {
 		t.Errorf("fast handler returned %v", r.res.Value)
 	}
@@ -390,7 +386,7 @@ luaop.daemon("example.com/v1/widgets", function(ctx)
   while true do end
 end, {id = "d"})
 `)
-	done, flushed := cctDaemon(rt, rttSpec(t, rt, "d"), cctBody("ua", "a"), make(chan struct{}))
+	done, flushed := cctDaemon(t.Context(), rt, rttSpec(t, rt, "d"), cctBody("ua", "a"), make(chan struct{}))
 	select {
 	case err := <-done:
 		if err == nil || !strings.Contains(err.Error(), "deadline") {

@@ -66,6 +66,7 @@ func TestDaemonStopWakesSleep(t *testing.T) {
 	if _, err := rt.Load(t.Context(), []Script{{Name: "d.lua", Source: []byte(`
 		local luaop = require("luaop")
 		luaop.daemon("example.com/v1/things", function(ctx)
+			ctx.patch.status.phase = "sleeping"
 			while luaop.sleep(3600) do end
 			return
 		end, { id = "sleeper" })
@@ -75,11 +76,25 @@ func TestDaemonStopWakesSleep(t *testing.T) {
 	stop := make(chan struct{})
 	body := map[string]any{"metadata": map[string]any{"uid": "u1"}}
 	done := make(chan error, 1)
+	// A sleep flushes the daemon's patch first: the flush says the daemon is in luaop.sleep.
+	sleeping := make(chan struct{}, 1)
 	go func() {
 		done <- rt.RunDaemon(t.Context(), causes.Call{Handler: rt.Specs()[0], Cause: causes.Cause{Body: body},
-			Logger: slog.Default(), Daemon: &causes.DaemonLink{Stopped: stop, Latest: func() map[string]any { return body }}})
+			Logger: slog.Default(), Daemon: &causes.DaemonLink{Stopped: stop, Latest: func() map[string]any { return body },
+				Flush: func(map[string]any) {
+					select {
+					case sleeping <- struct{}{}:
+					default:
+					}
+				}}})
 	}()
-	time.Sleep(50 * time.Millisecond)
+	select {
+	case <-sleeping:
+	case err := <-done:
+		t.Fatalf("the daemon returned before sleeping: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the daemon never reached luaop.sleep")
+	}
 	close(stop)
 	select {
 	case err := <-done:

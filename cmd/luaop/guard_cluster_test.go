@@ -99,7 +99,7 @@ func TestGuardOfTheScripts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rctx, cancel := context.WithCancel(context.Background())
+		rctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
 		go func() { done <- runOperator(rctx, s, dir, false) }()
 		var stopped bool
