@@ -62,10 +62,10 @@ func admHandler(t *testing.T, rt *Runtime, id string) causes.Spec {
 }
 
 func TestAdmissionRegistration(t *testing.T) {
-	rt := rttRuntime(t, Options{})
-	rep := rttLoad(t, rt, "widgets.lua", admScript)
+	rt := newTestRuntime(t, Options{})
+	rep := mustLoad(t, rt, "widgets.lua", admScript)
 	if len(rt.Specs()) != 0 {
-		t.Fatalf("admission handlers must not be watched by the core: Specs() = %v", rttIDs(rt.Specs()))
+		t.Fatalf("admission handlers must not be watched by the core: Specs() = %v", specIDs(rt.Specs()))
 	}
 	size := admHandler(t, rt, "size")
 	if size.Kind != causes.KindValidate || !reflect.DeepEqual(size.Operations, []string{"CREATE", "UPDATE"}) ||
@@ -76,7 +76,7 @@ func TestAdmissionRegistration(t *testing.T) {
 		t.Errorf("defaults spec = %+v", d)
 	}
 	if len(rep.Handlers) != 2 {
-		t.Errorf("LoadReport.Handlers = %v, want both admission handlers", rttIDs(rep.Handlers))
+		t.Errorf("LoadReport.Handlers = %v, want both admission handlers", specIDs(rep.Handlers))
 	}
 }
 
@@ -89,8 +89,8 @@ func TestAdmissionRegistrationErrors(t *testing.T) {
 		{`require("luaop").on.validate("example.com/v1/widgets", function() end, {labels = {tier = "front end"}})`, `labels filter "tier" = "front end" cannot be the webhook's objectSelector`},
 		{`require("luaop").on.validate("example.com/v1/widgets", function() end, {labels = {["bad key!"] = require("luaop").PRESENT}})`, `labels filter "bad key!"`},
 	} {
-		rt := rttRuntime(t, Options{})
-		_, err := rt.Load(t.Context(), rttScripts("a.lua", tc.src))
+		rt := newTestRuntime(t, Options{})
+		_, err := rt.Load(t.Context(), scriptsOf("a.lua", tc.src))
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "a.lua:1") {
 			t.Errorf("%s: err = %v, want a.lua:1 and %q", tc.src, err, tc.want)
 		}
@@ -98,7 +98,7 @@ func TestAdmissionRegistrationErrors(t *testing.T) {
 }
 
 func TestAdmit(t *testing.T) {
-	rt := rttNew(t, Options{}, "widgets.lua", admScript)
+	rt := loadedRuntime(t, Options{}, "widgets.lua", admScript)
 	size := admHandler(t, rt, "size")
 	for _, tc := range []struct {
 		name string
@@ -145,7 +145,7 @@ func TestAdmit(t *testing.T) {
 }
 
 func TestAdmitMutatePatch(t *testing.T) {
-	rt := rttNew(t, Options{}, "widgets.lua", admScript)
+	rt := loadedRuntime(t, Options{}, "widgets.lua", admScript)
 	d := admHandler(t, rt, "defaults")
 	got, err := rt.Admit(t.Context(), AdmissionRequest{Handler: d, Operation: "CREATE",
 		Object: admObject(map[string]any{"size": int64(1)}, map[string]any{"drop": "x"})})
@@ -165,7 +165,7 @@ func TestAdmitMutatePatch(t *testing.T) {
 }
 
 func TestAdmitDeadline(t *testing.T) {
-	rt := rttNew(t, Options{HandlerTimeout: time.Minute}, "slow.lua", `
+	rt := loadedRuntime(t, Options{HandlerTimeout: time.Minute}, "slow.lua", `
 local luaop = require("luaop")
 luaop.on.validate("example.com/v1/widgets", function(ctx) while true do end end, {id = "spin"})
 luaop.on.validate("example.com/v1/widgets", function(ctx) luaop.sleep(60) return false, "slept" end, {id = "sleep"})
@@ -187,9 +187,9 @@ luaop.on.validate("example.com/v1/widgets", function(ctx) luaop.sleep(60) return
 }
 
 func TestAdmitReloadRemovedHandler(t *testing.T) {
-	rt := rttNew(t, Options{}, "widgets.lua", admScript)
+	rt := loadedRuntime(t, Options{}, "widgets.lua", admScript)
 	size := admHandler(t, rt, "size")
-	rttLoad(t, rt, "other.lua", `require("luaop").on.create("example.com/v1/widgets", function() end)`)
+	mustLoad(t, rt, "other.lua", `require("luaop").on.create("example.com/v1/widgets", function() end)`)
 	if _, err := rt.Admit(t.Context(), AdmissionRequest{Handler: size, Operation: "CREATE", Object: admObject(nil, nil)}); err == nil ||
 		!strings.Contains(err.Error(), "no longer registered") {
 		t.Errorf("err = %v, want the handler reported as removed", err)

@@ -14,15 +14,15 @@ import (
 // so one handler's success would stand for the other's: refused at load, and for
 // subhandlers when the parent registers them.
 func TestHandlerIDsSharingARecordAreRefused(t *testing.T) {
-	rt := rttRuntime(t, Options{Shards: 1})
-	_, err := rt.Load(t.Context(), rttScripts("ids.lua", `local luaop = require("luaop")
+	rt := newTestRuntime(t, Options{Shards: 1})
+	_, err := rt.Load(t.Context(), scriptsOf("ids.lua", `local luaop = require("luaop")
 local R = "example.com/v1/widgets"
 luaop.on.create(R, function() end, {id = "deploy.web"})
 luaop.on.update(R, function() end, {id = "deploy/web"})
 `))
-	rttCheckErr(t, err, "ids.lua", 4, `handler id "deploy/web" would share its progress record with handler "deploy.web" (first registered at ids.lua:3)`)
+	checkScriptError(t, err, "ids.lua", 4, `handler id "deploy/web" would share its progress record with handler "deploy.web" (first registered at ids.lua:3)`)
 
-	rttLoad(t, rt, "subs.lua", `local luaop = require("luaop")
+	mustLoad(t, rt, "subs.lua", `local luaop = require("luaop")
 local R = "example.com/v1/widgets"
 luaop.on.create(R, function() end, {id = "p.a"})
 luaop.on.create(R, function(ctx) ctx.subhandler(function() end, {id = "a"}) end, {id = "p"})
@@ -32,10 +32,10 @@ luaop.on.create(R, function(ctx)
   ctx.subhandler(function() end, {id = "x-y"})
 end, {id = "q"})
 `)
-	_, _, err = rttInvoke(t, rt, "p", rttCause("u1"))
-	rttCheckErr(t, err, "subs.lua", 4, `subhandler id "p/a" would share its progress record with handler "p.a"`)
+	_, _, err = invokeHandler(t, rt, "p", createCause("u1"))
+	checkScriptError(t, err, "subs.lua", 4, `subhandler id "p/a" would share its progress record with handler "p.a"`)
 	// Ids that stay distinct as annotation names are fine.
-	if res := rttMustInvoke(t, rt, "q", rttCause("u1")); len(res.Subhandlers) != 3 {
+	if res := mustInvoke(t, rt, "q", createCause("u1")); len(res.Subhandlers) != 3 {
 		t.Errorf("q registered %d subhandlers, want 3", len(res.Subhandlers))
 	}
 	// The long ids shortened with a hash never collide (state.TestAnnotationKey).
@@ -50,7 +50,7 @@ end, {id = "q"})
 // Lua error with file:line, never a panic, and a handler that checks types handles
 // them.
 func TestMalformedObjectGivesAScriptError(t *testing.T) {
-	rt := rttNew(t, Options{Shards: 1}, "m.lua", `local luaop = require("luaop")
+	rt := loadedRuntime(t, Options{Shards: 1}, "m.lua", `local luaop = require("luaop")
 local R = "example.com/v1/widgets"
 luaop.on.create(R, function(ctx) return ctx.spec.size * 2 end, {id = "arith"})
 luaop.on.create(R, function(ctx) return ctx.spec.items.first.name end, {id = "index"})
@@ -67,7 +67,7 @@ luaop.on.create(R, function(ctx)
   return table.concat(out, ",")
 end, {id = "walk"})
 `)
-	bad := rttObject("u1")
+	bad := widgetObject("u1")
 	bad["spec"] = map[string]any{"size": "three", "items": map[string]any{"first": nil}, "mode": nil, "extra": []any{nil, true}}
 	cause := causes.Cause{Reason: causes.Create, Body: bad}
 	for _, tc := range []struct {
@@ -79,14 +79,14 @@ end, {id = "walk"})
 		{"index", 4, "null"},
 		{"len", 5, "__len undefined"},
 	} {
-		_, _, err := rttInvoke(t, rt, tc.id, cause)
-		rttCheckErr(t, err, "m.lua", tc.line, tc.want)
+		_, _, err := invokeHandler(t, rt, tc.id, cause)
+		checkScriptError(t, err, "m.lua", tc.line, tc.want)
 	}
-	_, _, err := rttInvoke(t, rt, "checked", cause)
+	_, _, err := invokeHandler(t, rt, "checked", cause)
 	if !causes.IsPermanent(err) || !strings.Contains(err.Error(), "spec.size must be a number") {
 		t.Errorf("checked: %v", err)
 	}
-	if res := rttMustInvoke(t, rt, "walk", cause); res.Value != "extra=table,items=table,mode=userdata,size=string" {
+	if res := mustInvoke(t, rt, "walk", cause); res.Value != "extra=table,items=table,mode=userdata,size=string" {
 		t.Errorf("walk = %#v", res.Value)
 	}
 	// A body that is not even an object's shape.
@@ -94,7 +94,7 @@ end, {id = "walk"})
 		{"metadata": "not a map", "spec": []any{1, 2}},
 		{"spec": map[string]any{"size": map[string]any{"deep": []any{map[string]any{}}}}},
 	} {
-		_, _, err := rttInvoke(t, rt, "arith", causes.Cause{Reason: causes.Create, Body: body})
+		_, _, err := invokeHandler(t, rt, "arith", causes.Cause{Reason: causes.Create, Body: body})
 		var se *ScriptError
 		if !errors.As(err, &se) || se.File != "m.lua" {
 			t.Errorf("body %v: %v, want a script error at m.lua", body, err)
@@ -105,7 +105,7 @@ end, {id = "walk"})
 // Issue 16, a 1 MB object: a handler reads a field of it, copies part of it into the
 // patch and returns a 1 MB string; every value comes back whole.
 func TestOneMegabyteObject(t *testing.T) {
-	rt := rttNew(t, Options{Shards: 1}, "big.lua", `local luaop = require("luaop")
+	rt := loadedRuntime(t, Options{Shards: 1}, "big.lua", `local luaop = require("luaop")
 luaop.on.create("example.com/v1/widgets", function(ctx)
   local n = 0
   for _, item in ipairs(ctx.spec.items) do n = n + #item.data end
@@ -118,10 +118,10 @@ end, {id = "big"})
 	for i := range items {
 		items[i] = map[string]any{"name": "item", "data": strings.Repeat("d", 1024)}
 	}
-	body := rttObject("u1")
+	body := widgetObject("u1")
 	body["spec"] = map[string]any{"items": items}
 	patch := state.NewPatch()
-	res, err := rt.Invoke(t.Context(), causes.Call{Handler: rttSpec(t, rt, "big"), Cause: causes.Cause{Reason: causes.Create, Body: body}, Patch: patch})
+	res, err := rt.Invoke(t.Context(), causes.Call{Handler: specOf(t, rt, "big"), Cause: causes.Cause{Reason: causes.Create, Body: body}, Patch: patch})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,22 +141,22 @@ end, {id = "big"})
 // functions release the Lua state without yielding, so they work inside pcall:
 // TestKubeCallReleasesShard, TestDaemonSleepReleasesShardAndFlushes).
 func TestCoroutineMisuseGivesAScriptError(t *testing.T) {
-	rt := rttRuntime(t, Options{Shards: 1})
-	_, err := rt.Load(t.Context(), rttScripts("co.lua", "local luaop = require('luaop')\nlocal co = coroutine.create(function() end)\n"))
-	rttCheckErr(t, err, "co.lua", 2, "with key 'create'")
-	rttLoad(t, rt, "co.lua", `local luaop = require("luaop")
+	rt := newTestRuntime(t, Options{Shards: 1})
+	_, err := rt.Load(t.Context(), scriptsOf("co.lua", "local luaop = require('luaop')\nlocal co = coroutine.create(function() end)\n"))
+	checkScriptError(t, err, "co.lua", 2, "with key 'create'")
+	mustLoad(t, rt, "co.lua", `local luaop = require("luaop")
 luaop.on.create("example.com/v1/widgets", function(ctx) return coroutine.yield(1) end, {id = "yield"})
 luaop.on.create("example.com/v1/widgets", function(ctx)
   local ok, err = pcall(function() return coroutine.wrap(print) end)
   return tostring(ok)
 end, {id = "pcalled"})
 `)
-	_, _, err = rttInvoke(t, rt, "yield", rttCause("u1"))
-	rttCheckErr(t, err, "co.lua", 2, "with key 'yield'")
-	if res := rttMustInvoke(t, rt, "pcalled", rttCause("u1")); res.Value != "false" {
+	_, _, err = invokeHandler(t, rt, "yield", createCause("u1"))
+	checkScriptError(t, err, "co.lua", 2, "with key 'yield'")
+	if res := mustInvoke(t, rt, "pcalled", createCause("u1")); res.Value != "false" {
 		t.Errorf("pcalled = %#v", res.Value)
 	}
-	rep := Check(t.Context(), rttScripts("co.lua", "local co = coroutine.create(print)\n"))
+	rep := Check(t.Context(), scriptsOf("co.lua", "local co = coroutine.create(print)\n"))
 	if len(rep.Problems) == 0 || !strings.Contains(rep.Problems[0].String(), "co.lua:1: coroutine is not available") {
 		t.Errorf("luaop check: %v", rep.Problems)
 	}

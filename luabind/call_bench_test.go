@@ -32,13 +32,13 @@ end})
 func benchSetup(b *testing.B, shards int) (*Runtime, map[string]any) {
 	b.Helper()
 	obj := luatest.LoadFile(b, "deployment.json").(map[string]any)
-	return rttNew(b, Options{Shards: shards}, "bench.lua", benchScript), obj
+	return loadedRuntime(b, Options{Shards: shards}, "bench.lua", benchScript), obj
 }
 
 func benchInvoke(b *testing.B, id string, wantPatch map[string]any) {
 	rt, obj := benchSetup(b, 1)
 	ctx := b.Context()
-	call := causes.Call{Handler: rttSpec(b, rt, id), Cause: causes.Cause{Reason: causes.Update, Body: obj}}
+	call := causes.Call{Handler: specOf(b, rt, id), Cause: causes.Cause{Reason: causes.Update, Body: obj}}
 	replicas := obj["spec"].(map[string]any)["replicas"]
 	name := obj["metadata"].(map[string]any)["name"]
 
@@ -79,7 +79,7 @@ func BenchmarkInvoke5KBWithPatch(b *testing.B) {
 // different objects, one shard per CPU (the default).
 func BenchmarkInvoke5KBParallel(b *testing.B) {
 	rt, obj := benchSetup(b, 0)
-	spec := rttSpec(b, rt, "read")
+	spec := specOf(b, rt, "read")
 	var next atomic.Int64
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
@@ -109,7 +109,7 @@ func BenchmarkInvoke5KBParallel(b *testing.B) {
 func BenchmarkMatchWhen(b *testing.B) {
 	rt, obj := benchSetup(b, 1)
 	ctx := b.Context()
-	spec := rttSpec(b, rt, "when")
+	spec := specOf(b, rt, "when")
 	cause := causes.Cause{Reason: causes.Update, Body: obj}
 	if ok, err := rt.Match(ctx, spec, cause); err != nil || !ok {
 		b.Fatalf("Match = %v, %v", ok, err)

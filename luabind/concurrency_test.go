@@ -16,39 +16,39 @@ import (
 
 // Tests of calls sharing one Lua state: a call waiting in a blocking function (sleep,
 // a Kubernetes API call) lets the other calls of its shard run, each call keeps its
-// own ctx, and no caller hangs on a busy state. Helpers are prefixed cct.
+// own ctx, and no caller hangs on a busy state.
 
-// cctWait is how long a test waits for something that should happen at once; only
+// promptWait is how long a test waits for something that should happen at once; only
 // failures wait that long.
-const cctWait = 5 * time.Second
+const promptWait = 5 * time.Second
 
-// cctLog is a logger whose messages arrive on a channel: a handler announces with
+// channelLogger is a logger whose messages arrive on a channel: a handler announces with
 // ctx.logger.info where it is.
-func cctLog() (*slog.Logger, chan string) {
+func channelLogger() (*slog.Logger, chan string) {
 	ch := make(chan string, 64)
-	return slog.New(cctHandler{ch}), ch
+	return slog.New(channelHandler{ch}), ch
 }
 
-type cctHandler struct{ ch chan string }
+type channelHandler struct{ ch chan string }
 
-func (h cctHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h cctHandler) Handle(_ context.Context, r slog.Record) error {
+func (h channelHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h channelHandler) Handle(_ context.Context, r slog.Record) error {
 	h.ch <- r.Message
 	return nil
 }
-func (h cctHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h cctHandler) WithGroup(string) slog.Handler      { return h }
+func (h channelHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h channelHandler) WithGroup(string) slog.Handler      { return h }
 
-// cctExpect waits for a message on ch.
-func cctExpect(t *testing.T, ch chan string, want string) {
+// expectLog waits for a message on ch.
+func expectLog(t *testing.T, ch chan string, want string) {
 	t.Helper()
 	select {
 	case got := <-ch:
 		if got != want {
 			t.Fatalf("log message %q, want %q", got, want)
 		}
-	case <-time.After(cctWait):
-		t.Fatalf("no log message %q within %s", want, cctWait)
+	case <-time.After(promptWait):
+		t.Fatalf("no log message %q within %s", want, promptWait)
 	}
 }
 
@@ -76,29 +76,29 @@ func (k *blockingKube) Get(ctx context.Context, _, _, _, name string) (map[strin
 	return map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": name}}, nil
 }
 
-func cctBody(uid, name string) map[string]any {
+func widgetBody(uid, name string) map[string]any {
 	return map[string]any{"apiVersion": "example.com/v1", "kind": "Widget",
 		"metadata": map[string]any{"name": name, "namespace": "ns", "uid": uid}}
 }
 
-type cctResult struct {
+type callResult struct {
 	res   causes.Result
 	patch *state.Patch
 	err   error
 }
 
-// cctInvokeCtx runs handler spec on body in a goroutine, under ctx.
-func cctInvokeCtx(ctx context.Context, rt *Runtime, spec causes.Spec, body map[string]any, logger *slog.Logger) chan cctResult {
-	done := make(chan cctResult, 1)
+// invokeAsync runs handler spec on body in a goroutine, under ctx.
+func invokeAsync(ctx context.Context, rt *Runtime, spec causes.Spec, body map[string]any, logger *slog.Logger) chan callResult {
+	done := make(chan callResult, 1)
 	go func() {
 		patch := state.NewPatch()
 		res, err := rt.Invoke(ctx, causes.Call{Handler: spec, Cause: causes.Cause{Reason: causes.Update, Body: body}, Patch: patch, Logger: logger})
-		done <- cctResult{res, patch, err}
+		done <- callResult{res, patch, err}
 	}()
 	return done
 }
 
-func cctResultOf(t *testing.T, what string, ch chan cctResult) cctResult {
+func resultOf(t *testing.T, what string, ch chan callResult) callResult {
 	t.Helper()
 	select {
 	case r := <-ch:
@@ -106,13 +106,13 @@ func cctResultOf(t *testing.T, what string, ch chan cctResult) cctResult {
 			t.Fatalf("%s: %v", what, r.err)
 		}
 		return r
-	case <-time.After(cctWait):
-		t.Fatalf("%s did not finish within %s: it waits behind another call of its Lua state", what, cctWait)
+	case <-time.After(promptWait):
+		t.Fatalf("%s did not finish within %s: it waits behind another call of its Lua state", what, promptWait)
 	}
-	return cctResult{}
+	return callResult{}
 }
 
-const cctScript = `local luaop = require("luaop")
+const concurrencyScript = `local luaop = require("luaop")
 local R = "example.com/v1/widgets"
 luaop.on.update(R, function(ctx)
   ctx.logger.info("sleeping")
@@ -136,7 +136,7 @@ luaop.on.probe(function(ctx) return "alive" end, {id = "alive"})
 // one was sleeping. Were the shard held during the sleep, the fast call would never
 // run and the slow one never end.
 func TestSleepingHandlerDoesNotBlockItsShard(t *testing.T) {
-	rt := rttNew(t, Options{Shards: 1}, "s.lua", `local luaop = require("luaop")
+	rt := loadedRuntime(t, Options{Shards: 1}, "s.lua", `local luaop = require("luaop")
 local R = "example.com/v1/widgets"
 luaop.on.update(R, function(ctx)
   SLOW = "sleeping"
@@ -152,14 +152,14 @@ luaop.on.update(R, function(ctx)
   return "fast " .. ctx.name .. " while slow " .. tostring(SLOW)
 end, {id = "fast"})
 `)
-	logger, logs := cctLog()
-	slow := cctInvokeCtx(t.Context(), rt, rttSpec(t, rt, "slow"), cctBody("ua", "a"), logger)
-	cctExpect(t, logs, "sleeping")
-	fast := cctResultOf(t, "the fast handler of b", cctInvokeCtx(t.Context(), rt, rttSpec(t, rt, "fast"), cctBody("ub", "b"), nil))
+	logger, logs := channelLogger()
+	slow := invokeAsync(t.Context(), rt, specOf(t, rt, "slow"), widgetBody("ua", "a"), logger)
+	expectLog(t, logs, "sleeping")
+	fast := resultOf(t, "the fast handler of b", invokeAsync(t.Context(), rt, specOf(t, rt, "fast"), widgetBody("ub", "b"), nil))
 	if want := "fast b while slow sleeping"; fast.res.Value != want {
 		t.Errorf("fast handler returned %v, want %q: it did not run while the slow one slept", fast.res.Value, want)
 	}
-	if r := cctResultOf(t, "the sleeping handler", slow); r.res.Value != "slow done" {
+	if r := resultOf(t, "the sleeping handler", slow); r.res.Value != "slow done" {
 		t.Errorf("slow handler returned %v", r.res.Value)
 	}
 }
@@ -168,7 +168,7 @@ end, {id = "fast"})
 // not hold its shard, also when called through pcall, and gets its result after.
 func TestKubeCallReleasesShard(t *testing.T) {
 	kube := newBlockingKube()
-	rt := rttNew(t, Options{Shards: 1, Kube: kube}, "k.lua", `local luaop = require("luaop")
+	rt := loadedRuntime(t, Options{Shards: 1, Kube: kube}, "k.lua", `local luaop = require("luaop")
 local R = "example.com/v1/widgets"
 luaop.on.update(R, function(ctx)
   local ok, obj = pcall(luaop.kube.get, "v1", "ConfigMap", "ns", "block")
@@ -179,18 +179,18 @@ luaop.on.update(R, function(ctx)
   return "fast " .. ctx.name .. " " .. obj.metadata.name
 end, {id = "fast"})
 `)
-	slow := cctInvokeCtx(t.Context(), rt, rttSpec(t, rt, "get"), cctBody("ua", "a"), nil)
+	slow := invokeAsync(t.Context(), rt, specOf(t, rt, "get"), widgetBody("ua", "a"), nil)
 	select {
 	case <-kube.entered:
-	case <-time.After(cctWait):
+	case <-time.After(promptWait):
 		t.Fatal("the handler did not call luaop.kube.get")
 	}
-	fast := cctResultOf(t, "the handler of b while a waits on the API", cctInvokeCtx(t.Context(), rt, rttSpec(t, rt, "fast"), cctBody("ub", "b"), nil))
+	fast := resultOf(t, "the handler of b while a waits on the API", invokeAsync(t.Context(), rt, specOf(t, rt, "fast"), widgetBody("ub", "b"), nil))
 	if fast.res.Value != "fast b other" {
 		t.Errorf("fast handler returned %v", fast.res.Value)
 	}
 	close(kube.release)
-	r := cctResultOf(t, "the handler waiting on the API", slow)
+	r := resultOf(t, "the handler waiting on the API", slow)
 	want := map[string]any{"ok": true, "got": "block", "name": "a"}
 	if !reflect.DeepEqual(r.res.Value, want) {
 		t.Errorf("handler returned %v, want %v", r.res.Value, want)
@@ -201,11 +201,11 @@ end, {id = "fast"})
 // call on that shard with a short context fails promptly with its context's error,
 // and a probe (operator-level hook) answers at once.
 func TestBusyShardShortContextFailsPromptly(t *testing.T) {
-	rt := rttNew(t, Options{Shards: 1, HandlerTimeout: 20 * time.Second}, "s.lua", cctScript)
-	logger, logs := cctLog()
+	rt := loadedRuntime(t, Options{Shards: 1, HandlerTimeout: 20 * time.Second}, "s.lua", concurrencyScript)
+	logger, logs := channelLogger()
 	spinCtx, stopSpin := context.WithCancel(t.Context())
-	spin := cctInvokeCtx(spinCtx, rt, rttSpec(t, rt, "spin"), cctBody("ua", "a"), logger)
-	cctExpect(t, logs, "spinning")
+	spin := invokeAsync(spinCtx, rt, specOf(t, rt, "spin"), widgetBody("ua", "a"), logger)
+	expectLog(t, logs, "spinning")
 	defer func() { stopSpin(); <-spin }()
 
 	// Another object of the busy shard, with a short context.
@@ -213,7 +213,7 @@ func TestBusyShardShortContextFailsPromptly(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 		defer cancel()
-		_, err := rt.Invoke(ctx, causes.Call{Handler: rttSpec(t, rt, "fast"), Cause: causes.Cause{Reason: causes.Update, Body: cctBody("ub", "b")}})
+		_, err := rt.Invoke(ctx, causes.Call{Handler: specOf(t, rt, "fast"), Cause: causes.Cause{Reason: causes.Update, Body: widgetBody("ub", "b")}})
 		done <- err
 	}()
 	select {
@@ -221,24 +221,24 @@ func TestBusyShardShortContextFailsPromptly(t *testing.T) {
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("a call on a busy state with a 100ms context: err = %v, want its deadline", err)
 		}
-	case <-time.After(cctWait):
+	case <-time.After(promptWait):
 		t.Fatal("a call with a 100ms context hangs while a CPU-bound handler holds its state")
 	}
 
 	// A probe has a state of its own.
-	probe := make(chan cctResult, 1)
+	probe := make(chan callResult, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(t.Context(), 800*time.Millisecond)
 		defer cancel()
-		res, err := rt.Invoke(ctx, causes.Call{Handler: rttSpec(t, rt, "alive")})
-		probe <- cctResult{res: res, err: err}
+		res, err := rt.Invoke(ctx, causes.Call{Handler: specOf(t, rt, "alive")})
+		probe <- callResult{res: res, err: err}
 	}()
 	select {
 	case r := <-probe:
 		if r.err != nil || r.res.Value != "alive" {
 			t.Errorf("probe = %v, %v; want \"alive\"", r.res.Value, r.err)
 		}
-	case <-time.After(cctWait):
+	case <-time.After(promptWait):
 		t.Fatal("a probe hangs while a CPU-bound object handler runs")
 	}
 }
@@ -247,7 +247,7 @@ func TestBusyShardShortContextFailsPromptly(t *testing.T) {
 // see their own ctx afterwards: name, uid, memo, patch, logger.
 func TestInterleavedCallsKeepTheirOwnCtx(t *testing.T) {
 	kube := newBlockingKube()
-	rt := rttNew(t, Options{Shards: 1, Kube: kube}, "i.lua", `local luaop = require("luaop")
+	rt := loadedRuntime(t, Options{Shards: 1, Kube: kube}, "i.lua", `local luaop = require("luaop")
 luaop.on.update("example.com/v1/widgets", function(ctx)
   local before = ctx.name
   ctx.patch.status.first = ctx.name
@@ -259,19 +259,19 @@ luaop.on.update("example.com/v1/widgets", function(ctx)
   return {before = before, after = ctx.name, uid = ctx.uid, memo = ctx.memo.n}
 end, {id = "h"})
 `)
-	spec := rttSpec(t, rt, "h")
-	bodyA := cctBody("ua", "a")
+	spec := specOf(t, rt, "h")
+	bodyA := widgetBody("ua", "a")
 	bodyA["metadata"].(map[string]any)["annotations"] = map[string]any{"wait": "block"}
-	logA, logsA := cctLog()
-	logB, logsB := cctLog()
-	a := cctInvokeCtx(t.Context(), rt, spec, bodyA, logA)
+	logA, logsA := channelLogger()
+	logB, logsB := channelLogger()
+	a := invokeAsync(t.Context(), rt, spec, bodyA, logA)
 	<-kube.entered
-	b := cctResultOf(t, "b while a is parked", cctInvokeCtx(t.Context(), rt, spec, cctBody("ub", "b"), logB))
+	b := resultOf(t, "b while a is parked", invokeAsync(t.Context(), rt, spec, widgetBody("ub", "b"), logB))
 	close(kube.release)
-	ra := cctResultOf(t, "a", a)
+	ra := resultOf(t, "a", a)
 	for _, c := range []struct {
 		who  string
-		r    cctResult
+		r    callResult
 		logs chan string
 	}{{"a", ra, logsA}, {"b", b, logsB}} {
 		uid := "u" + c.who
@@ -283,12 +283,12 @@ end, {id = "h"})
 		if got := c.r.patch.Map(); !reflect.DeepEqual(got, wantPatch) {
 			t.Errorf("patch of %s = %v, want %v", c.who, got, wantPatch)
 		}
-		cctExpect(t, c.logs, "done "+uid)
+		expectLog(t, c.logs, "done "+uid)
 	}
 }
 
-// cctDaemon runs daemon spec on body under ctx until it returns; flushes go to the returned func.
-func cctDaemon(ctx context.Context, rt *Runtime, spec causes.Spec, body map[string]any, stop chan struct{}) (chan error, func() []map[string]any) {
+// runDaemonAsync runs daemon spec on body under ctx until it returns; flushes go to the returned func.
+func runDaemonAsync(ctx context.Context, rt *Runtime, spec causes.Spec, body map[string]any, stop chan struct{}) (chan error, func() []map[string]any) {
 	var mu sync.Mutex
 	var flushed []map[string]any
 	done := make(chan error, 1)
@@ -307,7 +307,7 @@ func cctDaemon(ctx context.Context, rt *Runtime, spec causes.Spec, body map[stri
 // A sleeping daemon (here through pcall, which a yield could not cross) releases its
 // shard, has flushed its patch, and wakes with false when stopped.
 func TestDaemonSleepReleasesShardAndFlushes(t *testing.T) {
-	rt := rttNew(t, Options{Shards: 1}, "d.lua", `local luaop = require("luaop")
+	rt := loadedRuntime(t, Options{Shards: 1}, "d.lua", `local luaop = require("luaop")
 local R = "example.com/v1/widgets"
 luaop.daemon(R, function(ctx)
   ctx.patch.status.phase = "Watching"
@@ -317,15 +317,15 @@ end, {id = "d"})
 luaop.on.update(R, function(ctx) return "fast " .. ctx.name end, {id = "fast"})
 `)
 	stop := make(chan struct{})
-	done, flushed := cctDaemon(t.Context(), rt, rttSpec(t, rt, "d"), cctBody("ua", "a"), stop)
-	deadline := time.Now().Add(cctWait)
+	done, flushed := runDaemonAsync(t.Context(), rt, specOf(t, rt, "d"), widgetBody("ua", "a"), stop)
+	deadline := time.Now().Add(promptWait)
 	for len(flushed()) == 0 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	if got := flushed(); len(got) != 1 || !reflect.DeepEqual(got[0], map[string]any{"status": map[string]any{"phase": "Watching"}}) {
 		t.Fatalf("flushed %v before the sleep, want the phase once", got)
 	}
-	r := cctResultOf(t, "a handler of b while the daemon of a sleeps", cctInvokeCtx(t.Context(), rt, rttSpec(t, rt, "fast"), cctBody("ub", "b"), nil))
+	r := resultOf(t, "a handler of b while the daemon of a sleeps", invokeAsync(t.Context(), rt, specOf(t, rt, "fast"), widgetBody("ub", "b"), nil))
 	if r.res.Value != "fast b" {
 		t.Errorf("fast handler returned %v", r.res.Value)
 	}
@@ -335,7 +335,7 @@ luaop.on.update(R, function(ctx) return "fast " .. ctx.name end, {id = "fast"})
 		if err != nil {
 			t.Fatalf("daemon: %v", err)
 		}
-	case <-time.After(cctWait):
+	case <-time.After(promptWait):
 		t.Fatal("the sleeping daemon did not wake on stop")
 	}
 	got := flushed()
@@ -348,7 +348,7 @@ luaop.on.update(R, function(ctx) return "fast " .. ctx.name end, {id = "fast"})
 // A daemon waiting on the API server does not hold its shard either.
 func TestDaemonKubeCallReleasesShard(t *testing.T) {
 	kube := newBlockingKube()
-	rt := rttNew(t, Options{Shards: 1, Kube: kube}, "d.lua", `local luaop = require("luaop")
+	rt := loadedRuntime(t, Options{Shards: 1, Kube: kube}, "d.lua", `local luaop = require("luaop")
 local R = "example.com/v1/widgets"
 luaop.daemon(R, function(ctx)
   local obj = luaop.kube.get("v1", "ConfigMap", "ns", "block")
@@ -356,9 +356,9 @@ luaop.daemon(R, function(ctx)
 end, {id = "d"})
 luaop.on.update(R, function(ctx) return "fast " .. ctx.name end, {id = "fast"})
 `)
-	done, flushed := cctDaemon(t.Context(), rt, rttSpec(t, rt, "d"), cctBody("ua", "a"), make(chan struct{}))
+	done, flushed := runDaemonAsync(t.Context(), rt, specOf(t, rt, "d"), widgetBody("ua", "a"), make(chan struct{}))
 	<-kube.entered
-	r := cctResultOf(t, "a handler of b while the daemon of a waits on the API", cctInvokeCtx(t.Context(), rt, rttSpec(t, rt, "fast"), cctBody("ub", "b"), nil))
+	r := resultOf(t, "a handler of b while the daemon of a waits on the API", invokeAsync(t.Context(), rt, specOf(t, rt, "fast"), widgetBody("ub", "b"), nil))
 	if r.res.Value != "fast b" {
 		t.Errorf("fast handler returned %v", r.res.Value)
 	}
@@ -368,7 +368,7 @@ luaop.on.update(R, function(ctx) return "fast " .. ctx.name end, {id = "fast"})
 		if err != nil {
 			t.Fatalf("daemon: %v", err)
 		}
-	case <-time.After(cctWait):
+	case <-time.After(promptWait):
 		t.Fatal("the daemon did not finish after its API call returned")
 	}
 	if got := flushed(); len(got) != 1 || !reflect.DeepEqual(got[0], map[string]any{"status": map[string]any{"got": "block"}}) {
@@ -379,20 +379,20 @@ luaop.on.update(R, function(ctx) return "fast " .. ctx.name end, {id = "fast"})
 // A daemon's deadline bounds each stretch of Lua between two waits, not its life:
 // it may sleep past the handler deadline, and an endless loop still fails it.
 func TestDaemonDeadlinePerStretch(t *testing.T) {
-	rt := rttNew(t, Options{Shards: 1, HandlerTimeout: 200 * time.Millisecond}, "d.lua", `local luaop = require("luaop")
+	rt := loadedRuntime(t, Options{Shards: 1, HandlerTimeout: 200 * time.Millisecond}, "d.lua", `local luaop = require("luaop")
 luaop.daemon("example.com/v1/widgets", function(ctx)
   for i = 1, 3 do luaop.sleep(0.15) end -- 450ms in all
   ctx.patch.status.slept = true
   while true do end
 end, {id = "d"})
 `)
-	done, flushed := cctDaemon(t.Context(), rt, rttSpec(t, rt, "d"), cctBody("ua", "a"), make(chan struct{}))
+	done, flushed := runDaemonAsync(t.Context(), rt, specOf(t, rt, "d"), widgetBody("ua", "a"), make(chan struct{}))
 	select {
 	case err := <-done:
 		if err == nil || !strings.Contains(err.Error(), "deadline") {
 			t.Fatalf("daemon: err = %v, want its deadline after the endless loop", err)
 		}
-	case <-time.After(cctWait):
+	case <-time.After(promptWait):
 		t.Fatal("the looping daemon was not stopped by its deadline")
 	}
 	if got := flushed(); len(got) != 1 {
@@ -405,7 +405,7 @@ end, {id = "d"})
 // known to be parked when it hands its patch to Flush: sleep does that with the shard
 // released, just before it waits.
 func TestCloseWithParkedDaemon(t *testing.T) {
-	rt := rttNew(t, Options{Shards: 1}, "d.lua", `local luaop = require("luaop")
+	rt := loadedRuntime(t, Options{Shards: 1}, "d.lua", `local luaop = require("luaop")
 luaop.daemon("example.com/v1/widgets", function(ctx)
   ctx.patch.status.phase = "parking"
   while luaop.sleep(3600) do end
@@ -414,9 +414,9 @@ end, {id = "d"})
 	stop := make(chan struct{})
 	parked := make(chan struct{}, 1)
 	done := make(chan error, 1)
-	body := cctBody("ua", "a")
+	body := widgetBody("ua", "a")
 	go func() {
-		done <- rt.RunDaemon(t.Context(), causes.Call{Handler: rttSpec(t, rt, "d"), Cause: causes.Cause{Body: body},
+		done <- rt.RunDaemon(t.Context(), causes.Call{Handler: specOf(t, rt, "d"), Cause: causes.Cause{Body: body},
 			Logger: slog.Default(), Daemon: &causes.DaemonLink{Stopped: stop, Latest: func() map[string]any { return body },
 				Flush: func(map[string]any) { parked <- struct{}{} }}})
 	}()
@@ -424,7 +424,7 @@ end, {id = "d"})
 	case <-parked:
 	case err := <-done:
 		t.Fatalf("the daemon ended before sleeping: %v", err)
-	case <-time.After(cctWait):
+	case <-time.After(promptWait):
 		t.Fatal("the daemon did not reach its sleep")
 	}
 	rt.Close()
@@ -440,10 +440,10 @@ end, {id = "d"})
 		if err == nil {
 			t.Error("a daemon woken after Close reported success")
 		}
-	case <-time.After(cctWait):
+	case <-time.After(promptWait):
 		t.Fatal("the daemon hangs after Close")
 	}
-	if _, err := rt.Invoke(t.Context(), causes.Call{Handler: rttSpec(t, rt, "d"), Cause: causes.Cause{Body: cctBody("ub", "b")}}); !errors.Is(err, errClosed) {
+	if _, err := rt.Invoke(t.Context(), causes.Call{Handler: specOf(t, rt, "d"), Cause: causes.Cause{Body: widgetBody("ub", "b")}}); !errors.Is(err, errClosed) {
 		t.Errorf("a call after Close: err = %v, want %v", err, errClosed)
 	}
 }

@@ -78,12 +78,12 @@ const isoProbeWant = "X,Y,z,function,function,function,userdata,function,functio
 // script, at load time and inside a handler alike, and the next script (on the same
 // Lua state: one shard) sees everything as before.
 func TestIsolationBetweenScripts(t *testing.T) {
-	rt := rttNew(t, Options{Shards: 1}, "a.lua", isoAttacker, "b.lua", isoProbe)
-	before := rttMustInvoke(t, rt, "b", rttCause("u1")).Value
+	rt := loadedRuntime(t, Options{Shards: 1}, "a.lua", isoAttacker, "b.lua", isoProbe)
+	before := mustInvoke(t, rt, "b", createCause("u1")).Value
 	if before != isoProbeWant {
 		t.Fatalf("b before the attacks ran in a handler:\n got %v\nwant %v", before, isoProbeWant)
 	}
-	res := rttMustInvoke(t, rt, "a", rttCause("u1")).Value.(map[string]any)
+	res := mustInvoke(t, rt, "a", createCause("u1")).Value.(map[string]any)
 	// Every attack fails (with this in its message) or stays local ("ok": the
 	// attacker's own globals only).
 	want := map[string]string{
@@ -143,13 +143,13 @@ func TestIsolationBetweenScripts(t *testing.T) {
 			t.Errorf("%s: the attacker's own view = %v", phase, self)
 		}
 	}
-	after := rttMustInvoke(t, rt, "b", rttCause("u1")).Value
+	after := mustInvoke(t, rt, "b", createCause("u1")).Value
 	if after != isoProbeWant {
 		t.Errorf("b after the attacks:\n got %v\nwant %v", after, isoProbeWant)
 	}
 	// A reload runs a.lua's attacks again into fresh environments: still nothing leaks.
-	rttLoad(t, rt, "a.lua", isoAttacker, "b.lua", isoProbe)
-	if got := rttMustInvoke(t, rt, "b", rttCause("u2")).Value; got != strings.Replace(isoProbeWant, ",u1,", ",u2,", 1) {
+	mustLoad(t, rt, "a.lua", isoAttacker, "b.lua", isoProbe)
+	if got := mustInvoke(t, rt, "b", createCause("u2")).Value; got != strings.Replace(isoProbeWant, ",u1,", ",u2,", 1) {
 		t.Errorf("b after a reload:\n got %v", got)
 	}
 }
@@ -158,7 +158,7 @@ func TestIsolationBetweenScripts(t *testing.T) {
 // that requires it gets the same value (a table one file changes, the other sees),
 // and the module's globals are its own.
 func TestIsolationModulesAreShared(t *testing.T) {
-	rt := rttNew(t, Options{Shards: 1},
+	rt := loadedRuntime(t, Options{Shards: 1},
 		"a.lua", `local luaop = require("luaop")
 local counter = require("lib.counter")
 counter.n = counter.n + 1
@@ -178,10 +178,10 @@ local M = {n = 0, runs = runs}
 function M.sees() return type(helper_a) .. "," .. type(module_global) end
 return M
 `)
-	if got := rttMustInvoke(t, rt, "a", rttCause("u1")).Value; got != int64(11) {
+	if got := mustInvoke(t, rt, "a", createCause("u1")).Value; got != int64(11) {
 		t.Fatalf("a = %#v, want 11", got)
 	}
-	got := rttMustInvoke(t, rt, "b", rttCause("u1")).Value.(map[string]any)
+	got := mustInvoke(t, rt, "b", createCause("u1")).Value.(map[string]any)
 	want := map[string]any{"n": int64(11), "runs": int64(1), "helper_a": "nil", "module_global": "nil", "module_sees": "nil,boolean"}
 	for k, w := range want {
 		if got[k] != w {
@@ -193,7 +193,7 @@ return M
 // pairs lists a library's functions through its read-only view, and the views say
 // what they are.
 func TestIsolationViewsAreUsable(t *testing.T) {
-	rt := rttNew(t, Options{Shards: 1}, "a.lua", `local luaop = require("luaop")
+	rt := loadedRuntime(t, Options{Shards: 1}, "a.lua", `local luaop = require("luaop")
 luaop.on.create("example.com/v1/widgets", function(ctx)
   local n = 0
   for k, v in pairs(string) do if type(v) == "function" then n = n + 1 end end
@@ -207,7 +207,7 @@ luaop.on.create("example.com/v1/widgets", function(ctx)
           env = env_ok, loaded_chunk_env = chunk(), marked = setmetatable(luaop.array(), nil) ~= nil}
 end, {id = "a"})
 `)
-	got := rttMustInvoke(t, rt, "a", rttCause("u1")).Value.(map[string]any)
+	got := mustInvoke(t, rt, "a", createCause("u1")).Value.(map[string]any)
 	want := map[string]any{"string_functions": true, "kube_functions": true, "name": "string (read-only)", "lower": "a",
 		"env": true, "loaded_chunk_env": int64(7), "marked": true}
 	for k, w := range want {

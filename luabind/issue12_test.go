@@ -12,7 +12,7 @@ import (
 // Issue 12, item 3: what a handler wrote to ctx.patch before raising is applied,
 // whatever the error kind (kopf shares the patch across the cycle).
 func TestPatchWrittenBeforeAnErrorIsKept(t *testing.T) {
-	rt := rttNew(t, Options{HandlerTimeout: 300 * time.Millisecond}, "p.lua", `local luaop = require("luaop")
+	rt := loadedRuntime(t, Options{HandlerTimeout: 300 * time.Millisecond}, "p.lua", `local luaop = require("luaop")
 local R = "example.com/v1/widgets"
 local function waiting(ctx) ctx.patch.status.phase = "Waiting" end
 luaop.on.create(R, function(ctx) waiting(ctx); error(luaop.temporary_error("not yet", 5)) end, {id = "temporary"})
@@ -32,7 +32,7 @@ luaop.on.create(R, function(ctx) waiting(ctx); local x = nil; return x.y end, {i
 		{"runtime", func(err error) bool { return err != nil }},
 	} {
 		t.Run(tc.id, func(t *testing.T) {
-			_, patch, err := rttInvoke(t, rt, tc.id, rttCause("u-"+tc.id))
+			_, patch, err := invokeHandler(t, rt, tc.id, createCause("u-"+tc.id))
 			if err == nil || !tc.kind(err) {
 				t.Fatalf("err = %v; want a %s error", err, tc.id)
 			}
@@ -48,7 +48,7 @@ luaop.on.create(R, function(ctx) waiting(ctx); local x = nil; return x.y end, {i
 // luaop.PRESENT, luaop.ABSENT and functions; field alone is a presence filter for
 // daemons, timers, event handlers and indexes.
 func TestValueFilters(t *testing.T) {
-	rt := rttNew(t, Options{}, "v.lua", `local luaop = require("luaop")
+	rt := loadedRuntime(t, Options{}, "v.lua", `local luaop = require("luaop")
 local R = "example.com/v1/widgets"
 local function h() end
 luaop.on.field(R, "spec.mode", h, {id = "field_value", value = "on"})
@@ -74,7 +74,7 @@ luaop.on.event(R, h, {id = "event_fn_absent", field = "spec.mode", value = funct
 `)
 	// old/new are what processing gives a field handler: the field's values.
 	change := func(old, new any, mode any) causes.Cause {
-		c := rttCause("v1")
+		c := createCause("v1")
 		c.Reason = causes.Update
 		c.Old, c.New = old, new
 		if mode == nil {
@@ -85,7 +85,7 @@ luaop.on.event(R, h, {id = "event_fn_absent", field = "spec.mode", value = funct
 		return c
 	}
 	body := func(mode any) causes.Cause {
-		c := rttCause("v1")
+		c := createCause("v1")
 		c.Reason = ""
 		if mode == nil {
 			delete(c.Body["spec"].(map[string]any), "mode")
@@ -144,7 +144,7 @@ luaop.on.event(R, h, {id = "event_fn_absent", field = "spec.mode", value = funct
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			ok, err := rt.Match(t.Context(), rttSpec(t, rt, tc.id), tc.cause)
+			ok, err := rt.Match(t.Context(), specOf(t, rt, tc.id), tc.cause)
 			if err != nil || ok != tc.want {
 				t.Errorf("Match(%s) = %v, %v; want %v", tc.id, ok, err, tc.want)
 			}
@@ -160,8 +160,8 @@ func TestValueFilterOptionErrors(t *testing.T) {
 		{"unconvertible value", `luaop.on.update(R, h, {field = "spec.x", value = {h}})`, "option value"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rt := rttRuntime(t, Options{})
-			_, err := rt.Load(t.Context(), rttScripts("e.lua", "local luaop = require('luaop')\nlocal R = 'example.com/v1/widgets'\nlocal function h() end\n"+tc.src+"\n"))
+			rt := newTestRuntime(t, Options{})
+			_, err := rt.Load(t.Context(), scriptsOf("e.lua", "local luaop = require('luaop')\nlocal R = 'example.com/v1/widgets'\nlocal function h() end\n"+tc.src+"\n"))
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("Load error = %v; want %q", err, tc.want)
 			}
@@ -172,7 +172,7 @@ func TestValueFilterOptionErrors(t *testing.T) {
 // Issue 12, item 9: a subhandler whose filters do not match is not returned to
 // processing: it does not run and its parent does not wait for it.
 func TestSubhandlerFilters(t *testing.T) {
-	rt := rttNew(t, Options{}, "s.lua", `local luaop = require("luaop")
+	rt := loadedRuntime(t, Options{}, "s.lua", `local luaop = require("luaop")
 local R = "example.com/v1/widgets"
 local function h() end
 luaop.on.update(R, function(ctx)
@@ -193,11 +193,11 @@ luaop.on.update(R, function(ctx)
   ctx.subhandler(h, {id = "none", labels = {app = luaop.ABSENT}})
 end, {id = "parent_all_filtered"})
 `)
-	cause := rttCause("s1")
+	cause := createCause("s1")
 	cause.Reason = causes.Update
 	cause.Old = map[string]any{"spec": map[string]any{"mode": "was", "size": int64(3)}}
 	cause.New = map[string]any{"spec": map[string]any{"mode": "on", "size": int64(3)}}
-	res := rttMustInvoke(t, rt, "parent", cause)
+	res := mustInvoke(t, rt, "parent", cause)
 	var got []string
 	for _, s := range res.Subhandlers {
 		got = append(got, strings.TrimPrefix(s.ID, "parent/"))
@@ -206,7 +206,7 @@ end, {id = "parent_all_filtered"})
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("subhandlers = %v; want %v", got, want)
 	}
-	res = rttMustInvoke(t, rt, "parent_all_filtered", cause)
+	res = mustInvoke(t, rt, "parent_all_filtered", cause)
 	if len(res.Subhandlers) != 0 {
 		t.Errorf("subhandlers = %v; want none (the parent is done)", res.Subhandlers)
 	}
@@ -215,7 +215,7 @@ end, {id = "parent_all_filtered"})
 // Issue 12, item 10: the memo filled by startup handlers is copied into the memo
 // of every object when it is first created.
 func TestStartupMemoSeedsObjectMemos(t *testing.T) {
-	rt := rttNew(t, Options{Shards: 3}, "m.lua", `local luaop = require("luaop")
+	rt := loadedRuntime(t, Options{Shards: 3}, "m.lua", `local luaop = require("luaop")
 local R = "example.com/v1/widgets"
 luaop.on.startup(function(ctx)
   ctx.memo.config = {greeting = "hello", sizes = {1, 2}}
@@ -227,18 +227,18 @@ luaop.on.create(R, function(ctx)
   return {greeting = ctx.memo.config.greeting, size2 = ctx.memo.config.sizes[2], count = ctx.memo.count, fn = type(ctx.memo.fn)}
 end, {id = "read"})
 `)
-	if _, err := rt.Invoke(t.Context(), causes.Call{Handler: rttSpec(t, rt, "start")}); err != nil {
+	if _, err := rt.Invoke(t.Context(), causes.Call{Handler: specOf(t, rt, "start")}); err != nil {
 		t.Fatal(err)
 	}
 	for _, uid := range []string{"a", "b", "c", "d", "e"} {
-		res := rttMustInvoke(t, rt, "read", rttCause(uid))
+		res := mustInvoke(t, rt, "read", createCause(uid))
 		m, _ := res.Value.(map[string]any)
 		if m["greeting"] != "hello" || !state.ValuesEqual(m["size2"], int64(2)) || !state.ValuesEqual(m["count"], int64(8)) || m["fn"] != "nil" {
 			t.Errorf("object %s sees %#v; want the startup memo (config, count 7 + 1; no function)", uid, m)
 		}
 	}
 	// An object's memo, once created, is its own: a second call sees its own count.
-	res := rttMustInvoke(t, rt, "read", rttCause("a"))
+	res := mustInvoke(t, rt, "read", createCause("a"))
 	if m, _ := res.Value.(map[string]any); !state.ValuesEqual(m["count"], int64(9)) {
 		t.Errorf("second call: %#v; want count 9", m)
 	}

@@ -54,8 +54,8 @@ func TestLoggerMessagesArePostedAsEventsOfTheObject(t *testing.T) {
 	for _, tt := range tests {
 		t.Run("level="+tt.level, func(t *testing.T) {
 			k := &eventsKube{}
-			rt := rttNew(t, Options{Kube: k, LogEvents: tt.level}, "logs.lua", logEventsScript)
-			rttMustInvoke(t, rt, "logs", rttCause("u1"))
+			rt := loadedRuntime(t, Options{Kube: k, LogEvents: tt.level}, "logs.lua", logEventsScript)
+			mustInvoke(t, rt, "logs", createCause("u1"))
 			if got := fmt.Sprint(k.posted()); got != tt.want {
 				t.Errorf("posted %s\nwant   %s", got, tt.want)
 			}
@@ -69,7 +69,7 @@ func TestLoggerMessagesArePostedAsEventsOfTheObject(t *testing.T) {
 // Issue 12.16: luaop.adopt copies the owner's labels onto the child (kopf's adopt);
 // labels the child already has win.
 func TestAdoptCopiesTheOwnersLabels(t *testing.T) {
-	rt := rttNew(t, Options{}, "adopt.lua", `local luaop = require("luaop")
+	rt := loadedRuntime(t, Options{}, "adopt.lua", `local luaop = require("luaop")
 local R = "example.com/v1/widgets"
 luaop.on.create(R, function(ctx)
   local child = {apiVersion = "v1", kind = "ConfigMap", metadata = {labels = {tier = "db"}}}
@@ -79,7 +79,7 @@ luaop.on.create(R, function(ctx)
           owner = child.metadata.ownerReferences[1].uid}
 end, {id = "adopt"})
 `)
-	res := rttMustInvoke(t, rt, "adopt", rttCause("u1"))
+	res := mustInvoke(t, rt, "adopt", createCause("u1"))
 	got := fmt.Sprint(res.Value)
 	want := "map[bare:map[app:x tier:web] labels:map[app:x tier:db] ns:ns1 owner:u1]"
 	if got != want {
@@ -99,15 +99,15 @@ func (notFoundKube) Event(context.Context, map[string]any, string, string, strin
 // per watch event or per change must not post an Event each time.
 func TestLoggerOfEventAndIndexHandlersPostsNoEvents(t *testing.T) {
 	k := &eventsKube{}
-	rt := rttNew(t, Options{Kube: k}, "spy.lua", `local luaop = require("luaop")
+	rt := loadedRuntime(t, Options{Kube: k}, "spy.lua", `local luaop = require("luaop")
 local R = "example.com/v1/widgets"
 luaop.on.event(R, function(ctx) ctx.logger.info("saw", ctx.type) end, {id = "spy"})
 luaop.index(R, function(ctx) ctx.logger.warn("indexing"); return ctx.name end, {id = "names"})
 `)
-	cause := rttCause("u1")
+	cause := createCause("u1")
 	cause.EventType = "MODIFIED"
-	rttMustInvoke(t, rt, "spy", cause)
-	rttMustInvoke(t, rt, "names", rttCause("u1"))
+	mustInvoke(t, rt, "spy", cause)
+	mustInvoke(t, rt, "names", createCause("u1"))
 	if got := k.posted(); len(got) != 0 {
 		t.Errorf("posted %v from an event spy and an index function", got)
 	}

@@ -8,17 +8,17 @@ import (
 	"time"
 )
 
-// mbtRuntime is a runtime whose memory budget is the heap now plus headroom.
-func mbtRuntime(t *testing.T, headroom uint64, pairs ...string) (*Runtime, uint64) {
+// budgetedRuntime is a runtime whose memory budget is the heap now plus headroom.
+func budgetedRuntime(t *testing.T, headroom uint64, pairs ...string) (*Runtime, uint64) {
 	t.Helper()
 	runtime.GC()
 	budget := heapObjects() + headroom
-	rt := rttNew(t, Options{Shards: 2, HandlerTimeout: 5 * time.Minute, MemoryBudget: int64(budget)}, pairs...)
+	rt := loadedRuntime(t, Options{Shards: 2, HandlerTimeout: 5 * time.Minute, MemoryBudget: int64(budget)}, pairs...)
 	return rt, budget
 }
 
-// mbtHeapUnder asserts the heap, after a GC, is back under the budget.
-func mbtHeapUnder(t *testing.T, budget uint64) {
+// checkHeapUnder asserts the heap, after a GC, is back under the budget.
+func checkHeapUnder(t *testing.T, budget uint64) {
 	t.Helper()
 	runtime.GC()
 	if h := heapObjects(); h > budget {
@@ -26,7 +26,7 @@ func mbtHeapUnder(t *testing.T, budget uint64) {
 	}
 }
 
-const mbtBombs = `local luaop = require("luaop")
+const memoryBombs = `local luaop = require("luaop")
 local R = "example.com/v1/widgets"
 luaop.on.create(R, function(ctx)
   local t = {}
@@ -58,10 +58,10 @@ luaop.on.create(R, function(ctx) return "fine" end, {id = "fine"})
 // the runtime keeps serving other objects and the same object.
 func TestMemoryBudgetCancelsBombs(t *testing.T) {
 	lines := map[string]string{"table": "bombs.lua:5", "doubling": "bombs.lua:9", "rep": "bombs.lua:13", "concat": "bombs.lua:17", "format": "bombs.lua:22"}
-	rt, budget := mbtRuntime(t, 96<<20, "bombs.lua", mbtBombs)
+	rt, budget := budgetedRuntime(t, 96<<20, "bombs.lua", memoryBombs)
 	for _, id := range []string{"table", "doubling", "rep", "concat", "format"} {
 		t.Run(id, func(t *testing.T) {
-			_, _, err := rttInvoke(t, rt, id, rttCause("bomb-"+id))
+			_, _, err := invokeHandler(t, rt, id, createCause("bomb-"+id))
 			if err == nil {
 				t.Fatal("the bomb returned")
 			}
@@ -72,10 +72,10 @@ func TestMemoryBudgetCancelsBombs(t *testing.T) {
 			if !strings.HasPrefix(msg, lines[id]+": memory budget exceeded") {
 				t.Errorf("error = %q, want it to start with %q", msg, lines[id]+": memory budget exceeded")
 			}
-			mbtHeapUnder(t, budget)
+			checkHeapUnder(t, budget)
 			// Another object, and the same one, are served.
 			for _, uid := range []string{"other-" + id, "bomb-" + id} {
-				if res := rttMustInvoke(t, rt, "fine", rttCause(uid)); res.Value != "fine" {
+				if res := mustInvoke(t, rt, "fine", createCause(uid)); res.Value != "fine" {
 					t.Errorf("%s after the bomb: %#v", uid, res.Value)
 				}
 			}
@@ -86,16 +86,16 @@ func TestMemoryBudgetCancelsBombs(t *testing.T) {
 // A bomb at the top level of a script fails the load with the budget's error, and the
 // scripts loaded before keep serving.
 func TestMemoryBudgetCancelsLoad(t *testing.T) {
-	rt, budget := mbtRuntime(t, 96<<20, "a.lua", `local luaop = require("luaop")
+	rt, budget := budgetedRuntime(t, 96<<20, "a.lua", `local luaop = require("luaop")
 luaop.on.create("example.com/v1/widgets", function(ctx) return "a" end, {id = "a"})`)
-	_, err := rt.Load(t.Context(), rttScripts("a.lua", `local luaop = require("luaop")
+	_, err := rt.Load(t.Context(), scriptsOf("a.lua", `local luaop = require("luaop")
 local cache = {}
 while true do cache[#cache + 1] = {1, 2, 3} end`))
 	if !errors.Is(err, ErrMemoryBudget) || !strings.HasPrefix(err.Error(), "a.lua:3: memory budget exceeded") {
 		t.Fatalf("load error = %v", err)
 	}
-	mbtHeapUnder(t, budget)
-	if res := rttMustInvoke(t, rt, "a", rttCause("u1")); res.Value != "a" {
+	checkHeapUnder(t, budget)
+	if res := mustInvoke(t, rt, "a", createCause("u1")); res.Value != "a" {
 		t.Errorf("the previous scripts stopped serving: %#v", res.Value)
 	}
 }
@@ -103,7 +103,7 @@ while true do cache[#cache + 1] = {1, 2, 3} end`))
 // Calls waiting in a blocking function allocate nothing and are never the ones
 // cancelled; a short call running meanwhile is not either (the bomb runs longest).
 func TestMemoryBudgetSparesOtherCalls(t *testing.T) {
-	rt, budget := mbtRuntime(t, 96<<20, "a.lua", `local luaop = require("luaop")
+	rt, budget := budgetedRuntime(t, 96<<20, "a.lua", `local luaop = require("luaop")
 luaop.on.create("example.com/v1/widgets", function(ctx)
   local t = {}
   while true do t[#t + 1] = {n = #t} end
@@ -116,14 +116,14 @@ end, {id = "sleeper"})
 	done := make(chan error, 4)
 	for i := range 4 {
 		go func() {
-			res, _, err := rttInvoke(t, rt, "sleeper", rttCause("sleeper-"+string(rune('a'+i))))
+			res, _, err := invokeHandler(t, rt, "sleeper", createCause("sleeper-"+string(rune('a'+i))))
 			if err == nil && res.Value != "slept" {
 				err = errors.New("sleeper returned " + res.Value.(string))
 			}
 			done <- err
 		}()
 	}
-	if _, _, err := rttInvoke(t, rt, "bomb", rttCause("bomb")); !errors.Is(err, ErrMemoryBudget) {
+	if _, _, err := invokeHandler(t, rt, "bomb", createCause("bomb")); !errors.Is(err, ErrMemoryBudget) {
 		t.Fatalf("bomb: %v", err)
 	}
 	for range 4 {
@@ -131,14 +131,14 @@ end, {id = "sleeper"})
 			t.Errorf("a sleeping call failed: %v", err)
 		}
 	}
-	mbtHeapUnder(t, budget)
+	checkHeapUnder(t, budget)
 }
 
 // The guards that stop single big allocations the watchdog cannot interrupt, and the
 // stack bounds: each gives a clear error with file:line, the runtime goes on. (The
 // data stack's bound, "registry overflow", is TestThreadStacksGrowWithinLimits'.)
 func TestMemoryGuards(t *testing.T) {
-	rt := rttNew(t, Options{Shards: 1}, "g.lua", `local luaop = require("luaop")
+	rt := loadedRuntime(t, Options{Shards: 1}, "g.lua", `local luaop = require("luaop")
 local R = "example.com/v1/widgets"
 luaop.on.create(R, function(ctx) return string.rep("x", 1e10) end, {id = "rep"})
 luaop.on.create(R, function(ctx) local t = {} for i = 1, 20 do t[i] = string.rep("z", 1e6) end return table.concat(t) end, {id = "concat"})
@@ -168,13 +168,13 @@ luaop.on.create(R, function(ctx) return #luaop.json.encode(luaop.json.decode(str
 		{"metarecursion", "g.lua:16: stack overflow"},
 	}
 	for _, tc := range cases {
-		_, _, err := rttInvoke(t, rt, tc.id, rttCause("u-"+tc.id))
+		_, _, err := invokeHandler(t, rt, tc.id, createCause("u-"+tc.id))
 		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
 			t.Errorf("%s: error = %v, want it to start with %q", tc.id, err, tc.want)
 		}
 	}
 	// A large but reasonable document decodes.
-	if res := rttMustInvoke(t, rt, "decodes", rttCause("u1")); res.Value != int64(5) {
+	if res := mustInvoke(t, rt, "decodes", createCause("u1")); res.Value != int64(5) {
 		t.Errorf("decodes = %#v", res.Value)
 	}
 }
@@ -184,10 +184,10 @@ func TestDefaultMemoryBudget(t *testing.T) {
 	if budget <= 0 || source == "" {
 		t.Fatalf("DefaultMemoryBudget() = %d, %q", budget, source)
 	}
-	if rt := rttRuntime(t, Options{}); rt.MemoryBudget() != budget {
+	if rt := newTestRuntime(t, Options{}); rt.MemoryBudget() != budget {
 		t.Errorf("a runtime's default budget = %d, want %d (%s)", rt.MemoryBudget(), budget, source)
 	}
-	if rt := rttRuntime(t, Options{MemoryBudget: -1}); rt.MemoryBudget() != 0 {
+	if rt := newTestRuntime(t, Options{MemoryBudget: -1}); rt.MemoryBudget() != 0 {
 		t.Errorf("MemoryBudget -1 gives %d, want no budget", rt.MemoryBudget())
 	}
 }

@@ -61,9 +61,9 @@ end, {id = "count"})
 `
 
 func TestScriptMetricsCountWithLabels(t *testing.T) {
-	rt := rttNew(t, Options{}, "m.lua", metricsScript)
-	rttMustInvoke(t, rt, "count", rttCause("u1"))
-	rttMustInvoke(t, rt, "count", rttCause("u2"))
+	rt := loadedRuntime(t, Options{}, "m.lua", metricsScript)
+	mustInvoke(t, rt, "count", createCause("u1"))
+	mustInvoke(t, rt, "count", createCause("u2"))
 	got := gather(t, rt)
 	for _, want := range []string{
 		"luaop_script_widget_runs_total{ok=true,size=3} 2",
@@ -81,18 +81,18 @@ func TestScriptMetricsCountWithLabels(t *testing.T) {
 // goes on; a changed shape fails the reload with the file:line, and the previous
 // scripts keep serving.
 func TestScriptMetricsSurviveReloadAndRefuseAnotherShape(t *testing.T) {
-	rt := rttNew(t, Options{Shards: 3}, "m.lua", metricsScript)
-	rttMustInvoke(t, rt, "count", rttCause("u1"))
-	rttLoad(t, rt, "m.lua", metricsScript+"\n-- saved again\n")
-	rttMustInvoke(t, rt, "count", rttCause("u2"))
+	rt := loadedRuntime(t, Options{Shards: 3}, "m.lua", metricsScript)
+	mustInvoke(t, rt, "count", createCause("u1"))
+	mustLoad(t, rt, "m.lua", metricsScript+"\n-- saved again\n")
+	mustInvoke(t, rt, "count", createCause("u2"))
 	if got := gather(t, rt); !strings.Contains(got, "luaop_script_widget_runs_total{ok=true,size=3} 2") {
 		t.Errorf("the count did not go on across the reload:\n%s", got)
 	}
 	changed := strings.Replace(metricsScript, `{"size", "ok"}`, `{"size"}`, 1)
-	_, err := rt.Load(t.Context(), rttScripts("m.lua", changed))
-	rttCheckErr(t, err, "m.lua", 2, `"luaop_script_widget_runs_total" was registered at m.lua:2 as a counter with labels {size, ok}`,
+	_, err := rt.Load(t.Context(), scriptsOf("m.lua", changed))
+	checkScriptError(t, err, "m.lua", 2, `"luaop_script_widget_runs_total" was registered at m.lua:2 as a counter with labels {size, ok}`,
 		"as a counter with labels {size}", "new name")
-	rttMustInvoke(t, rt, "count", rttCause("u3")) // the previous scripts still serve
+	mustInvoke(t, rt, "count", createCause("u3")) // the previous scripts still serve
 }
 
 func TestScriptMetricsValidation(t *testing.T) {
@@ -128,9 +128,9 @@ func TestScriptMetricsValidation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rt := rttRuntime(t, Options{Shards: 1})
-			_, err := rt.Load(t.Context(), rttScripts("m.lua", "local luaop = require(\"luaop\")\n"+tt.src+"\n"))
-			rttCheckErr(t, err, "m.lua", tt.line, tt.want)
+			rt := newTestRuntime(t, Options{Shards: 1})
+			_, err := rt.Load(t.Context(), scriptsOf("m.lua", "local luaop = require(\"luaop\")\n"+tt.src+"\n"))
+			checkScriptError(t, err, "m.lua", tt.line, tt.want)
 		})
 	}
 }
@@ -140,15 +140,15 @@ func TestScriptMetricsValidation(t *testing.T) {
 func TestLoggerStructuredFields(t *testing.T) {
 	var buf bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&buf, nil))
-	rt := rttNew(t, Options{Logger: log, LogEvents: "none"}, "l.lua", `local luaop = require("luaop")
+	rt := loadedRuntime(t, Options{Logger: log, LogEvents: "none"}, "l.lua", `local luaop = require("luaop")
 luaop.on.create("example.com/v1/widgets", function(ctx)
   ctx.logger.info("reconciled", {replicas = 3, ready = true, name = "mine", tags = {"a", "b"}})
   ctx.logger.warn("plain", ctx.spec.size)
   ctx.logger.info("a view is printed, not spread", ctx.spec)
 end, {id = "log"})
 `)
-	spec := rttSpec(t, rt, "log")
-	if _, err := rt.Invoke(t.Context(), causes.Call{Handler: spec, Cause: rttCause("u1"), Patch: state.NewPatch(), Logger: log.With("name", "w1")}); err != nil {
+	spec := specOf(t, rt, "log")
+	if _, err := rt.Invoke(t.Context(), causes.Call{Handler: spec, Cause: createCause("u1"), Patch: state.NewPatch(), Logger: log.With("name", "w1")}); err != nil {
 		t.Fatal(err)
 	}
 	var lines []map[string]any

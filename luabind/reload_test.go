@@ -11,7 +11,7 @@ import (
 // guarantee of a full load.
 
 func TestReloadCompilesOnlyChangedFiles(t *testing.T) {
-	rt := rttRuntime(t, Options{Shards: 3})
+	rt := newTestRuntime(t, Options{Shards: 3})
 	files := []string{
 		"a.lua", `local luaop = require("luaop")
 local util = require("lib.util")
@@ -26,15 +26,15 @@ luaop.on.create("example.com/v1/widgets", function(ctx) return "c" end, {id = "c
 		"lib/util.lua", `return {tag = function(s) return s .. "-v1" end}
 `,
 	}
-	rep := rttLoad(t, rt, files...)
+	rep := mustLoad(t, rt, files...)
 	if want := []string{"a.lua", "b.lua", "c.lua", "lib/util.lua"}; !reflect.DeepEqual(rep.Compiled, want) {
 		t.Errorf("first load compiled %v, want %v", rep.Compiled, want)
 	}
-	hashA, hashC := rttSpec(t, rt, "a").CodeHash, rttSpec(t, rt, "c").CodeHash
+	hashA, hashC := specOf(t, rt, "a").CodeHash, specOf(t, rt, "c").CodeHash
 
 	// b changes: only b is compiled; every handler serves, b's new code included.
 	files[3] = strings.Replace(files[3], "b1", "b2", 1)
-	rep = rttLoad(t, rt, files...)
+	rep = mustLoad(t, rt, files...)
 	if want := []string{"b.lua"}; !reflect.DeepEqual(rep.Compiled, want) {
 		t.Errorf("reload compiled %v, want %v", rep.Compiled, want)
 	}
@@ -42,38 +42,38 @@ luaop.on.create("example.com/v1/widgets", function(ctx) return "c" end, {id = "c
 		t.Errorf("Held = %s, want more than 0 and at most Took (%s)", rep.Held, rep.Took)
 	}
 	for uid, want := range map[string]any{"u1": "b2", "u2": "b2", "u3": "b2"} { // several shards
-		if res := rttMustInvoke(t, rt, "b", rttCause(uid)); res.Value != want {
+		if res := mustInvoke(t, rt, "b", createCause(uid)); res.Value != want {
 			t.Errorf("%s: b = %#v, want %#v", uid, res.Value, want)
 		}
-		if res := rttMustInvoke(t, rt, "a", rttCause(uid)); res.Value != "a-v1" {
+		if res := mustInvoke(t, rt, "a", createCause(uid)); res.Value != "a-v1" {
 			t.Errorf("%s: a = %#v", uid, res.Value)
 		}
 	}
-	if got := rttSpec(t, rt, "a").CodeHash; got != hashA {
+	if got := specOf(t, rt, "a").CodeHash; got != hashA {
 		t.Errorf("code hash of unchanged a changed: %s -> %s", hashA, got)
 	}
 	// A required module changes: the files requiring it run again (they always do)
 	// and see the new module; only the module is compiled.
 	files[7] = strings.Replace(files[7], "-v1", "-v2", 1)
-	rep = rttLoad(t, rt, files...)
+	rep = mustLoad(t, rt, files...)
 	if want := []string{"lib/util.lua"}; !reflect.DeepEqual(rep.Compiled, want) {
 		t.Errorf("reload compiled %v, want %v", rep.Compiled, want)
 	}
-	if res := rttMustInvoke(t, rt, "a", rttCause("u1")); res.Value != "a-v2" {
+	if res := mustInvoke(t, rt, "a", createCause("u1")); res.Value != "a-v2" {
 		t.Errorf("a after the module changed = %#v, want a-v2", res.Value)
 	}
 	// Nothing changed: nothing compiled, same hashes.
-	rep = rttLoad(t, rt, files...)
+	rep = mustLoad(t, rt, files...)
 	if len(rep.Compiled) != 0 {
 		t.Errorf("identical reload compiled %v", rep.Compiled)
 	}
-	if got := rttSpec(t, rt, "c").CodeHash; got != hashC {
+	if got := specOf(t, rt, "c").CodeHash; got != hashC {
 		t.Errorf("code hash of c changed on an identical reload")
 	}
 }
 
 func TestReloadBrokenFileKeepsOldCodeThenRecovers(t *testing.T) {
-	rt := rttRuntime(t, Options{Shards: 3})
+	rt := newTestRuntime(t, Options{Shards: 3})
 	good := []string{
 		"a.lua", `local luaop = require("luaop")
 luaop.on.create("example.com/v1/widgets", function(ctx) return "a1" end, {id = "a"})
@@ -82,13 +82,13 @@ luaop.on.create("example.com/v1/widgets", function(ctx) return "a1" end, {id = "
 luaop.on.create("example.com/v1/widgets", function(ctx) return "b1" end, {id = "b"})
 `,
 	}
-	rttLoad(t, rt, good...)
+	mustLoad(t, rt, good...)
 	hash := rt.Hash()
 	for name, broken := range map[string]string{
 		"syntax":  `local luaop = require("luaop") luaop.on.create(`,
 		"runtime": `local luaop = require("luaop") error("boom")`,
 	} {
-		_, err := rt.Load(t.Context(), rttScripts("a.lua", good[1], "b.lua", broken))
+		_, err := rt.Load(t.Context(), scriptsOf("a.lua", good[1], "b.lua", broken))
 		if err == nil || !strings.Contains(err.Error(), "b.lua") {
 			t.Errorf("%s: error %v, want one naming b.lua", name, err)
 		}
@@ -96,7 +96,7 @@ luaop.on.create("example.com/v1/widgets", function(ctx) return "b1" end, {id = "
 			t.Errorf("%s: a failed load changed the hash", name)
 		}
 		for _, uid := range []string{"u1", "u2", "u3"} {
-			if res := rttMustInvoke(t, rt, "b", rttCause(uid)); res.Value != "b1" {
+			if res := mustInvoke(t, rt, "b", createCause(uid)); res.Value != "b1" {
 				t.Errorf("%s: b after a failed load = %#v, want the old b1", name, res.Value)
 			}
 		}
@@ -104,11 +104,11 @@ luaop.on.create("example.com/v1/widgets", function(ctx) return "b1" end, {id = "
 	// The fix: b compiles, a (unchanged all along) does not.
 	fixed := append([]string(nil), good...)
 	fixed[3] = strings.Replace(fixed[3], "b1", "b2", 1)
-	rep := rttLoad(t, rt, fixed...)
+	rep := mustLoad(t, rt, fixed...)
 	if want := []string{"b.lua"}; !reflect.DeepEqual(rep.Compiled, want) {
 		t.Errorf("reload after the fix compiled %v, want %v", rep.Compiled, want)
 	}
-	if res := rttMustInvoke(t, rt, "b", rttCause("u2")); res.Value != "b2" {
+	if res := mustInvoke(t, rt, "b", createCause("u2")); res.Value != "b2" {
 		t.Errorf("b after the fix = %#v", res.Value)
 	}
 }
@@ -116,25 +116,25 @@ luaop.on.create("example.com/v1/widgets", function(ctx) return "b1" end, {id = "
 // A file's registration may depend on other files (modules): the handler file is
 // unchanged, yet its spec, code hash and behaviour follow what it depends on.
 func TestReloadUnchangedFileFollowsItsDependencies(t *testing.T) {
-	rt := rttRuntime(t, Options{Shards: 2})
+	rt := newTestRuntime(t, Options{Shards: 2})
 	timer := `local luaop = require("luaop")
 local opts = require("lib.opts")
 luaop.timer("example.com/v1/widgets", function(ctx) return opts.prefix end, {id = "t", interval = opts.interval})
 `
-	rttLoad(t, rt, "b_timer.lua", timer, "lib/opts.lua", `return {interval = 10, prefix = "one"}`)
-	before := rttSpec(t, rt, "t")
-	rep := rttLoad(t, rt, "b_timer.lua", timer, "lib/opts.lua", `return {interval = 20, prefix = "two"}`)
+	mustLoad(t, rt, "b_timer.lua", timer, "lib/opts.lua", `return {interval = 10, prefix = "one"}`)
+	before := specOf(t, rt, "t")
+	rep := mustLoad(t, rt, "b_timer.lua", timer, "lib/opts.lua", `return {interval = 20, prefix = "two"}`)
 	if want := []string{"lib/opts.lua"}; !reflect.DeepEqual(rep.Compiled, want) {
 		t.Errorf("compiled %v, want %v", rep.Compiled, want)
 	}
-	after := rttSpec(t, rt, "t")
+	after := specOf(t, rt, "t")
 	if after.Interval == before.Interval {
 		t.Errorf("interval stayed %v: the unchanged file did not run again", after.Interval)
 	}
 	if after.CodeHash == before.CodeHash {
 		t.Errorf("code hash unchanged although the timer's options changed")
 	}
-	if res := rttMustInvoke(t, rt, "t", rttCause("u1")); res.Value != "two" {
+	if res := mustInvoke(t, rt, "t", createCause("u1")); res.Value != "two" {
 		t.Errorf("module value seen by the unchanged file's handler = %#v, want two", res.Value)
 	}
 }
@@ -142,7 +142,7 @@ luaop.timer("example.com/v1/widgets", function(ctx) return opts.prefix end, {id 
 // The main chunk's `arg` is a global (Lua 5.1), never gopher-lua's 5.0 vararg table,
 // and `...` is empty: not building that table must change nothing a script sees.
 func TestMainChunkArgAndVarargs(t *testing.T) {
-	rt := rttNew(t, Options{}, "a.lua", `local luaop = require("luaop")
+	rt := loadedRuntime(t, Options{}, "a.lua", `local luaop = require("luaop")
 local n = select("#", ...)
 local seen = type(arg)
 luaop.on.create("example.com/v1/widgets", function(ctx) return {n = n, arg = seen} end, {id = "a"})
@@ -151,11 +151,11 @@ arg = "global"
 local seen = arg
 luaop.on.create("example.com/v1/widgets", function(ctx) return seen end, {id = "b"})
 `)
-	res := rttMustInvoke(t, rt, "a", rttCause("u1"))
+	res := mustInvoke(t, rt, "a", createCause("u1"))
 	if want := map[string]any{"n": int64(0), "arg": "nil"}; !reflect.DeepEqual(res.Value, want) {
 		t.Errorf("a = %#v, want %#v", res.Value, want)
 	}
-	if res := rttMustInvoke(t, rt, "b", rttCause("u1")); res.Value != "global" {
+	if res := mustInvoke(t, rt, "b", createCause("u1")); res.Value != "global" {
 		t.Errorf("b = %#v", res.Value)
 	}
 }
@@ -187,10 +187,10 @@ luaop.on.update("example.com/v1/widgets", function(ctx) return "u1" end, {id = "
 	ids := []string{"d", "t", "i", "c", "del", "u"}
 	type hashes map[string][2]string // id -> CodeHash, EvalHash
 	load := func(t *testing.T, rt *Runtime, files ...string) hashes {
-		rttLoad(t, rt, files...)
+		mustLoad(t, rt, files...)
 		h := hashes{}
 		for _, id := range ids {
-			s := rttSpec(t, rt, id)
+			s := specOf(t, rt, id)
 			h[id] = [2]string{s.CodeHash, s.EvalHash}
 		}
 		return h
@@ -221,7 +221,7 @@ luaop.on.update("example.com/v1/widgets", function(ctx) return "u1" end, {id = "
 			evalChanged: []string{"d", "t", "i"}, codeChanged: []string{"t"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rt := rttRuntime(t, Options{Shards: 2})
+			rt := newTestRuntime(t, Options{Shards: 2})
 			before := load(t, rt, set(engines, other, changes, util)...)
 			after := load(t, rt, tc.files...)
 			for _, id := range ids {

@@ -18,12 +18,12 @@ import (
 )
 
 // Tests of the Runtime as the processing core uses it: Load, Specs, Hooks, Match,
-// Invoke, Forget. Helpers are prefixed rtt.
+// Invoke, Forget.
 
-const rttRes = "example.com/v1/widgets"
+const widgetsResource = "example.com/v1/widgets"
 
-// rttScripts builds scripts from name, source pairs.
-func rttScripts(pairs ...string) []Script {
+// scriptsOf builds scripts from name, source pairs.
+func scriptsOf(pairs ...string) []Script {
 	var out []Script
 	for i := 0; i+1 < len(pairs); i += 2 {
 		out = append(out, Script{Name: pairs[i], Source: []byte(pairs[i+1])})
@@ -31,8 +31,8 @@ func rttScripts(pairs ...string) []Script {
 	return out
 }
 
-// rttRuntime makes a runtime with a quiet logger and 2 shards unless told otherwise.
-func rttRuntime(t testing.TB, opts Options) *Runtime {
+// newTestRuntime makes a runtime with a quiet logger and 2 shards unless told otherwise.
+func newTestRuntime(t testing.TB, opts Options) *Runtime {
 	t.Helper()
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -45,36 +45,36 @@ func rttRuntime(t testing.TB, opts Options) *Runtime {
 	return rt
 }
 
-func rttLoad(t testing.TB, rt *Runtime, pairs ...string) LoadReport {
+func mustLoad(t testing.TB, rt *Runtime, pairs ...string) LoadReport {
 	t.Helper()
-	rep, err := rt.Load(t.Context(), rttScripts(pairs...))
+	rep, err := rt.Load(t.Context(), scriptsOf(pairs...))
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
 	return rep
 }
 
-// rttNew is rttRuntime + rttLoad.
-func rttNew(t testing.TB, opts Options, pairs ...string) *Runtime {
+// loadedRuntime is newTestRuntime + mustLoad.
+func loadedRuntime(t testing.TB, opts Options, pairs ...string) *Runtime {
 	t.Helper()
-	rt := rttRuntime(t, opts)
-	rttLoad(t, rt, pairs...)
+	rt := newTestRuntime(t, opts)
+	mustLoad(t, rt, pairs...)
 	return rt
 }
 
-// rttSpec finds a handler (or hook) by id in the current generation.
-func rttSpec(t testing.TB, rt *Runtime, id string) causes.Spec {
+// specOf finds a handler (or hook) by id in the current generation.
+func specOf(t testing.TB, rt *Runtime, id string) causes.Spec {
 	t.Helper()
 	for _, s := range append(append([]causes.Spec(nil), rt.Specs()...), rt.Hooks()...) {
 		if s.ID == id {
 			return s
 		}
 	}
-	t.Fatalf("no handler %q; have %v", id, rttIDs(rt.Specs()))
+	t.Fatalf("no handler %q; have %v", id, specIDs(rt.Specs()))
 	return causes.Spec{}
 }
 
-func rttFind(specs []causes.Spec, id string) causes.Spec {
+func findSpec(specs []causes.Spec, id string) causes.Spec {
 	for _, s := range specs {
 		if s.ID == id {
 			return s
@@ -83,7 +83,7 @@ func rttFind(specs []causes.Spec, id string) causes.Spec {
 	return causes.Spec{ID: id}
 }
 
-func rttIDs(specs []causes.Spec) []string {
+func specIDs(specs []causes.Spec) []string {
 	ids := []string{}
 	for _, s := range specs {
 		ids = append(ids, s.ID)
@@ -91,8 +91,8 @@ func rttIDs(specs []causes.Spec) []string {
 	return ids
 }
 
-// rttObject is a small Widget as client-go decodes it.
-func rttObject(uid string) map[string]any {
+// widgetObject is a small Widget as client-go decodes it.
+func widgetObject(uid string) map[string]any {
 	return map[string]any{
 		"apiVersion": "example.com/v1",
 		"kind":       "Widget",
@@ -106,30 +106,30 @@ func rttObject(uid string) map[string]any {
 	}
 }
 
-func rttCause(uid string) causes.Cause {
-	return causes.Cause{Reason: causes.Create, Resource: causes.Resource{}, Body: rttObject(uid)}
+func createCause(uid string) causes.Cause {
+	return causes.Cause{Reason: causes.Create, Resource: causes.Resource{}, Body: widgetObject(uid)}
 }
 
-// rttInvoke runs handler id for the cause with a fresh patch.
-func rttInvoke(t testing.TB, rt *Runtime, id string, cause causes.Cause) (causes.Result, *state.Patch, error) {
+// invokeHandler runs handler id for the cause with a fresh patch.
+func invokeHandler(t testing.TB, rt *Runtime, id string, cause causes.Cause) (causes.Result, *state.Patch, error) {
 	t.Helper()
 	patch := state.NewPatch()
-	res, err := rt.Invoke(t.Context(), causes.Call{Handler: rttSpec(t, rt, id), Cause: cause, Patch: patch})
+	res, err := rt.Invoke(t.Context(), causes.Call{Handler: specOf(t, rt, id), Cause: cause, Patch: patch})
 	return res, patch, err
 }
 
-func rttMustInvoke(t testing.TB, rt *Runtime, id string, cause causes.Cause) causes.Result {
+func mustInvoke(t testing.TB, rt *Runtime, id string, cause causes.Cause) causes.Result {
 	t.Helper()
-	res, _, err := rttInvoke(t, rt, id, cause)
+	res, _, err := invokeHandler(t, rt, id, cause)
 	if err != nil {
 		t.Fatalf("Invoke %s: %v", id, err)
 	}
 	return res
 }
 
-// rttCheckErr asserts err is a *ScriptError at file:line (line 0: any, -1: none) whose text
+// checkScriptError asserts err is a *ScriptError at file:line (line 0: any, -1: none) whose text
 // contains every want.
-func rttCheckErr(t *testing.T, err error, file string, line int, want ...string) {
+func checkScriptError(t *testing.T, err error, file string, line int, want ...string) {
 	t.Helper()
 	if err == nil {
 		t.Fatalf("no error; want %s:%d %q", file, line, want)
@@ -265,14 +265,14 @@ luaop.on.create("example.com/v1/widgets", function(ctx) return 1 end, {id = "ok"
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			rt := rttRuntime(t, Options{})
-			_, err := rt.Load(t.Context(), rttScripts(tc.scripts...))
+			rt := newTestRuntime(t, Options{})
+			_, err := rt.Load(t.Context(), scriptsOf(tc.scripts...))
 			if err == nil {
-				t.Fatalf("Load succeeded; specs %v", rttIDs(rt.Specs()))
+				t.Fatalf("Load succeeded; specs %v", specIDs(rt.Specs()))
 			}
 			t.Logf("error: %v", err)
 			if tc.file != "" {
-				rttCheckErr(t, err, tc.file, tc.line, tc.want...)
+				checkScriptError(t, err, tc.file, tc.line, tc.want...)
 			} else {
 				for _, w := range tc.want {
 					if !strings.Contains(err.Error(), w) {
@@ -281,28 +281,28 @@ luaop.on.create("example.com/v1/widgets", function(ctx) return 1 end, {id = "ok"
 				}
 			}
 			if len(rt.Specs()) != 0 || len(rt.Hooks()) != 0 || rt.Hash() != "" {
-				t.Errorf("a failed first load left specs %v hooks %v hash %q", rttIDs(rt.Specs()), rttIDs(rt.Hooks()), rt.Hash())
+				t.Errorf("a failed first load left specs %v hooks %v hash %q", specIDs(rt.Specs()), specIDs(rt.Hooks()), rt.Hash())
 			}
 		})
 	}
 }
 
 func TestLoadTimeout(t *testing.T) {
-	rt := rttRuntime(t, Options{HandlerTimeout: 200 * time.Millisecond})
+	rt := newTestRuntime(t, Options{HandlerTimeout: 200 * time.Millisecond})
 	start := time.Now()
-	_, err := rt.Load(t.Context(), rttScripts("spin.lua", "local n = 0\nwhile true do n = n + 1 end\n"))
+	_, err := rt.Load(t.Context(), scriptsOf("spin.lua", "local n = 0\nwhile true do n = n + 1 end\n"))
 	if err == nil {
 		t.Fatal("an endless loop at the top level loaded")
 	}
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("load took %s with a 200ms deadline", took)
 	}
-	rttCheckErr(t, err, "spin.lua", 2)
+	checkScriptError(t, err, "spin.lua", 2)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("errors.Is(err, DeadlineExceeded) = false for %q", err)
 	}
 	// The runtime still loads.
-	rttLoad(t, rt, "ok.lua", "require('luaop').on.create('v1/pods', function() return 1 end, {id = 'ok'})")
+	mustLoad(t, rt, "ok.lua", "require('luaop').on.create('v1/pods', function() return 1 end, {id = 'ok'})")
 }
 
 func TestLoadFailureKeepsPreviousGeneration(t *testing.T) {
@@ -325,30 +325,30 @@ luaop.on.update("example.com/v1/widgets", function(ctx) return "new" end, {id = 
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			rt := rttNew(t, Options{Shards: 3}, "a.lua", v1)
+			rt := loadedRuntime(t, Options{Shards: 3}, "a.lua", v1)
 			specs, hash := rt.Specs(), rt.Hash()
-			if _, err := rt.Load(t.Context(), rttScripts(tc.scripts...)); err == nil {
+			if _, err := rt.Load(t.Context(), scriptsOf(tc.scripts...)); err == nil {
 				t.Fatal("the broken load succeeded")
 			}
 			if !reflect.DeepEqual(rt.Specs(), specs) || rt.Hash() != hash {
-				t.Errorf("specs/hash changed: %v -> %v", rttIDs(specs), rttIDs(rt.Specs()))
+				t.Errorf("specs/hash changed: %v -> %v", specIDs(specs), specIDs(rt.Specs()))
 			}
 			// Every shard still runs the old code.
 			for i := 0; i < 12; i++ {
-				res, _, err := rttInvoke(t, rt, "h", rttCause(fmt.Sprintf("uid-%d", i)))
+				res, _, err := invokeHandler(t, rt, "h", createCause(fmt.Sprintf("uid-%d", i)))
 				if err != nil || res.Value != "v1" {
 					t.Fatalf("uid-%d: Invoke = %v, %v; want v1", i, res.Value, err)
 				}
 			}
 			// A good reload then swaps at once.
-			rttLoad(t, rt, "a.lua", v2)
+			mustLoad(t, rt, "a.lua", v2)
 			for i := 0; i < 12; i++ {
-				res, _, err := rttInvoke(t, rt, "h", rttCause(fmt.Sprintf("uid-%d", i)))
+				res, _, err := invokeHandler(t, rt, "h", createCause(fmt.Sprintf("uid-%d", i)))
 				if err != nil || res.Value != "v2" {
 					t.Fatalf("uid-%d after reload: Invoke = %v, %v; want v2", i, res.Value, err)
 				}
 			}
-			if got := rttIDs(rt.Specs()); !reflect.DeepEqual(got, []string{"h", "added"}) {
+			if got := specIDs(rt.Specs()); !reflect.DeepEqual(got, []string{"h", "added"}) {
 				t.Errorf("specs after reload = %v", got)
 			}
 		})
@@ -356,23 +356,23 @@ luaop.on.update("example.com/v1/widgets", function(ctx) return "new" end, {id = 
 }
 
 func TestReloadRemovesHandler(t *testing.T) {
-	rt := rttNew(t, Options{}, "a.lua", `local luaop = require("luaop")
+	rt := loadedRuntime(t, Options{}, "a.lua", `local luaop = require("luaop")
 luaop.on.create("example.com/v1/widgets", function(ctx) return 1 end, {id = "gone"})
 luaop.on.create("example.com/v1/widgets", function(ctx) return 2 end, {id = "kept"})
 `)
-	old := rttSpec(t, rt, "gone")
-	rttLoad(t, rt, "a.lua", `require("luaop").on.create("example.com/v1/widgets", function(ctx) return 3 end, {id = "kept"})`)
-	_, err := rt.Invoke(t.Context(), causes.Call{Handler: old, Cause: rttCause("u1"), Patch: state.NewPatch()})
+	old := specOf(t, rt, "gone")
+	mustLoad(t, rt, "a.lua", `require("luaop").on.create("example.com/v1/widgets", function(ctx) return 3 end, {id = "kept"})`)
+	_, err := rt.Invoke(t.Context(), causes.Call{Handler: old, Cause: createCause("u1"), Patch: state.NewPatch()})
 	if !causes.IsPermanent(err) || !strings.Contains(err.Error(), "gone") {
 		t.Errorf("Invoke of a removed handler = %v; want a PermanentError naming it", err)
 	}
-	if res := rttMustInvoke(t, rt, "kept", rttCause("u1")); res.Value != int64(3) {
+	if res := mustInvoke(t, rt, "kept", createCause("u1")); res.Value != int64(3) {
 		t.Errorf("kept = %#v, want 3", res.Value)
 	}
 }
 
 func TestLoadModules(t *testing.T) {
-	rt := rttNew(t, Options{},
+	rt := loadedRuntime(t, Options{},
 		"main.lua", `local luaop = require("luaop")
 local util = require("lib.util")
 local pkg = require("lib")
@@ -393,10 +393,10 @@ return M
 		"lib/never.lua", `error("lib/never.lua must not run")`,
 		"lib/registers.lua", `require("luaop").on.create("v1/pods", function() end, {id = "from_unrequired_module"})`,
 	)
-	if got := rttIDs(rt.Specs()); !reflect.DeepEqual(got, []string{"mod"}) {
+	if got := specIDs(rt.Specs()); !reflect.DeepEqual(got, []string{"mod"}) {
 		t.Errorf("specs = %v, want [mod] (modules in subfolders must not run unless required)", got)
 	}
-	res := rttMustInvoke(t, rt, "mod", rttCause("u1"))
+	res := mustInvoke(t, rt, "mod", createCause("u1"))
 	want := map[string]any{"double": int64(6), "same": true, "pkg": "lib", "loads": int64(1)}
 	if !reflect.DeepEqual(res.Value, want) {
 		t.Errorf("result = %#v, want %#v", res.Value, want)
@@ -404,35 +404,35 @@ return M
 }
 
 func TestModuleCanRegisterHandlers(t *testing.T) {
-	rt := rttNew(t, Options{},
+	rt := loadedRuntime(t, Options{},
 		"main.lua", `require("lib.handlers")`,
 		"lib/handlers.lua", `local luaop = require("luaop")
 luaop.on.create("example.com/v1/widgets", function() return "from module" end)
 `)
-	s := rttSpec(t, rt, "handlers_create")
+	s := specOf(t, rt, "handlers_create")
 	if !strings.HasPrefix(s.Source, "lib/handlers.lua:2") {
 		t.Errorf("Source = %q, want lib/handlers.lua:2", s.Source)
 	}
-	if res := rttMustInvoke(t, rt, "handlers_create", rttCause("u")); res.Value != "from module" {
+	if res := mustInvoke(t, rt, "handlers_create", createCause("u")); res.Value != "from module" {
 		t.Errorf("result = %#v", res.Value)
 	}
 }
 
 func TestReloadDropsGlobals(t *testing.T) {
-	rt := rttNew(t, Options{}, "a.lua", `local luaop = require("luaop")
+	rt := loadedRuntime(t, Options{}, "a.lua", `local luaop = require("luaop")
 LOADED_ONCE = "yes"
 luaop.on.create("example.com/v1/widgets", function(ctx) CALL_GLOBAL = "set"; return LOADED_ONCE end, {id = "g"})
 `)
-	if res := rttMustInvoke(t, rt, "g", rttCause("u1")); res.Value != "yes" {
+	if res := mustInvoke(t, rt, "g", createCause("u1")); res.Value != "yes" {
 		t.Fatalf("first generation: %#v", res.Value)
 	}
-	rttLoad(t, rt, "a.lua", `local luaop = require("luaop")
+	mustLoad(t, rt, "a.lua", `local luaop = require("luaop")
 local seen = {top = tostring(LOADED_ONCE), call = tostring(CALL_GLOBAL), rawtop = tostring(rawget(_G, "LOADED_ONCE"))}
 luaop.on.create("example.com/v1/widgets", function(ctx)
   return {top = seen.top, call = seen.call, rawtop = seen.rawtop, now = tostring(LOADED_ONCE), now_call = tostring(CALL_GLOBAL)}
 end, {id = "g"})
 `)
-	res := rttMustInvoke(t, rt, "g", rttCause("u1"))
+	res := mustInvoke(t, rt, "g", createCause("u1"))
 	want := map[string]any{"top": "nil", "call": "nil", "rawtop": "nil", "now": "nil", "now_call": "nil"}
 	if !reflect.DeepEqual(res.Value, want) {
 		t.Errorf("globals of the previous load are visible: %#v", res.Value)
@@ -440,10 +440,10 @@ end, {id = "g"})
 }
 
 func TestHash(t *testing.T) {
-	a := rttScripts("a.lua", "-- one\n")
-	b := rttScripts("a.lua", "-- two\n")
-	renamed := rttScripts("b.lua", "-- one\n")
-	rt := rttRuntime(t, Options{})
+	a := scriptsOf("a.lua", "-- one\n")
+	b := scriptsOf("a.lua", "-- two\n")
+	renamed := scriptsOf("b.lua", "-- one\n")
+	rt := newTestRuntime(t, Options{})
 	if rt.Hash() != "" {
 		t.Errorf("Hash before load = %q", rt.Hash())
 	}
@@ -466,7 +466,7 @@ func TestHash(t *testing.T) {
 		t.Errorf("same scripts, different hash: %s vs %s", ha, ha2)
 	}
 	// Order of the input does not matter.
-	two := rttScripts("a.lua", "-- one\n", "b.lua", "-- two\n")
+	two := scriptsOf("a.lua", "-- one\n", "b.lua", "-- two\n")
 	rev := []Script{two[1], two[0]}
 	if hash(two) != hash(rev) {
 		t.Errorf("hash depends on the order of the scripts slice")
@@ -474,8 +474,8 @@ func TestHash(t *testing.T) {
 }
 
 func TestDefaultIDsAndSpecs(t *testing.T) {
-	rt := rttRuntime(t, Options{})
-	rep := rttLoad(t, rt, "widgets.lua", `local luaop = require("luaop")
+	rt := newTestRuntime(t, Options{})
+	rep := mustLoad(t, rt, "widgets.lua", `local luaop = require("luaop")
 luaop.on.create("example.com/v1/widgets", function() end)
 luaop.on.create("example.com/v1/widgets", function() end)
 luaop.on.update("example.com/v1/widgets", function() end, {retries = 3, backoff = 1.5, timeout = 60, errors = "permanent"})
@@ -513,7 +513,7 @@ luaop.on.startup(function() end)
 	}
 	got := rt.Specs()
 	if len(got) != len(want) {
-		t.Fatalf("specs = %v, want %v", rttIDs(got), rttIDs(want))
+		t.Fatalf("specs = %v, want %v", specIDs(got), specIDs(want))
 	}
 	for i := range want {
 		t.Run(want[i].ID, func(t *testing.T) {
@@ -531,7 +531,7 @@ luaop.on.startup(function() end)
 		})
 	}
 	if len(rep.Handlers) != len(want)+1 || rep.Handlers[len(want)].ID != "widgets_startup" {
-		t.Errorf("LoadReport.Handlers = %v, want the specs then the hooks", rttIDs(rep.Handlers))
+		t.Errorf("LoadReport.Handlers = %v, want the specs then the hooks", specIDs(rep.Handlers))
 	}
 	if !reflect.DeepEqual(rep.Files, []string{"my-app.v2.lua", "widgets.lua"}) {
 		t.Errorf("LoadReport.Files = %v", rep.Files)
@@ -539,17 +539,17 @@ luaop.on.startup(function() end)
 }
 
 func TestHooks(t *testing.T) {
-	rt := rttNew(t, Options{}, "op.lua", `local luaop = require("luaop")
+	rt := loadedRuntime(t, Options{}, "op.lua", `local luaop = require("luaop")
 luaop.on.startup(function(ctx) ctx.memo.started = true; return "up" end)
 luaop.on.cleanup(function(ctx) return ctx.memo.started end, {id = "bye"})
 luaop.on.probe(function(ctx) return {ok = true} end, {id = "health"})
 luaop.on.create("example.com/v1/widgets", function() end, {id = "w"})
 `)
-	if got := rttIDs(rt.Specs()); !reflect.DeepEqual(got, []string{"w"}) {
+	if got := specIDs(rt.Specs()); !reflect.DeepEqual(got, []string{"w"}) {
 		t.Errorf("Specs() = %v, want only the resource handler", got)
 	}
 	hooks := rt.Hooks()
-	if got := rttIDs(hooks); !reflect.DeepEqual(got, []string{"op_startup", "bye", "health"}) {
+	if got := specIDs(hooks); !reflect.DeepEqual(got, []string{"op_startup", "bye", "health"}) {
 		t.Fatalf("Hooks() = %v", got)
 	}
 	for i, kind := range []string{"startup", "cleanup", "probe"} {
@@ -567,7 +567,7 @@ luaop.on.create("example.com/v1/widgets", function() end, {id = "w"})
 	}
 	for _, tc := range cases {
 		t.Run(tc.id, func(t *testing.T) {
-			res, err := rt.Invoke(t.Context(), causes.Call{Handler: rttSpec(t, rt, tc.id)})
+			res, err := rt.Invoke(t.Context(), causes.Call{Handler: specOf(t, rt, tc.id)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -581,7 +581,7 @@ luaop.on.create("example.com/v1/widgets", function() end, {id = "w"})
 // ---------------------------------------------------------------- Invoke
 
 func TestInvokeResultConversion(t *testing.T) {
-	rt := rttNew(t, Options{}, "conv.lua", `local luaop = require("luaop")
+	rt := loadedRuntime(t, Options{}, "conv.lua", `local luaop = require("luaop")
 local R = "example.com/v1/widgets"
 luaop.on.create(R, function() return 42 end, {id = "int"})
 luaop.on.create(R, function() return 2.5 end, {id = "float"})
@@ -617,14 +617,14 @@ luaop.on.create(R, function() return function() end end, {id = "function"})
 	}
 	for _, tc := range cases {
 		t.Run(tc.id, func(t *testing.T) {
-			res := rttMustInvoke(t, rt, tc.id, rttCause("u1"))
+			res := mustInvoke(t, rt, tc.id, createCause("u1"))
 			if !reflect.DeepEqual(res.Value, tc.want) {
 				t.Errorf("value = %#v, want %#v", res.Value, tc.want)
 			}
 		})
 	}
 	t.Run("function", func(t *testing.T) {
-		_, _, err := rttInvoke(t, rt, "function", rttCause("u1"))
+		_, _, err := invokeHandler(t, rt, "function", createCause("u1"))
 		if !causes.IsPermanent(err) || !strings.Contains(err.Error(), "conv.lua") {
 			t.Errorf("returning a function: %v; want a PermanentError naming the source", err)
 		}
@@ -632,7 +632,7 @@ luaop.on.create(R, function() return function() end end, {id = "function"})
 }
 
 func TestInvokePatch(t *testing.T) {
-	rt := rttNew(t, Options{}, "patch.lua", `local luaop = require("luaop")
+	rt := loadedRuntime(t, Options{}, "patch.lua", `local luaop = require("luaop")
 local R = "example.com/v1/widgets"
 luaop.on.create(R, function(ctx) ctx.patch.status.x = 1 end, {id = "status"})
 luaop.on.create(R, function(ctx) ctx.patch.status.phase = "Ready"; ctx.patch.metadata.labels["app.kubernetes.io/name"] = "w" end, {id = "two"})
@@ -658,7 +658,7 @@ luaop.on.create(R, function(ctx) ctx.patch.status.f = function() end end, {id = 
 	}
 	for _, tc := range cases {
 		t.Run(tc.id, func(t *testing.T) {
-			_, patch, err := rttInvoke(t, rt, tc.id, rttCause("u1"))
+			_, patch, err := invokeHandler(t, rt, tc.id, createCause("u1"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -668,7 +668,7 @@ luaop.on.create(R, function(ctx) ctx.patch.status.f = function() end end, {id = 
 		})
 	}
 	t.Run("JSON null", func(t *testing.T) {
-		_, patch, _ := rttInvoke(t, rt, "null", rttCause("u1"))
+		_, patch, _ := invokeHandler(t, rt, "null", createCause("u1"))
 		spec := patch.Map()["spec"].(map[string]any)
 		if v, ok := spec["mode"]; !ok || v != nil {
 			t.Errorf("spec.mode = %#v, %v; want a present nil (JSON null)", v, ok)
@@ -677,7 +677,7 @@ luaop.on.create(R, function(ctx) ctx.patch.status.f = function() end end, {id = 
 	// kopf applies what a handler wrote before raising (issue 12, item 3): see
 	// TestPatchWrittenBeforeAnErrorIsKept.
 	t.Run("error keeps the patch", func(t *testing.T) {
-		_, patch, err := rttInvoke(t, rt, "error", rttCause("u1"))
+		_, patch, err := invokeHandler(t, rt, "error", createCause("u1"))
 		if err == nil {
 			t.Fatal("no error")
 		}
@@ -686,7 +686,7 @@ luaop.on.create(R, function(ctx) ctx.patch.status.f = function() end end, {id = 
 		}
 	})
 	t.Run("unconvertible value", func(t *testing.T) {
-		_, patch, err := rttInvoke(t, rt, "bad", rttCause("u1"))
+		_, patch, err := invokeHandler(t, rt, "bad", createCause("u1"))
 		if !causes.IsPermanent(err) || !strings.Contains(err.Error(), "ctx.patch") || !strings.Contains(err.Error(), "status.f") {
 			t.Errorf("err = %v; want a PermanentError naming ctx.patch and status.f", err)
 		}
@@ -695,7 +695,7 @@ luaop.on.create(R, function(ctx) ctx.patch.status.f = function() end end, {id = 
 		}
 	})
 	t.Run("nil Patch in the call", func(t *testing.T) {
-		_, err := rt.Invoke(t.Context(), causes.Call{Handler: rttSpec(t, rt, "status"), Cause: rttCause("u1")})
+		_, err := rt.Invoke(t.Context(), causes.Call{Handler: specOf(t, rt, "status"), Cause: createCause("u1")})
 		if err != nil {
 			t.Errorf("a call without a Patch: %v", err)
 		}
@@ -703,7 +703,7 @@ luaop.on.create(R, function(ctx) ctx.patch.status.f = function() end end, {id = 
 	t.Run("merges into an existing patch", func(t *testing.T) {
 		patch := state.NewPatch()
 		patch.Set([]string{"status", "other"}, "kept")
-		if _, err := rt.Invoke(t.Context(), causes.Call{Handler: rttSpec(t, rt, "status"), Cause: rttCause("u1"), Patch: patch}); err != nil {
+		if _, err := rt.Invoke(t.Context(), causes.Call{Handler: specOf(t, rt, "status"), Cause: createCause("u1"), Patch: patch}); err != nil {
 			t.Fatal(err)
 		}
 		want := map[string]any{"status": map[string]any{"other": "kept", "x": int64(1)}}
@@ -714,7 +714,7 @@ luaop.on.create(R, function(ctx) ctx.patch.status.f = function() end end, {id = 
 }
 
 func TestInvokeContextFields(t *testing.T) {
-	rt := rttNew(t, Options{}, "fields.lua", `local luaop = require("luaop")
+	rt := loadedRuntime(t, Options{}, "fields.lua", `local luaop = require("luaop")
 luaop.on.update("example.com/v1/widgets", function(ctx)
   local d = ctx.diff[1]
   return {
@@ -742,13 +742,13 @@ luaop.on.update("example.com/v1/widgets", function(ctx)
 end, {id = "bare"})
 `)
 	started := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	cause := rttCause("uid-1")
+	cause := createCause("uid-1")
 	cause.Reason = causes.Update
 	cause.Old = map[string]any{"size": int64(2)}
 	cause.New = map[string]any{"size": int64(3)}
 	cause.Diff = state.Diff{{Op: state.DiffChange, Path: []string{"spec", "size"}, Old: int64(2), New: int64(3)}}
 	res, err := rt.Invoke(t.Context(), causes.Call{
-		Handler: rttSpec(t, rt, "fields"), Cause: cause, Patch: state.NewPatch(),
+		Handler: specOf(t, rt, "fields"), Cause: cause, Patch: state.NewPatch(),
 		Retry: 2, Started: started, Runtime: 1500 * time.Millisecond,
 	})
 	if err != nil {
@@ -769,7 +769,7 @@ end, {id = "bare"})
 		{"old", int64(2)}, {"new", int64(3)},
 		{"diff_n", int64(1)}, {"diff_op", "change"}, {"diff_path", "spec.size"}, {"diff_field", "size"}, {"diff_old", int64(2)}, {"diff_new", int64(3)},
 		{"retry", int64(2)}, {"started", int64(started.Unix())}, {"runtime", 1.5},
-		{"param", map[string]any{"x": int64(1), "s": "p"}}, {"id", "fields"}, {"resource", rttRes},
+		{"param", map[string]any{"x": int64(1), "s": "p"}}, {"id", "fields"}, {"resource", widgetsResource},
 		{"unknown", true}, {"logger", true}, {"memo", "table"}, {"subhandler", "function"}, {"again", true},
 	}
 	for _, tc := range cases {
@@ -782,7 +782,7 @@ end, {id = "bare"})
 
 	t.Run("missing parts", func(t *testing.T) {
 		res, err := rt.Invoke(t.Context(), causes.Call{
-			Handler: rttSpec(t, rt, "bare"),
+			Handler: specOf(t, rt, "bare"),
 			Cause:   causes.Cause{Body: map[string]any{"metadata": map[string]any{"uid": "bare"}}},
 		})
 		if err != nil {
@@ -816,14 +816,14 @@ func TestInvokeReadOnly(t *testing.T) {
 	var b strings.Builder
 	b.WriteString("local luaop = require('luaop')\n")
 	for i, tc := range cases {
-		fmt.Fprintf(&b, "luaop.on.update(%q, function(ctx) %s end, {id = 'ro%d'})\n", rttRes, tc.code, i)
+		fmt.Fprintf(&b, "luaop.on.update(%q, function(ctx) %s end, {id = 'ro%d'})\n", widgetsResource, tc.code, i)
 	}
-	rt := rttNew(t, Options{}, "ro.lua", b.String())
+	rt := loadedRuntime(t, Options{}, "ro.lua", b.String())
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			cause := rttCause("u1")
+			cause := createCause("u1")
 			cause.Old, cause.New = map[string]any{"size": int64(2)}, map[string]any{"size": int64(3)}
-			res, _, err := rttInvoke(t, rt, fmt.Sprintf("ro%d", i), cause)
+			res, _, err := invokeHandler(t, rt, fmt.Sprintf("ro%d", i), cause)
 			if tc.want == nil {
 				// rawset bypasses the proxy, but the object itself must not change.
 				if sz := cause.Body["spec"].(map[string]any)["size"]; sz != int64(3) {
@@ -833,8 +833,8 @@ func TestInvokeReadOnly(t *testing.T) {
 				return
 			}
 			t.Logf("error: %v", err)
-			rttCheckErr(t, err, "ro.lua", i+2, tc.want...)
-			if !reflect.DeepEqual(cause.Body, rttObject("u1")) {
+			checkScriptError(t, err, "ro.lua", i+2, tc.want...)
+			if !reflect.DeepEqual(cause.Body, widgetObject("u1")) {
 				t.Errorf("the Go object changed: %#v", cause.Body)
 			}
 		})
@@ -861,8 +861,8 @@ luaop.on.update("example.com/v1/widgets", function(ctx)
   return "ok"
 end, {id = "write_old_patch"})
 `
-	rt := rttNew(t, Options{Shards: 4}, "memo.lua", script)
-	count := func(uid string) any { return rttMustInvoke(t, rt, "count", rttCause(uid)).Value }
+	rt := loadedRuntime(t, Options{Shards: 4}, "memo.lua", script)
+	count := func(uid string) any { return mustInvoke(t, rt, "count", createCause(uid)).Value }
 
 	t.Run("per object", func(t *testing.T) {
 		for i := 1; i <= 3; i++ {
@@ -886,19 +886,19 @@ end, {id = "write_old_patch"})
 		rt.Forget("never-seen") // harmless
 	})
 	t.Run("kept across reload", func(t *testing.T) {
-		rttLoad(t, rt, "memo.lua", script+"\n-- edited\n")
+		mustLoad(t, rt, "memo.lua", script+"\n-- edited\n")
 		if got := count("b"); got != int64(3) {
 			t.Errorf("after reload: memo.n = %#v, want 3", got)
 		}
 	})
 	t.Run("ctx kept beyond its call", func(t *testing.T) {
-		rttMustInvoke(t, rt, "keep_ctx", rttCause("c"))
-		res := rttMustInvoke(t, rt, "read_ctx", rttCause("c"))
+		mustInvoke(t, rt, "keep_ctx", createCause("c"))
+		res := mustInvoke(t, rt, "read_ctx", createCause("c"))
 		want := map[string]any{"name": true, "spec": true, "body": true, "patch": true, "memo": true, "same": false, "sub": true}
 		if !reflect.DeepEqual(res.Value, want) {
 			t.Errorf("old ctx = %#v, want %#v", res.Value, want)
 		}
-		_, patch, err := rttInvoke(t, rt, "write_old_patch", rttCause("c"))
+		_, patch, err := invokeHandler(t, rt, "write_old_patch", createCause("c"))
 		if err == nil && !patch.IsEmpty() {
 			t.Errorf("writing an old ctx.patch changed this call's patch: %#v", patch.Map())
 		}
@@ -915,7 +915,7 @@ func TestInvokeErrors(t *testing.T) {
 		check func(t *testing.T, err error, line int)
 	}{
 		{"error string", `error("x")`, func(t *testing.T, err error, line int) {
-			rttCheckErr(t, err, "err.lua", line, "err.lua:"+fmt.Sprint(line)+": x")
+			checkScriptError(t, err, "err.lua", line, "err.lua:"+fmt.Sprint(line)+": x")
 			var se *ScriptError
 			errors.As(err, &se)
 			if se.Message != "x" {
@@ -923,22 +923,22 @@ func TestInvokeErrors(t *testing.T) {
 			}
 		}},
 		{"error level 2 string", `local function f() error("deep", 2) end f()`, func(t *testing.T, err error, line int) {
-			rttCheckErr(t, err, "err.lua", line, "deep")
+			checkScriptError(t, err, "err.lua", line, "deep")
 		}},
 		{"error table", `error({message = "m"})`, func(t *testing.T, err error, line int) {
-			rttCheckErr(t, err, "err.lua", line, "m")
+			checkScriptError(t, err, "err.lua", line, "m")
 		}},
 		{"error table without message", `error({code = 7})`, func(t *testing.T, err error, line int) {
-			rttCheckErr(t, err, "err.lua", line, "code = 7")
+			checkScriptError(t, err, "err.lua", line, "code = 7")
 		}},
 		{"error nil", `error(nil)`, func(t *testing.T, err error, line int) {
-			rttCheckErr(t, err, "err.lua", line, "error(nil)")
+			checkScriptError(t, err, "err.lua", line, "error(nil)")
 		}},
 		{"error number", `error(42)`, func(t *testing.T, err error, line int) {
-			rttCheckErr(t, err, "", 0, "42")
+			checkScriptError(t, err, "", 0, "42")
 		}},
 		{"runtime error", `local t = nil; return t.x`, func(t *testing.T, err error, line int) {
-			rttCheckErr(t, err, "err.lua", line)
+			checkScriptError(t, err, "err.lua", line)
 		}},
 		{"temporary error", `error(luaop.temporary_error("t", 5))`, func(t *testing.T, err error, line int) {
 			te, ok := causes.AsTemporary(err)
@@ -964,28 +964,28 @@ func TestInvokeErrors(t *testing.T) {
 			}
 		}},
 		{"huge string.rep", `local s = string.rep("x", 1e10); return #s`, func(t *testing.T, err error, line int) {
-			rttCheckErr(t, err, "err.lua", line)
+			checkScriptError(t, err, "err.lua", line)
 		}},
 		{"huge rep method", `local s = ("xy"):rep(2^40); return #s`, func(t *testing.T, err error, line int) {
-			rttCheckErr(t, err, "err.lua", line)
+			checkScriptError(t, err, "err.lua", line)
 		}},
 		{"deep recursion", `local function f(n) return 1 + f(n + 1) end return f(1)`, func(t *testing.T, err error, line int) {
-			rttCheckErr(t, err, "", 0)
+			checkScriptError(t, err, "", 0)
 		}},
 		{"deep recursion through pcall", `local function f() local ok, e = pcall(f); error(e, 0) end f()`, func(t *testing.T, err error, line int) {
-			rttCheckErr(t, err, "", 0, "stack overflow")
+			checkScriptError(t, err, "", 0, "stack overflow")
 		}},
 		{"coroutine.yield outside a coroutine", `coroutine.yield(1)`, func(t *testing.T, err error, line int) {
-			rttCheckErr(t, err, "err.lua", line)
+			checkScriptError(t, err, "err.lua", line)
 		}},
 		{"calling a nil global", `undefined_function()`, func(t *testing.T, err error, line int) {
-			rttCheckErr(t, err, "err.lua", line)
+			checkScriptError(t, err, "err.lua", line)
 		}},
 		{"registering at call time", `luaop.on.create("v1/pods", function() end)`, func(t *testing.T, err error, line int) {
-			rttCheckErr(t, err, "err.lua", line, "only be registered while the scripts load")
+			checkScriptError(t, err, "err.lua", line, "only be registered while the scripts load")
 		}},
 		{"error in a sibling module function", `require_util_fail()`, func(t *testing.T, err error, line int) {
-			rttCheckErr(t, err, "lib/fail.lua", 2, "from module")
+			checkScriptError(t, err, "lib/fail.lua", 2, "from module")
 		}},
 	}
 	var b strings.Builder
@@ -993,9 +993,9 @@ func TestInvokeErrors(t *testing.T) {
 	b.WriteString("luaop.on.create('v1/pods', function() return 'alive' end, {id = 'ok'})\n")
 	const first = 5
 	for i, tc := range cases {
-		fmt.Fprintf(&b, "luaop.on.create(%q, function(ctx) %s end, {id = 'e%d'})\n", rttRes, tc.code, i)
+		fmt.Fprintf(&b, "luaop.on.create(%q, function(ctx) %s end, {id = 'e%d'})\n", widgetsResource, tc.code, i)
 	}
-	rt := rttNew(t, Options{HandlerTimeout: 5 * time.Second}, "err.lua", b.String(), "lib/fail.lua", "local M = {}\nfunction M.boom() error('from module') end\nreturn M\n")
+	rt := loadedRuntime(t, Options{HandlerTimeout: 5 * time.Second}, "err.lua", b.String(), "lib/fail.lua", "local M = {}\nfunction M.boom() error('from module') end\nreturn M\n")
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var err error
@@ -1005,12 +1005,12 @@ func TestInvokeErrors(t *testing.T) {
 						t.Fatalf("Invoke panicked: %v", r)
 					}
 				}()
-				_, _, err = rttInvoke(t, rt, fmt.Sprintf("e%d", i), rttCause("u1"))
+				_, _, err = invokeHandler(t, rt, fmt.Sprintf("e%d", i), createCause("u1"))
 			}()
 			t.Logf("error: %v", err)
 			tc.check(t, err, first+i)
 			// The runtime keeps working.
-			if res := rttMustInvoke(t, rt, "ok", rttCause("u1")); res.Value != "alive" {
+			if res := mustInvoke(t, rt, "ok", createCause("u1")); res.Value != "alive" {
 				t.Errorf("unexpected value %#v", res.Value)
 			}
 		})
@@ -1018,7 +1018,7 @@ func TestInvokeErrors(t *testing.T) {
 }
 
 func TestInvokeTimeout(t *testing.T) {
-	rt := rttNew(t, Options{Shards: 1, HandlerTimeout: 200 * time.Millisecond}, "loop.lua", `local luaop = require("luaop")
+	rt := loadedRuntime(t, Options{Shards: 1, HandlerTimeout: 200 * time.Millisecond}, "loop.lua", `local luaop = require("luaop")
 luaop.on.create("example.com/v1/widgets", function(ctx)
   while true do end
 end, {id = "spin"})
@@ -1034,7 +1034,7 @@ luaop.on.create("example.com/v1/widgets", function() end, {id = "label_filter", 
 	for _, id := range []string{"spin", "spin_go_calls"} {
 		t.Run(id, func(t *testing.T) {
 			start := time.Now()
-			_, _, err := rttInvoke(t, rt, id, rttCause("u1"))
+			_, _, err := invokeHandler(t, rt, id, createCause("u1"))
 			took := time.Since(start)
 			if err == nil {
 				t.Fatal("an endless loop returned")
@@ -1046,19 +1046,19 @@ luaop.on.create("example.com/v1/widgets", function() end, {id = "label_filter", 
 			if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "deadline") {
 				t.Errorf("err = %v; want a deadline error (errors.Is DeadlineExceeded)", err)
 			}
-			rttCheckErr(t, err, "loop.lua", 0)
-			if res := rttMustInvoke(t, rt, "ok", rttCause("u1")); res.Value != "alive" {
+			checkScriptError(t, err, "loop.lua", 0)
+			if res := mustInvoke(t, rt, "ok", createCause("u1")); res.Value != "alive" {
 				t.Errorf("next call: %#v", res.Value)
 			}
 		})
 	}
 	for _, id := range []string{"filter", "label_filter"} {
 		t.Run("Match "+id, func(t *testing.T) {
-			ok, err := rt.Match(t.Context(), rttSpec(t, rt, id), rttCause("u1"))
+			ok, err := rt.Match(t.Context(), specOf(t, rt, id), createCause("u1"))
 			if ok || !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("Match = %v, %v; want a deadline error", ok, err)
 			}
-			if res := rttMustInvoke(t, rt, "ok", rttCause("u1")); res.Value != "alive" {
+			if res := mustInvoke(t, rt, "ok", createCause("u1")); res.Value != "alive" {
 				t.Errorf("next call: %#v", res.Value)
 			}
 		})
@@ -1066,11 +1066,11 @@ luaop.on.create("example.com/v1/widgets", function() end, {id = "label_filter", 
 	t.Run("caller's context cancelled", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		go func() { time.Sleep(20 * time.Millisecond); cancel() }()
-		_, err := rt.Invoke(ctx, causes.Call{Handler: rttSpec(t, rt, "spin"), Cause: rttCause("u1")})
+		_, err := rt.Invoke(ctx, causes.Call{Handler: specOf(t, rt, "spin"), Cause: createCause("u1")})
 		if !errors.Is(err, context.Canceled) {
 			t.Errorf("err = %v; want context.Canceled", err)
 		}
-		if res := rttMustInvoke(t, rt, "ok", rttCause("u1")); res.Value != "alive" {
+		if res := mustInvoke(t, rt, "ok", createCause("u1")); res.Value != "alive" {
 			t.Errorf("next call: %#v", res.Value)
 		}
 	})
@@ -1079,7 +1079,7 @@ luaop.on.create("example.com/v1/widgets", function() end, {id = "label_filter", 
 // ---------------------------------------------------------------- Match
 
 func TestMatch(t *testing.T) {
-	rt := rttNew(t, Options{}, "match.lua", `local luaop = require("luaop")
+	rt := loadedRuntime(t, Options{}, "match.lua", `local luaop = require("luaop")
 local R = "example.com/v1/widgets"
 local function h() end
 luaop.on.update(R, h, {id = "none"})
@@ -1162,13 +1162,13 @@ luaop.on.update(R, function(ctx) ctx.memo.allow = true end, {id = "allow"})
 			name += "/modified"
 		}
 		t.Run(name, func(t *testing.T) {
-			cause := rttCause("m1")
+			cause := createCause("m1")
 			cause.Reason = causes.Update
 			cause.Old, cause.New = int64(2), int64(3)
 			if tc.mod != nil {
 				tc.mod(&cause)
 			}
-			ok, err := rt.Match(t.Context(), rttSpec(t, rt, tc.id), cause)
+			ok, err := rt.Match(t.Context(), specOf(t, rt, tc.id), cause)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) || !strings.Contains(err.Error(), tc.id) {
 					t.Errorf("Match = %v, %v; want an error naming %s and %q", ok, err, tc.id, tc.err)
@@ -1181,16 +1181,16 @@ luaop.on.update(R, function(ctx) ctx.memo.allow = true end, {id = "allow"})
 		})
 	}
 	t.Run("when sees the object's memo", func(t *testing.T) {
-		cause := rttCause("m2")
+		cause := createCause("m2")
 		cause.Reason = causes.Update
-		rttMustInvoke(t, rt, "allow", cause)
-		ok, err := rt.Match(t.Context(), rttSpec(t, rt, "labels_and_when"), cause)
+		mustInvoke(t, rt, "allow", cause)
+		ok, err := rt.Match(t.Context(), specOf(t, rt, "labels_and_when"), cause)
 		if err != nil || !ok {
 			t.Errorf("Match = %v, %v; want true after the memo was set", ok, err)
 		}
 	})
 	t.Run("unknown handler", func(t *testing.T) {
-		ok, err := rt.Match(t.Context(), causes.Spec{ID: "nope"}, rttCause("m1"))
+		ok, err := rt.Match(t.Context(), causes.Spec{ID: "nope"}, createCause("m1"))
 		t.Logf("Match of an unknown id: %v, %v", ok, err)
 	})
 }
@@ -1198,7 +1198,7 @@ luaop.on.update(R, function(ctx) ctx.memo.allow = true end, {id = "allow"})
 // ---------------------------------------------------------------- subhandlers
 
 func TestSubhandlers(t *testing.T) {
-	rt := rttNew(t, Options{Shards: 3}, "sub.lua", `local luaop = require("luaop")
+	rt := loadedRuntime(t, Options{Shards: 3}, "sub.lua", `local luaop = require("luaop")
 local R = "example.com/v1/widgets"
 luaop.on.create(R, function(ctx)
   local size = ctx.spec.size
@@ -1236,17 +1236,17 @@ luaop.on.create(R, function(ctx)
   end, {id = "c"})
 end, {id = "nest"})
 `)
-	res, _, err := rttInvoke(t, rt, "parent", rttCause("obj-1"))
+	res, _, err := invokeHandler(t, rt, "parent", createCause("obj-1"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Value != "parent" {
 		t.Errorf("parent value = %#v", res.Value)
 	}
-	if got := rttIDs(res.Subhandlers); !reflect.DeepEqual(got, []string{"parent/a", "parent/b"}) {
+	if got := specIDs(res.Subhandlers); !reflect.DeepEqual(got, []string{"parent/a", "parent/b"}) {
 		t.Fatalf("subhandlers = %v", got)
 	}
-	parent := rttSpec(t, rt, "parent")
+	parent := specOf(t, rt, "parent")
 	for _, sub := range res.Subhandlers {
 		if sub.Kind != causes.KindChange || sub.Resource != parent.Resource || !reflect.DeepEqual(sub.Reasons, parent.Reasons) || sub.Retries != 2 {
 			t.Errorf("sub spec %+v does not inherit from parent %+v or lost its options", sub, parent)
@@ -1259,7 +1259,7 @@ end, {id = "nest"})
 		t.Run("invoke "+name, func(t *testing.T) {
 			sub := res.Subhandlers[i]
 			patch := state.NewPatch()
-			got, err := rt.Invoke(t.Context(), causes.Call{Handler: sub, Cause: rttCause("obj-1"), Patch: patch})
+			got, err := rt.Invoke(t.Context(), causes.Call{Handler: sub, Cause: createCause("obj-1"), Patch: patch})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -1273,15 +1273,15 @@ end, {id = "nest"})
 		})
 	}
 	t.Run("other object has no such subhandler", func(t *testing.T) {
-		_, err := rt.Invoke(t.Context(), causes.Call{Handler: res.Subhandlers[0], Cause: rttCause("obj-2")})
+		_, err := rt.Invoke(t.Context(), causes.Call{Handler: res.Subhandlers[0], Cause: createCause("obj-2")})
 		if !causes.IsPermanent(err) {
 			t.Errorf("err = %v; want a PermanentError", err)
 		}
 	})
 	t.Run("parent re-run replaces the closures", func(t *testing.T) {
-		body := rttCause("obj-1")
+		body := createCause("obj-1")
 		body.Body["spec"].(map[string]any)["size"] = int64(9)
-		rttMustInvoke(t, rt, "parent", body)
+		mustInvoke(t, rt, "parent", body)
 		got, err := rt.Invoke(t.Context(), causes.Call{Handler: res.Subhandlers[0], Cause: body})
 		if err != nil {
 			t.Fatal(err)
@@ -1292,46 +1292,46 @@ end, {id = "nest"})
 	})
 	t.Run("forget drops them", func(t *testing.T) {
 		rt.Forget("obj-1")
-		_, err := rt.Invoke(t.Context(), causes.Call{Handler: res.Subhandlers[0], Cause: rttCause("obj-1")})
+		_, err := rt.Invoke(t.Context(), causes.Call{Handler: res.Subhandlers[0], Cause: createCause("obj-1")})
 		if !causes.IsPermanent(err) {
 			t.Errorf("err = %v; want a PermanentError after Forget", err)
 		}
 	})
 	t.Run("duplicate sub id", func(t *testing.T) {
-		_, _, err := rttInvoke(t, rt, "dup", rttCause("obj-3"))
-		rttCheckErr(t, err, "sub.lua", 0, "duplicate subhandler id", "dup/a")
+		_, _, err := invokeHandler(t, rt, "dup", createCause("obj-3"))
+		checkScriptError(t, err, "sub.lua", 0, "duplicate subhandler id", "dup/a")
 	})
 	t.Run("default sub ids", func(t *testing.T) {
-		r := rttMustInvoke(t, rt, "anon", rttCause("obj-3"))
-		if got := rttIDs(r.Subhandlers); !reflect.DeepEqual(got, []string{"anon/sub1", "anon/sub2"}) {
+		r := mustInvoke(t, rt, "anon", createCause("obj-3"))
+		if got := specIDs(r.Subhandlers); !reflect.DeepEqual(got, []string{"anon/sub1", "anon/sub2"}) {
 			t.Errorf("ids = %v", got)
 		}
 	})
 	t.Run("slash in sub id", func(t *testing.T) {
-		_, _, err := rttInvoke(t, rt, "slash", rttCause("obj-3"))
-		rttCheckErr(t, err, "sub.lua", 0, "x/y")
+		_, _, err := invokeHandler(t, rt, "slash", createCause("obj-3"))
+		checkScriptError(t, err, "sub.lua", 0, "x/y")
 	})
 	t.Run("subhandler after its call", func(t *testing.T) {
-		rttMustInvoke(t, rt, "keeper", rttCause("obj-4"))
-		_, _, err := rttInvoke(t, rt, "late", rttCause("obj-4"))
-		rttCheckErr(t, err, "sub.lua", 0, "while its handler runs")
+		mustInvoke(t, rt, "keeper", createCause("obj-4"))
+		_, _, err := invokeHandler(t, rt, "late", createCause("obj-4"))
+		checkScriptError(t, err, "sub.lua", 0, "while its handler runs")
 	})
 	t.Run("nested", func(t *testing.T) {
-		r := rttMustInvoke(t, rt, "nest", rttCause("obj-6"))
+		r := mustInvoke(t, rt, "nest", createCause("obj-6"))
 		if len(r.Subhandlers) != 1 {
-			t.Fatalf("subhandlers = %v", rttIDs(r.Subhandlers))
+			t.Fatalf("subhandlers = %v", specIDs(r.Subhandlers))
 		}
-		child, err := rt.Invoke(t.Context(), causes.Call{Handler: r.Subhandlers[0], Cause: rttCause("obj-6")})
+		child, err := rt.Invoke(t.Context(), causes.Call{Handler: r.Subhandlers[0], Cause: createCause("obj-6")})
 		if err != nil || child.Value != "child" || len(child.Subhandlers) != 1 || child.Subhandlers[0].ID != "nest/c/g" {
 			t.Fatalf("child = %+v, %v; want value child and subhandler nest/c/g", child, err)
 		}
-		g, err := rt.Invoke(t.Context(), causes.Call{Handler: child.Subhandlers[0], Cause: rttCause("obj-6")})
+		g, err := rt.Invoke(t.Context(), causes.Call{Handler: child.Subhandlers[0], Cause: createCause("obj-6")})
 		if err != nil || g.Value != "nest/c/g" {
 			t.Errorf("grandchild = %+v, %v", g, err)
 		}
 	})
 	t.Run("no subhandlers for event handlers", func(t *testing.T) {
-		if r := rttMustInvoke(t, rt, "event", rttCause("obj-5")); r.Value != "nil" {
+		if r := mustInvoke(t, rt, "event", createCause("obj-5")); r.Value != "nil" {
 			t.Errorf("type(ctx.subhandler) in an event handler = %#v", r.Value)
 		}
 	})
@@ -1353,7 +1353,7 @@ luaop.on.update("example.com/v1/widgets", function(ctx)
 end, {id = "count"})
 luaop.on.update("example.com/v1/widgets", function() end, {id = "filtered", when = function(ctx) return (ctx.memo.n or 0) >= 0 end})
 `
-	rt := rttNew(t, Options{Shards: 4}, "count.lua", script)
+	rt := loadedRuntime(t, Options{Shards: 4}, "count.lua", script)
 	const (
 		goroutines = 8
 		objects    = 100
@@ -1361,7 +1361,7 @@ luaop.on.update("example.com/v1/widgets", function() end, {id = "filtered", when
 	)
 	bodies := make([]map[string]any, objects)
 	for i := range bodies {
-		bodies[i] = rttObject(fmt.Sprintf("uid-%03d", i))
+		bodies[i] = widgetObject(fmt.Sprintf("uid-%03d", i))
 	}
 	var mu sync.Mutex
 	seen := make([][]int64, objects)
@@ -1380,7 +1380,7 @@ luaop.on.update("example.com/v1/widgets", function() end, {id = "filtered", when
 				return
 			case <-time.After(5 * time.Millisecond):
 			}
-			if _, err := rt.Load(t.Context(), rttScripts("count.lua", fmt.Sprintf("%s\n-- %d\n", script, i))); err != nil {
+			if _, err := rt.Load(t.Context(), scriptsOf("count.lua", fmt.Sprintf("%s\n-- %d\n", script, i))); err != nil {
 				errs <- err
 				return
 			}
@@ -1394,7 +1394,7 @@ luaop.on.update("example.com/v1/widgets", function() end, {id = "filtered", when
 				for k := 0; k < objects; k++ {
 					i := (k + g*13) % objects // different goroutines start on different objects
 					cause := causes.Cause{Reason: causes.Update, Body: bodies[i]}
-					spec := rttFind(rt.Specs(), "count")
+					spec := findSpec(rt.Specs(), "count")
 					patch := state.NewPatch()
 					res, err := rt.Invoke(t.Context(), causes.Call{Handler: spec, Cause: cause, Patch: patch})
 					if err != nil {
@@ -1405,7 +1405,7 @@ luaop.on.update("example.com/v1/widgets", function() end, {id = "filtered", when
 					if got, _ := patch.Get([]string{"status", "n"}); got != n {
 						errs <- fmt.Errorf("object %d: patch %v, value %v", i, got, n)
 					}
-					if ok, err := rt.Match(t.Context(), rttFind(rt.Specs(), "filtered"), cause); err != nil || !ok {
+					if ok, err := rt.Match(t.Context(), findSpec(rt.Specs(), "filtered"), cause); err != nil || !ok {
 						errs <- fmt.Errorf("Match: %v, %v", ok, err)
 					}
 					mu.Lock()

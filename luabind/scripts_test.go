@@ -65,7 +65,7 @@ func TestReadDirMapsFlatKeysToModules(t *testing.T) {
 	if got := strings.Join(names, " "); got != "lib/net/http.lua lib/util.lua widgets.lua" {
 		t.Fatalf("ReadDir names: %s", got)
 	}
-	rt := rttRuntime(t, Options{})
+	rt := newTestRuntime(t, Options{})
 	rep, err := rt.Load(t.Context(), scripts)
 	if err != nil {
 		t.Fatalf("Load: %v", err)

@@ -13,7 +13,7 @@ import (
 // large table.concat / unpack work within the limits, and going past a limit is a
 // Lua error of that call, never a crash; the thread is reused afterwards.
 func TestThreadStacksGrowWithinLimits(t *testing.T) {
-	rt := rttNew(t, Options{Shards: 1}, "t.lua", `
+	rt := loadedRuntime(t, Options{Shards: 1}, "t.lua", `
 		local luaop = require("luaop")
 		local R = "example.com/v1/things"
 		local function depth(n) if n == 0 then return 0 end return 1 + depth(n - 1) end
@@ -35,7 +35,7 @@ func TestThreadStacksGrowWithinLimits(t *testing.T) {
 	`)
 	body := map[string]any{"metadata": map[string]any{"uid": "u1", "name": "a", "namespace": "ns"}}
 	invoke := func(id string) (causes.Result, error) {
-		return rt.Invoke(t.Context(), causes.Call{Handler: rttSpec(t, rt, id), Cause: causes.Cause{Reason: causes.Create, Body: body}})
+		return rt.Invoke(t.Context(), causes.Call{Handler: specOf(t, rt, id), Cause: causes.Cause{Reason: causes.Create, Body: body}})
 	}
 	for round := 0; round < 2; round++ { // the second round runs on threads that failed before
 		res, err := invoke("recurse")
