@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/luaop/luaop/testcluster"
@@ -32,6 +33,9 @@ const burstScript = `
 		ctx.logger.info("RAN c " .. ctx.name .. " .")
 		return "done"
 	end, { id = "c" })
+	luaop.on.delete("examples.luaop.dev/v1/widgets", function(ctx)
+		ctx.logger.info("DELETED " .. ctx.name .. " .")
+	end, { id = "gone" })
 `
 
 // logLine is one line of `luaop run`'s JSON log.
@@ -128,6 +132,18 @@ func TestLeaderKilledMidBurst(t *testing.T) {
 		return true, ""
 	})
 
+	// A handler run again on a stale body would come after the consistency
+	// timeout: the counts are taken once every object is gone (its delete handler,
+	// the last thing that can happen to it, ran and released its finalizer).
+	for _, name := range names {
+		if err := env.Dynamic.Resource(widgets).Namespace(ns).Delete(t.Context(), name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range names {
+		waitWidgetGone(t, 90*time.Second, ns, name)
+	}
+
 	runs := logLines(second.log.String(), isHandlerRun)
 	if len(runs) == 0 {
 		t.Fatalf("the new leader ran no handler although %d of %d handler runs were left after the kill", 3*n-storedCount, 3*n)
@@ -150,6 +166,11 @@ func TestLeaderKilledMidBurst(t *testing.T) {
 					t.Errorf("%s ran handler %s of %s %d times", who, id, name, got)
 				}
 			}
+		}
+	}
+	for _, name := range names {
+		if got := strings.Count(second.log.String(), `"DELETED `+name+` ."`); got != 1 {
+			t.Errorf("the new leader ran the delete handler of %s %d times, want once", name, got)
 		}
 	}
 	takeover := runs[0].Time.Sub(killed)

@@ -967,6 +967,18 @@ func TestControlPlaneRestarts(t *testing.T) {
 		want = append(want, "SIZED "+prev+" 2 .", "DELETED "+prev+" .",
 			"RAN a "+next+" .", "RAN b "+next+" .", "RAN c "+next+" .", "SIZED "+next+" 1 .")
 	}
+	// A handler run again on a stale body would come after the consistency timeout:
+	// the counts are taken once the last object is gone too (its delete handler is
+	// the last thing that can happen to it).
+	last := "w2"
+	if err := client.Delete(t.Context(), last, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testcluster.Eventually(t, 60*time.Second, func() (bool, string) {
+		_, err := client.Get(t.Context(), last, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprintf("waiting for %s to be gone: %v", last, err)
+	})
+	want = append(want, "DELETED "+last+" .")
 	logs := op.Log.String()
 	for _, w := range want {
 		if got := strings.Count(logs, w); got != 1 {
