@@ -819,9 +819,16 @@ func restartComponent(t *testing.T, private *testcluster.Env, dir, name string) 
 	if err := proc.Signal(syscall.SIGKILL); err != nil {
 		t.Fatalf("killing %s: %v", name, err)
 	}
+	// Its ports are free once every thread is gone: the main thread turns zombie
+	// (nobody may reap it here) while the others still exit and hold the sockets.
 	testcluster.Eventually(t, 30*time.Second, func() (bool, string) {
 		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		return err != nil || strings.Contains(string(stat), ") Z "), "waiting for " + name + " to exit"
+		if err != nil {
+			return true, ""
+		}
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		return strings.Contains(string(stat), ") Z ") && (err != nil || len(tasks) <= 1),
+			fmt.Sprintf("waiting for %s to exit (%d threads left)", name, len(tasks))
 	})
 	logFile, err := os.OpenFile(filepath.Join(dir, name+".log"), os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o600)
 	if err != nil {

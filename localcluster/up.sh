@@ -44,15 +44,25 @@ rm -rf "$STATE/etcd-data" "$STATE"/*.log "$STATE"/*.pid
 cd "$STATE"
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-# Ports below the kernel's ephemeral range: while a component is down (a test restarts
-# it), a port inside that range can be taken by any outgoing connection on the machine,
-# and the restarted etcd or kube-apiserver then fails with "address already in use".
-read -r eph_low _ < /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || eph_low=32768
+# Ports outside the kernel's ephemeral range: while a component is down (a test
+# restarts it), a port inside that range can be taken by any outgoing connection on the
+# machine, and the restarted etcd or kube-apiserver then fails with "address already in
+# use". The larger free gap is used: from 15000 up to the range's low bound, or from its
+# high bound up to 65535.
+eph_low=32768 eph_high=60999
+read -r eph_low eph_high 2>/dev/null < /proc/sys/net/ipv4/ip_local_port_range || true
+port_lo=$(( 15000 )) port_span=$(( eph_low - 15000 - 2 ))
+if [ $(( 65535 - eph_high - 2 )) -gt "$port_span" ]; then
+  port_lo=$(( eph_high + 1 )) port_span=$(( 65535 - eph_high - 2 ))
+fi
+if [ "$port_span" -lt 2000 ]; then
+  log "warning: the ephemeral port range ($eph_low-$eph_high) leaves no room for the cluster's ports; using 20000-60000, inside it: a restarted etcd or kube-apiserver may find its port taken"
+  port_lo=20000 port_span=40000
+fi
 pick_port() {
-  local p lo=15000 span=$(( eph_low - 15000 - 2 ))
-  [ "$span" -ge 2000 ] || { lo=20000; span=40000; }
+  local p
   for _ in $(seq 1 50); do
-    p=$(( lo + (RANDOM * 32768 + RANDOM) % span ))
+    p=$(( port_lo + (RANDOM * 32768 + RANDOM) % port_span ))
     if port_free "$p" && port_free $((p + 1)); then echo "$p"; return; fi
   done
   die "no free loopback port found"
@@ -92,7 +102,12 @@ for attempt in 1 2 3; do
     kill -0 "$(cat etcd.pid)" 2>/dev/null || break
     sleep 0.1
   done
-  if curl -fsS --max-time 1 "http://127.0.0.1:$etcd_port/health" 2>/dev/null | grep -q '"health":"true"'; then break; fi
+  # A healthy answer may come from another etcd that took the port meanwhile (ours
+  # then failed with "address already in use"): it must be ours, still running.
+  if curl -fsS --max-time 1 "http://127.0.0.1:$etcd_port/health" 2>/dev/null | grep -q '"health":"true"' &&
+    kill -0 "$(cat etcd.pid)" 2>/dev/null && ! grep -q "address already in use" etcd.log; then
+    break
+  fi
   log "etcd did not start on port $etcd_port (attempt $attempt): $(tail -2 etcd.log)"
   kill "$(cat etcd.pid)" 2>/dev/null || true
   [ "$attempt" = 3 ] && die "etcd failed to start; see $STATE/etcd.log"
