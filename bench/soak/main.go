@@ -930,17 +930,19 @@ func daemonCounts(path string) (byName, byUID map[string]int, err error) {
 			continue
 		}
 		var rec struct {
-			Msg    string `json:"msg"`
-			Object string `json:"object"`
+			Msg       string `json:"msg"`
+			Namespace string `json:"namespace"`
+			Name      string `json:"name"`
 		}
 		if json.Unmarshal(line, &rec) != nil {
 			continue
 		}
+		object := rec.Namespace + "/" + rec.Name // luaop logs them as separate fields
 		switch {
 		case rec.Msg == "daemon started":
-			byName[rec.Object]++
+			byName[object]++
 		case rec.Msg == "daemon exited", rec.Msg == "daemon stopped", strings.HasPrefix(rec.Msg, "daemon failed"):
-			byName[rec.Object]--
+			byName[object]--
 		case strings.HasPrefix(rec.Msg, "soak daemon up "):
 			byUID[strings.TrimPrefix(rec.Msg, "soak daemon up ")]++
 		case strings.HasPrefix(rec.Msg, "soak daemon down "):
