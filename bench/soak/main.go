@@ -7,8 +7,9 @@
 //
 // The scripts (written by the soak into a folder luaop watches): a daemon per object
 // that reads ctx.spec in a loop with luaop.sleep and writes ctx.patch.status now and
-// then; a create handler, an update handler, a field handler on spec.size (its result,
-// status.sized.size, is the last size handled: the stuck-object check); a probe.
+// then; a timer per object every 120 s (status.ticked); a create handler, an update
+// handler, a field handler on spec.size (its result, status.sized.size, is the last
+// size handled: the stuck-object check); a probe.
 //
 // It creates 500 objects, waits until all are handled, then for -duration: every
 // second spec.size changes on a few objects and a few are deleted and re-created under
@@ -88,6 +89,11 @@ luaop.daemon("` + resource + `", function(ctx)
   end
   ctx.logger.info("soak daemon down " .. ctx.uid)
 end, { id = "watcher", cancellation_timeout = 10 })
+
+-- A timer per object: status.ticked.at is its last run.
+luaop.timer("` + resource + `", function(ctx)
+  return { at = os.time() }
+end, { id = "ticked", interval = 120 })
 `
 
 // handlersScript is rewritten every reload period with a new revision: the comment and
@@ -795,10 +801,14 @@ func (s *soak) recreate(parent context.Context, name string) error {
 
 // --- the checks ---------------------------------------------------------------------
 
+// tickedBy: an object this old has had its timer (every 120 s) run at least once.
+const tickedBy = 5 * time.Minute
+
 type state struct {
 	live          int
 	unhandled     []string // live objects whose status.sized.size != spec.size
 	deleting      []string // objects still carrying a deletionTimestamp
+	notTicked     []string // live objects older than tickedBy without status.ticked (the timer)
 	daemonsByName int      // framework log: started - ended, summed
 	badByName     []string // names whose count is not 1 (live) or 0 (gone)
 	daemonsByUID  int      // the daemon's own up/down lines, per uid
@@ -807,7 +817,7 @@ type state struct {
 }
 
 func (st state) ok() bool {
-	return st.err == nil && len(st.unhandled) == 0 && len(st.deleting) == 0 && len(st.badByName) == 0 && len(st.badByUID) == 0 &&
+	return st.err == nil && len(st.unhandled) == 0 && len(st.deleting) == 0 && len(st.notTicked) == 0 && len(st.badByName) == 0 && len(st.badByUID) == 0 &&
 		st.daemonsByName == st.live && st.daemonsByUID == st.live
 }
 
@@ -854,6 +864,9 @@ func (s *soak) check(ctx context.Context) state {
 		st.live++
 		liveNames[s.ns+"/"+item.GetName()] = true
 		liveUIDs[string(item.GetUID())] = true
+		if _, ticked, _ := unstructured.NestedFieldNoCopy(item.Object, "status", "ticked", "at"); !ticked && time.Since(item.GetCreationTimestamp().Time) > tickedBy {
+			st.notTicked = append(st.notTicked, item.GetName())
+		}
 		want, _, _ := unstructured.NestedFieldNoCopy(item.Object, "spec", "size")
 		got, found, _ := unstructured.NestedFieldNoCopy(item.Object, "status", "sized", "size")
 		if !found || !sameNumber(want, got) {
@@ -1033,6 +1046,8 @@ func (s *soak) report(st state, c *counters, churnStart, churnEnd time.Time, set
 	add("no stuck object (status.sized.size == spec.size)", len(st.unhandled) == 0,
 		fmt.Sprintf("%d live objects, %d not handled at their size %s", st.live, len(st.unhandled), list(st.unhandled)))
 	add("no object stuck in deletion", len(st.deleting) == 0, fmt.Sprintf("%d %s", len(st.deleting), list(st.deleting)))
+	add(fmt.Sprintf("the timer ran on every object older than %s (status.ticked)", tickedBy), len(st.notTicked) == 0,
+		fmt.Sprintf("%d without %s", len(st.notTicked), list(st.notTicked)))
 	add("running daemons == live objects (framework log, per name)", st.daemonsByName == st.live && len(st.badByName) == 0,
 		fmt.Sprintf("%d running, %d live %s", st.daemonsByName, st.live, list(st.badByName)))
 	add("running daemons == live objects (daemon's own log, per uid)", st.daemonsByUID == st.live && len(st.badByUID) == 0,
