@@ -25,7 +25,10 @@ refused with the accepted ones.`,
 	// Declared here so that cobra's own --version has no -v shorthand: -v is
 	// --verbose in the subcommands, as in kopf.
 	root.Flags().Bool("version", false, "print the version of luaop")
-	root.SetVersionTemplate("luaop {{.Version}}\n")
+	// No SetVersionTemplate: executing a text/template makes every exported method of
+	// every type the linker sees reachable (reflect's MethodByName), which linked all of
+	// client-go's typed clients: 29 MB more binary and 17 MiB more RSS at start. Cobra's
+	// default prints "luaop version <v>" without a template.
 	root.PersistentFlags().String("config", "", "config file (YAML, JSON or TOML) with the same keys as the flags (also LUAOP_CONFIG)")
 	root.AddCommand(newDevCommand(v), newRunCommand(v), newStubsCommand(), newVersionCommand(),
 		newCheckCommand(), newRBACCommand(), newTestCommand(), newReleaseCommand(v), newWebhooksCommand(), newStatusCommand())
