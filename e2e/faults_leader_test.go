@@ -15,24 +15,10 @@ import (
 	"github.com/luaop/luaop/testcluster"
 )
 
-// burstScript has three create handlers; b takes a while (luaop.sleep), so that a
-// burst keeps the leader busy.
-const burstScript = `
-	local luaop = require("luaop")
-	luaop.on.create("examples.luaop.dev/v1/widgets", function(ctx)
-		ctx.logger.info("RAN a " .. ctx.name .. " .")
-		return "done"
-	end, { id = "a" })
-	luaop.on.create("examples.luaop.dev/v1/widgets", function(ctx)
-		ctx.logger.info("STARTED b " .. ctx.name .. " .")
-		luaop.sleep(0.3)
-		ctx.logger.info("RAN b " .. ctx.name .. " .")
-		return "done"
-	end, { id = "b" })
-	luaop.on.create("examples.luaop.dev/v1/widgets", function(ctx)
-		ctx.logger.info("RAN c " .. ctx.name .. " .")
-		return "done"
-	end, { id = "c" })
+// burstScript is sigkillScript (three create handlers; b takes a while in luaop.sleep,
+// so that a burst keeps the leader busy) with a delete handler: its runs are the
+// barrier before counting (the last thing that can happen to an object).
+var burstScript = strings.ReplaceAll(sigkillScript, "SLEEP", "0.3") + `
 	luaop.on.delete("examples.luaop.dev/v1/widgets", function(ctx)
 		ctx.logger.info("DELETED " .. ctx.name .. " .")
 	end, { id = "gone" })
