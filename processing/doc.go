@@ -56,6 +56,13 @@
 //   - A new incarnation under a known key (deleted and re-created before the worker
 //     ran) goes through the same forget path as a deletion: daemons stopped, index
 //     entries dropped, the memo forgotten once its daemons exited.
+//   - Reloads: Refresh keeps the signature of the handlers a reload must revisit every
+//     object for (daemons, timers, indexes, handlers needing a finalizer) behind a leaf
+//     mutex, the one lock held around a call out of the package: Handlers.Specs, a
+//     snapshot that must not block (its contract says so), read again under the lock
+//     so that a Refresh stalled in discovery cannot store an older signature. A write
+//     that got no answer is remembered in the object's memory (worker-owned), and the
+//     next cycles read the object from the server, with no lock held.
 //   - The clock (Options.Clock) drives every wait: the queue's delays and backoffs,
 //     retries, timers, daemons' delays and consistency deadlines, so tests run the
 //     core against client-go's fake dynamic client with a fake clock.
