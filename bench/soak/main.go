@@ -284,7 +284,7 @@ func setup(ctx context.Context, kubeconfig string, o options) (*soak, error) {
 		return s, err
 	}
 	s.luaop = exec.Command(bin, "run", s.scripts, "--kubeconfig", kubeconfig, "--namespaces", s.ns,
-		"--workers", strconv.Itoa(o.workers), "--post-events=false", "--log-format=json", "--log-level=info",
+		"--workers", strconv.Itoa(o.workers), "--post-events=false", "--log-format=json", "--log-level=info", "--profiles",
 		"--health-address=127.0.0.1:"+strconv.Itoa(s.port), "--metrics-address=127.0.0.1:"+strconv.Itoa(s.port))
 	s.luaop.Stdout, s.luaop.Stderr = logf, logf
 	s.luaop.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -650,8 +650,10 @@ func (s *soak) run(ctx context.Context) (failed bool) {
 	s.mon.churnStart = time.Now()
 	s.mon.mu.Unlock()
 	churnStart := time.Now()
+	s.heapProfile(ctx, "heap-start.pb.gz")
 	s.churn(ctx, &c)
 	churnEnd := time.Now()
+	s.heapProfile(ctx, "heap-end.pb.gz")
 	progress("churn over after %s: %d spec updates, %d re-creations (%d skipped: name busy), %d script rewrites; waiting for re-creations in flight",
 		churnEnd.Sub(churnStart).Round(time.Second), c.updates.Load(), c.recreated.Load(), c.recreateSkipped.Load(), c.rewrites.Load())
 
@@ -678,6 +680,37 @@ func (s *soak) run(ctx context.Context) (failed bool) {
 // are deleted and re-created under the same name (in the background: a deletion
 // waits for luaop to stop the daemon and release the finalizer); every reloadEvery,
 // handlers.lua is rewritten with the next revision.
+// heapProfile saves luaop's heap profile (--profiles) into the soak's folder, so that
+// what memory holds at the start and at the end of the churn can be compared:
+// go tool pprof -diff_base heap-start.pb.gz heap-end.pb.gz (kept with -keep).
+func (s *soak) heapProfile(ctx context.Context, name string) {
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/heap", s.port), nil)
+	if err != nil {
+		progress("heap profile %s: %v", name, err)
+		return
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		progress("heap profile %s: %v", name, err)
+		return
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	if err == nil {
+		err = os.WriteFile(filepath.Join(s.tmp, name), data, 0o644)
+	}
+	if err != nil {
+		progress("heap profile %s: %v", name, err)
+		return
+	}
+	progress("heap profile saved: %s", filepath.Join(s.tmp, name))
+}
+
 func (s *soak) churn(ctx context.Context, c *counters) {
 	cctx, cancel := context.WithTimeout(ctx, s.o.duration)
 	defer cancel()

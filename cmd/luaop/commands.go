@@ -426,6 +426,9 @@ func serveEndpoints(ctx context.Context, log *slog.Logger, s settings, op *opera
 	}
 	if healthLn != nil {
 		health := healthMux(op, elector, webhooks)
+		if s.Profiles {
+			serveProfiles(health)
+		}
 		if s.MetricsAddress == s.HealthAddress {
 			health.Handle("/metrics", m.Handler())
 		}

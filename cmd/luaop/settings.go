@@ -48,6 +48,7 @@ type settings struct {
 	LogEvents          string
 	ShutdownGrace      time.Duration
 	ReloadDebounce     time.Duration
+	Profiles           bool
 	LeaderElect        bool
 	LeaderNamespace    string
 	LeaderName         string
@@ -100,6 +101,7 @@ func addOperatorFlags(fs *pflag.FlagSet, logFormat string) {
 	fs.String("health-address", ":8080", "address of /healthz, /readyz and /debug, host:port (empty: off)")
 	fs.String("metrics-address", ":9090", "address of /metrics for Prometheus, host:port (empty: off; the same as --health-address: one server for both)")
 	fs.Duration("probe-cache", 10*time.Second, "how long /healthz reuses the results of successful on.probe handlers before running them again (0: run them on every request)")
+	fs.Bool("profiles", false, "serve Go's profiles on --health-address at /debug/pprof/heap, allocs, goroutine and profile?seconds=N (off by default: they show the process's memory), for go tool pprof")
 	fs.Bool("post-events", true, "post Kubernetes Events: handler outcomes and the scripts' luaop.info/warn/exception (rate-limited per object)")
 	fs.String("log-events-level", "info", "ctx.logger messages at this level or above are also posted as Events of the object (kopf's default): debug, info, warning, error or none (needs --post-events)")
 	fs.Bool("leader-elect", false, "run several replicas: only the holder of a coordination.k8s.io Lease handles objects, the others stand by")
@@ -181,6 +183,7 @@ func readSettings(cmd *cobra.Command, v *viper.Viper, subset bool) (settings, er
 	s.MetricsAddress = r.address("metrics-address")
 	s.ProbeCache = r.duration("probe-cache", true)
 	s.PostEvents = r.bool("post-events")
+	s.Profiles = r.bool("profiles")
 	s.LogEvents = r.logEventsLevel("log-events-level")
 	s.ShutdownGrace = r.duration("shutdown-grace-period", false)
 	s.ReloadDebounce = r.duration("reload-debounce", false)
