@@ -6,10 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/luaop/luaop/operator"
 	"github.com/luaop/luaop/processing"
+	"github.com/luaop/luaop/testcluster"
 )
 
 // Issue 13: with no storage setting, a custom resource whose status is a subresource
@@ -88,14 +89,20 @@ func TestSwitchingStorageNeverRunsAHandlerAgain(t *testing.T) {
 			for i := 0; i < 5; i++ {
 				mergePatch(t, widgets, ns, fmt.Sprintf("w%d", i), `{"spec":{"size":2}}`)
 			}
-			var obj *unstructured.Unstructured
 			for i := 0; i < 5; i++ {
 				name := fmt.Sprintf("w%d", i)
-				obj = waitField(t, widgets, ns, name, "status.updated", int64(2))
-				_, inAnnotations := obj.GetAnnotations()["luaop.dev/last-handled-configuration"]
-				if inAnnotations != (to == processing.StorageAnnotations) {
-					t.Errorf("after the change %s's diff-base is in annotations: %v, want %v", name, inAnnotations, to == processing.StorageAnnotations)
-				}
+				waitField(t, widgets, ns, name, "status.updated", int64(2))
+				// With annotations storage the handler's result (status, a subresource)
+				// and the diff-base (annotations) are two writes: wait for both.
+				testcluster.Eventually(t, 20*time.Second, func() (bool, string) {
+					obj, err := env.Dynamic.Resource(widgets).Namespace(ns).Get(t.Context(), name, metav1.GetOptions{})
+					if err != nil {
+						return false, err.Error()
+					}
+					_, inAnnotations := obj.GetAnnotations()["luaop.dev/last-handled-configuration"]
+					return inAnnotations == (to == processing.StorageAnnotations),
+						fmt.Sprintf("after the change %s's diff-base is in annotations: %v, want %v", name, inAnnotations, to == processing.StorageAnnotations)
+				})
 			}
 			logs := second.Log.String()
 			if n := strings.Count(logs, "RUN create"); n != 0 {
