@@ -155,27 +155,7 @@ func TestConflictStormFromASecondWriter(t *testing.T) {
 
 // flakeCRD is a CRD of this file's own, deleted and re-created by a test (the
 // shared CRDs must stay for the other tests running in parallel).
-const flakeCRD = `
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: flakes.faults.e2e.luaop.dev
-spec:
-  group: faults.e2e.luaop.dev
-  scope: Namespaced
-  names: {plural: flakes, singular: flake, kind: Flake}
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    subresources: {status: {}}
-    schema:
-      openAPIV3Schema:
-        type: object
-        properties:
-          spec: {type: object, x-kubernetes-preserve-unknown-fields: true}
-          status: {type: object, x-kubernetes-preserve-unknown-fields: true}
-`
+var flakeCRD = testcluster.OpenCRDYAML("faults.e2e.luaop.dev", "flakes", "flake", "Flake")
 
 var flakes = schema.GroupVersionResource{Group: "faults.e2e.luaop.dev", Version: "v1", Resource: "flakes"}
 

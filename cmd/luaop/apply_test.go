@@ -21,26 +21,7 @@ import (
 	"github.com/luaop/luaop/testcluster"
 )
 
-const applyTestCRD = `apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: applytests.applytest.luaop.dev
-spec:
-  group: applytest.luaop.dev
-  scope: Namespaced
-  names: {plural: applytests, singular: applytest, kind: ApplyTest}
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    subresources: {status: {}}
-    schema:
-      openAPIV3Schema:
-        type: object
-        properties:
-          spec: {type: object, x-kubernetes-preserve-unknown-fields: true}
-          status: {type: object, x-kubernetes-preserve-unknown-fields: true}
-`
+var applyTestCRD = testcluster.OpenCRDYAML("applytest.luaop.dev", "applytests", "applytest", "ApplyTest")
 
 // `luaop dev --apply CRDS --apply OBJECTS DIR` on a cluster that does not know the
 // CRD yet: the CRD is applied and Established before the objects of its kind, and the
