@@ -412,7 +412,7 @@ func (r *Runtime) Forget(uid string) {
 	if err := sh.lock(context.Background()); err != nil {
 		return // closed
 	}
-	sh.memos.RawSetString(uid, lua.LNil)
+	delete(sh.memos, uid)
 	delete(sh.subFns, uid)
 	sh.unlock()
 }

@@ -28,7 +28,11 @@ type shard struct {
 	sem    chan struct{}
 	closed bool // set by Runtime.Close: no call may start any more
 	L      *lua.LState
-	memos  *lua.LTable // object uid -> memo table; survives reloads
+	// memos are the object memos by uid; they survive reloads. A Go map, not a Lua
+	// table: gopher-lua's tables never forget a string key once set (setting it to nil
+	// leaves it in the table's key list), so a table keyed by uid would grow with
+	// every object ever seen.
+	memos map[string]*lua.LTable
 	// opMemo is the memo of operator-level hooks (startup, cleanup, probe).
 	opMemo *lua.LTable
 	module *lua.LTable // the `luaop` module of this state (Go and the prelude use it)
@@ -99,7 +103,7 @@ func newShard(rt *Runtime, idx int) *shard {
 			s.log(L).Info(msg)
 		},
 	})
-	s.memos = s.L.NewTable()
+	s.memos = map[string]*lua.LTable{}
 	s.opMemo = s.L.NewTable()
 	s.module = s.newModule()
 	s.ctxMT = s.newCtxMetatable()
@@ -229,7 +233,7 @@ func (s *shard) memoFor(uid string) *lua.LTable {
 	if uid == "" {
 		return s.opMemo
 	}
-	if m, ok := s.memos.RawGetString(uid).(*lua.LTable); ok {
+	if m, ok := s.memos[uid]; ok {
 		return m
 	}
 	m := s.L.NewTable()
@@ -241,7 +245,7 @@ func (s *shard) memoFor(uid string) *lua.LTable {
 			m.RawSetString(k, luavalue.ToLua(s.L, seed.values[k]))
 		}
 	}
-	s.memos.RawSetString(uid, m)
+	s.memos[uid] = m
 	return m
 }
 
