@@ -41,16 +41,18 @@ func (h countingHandler) Handle(_ context.Context, r slog.Record) error {
 func (h countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h countingHandler) WithGroup(string) slog.Handler      { return h }
 
-// memStats: the Go heap in use and the goroutine stacks after two GCs, and the
-// process's VmRSS after the heap's free pages went back to the OS.
+// memStats: the Go heap in use and the goroutine stacks after four GCs (a GC halves a
+// parked goroutine's stack at most once: four bring a 64 KB stack back to its working
+// size), and the process's VmRSS after the heap's free pages went back to the OS.
 type memStats struct {
 	heap, stacks, rss uint64
 	goroutines        int
 }
 
 func readMem() memStats {
-	runtime.GC()
-	runtime.GC()
+	for range 4 {
+		runtime.GC()
+	}
 	debug.FreeOSMemory()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
@@ -101,8 +103,10 @@ func daemonCounts(b *testing.B) []int {
 // against the same operator holding the same objects without daemons: Go heap,
 // goroutine stacks, their sum, and VmRSS (after returning free heap pages to the OS),
 // the goroutines per daemon, and the CPU the operator uses while the daemons sleep.
-// One measurement per run, whatever b.N (the setup is the work). Run: make
-// bench-daemons.
+// Each daemon converts a nested table before it first sleeps, so its goroutine's
+// stack has grown as a working daemon's does: the stacks measured are those the
+// runtime shrinks them back to. One measurement per run, whatever b.N (the setup is
+// the work). Run: make bench-daemons.
 func BenchmarkIdleDaemons(b *testing.B) {
 	env.Require(b)
 	for _, n := range daemonCounts(b) {
@@ -196,6 +200,15 @@ func idleDaemons(b *testing.B, objects int) {
 	with, daemonCPU, op := run(`
 		local luaop = require("luaop")
 		luaop.daemon("examples.luaop.dev/v1/widgets", function(ctx)
+			-- Some work first, as a daemon does between its sleeps: converting a nested
+			-- table grows the daemon goroutine's stack (to 32 KB here), which must
+			-- shrink back once the daemon sleeps.
+			local function work()
+				local t = {}
+				for i = 1, 60 do t = { t } end
+				return #luaop.json.encode(t)
+			end
+			work()
 			while luaop.sleep(30) do end
 		end, { id = "sleeper" })
 	`, int64(objects))

@@ -293,7 +293,7 @@ func runDaemonAsync(ctx context.Context, rt *Runtime, spec causes.Spec, body map
 	var flushed []map[string]any
 	done := make(chan error, 1)
 	go func() {
-		done <- rt.RunDaemon(ctx, causes.Call{Handler: spec, Cause: causes.Cause{Body: body},
+		done <- rt.RunDaemon(ctx, &causes.Call{Handler: spec, Cause: causes.Cause{Body: body},
 			Logger: slog.Default(), Daemon: &causes.DaemonLink{Stopped: stop, Latest: func() map[string]any { return body },
 				Flush: func(p map[string]any) { mu.Lock(); flushed = append(flushed, p); mu.Unlock() }}})
 	}()
@@ -416,7 +416,7 @@ end, {id = "d"})
 	done := make(chan error, 1)
 	body := widgetBody("ua", "a")
 	go func() {
-		done <- rt.RunDaemon(t.Context(), causes.Call{Handler: specOf(t, rt, "d"), Cause: causes.Cause{Body: body},
+		done <- rt.RunDaemon(t.Context(), &causes.Call{Handler: specOf(t, rt, "d"), Cause: causes.Cause{Body: body},
 			Logger: slog.Default(), Daemon: &causes.DaemonLink{Stopped: stop, Latest: func() map[string]any { return body },
 				Flush: func(map[string]any) { parked <- struct{}{} }}})
 	}()

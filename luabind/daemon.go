@@ -21,7 +21,7 @@ import (
 // call.Daemon.Stopped closing wakes the sleep early (it returns false) and ctx.stopped()
 // becomes true; what the daemon writes into ctx.patch is handed to call.Daemon.Flush at
 // every sleep and at the end, with no lock held.
-func (r *Runtime) RunDaemon(ctx context.Context, call causes.Call) error {
+func (r *Runtime) RunDaemon(ctx context.Context, call *causes.Call) error {
 	uid := uidOf(call.Cause.Body)
 	sh := r.shardFor(uid)
 	if err := sh.lock(ctx); err != nil {
@@ -32,7 +32,7 @@ func (r *Runtime) RunDaemon(ctx context.Context, call causes.Call) error {
 		sh.unlock()
 		return &causes.PermanentError{Message: fmt.Sprintf("daemon %s is no longer registered", call.Handler.ID)}
 	}
-	cs := &callState{call: call, fns: fns, logger: call.Logger, daemon: true, ctx: ctx}
+	cs := &callState{call: *call, fns: fns, logger: call.Logger, daemon: true, ctx: ctx}
 	_, err := sh.run(cs, fns.fn)
 	patch := sh.takeDaemonPatch(sh.L, cs)
 	sh.unlock()

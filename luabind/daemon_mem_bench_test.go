@@ -55,7 +55,7 @@ func parkedDaemons(b *testing.B, n int) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_ = rt.RunDaemon(b.Context(), causes.Call{Handler: spec, Cause: causes.Cause{Body: body},
+			_ = rt.RunDaemon(b.Context(), &causes.Call{Handler: spec, Cause: causes.Cause{Body: body},
 				Logger: slog.New(slog.DiscardHandler), Daemon: &causes.DaemonLink{Stopped: stop, Latest: func() map[string]any { return body },
 					Flush: func(map[string]any) { parked.Add(1) }}})
 		}()

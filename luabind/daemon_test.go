@@ -42,7 +42,7 @@ func TestDaemonCoroutineCallsAndFlushes(t *testing.T) {
 	var mu sync.Mutex
 	var flushed []map[string]any
 	body := map[string]any{"metadata": map[string]any{"uid": "u1", "name": "a", "namespace": "ns"}}
-	err = rt.RunDaemon(t.Context(), causes.Call{
+	err = rt.RunDaemon(t.Context(), &causes.Call{
 		Handler: rt.Specs()[0], Cause: causes.Cause{Body: body}, Logger: slog.Default(),
 		Daemon: &causes.DaemonLink{Stopped: make(chan struct{}), Latest: func() map[string]any { return body },
 			Flush: func(p map[string]any) { mu.Lock(); flushed = append(flushed, p); mu.Unlock() }},
@@ -79,7 +79,7 @@ func TestDaemonStopWakesSleep(t *testing.T) {
 	// A sleep flushes the daemon's patch first: the flush says the daemon is in luaop.sleep.
 	sleeping := make(chan struct{}, 1)
 	go func() {
-		done <- rt.RunDaemon(t.Context(), causes.Call{Handler: rt.Specs()[0], Cause: causes.Cause{Body: body},
+		done <- rt.RunDaemon(t.Context(), &causes.Call{Handler: rt.Specs()[0], Cause: causes.Cause{Body: body},
 			Logger: slog.Default(), Daemon: &causes.DaemonLink{Stopped: stop, Latest: func() map[string]any { return body },
 				Flush: func(map[string]any) {
 					select {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,7 +18,7 @@ import (
 // DaemonRunner is implemented by runtimes that can run daemons (luabind.Runtime).
 // RunDaemon blocks until the daemon returns (nil), fails, or ctx is cancelled.
 type DaemonRunner interface {
-	RunDaemon(ctx context.Context, call causes.Call) error
+	RunDaemon(ctx context.Context, call *causes.Call) error
 }
 
 // defaultCancellationTimeout is how long a stopped daemon may take to exit before
@@ -244,64 +245,122 @@ func (c *cycle) startDaemon(runner DaemonRunner, spec causes.Spec) {
 		in.mu.Unlock()
 		o.queue.Add(key)
 	}
-	go func() {
-		defer o.daemons.remove(d)
-		defer func() { close(d.done); cancel(); o.queue.Add(key) }()
-		if !sleepOrStop(ctx, o.clock, d.stopCh, spec.InitialDelay) {
+	link := &causes.DaemonLink{Stopped: d.stopCh, Latest: latest, Flush: flush}
+	go (&daemonLoop{op: o, runner: runner, d: d, ctx: ctx, cancel: cancel, log: log, link: link}).run()
+}
+
+// daemonLoop is one daemon's goroutine: it runs the daemon, restarts it after a
+// failure, and stops. Its fields are set before the goroutine starts and never
+// change.
+//
+// Why this is a type with small methods: the daemon's goroutine parks in luaop.sleep
+// for the daemon's whole life, under run's frame. The Go runtime shrinks a parked
+// goroutine's stack at a GC only while less than a quarter of it is in use, and a
+// daemon's stack sometimes grows to 16 KB (a deep conversion, a luaop.kube call, the
+// allocator's slow path). Under a 2 KB frame here (the call built on the stack and
+// copied as an argument, the log lines' attributes) the parked daemon used just
+// over 4 KB, so such a stack never shrank back: in the soak, 2,000 daemons' stacks
+// crept from 10 to 16 KB each. So run keeps its frame small: the call is built on
+// the heap, and what needs room (logging, judging an error) happens in functions
+// of their own that are not inlined.
+type daemonLoop struct {
+	op     *Reactor
+	runner DaemonRunner
+	d      *daemonRun
+	ctx    context.Context
+	cancel context.CancelFunc
+	log    *slog.Logger
+	link   *causes.DaemonLink
+}
+
+func (l *daemonLoop) run() {
+	o, d := l.op, l.d
+	defer o.daemons.remove(d)
+	defer l.finish()
+	if !sleepOrStop(l.ctx, o.clock, d.stopCh, d.spec.InitialDelay) {
+		return
+	}
+	// kopf: a daemon is run until it ends for good. ctx.retry counts its failed
+	// runs; retries bounds them (a failure at the last allowed run is final),
+	// timeout bounds the total time since its first run, errors says what an
+	// arbitrary error means ("ignored" counts as a success: not restarted).
+	first := o.clock.Now()
+	for attempt := 0; ; attempt++ {
+		call := l.callFor(attempt, first)
+		if call == nil {
 			return
 		}
-		// kopf: a daemon is run until it ends for good. ctx.retry counts its failed
-		// runs; retries bounds them (a failure at the last allowed run is final),
-		// timeout bounds the total time since its first run, errors says what an
-		// arbitrary error means ("ignored" counts as a success: not restarted).
-		first := o.clock.Now()
-		for attempt := 0; ; attempt++ {
-			body := latest()
-			if body == nil {
-				return // the object is gone, or is another object now
-			}
-			if msg, over := engineExhausted(spec, attempt, o.clock.Now().Sub(first)); over {
-				log.Error("daemon failed for good; not restarted", "error", msg)
-				d.returned.Store(true)
-				return
-			}
-			log.Info("daemon started", "attempt", attempt)
-			t0 := time.Now()
-			err := runner.RunDaemon(ctx, causes.Call{
-				// Only the identity: a daemon reads its newest body through Latest,
-				// and must not keep its first body alive for its whole life.
-				Handler: spec, Cause: causes.Cause{Resource: key.resource, Body: identityOf(body)},
-				Retry: attempt, Started: d.startedAt, Runtime: o.clock.Now().Sub(first), Logger: log,
-				Daemon: &causes.DaemonLink{Stopped: d.stopCh, Latest: latest, Flush: flush}, Indexes: o.indexes,
-			})
-			if err == nil {
-				d.returned.Store(!d.stopping())
-				log.Info("daemon exited", "took_ms", tookMs(time.Since(t0)))
-				o.observe(key, spec.ID, "daemon", OutcomeSuccess, time.Since(t0), nil)
-				return
-			}
-			if d.stopping() || ctx.Err() != nil {
-				log.Info("daemon stopped", "took_ms", tookMs(time.Since(t0)))
-				return
-			}
-			outcome, delay, msg := judgeEngineAttempt(spec, attempt, o.clock.Now().Sub(first), err)
-			o.observe(key, spec.ID, "daemon", outcome, time.Since(t0), err)
-			switch outcome {
-			case OutcomeIgnored:
-				log.Warn("daemon failed; the error is ignored and it is not restarted", "error", err)
-				d.returned.Store(true)
-				return
-			case OutcomeFailure:
-				log.Error("daemon failed for good; not restarted", "error", msg)
-				d.returned.Store(true)
-				return
-			}
-			log.Error("daemon failed; restarting after the backoff", "error", err, "backoff", delay, "retry", attempt+1)
-			if !sleepOrStop(ctx, o.clock, d.stopCh, delay) {
-				return
-			}
+		t0 := time.Now()
+		err := l.runner.RunDaemon(l.ctx, call)
+		delay, again := l.judge(err, attempt, first, t0)
+		if !again || !sleepOrStop(l.ctx, o.clock, d.stopCh, delay) {
+			return
 		}
-	}()
+	}
+}
+
+//go:noinline
+func (l *daemonLoop) finish() {
+	close(l.d.done)
+	l.cancel()
+	l.op.queue.Add(l.d.key)
+}
+
+// callFor is the call of one attempt, or nil when the daemon must not run again: its
+// object is gone (or is another object now), or its retries or timeout are spent.
+//
+//go:noinline
+func (l *daemonLoop) callFor(attempt int, first time.Time) *causes.Call {
+	o, spec := l.op, l.d.spec
+	body := l.link.Latest()
+	if body == nil {
+		return nil
+	}
+	if msg, over := engineExhausted(spec, attempt, o.clock.Now().Sub(first)); over {
+		l.log.Error("daemon failed for good; not restarted", "error", msg)
+		l.d.returned.Store(true)
+		return nil
+	}
+	l.log.Info("daemon started", "attempt", attempt)
+	return &causes.Call{
+		// Only the identity: a daemon reads its newest body through Latest,
+		// and must not keep its first body alive for its whole life.
+		Handler: spec, Cause: causes.Cause{Resource: l.d.key.resource, Body: identityOf(body)},
+		Retry: attempt, Started: l.d.startedAt, Runtime: o.clock.Now().Sub(first), Logger: l.log,
+		Daemon: l.link, Indexes: o.indexes,
+	}
+}
+
+// judge logs and records how an attempt ended: again is true when the daemon is
+// restarted after delay.
+//
+//go:noinline
+func (l *daemonLoop) judge(err error, attempt int, first, t0 time.Time) (delay time.Duration, again bool) {
+	o, d, spec := l.op, l.d, l.d.spec
+	if err == nil {
+		d.returned.Store(!d.stopping())
+		l.log.Info("daemon exited", "took_ms", tookMs(time.Since(t0)))
+		o.observe(d.key, spec.ID, "daemon", OutcomeSuccess, time.Since(t0), nil)
+		return 0, false
+	}
+	if d.stopping() || l.ctx.Err() != nil {
+		l.log.Info("daemon stopped", "took_ms", tookMs(time.Since(t0)))
+		return 0, false
+	}
+	outcome, delay, msg := judgeEngineAttempt(spec, attempt, o.clock.Now().Sub(first), err)
+	o.observe(d.key, spec.ID, "daemon", outcome, time.Since(t0), err)
+	switch outcome {
+	case OutcomeIgnored:
+		l.log.Warn("daemon failed; the error is ignored and it is not restarted", "error", err)
+		d.returned.Store(true)
+		return 0, false
+	case OutcomeFailure:
+		l.log.Error("daemon failed for good; not restarted", "error", msg)
+		d.returned.Store(true)
+		return 0, false
+	}
+	l.log.Error("daemon failed; restarting after the backoff", "error", err, "backoff", delay, "retry", attempt+1)
+	return delay, true
 }
 
 // sleepOrStop waits for d; false when stopped or cancelled first.

@@ -169,11 +169,11 @@ func (h *fakeHandlers) Forget(uid string) {
 	h.mu.Unlock()
 }
 
-func (h *fakeHandlers) RunDaemon(ctx context.Context, call causes.Call) error {
+func (h *fakeHandlers) RunDaemon(ctx context.Context, call *causes.Call) error {
 	h.mu.Lock()
 	fn := h.daemons[call.Handler.ID]
 	h.mu.Unlock()
-	return fn(ctx, call)
+	return fn(ctx, *call)
 }
 
 // callsOf returns the calls of one handler (on one object, when name is not "").

@@ -508,7 +508,7 @@ func runHandler(ctx context.Context, rt *luabind.Runtime, spec causes.Spec, c Ca
 				close(stopped)
 			}
 		}
-		err := rt.RunDaemon(ctx, call)
+		err := rt.RunDaemon(ctx, &call)
 		return outcome{patch: patch, err: err}
 	}
 	res, err := rt.Invoke(ctx, call)
