@@ -406,6 +406,8 @@ func (s *soak) running() bool {
 type sample struct {
 	at         time.Duration // since the churn started (negative: before)
 	rss        int64
+	heap       float64 // go_memstats_heap_inuse_bytes: spans holding Go objects
+	stacks     float64 // go_memstats_stack_inuse_bytes: goroutine stacks
 	goroutines float64
 	queue      float64
 	runs       float64 // luaop_handler_runs_total, all outcomes
@@ -481,7 +483,7 @@ func (s *soak) pollMetrics(ctx context.Context) {
 		} else {
 			at = -time.Nanosecond
 		}
-		s.mon.samples = append(s.mon.samples, sample{at: at, rss: rss, goroutines: m["go_goroutines"], queue: m["luaop_queue_depth"], runs: m["luaop_handler_runs_total"]})
+		s.mon.samples = append(s.mon.samples, sample{at: at, rss: rss, heap: m["go_memstats_heap_inuse_bytes"], stacks: m["go_memstats_stack_inuse_bytes"], goroutines: m["go_goroutines"], queue: m["luaop_queue_depth"], runs: m["luaop_handler_runs_total"]})
 		s.mon.mu.Unlock()
 		sleep(ctx, 5*time.Second)
 	}
@@ -1098,6 +1100,9 @@ func (s *soak) report(st state, c *counters, churnStart, churnEnd time.Time, set
 	add("churn requests succeeded", c.updateErrs.Load() == 0 && c.recreateErrs.Load() == 0,
 		fmt.Sprintf("%d spec updates (%d failed), %d re-creations (%d failed, %d skipped: name busy) %s",
 			c.updates.Load(), c.updateErrs.Load(), c.recreated.Load(), c.recreateErrs.Load(), c.recreateSkipped.Load(), list(errs)))
+	if trend, ok := memoryTrend(mon.samples, churnEnd.Sub(churnStart)); ok {
+		add("memory flat over the churn's second half (RSS, heap, stacks: last quarter's mean within 5 % of the third's)", trend.flat(), trend.String())
+	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "check\tresult\tdetail")
 	for _, r := range rows {
@@ -1128,14 +1133,14 @@ func (s *soak) report(st state, c *counters, churnStart, churnEnd time.Time, set
 	// RSS over time: one line a minute of churn (and the first and last samples).
 	fmt.Println("\nmemory over time (VmRSS of luaop; t = since the churn started; queue and goroutines from /metrics):")
 	tw = tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "t\tRSS\tgoroutines\tqueue\thandler runs")
+	fmt.Fprintln(tw, "t\tRSS\theap in use\tstacks\tgoroutines\tqueue\thandler runs")
 	var peak int64
 	nextMark := time.Duration(0)
 	for i, smp := range mon.samples {
 		peak = max(peak, smp.rss)
 		show := i == len(mon.samples)-1 || (smp.at >= nextMark && smp.at >= 0)
 		if i == 0 || show {
-			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%.0f\n", fmtAt(smp.at), mib(smp.rss), smp.goroutines, smp.queue, smp.runs)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.0f\t%.0f\t%.0f\n", fmtAt(smp.at), mib(smp.rss), mib(int64(smp.heap)), mib(int64(smp.stacks)), smp.goroutines, smp.queue, smp.runs)
 		}
 		if show && smp.at >= nextMark {
 			nextMark = (smp.at/time.Minute + 1) * time.Minute
@@ -1152,12 +1157,71 @@ func (s *soak) report(st state, c *counters, churnStart, churnEnd time.Time, set
 		}
 	}
 	fmt.Printf("RSS at the churn's start %s, at the end %s, peak %s\n", mib(atStart), mib(atEnd), mib(peak))
+	if trend, ok := memoryTrend(mon.samples, churnEnd.Sub(churnStart)); ok {
+		fmt.Println(trend)
+	}
 	if failed {
 		fmt.Printf("\nFAILED (luaop's log: %s)\n", map[bool]string{true: s.logPath, false: "rerun with -keep to keep it"}[s.o.keep])
 	} else {
 		fmt.Println("\nall checks passed")
 	}
 	return failed
+}
+
+// trend compares the mean of each memory reading over the churn's third quarter with
+// its mean over the last: flat when none grew by more than 5 %. A memory that keeps
+// growing shows in both halves of a long soak; what grows while the operator warms
+// up (goroutine stacks reaching their working size, caches filling) shows only in the
+// first half, which this check leaves out on purpose. Means, not single samples: the
+// heap in use swings by a GC cycle's garbage between two samples.
+type trend struct {
+	names         []string
+	third, fourth []float64
+}
+
+func (t trend) flat() bool {
+	for i := range t.names {
+		if t.fourth[i] > t.third[i]*1.05 {
+			return false
+		}
+	}
+	return true
+}
+
+func (t trend) String() string {
+	parts := make([]string, len(t.names))
+	for i, n := range t.names {
+		parts[i] = fmt.Sprintf("%s %s -> %s (%+.1f %%)", n, mib(int64(t.third[i])), mib(int64(t.fourth[i])), 100*(t.fourth[i]/t.third[i]-1))
+	}
+	return "means over the churn's third and fourth quarters: " + strings.Join(parts, ", ")
+}
+
+// memoryTrend: false when the churn has too few samples (under 4 a quarter).
+func memoryTrend(samples []sample, end time.Duration) (trend, bool) {
+	t := trend{names: []string{"RSS", "heap in use", "stacks"}, third: make([]float64, 3), fourth: make([]float64, 3)}
+	var n3, n4 int
+	for _, smp := range samples {
+		var into []float64
+		switch {
+		case smp.at >= end/2 && smp.at < end*3/4:
+			into, n3 = t.third, n3+1
+		case smp.at >= end*3/4 && smp.at <= end:
+			into, n4 = t.fourth, n4+1
+		default:
+			continue
+		}
+		into[0] += float64(smp.rss)
+		into[1] += smp.heap
+		into[2] += smp.stacks
+	}
+	if n3 < 4 || n4 < 4 {
+		return trend{}, false
+	}
+	for i := range 3 {
+		t.third[i] /= float64(n3)
+		t.fourth[i] /= float64(n4)
+	}
+	return t, true
 }
 
 func fmtAt(d time.Duration) string {
