@@ -1,10 +1,13 @@
 package luabind
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -231,5 +234,152 @@ end, {id = "count"})
 	if after > before && after-before > 1<<20 {
 		t.Errorf("heap grew by %s after %d objects were handled and forgotten (%s -> %s): something keeps forgotten objects",
 			FormatBytes(after-before), objects, FormatBytes(before), FormatBytes(after))
+	}
+}
+
+// A reload replaces the scripts: what the old ones compiled to must go. The soak
+// rewrites one file every 30 s; each revision compiles to a few prototypes (gopher-lua
+// keeps about 12 KB of compiler buffers with each), so a generation kept alive by
+// anything would show as megabytes here.
+func TestReloadsLeaveNoOldScriptsBehind(t *testing.T) {
+	revision := func(n int) string {
+		return fmt.Sprintf(`-- revision %d
+local luaop = require("luaop")
+luaop.on.create("example.com/v1/widgets", function(ctx)
+  ctx.memo.seen = (ctx.memo.seen or 0) + 1
+  return { rev = %d, size = ctx.spec.size }
+end, {id = "created"})
+luaop.on.update("example.com/v1/widgets", function(ctx)
+  ctx.patch.status.updated = { size = ctx.spec.size }
+end, {id = "updated"})
+luaop.on.field("example.com/v1/widgets", "spec.size", function(ctx) return ctx.new end, {id = "sized"})
+luaop.on.probe(function(ctx) return "ok" end, {id = "alive"})
+`, n, n)
+	}
+	rt := loadedRuntime(t, Options{Shards: 2}, "handlers.lua", revision(0))
+	reload := func(from, n int) {
+		for i := from; i < from+n; i++ {
+			mustLoad(t, rt, "handlers.lua", revision(i))
+			// Calls between reloads, as an operator makes them: each takes a call thread
+			// of the pool, which must not keep the generation it ran.
+			uid := fmt.Sprintf("uid-%d", i%10)
+			if res := mustInvoke(t, rt, "created", createCause(uid)); res.Value == nil {
+				t.Fatalf("revision %d: no result", i)
+			}
+		}
+	}
+	reload(1, 20)
+	runtime.GC()
+	before := heapObjects()
+	const reloads = 300
+	reload(21, reloads)
+	runtime.GC()
+	after := heapObjects()
+	if after > before && after-before > 2<<20 {
+		t.Errorf("heap grew by %s over %d reloads (%s -> %s, %s per reload): old generations are kept",
+			FormatBytes(after-before), reloads, FormatBytes(before), FormatBytes(after), FormatBytes((after-before)/reloads))
+	}
+}
+
+// What a loaded script costs stays proportional to its code: an operator with many
+// small files (or a daemon keeping its generation's functions) pays for what they
+// hold, not for compiler buffers. gopher-lua's compiler slices each function's code
+// and line table out of buffers made for 1,024 instructions, 12 KB per function.
+func TestLoadedScriptsCostWhatTheyHold(t *testing.T) {
+	const files = 200
+	var pairs []string
+	for i := range files {
+		pairs = append(pairs, fmt.Sprintf("f%03d.lua", i), fmt.Sprintf(`local luaop = require("luaop")
+local function double(x) return x * 2 end
+luaop.on.create("example.com/v1/widgets", function(ctx) return double(%d) end, {id = "c%d"})
+luaop.on.update("example.com/v1/widgets", function(ctx) return double(ctx.spec.size) end, {id = "u%d"})
+`, i, i, i))
+	}
+	runtime.GC()
+	before := heapObjects()
+	rt := loadedRuntime(t, Options{Shards: 1}, pairs...)
+	runtime.GC()
+	after := heapObjects()
+	perFile := (after - before) / files
+	// Four functions per file: 75 KB per file with the compiler's buffers; what the
+	// file holds (its code, constants, closures, globals table, handler specs) is
+	// about 11 KB.
+	t.Logf("a loaded file of four small functions holds %s (one shard)", FormatBytes(perFile))
+	if perFile > 24<<10 {
+		t.Errorf("a loaded file of four small functions holds %s", FormatBytes(perFile))
+	}
+	runtime.KeepAlive(rt)
+}
+
+// A daemon runs the code of the load it started in, for as long as it runs: that is
+// all it may keep of its load. Daemons started across many reloads (objects come and
+// go while the scripts change) keep only their own file's functions and globals, not
+// every file their load compiled. A handler may still require a module lazily, at
+// call time.
+func TestDaemonsKeepOnlyTheirOwnCode(t *testing.T) {
+	daemon := `local luaop = require("luaop")
+luaop.daemon("example.com/v1/widgets", function(ctx)
+  ctx.patch.status.up = true -- handed over at the first sleep: the daemon is parked
+  while luaop.sleep(3600) do end
+end, {id = "sleeper"})
+`
+	// A big file beside it: many functions, rewritten at every reload.
+	handlers := func(rev int) string {
+		var b strings.Builder
+		fmt.Fprintf(&b, "-- revision %d\nlocal luaop = require(\"luaop\")\n", rev)
+		for i := range 40 {
+			fmt.Fprintf(&b, "local function helper%d(x) return x + %d + %d end\n", i, i, rev)
+			fmt.Fprintf(&b, "luaop.on.update(\"example.com/v1/widgets\", function(ctx) return helper%d(1) end, {id = \"u%d\"})\n", i, i)
+		}
+		b.WriteString(`luaop.on.create("example.com/v1/widgets", function(ctx) return require("lib.util").twice(21) end, {id = "lazy"})` + "\n")
+		return b.String()
+	}
+	util := `return { twice = function(x) return 2 * x end }`
+	rt := loadedRuntime(t, Options{Shards: 1}, "daemon.lua", daemon, "handlers.lua", handlers(0), "lib/util.lua", util)
+	if got := mustInvoke(t, rt, "lazy", createCause("lazy-uid")).Value; got != int64(42) {
+		t.Fatalf("a module required at call time: %#v, want 42", got)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	t.Cleanup(func() { close(stop); wg.Wait() })
+	var parked atomic.Int64
+	startDaemon := func(uid string) {
+		body := widgetObject(uid)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = rt.RunDaemon(context.Background(), &causes.Call{Handler: specOf(t, rt, "sleeper"), Cause: causes.Cause{Body: body},
+				Daemon: &causes.DaemonLink{Stopped: stop, Latest: func() map[string]any { return body }, Flush: func(map[string]any) { parked.Add(1) }}})
+		}()
+	}
+	waitParked := func(n int64) {
+		deadline := time.Now().Add(time.Minute)
+		for parked.Load() < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d daemons parked", parked.Load(), n)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	generations := func(from, n int) {
+		for i := from; i < from+n; i++ {
+			mustLoad(t, rt, "daemon.lua", daemon, "handlers.lua", handlers(i), "lib/util.lua", util)
+			startDaemon(fmt.Sprintf("uid-%d", i))
+		}
+	}
+	generations(1, 10)
+	waitParked(10)
+	runtime.GC()
+	before := heapObjects()
+	const n = 100
+	generations(11, n)
+	waitParked(10 + n)
+	runtime.GC()
+	after := heapObjects()
+	per := int64(after) - int64(before)
+	per /= n
+	t.Logf("a daemon started in a load of its own keeps %s (with its goroutine's heap)", FormatBytes(uint64(max(per, 0))))
+	if per > 40<<10 {
+		t.Errorf("each daemon keeps %s of its load: more than its own file", FormatBytes(uint64(per)))
 	}
 }

@@ -347,7 +347,27 @@ func compile(s Script) (*lua.FunctionProto, error) {
 	// chunk (`arg` there is a global, as in Lua 5.1), so that table is unreachable.
 	// Not building it saves a table and a Go map per file per shard per load.
 	proto.IsVarArg &^= lua.VarArgNeedsArg
+	trimProto(proto)
 	return proto, nil
+}
+
+// trimProto copies a compiled function's slices, and its nested functions', into
+// slices of their own length: gopher-lua's compiler slices the code and line table out
+// of buffers made for 1,024 instructions (4 KB of code, 8 KB of lines) and gives every
+// other list room for dozens of entries (about 5 KB), so every function of every file
+// kept 17 KB, whatever its size, for as long as the script stays loaded (or a daemon
+// runs it). Its private string-constant list cannot be reached from here.
+func trimProto(p *lua.FunctionProto) {
+	p.Code = slices.Clone(p.Code)
+	p.DbgSourcePositions = slices.Clone(p.DbgSourcePositions)
+	p.Constants = slices.Clone(p.Constants)
+	p.FunctionPrototypes = slices.Clone(p.FunctionPrototypes)
+	p.DbgLocals = slices.Clone(p.DbgLocals)
+	p.DbgCalls = slices.Clone(p.DbgCalls)
+	p.DbgUpvalues = slices.Clone(p.DbgUpvalues)
+	for _, child := range p.FunctionPrototypes {
+		trimProto(child)
+	}
 }
 
 // syntaxError turns a parser error into a ScriptError with file and line.

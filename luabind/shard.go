@@ -219,6 +219,17 @@ func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lu
 			return nil, nil, err
 		}
 	}
+	// require stays callable from handlers (a module may be required lazily), and
+	// every closure of this load keeps it through its file's globals: a daemon started
+	// now keeps this load alive for as long as it runs. It needs only the modules not
+	// loaded yet, not every compiled file of the load.
+	lazy := map[string]*lua.FunctionProto{}
+	for f, p := range protos {
+		if _, done := loaded[moduleName(f)]; !done {
+			lazy[f] = p
+		}
+	}
+	protos = lazy
 	return &shardGeneration{fns: col.fns, records: col.records, held: time.Since(locked)}, col, nil
 }
 
