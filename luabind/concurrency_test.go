@@ -447,3 +447,60 @@ end, {id = "d"})
 		t.Errorf("a call after Close: err = %v, want %v", err, errClosed)
 	}
 }
+
+// A module first required inside a handler runs its top level as part of that call:
+// under the call's deadline (an endless loop fails the call instead of holding the
+// Lua state for ever), and its blocking functions release the state like the call's
+// own, so other objects' calls go on meanwhile. A second call requiring the module
+// while the first one's load waits gets a clear error, not a "require loop".
+func TestModuleRequiredInAHandlerRunsAsPartOfTheCall(t *testing.T) {
+	kube := newBlockingKube()
+	rt := loadedRuntime(t, Options{Shards: 1, HandlerTimeout: 300 * time.Millisecond, Kube: kube},
+		"handlers.lua", `local luaop = require("luaop")
+local R = "example.com/v1/widgets"
+luaop.on.update(R, function(ctx) return require("lib.spin") end, {id = "spin"})
+luaop.on.update(R, function(ctx) return require("lib.waits").value end, {id = "waits"})
+luaop.on.update(R, function(ctx) return "fast " .. ctx.name end, {id = "fast"})
+`,
+		"lib/spin.lua", `while true do end`,
+		"lib/waits.lua", `local luaop = require("luaop")
+local cm = luaop.kube.get("v1", "ConfigMap", "ns", "block")
+return { value = "loaded after " .. cm.metadata.name }
+`)
+	t.Run("deadline", func(t *testing.T) {
+		_, _, err := invokeHandler(t, rt, "spin", createCause("u-spin"))
+		if err == nil || !strings.Contains(err.Error(), "lib/spin.lua:1") {
+			t.Fatalf("err = %v; want the call to fail at its deadline in lib/spin.lua:1", err)
+		}
+		// The state is free again: another call runs.
+		if got := mustInvoke(t, rt, "fast", createCause("u-after")).Value; got != "fast w1" {
+			t.Errorf("fast after the spinning module: %#v", got)
+		}
+	})
+	t.Run("blocking releases the state", func(t *testing.T) {
+		waits := invokeAsync(t.Context(), rt, specOf(t, rt, "waits"), widgetBody("u-waits", "a"), nil)
+		select {
+		case <-kube.entered:
+		case <-time.After(promptWait):
+			t.Fatal("the module's luaop.kube.get was never called")
+		}
+		// The module's load waits in luaop.kube.get: the only Lua state is free.
+		r := resultOf(t, "fast while a module loads", invokeAsync(t.Context(), rt, specOf(t, rt, "fast"), widgetBody("u-b", "b"), nil))
+		if r.res.Value != "fast b" {
+			t.Errorf("fast = %#v", r.res.Value)
+		}
+		// A second call requiring the same module meanwhile.
+		second := <-invokeAsync(t.Context(), rt, specOf(t, rt, "waits"), widgetBody("u-c", "c"), nil)
+		if second.err == nil || !strings.Contains(second.err.Error(), "still being loaded by another call") {
+			t.Errorf("second require during the load: err = %v", second.err)
+		}
+		close(kube.release)
+		if got := resultOf(t, "the call loading the module", waits).res.Value; got != "loaded after block" {
+			t.Errorf("waits = %#v", got)
+		}
+		// Loaded once: later calls get the same module at once.
+		if got := mustInvoke(t, rt, "waits", createCause("u-d")).Value; got != "loaded after block" {
+			t.Errorf("waits after the load = %#v", got)
+		}
+	})
+}

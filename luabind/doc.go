@@ -23,7 +23,10 @@
 //
 // What outlives a load: a daemon keeps running the code of the load it started in
 // (reloads do not restart it), so it keeps its own file's closures and globals, and
-// through the file's require the modules not loaded yet, nothing else of that load.
+// through the file's require the modules of that load (those loaded, so that require
+// keeps returning the same value, and those not loaded yet), nothing else of it. A
+// module first required inside a handler runs its top level on the calling thread, as
+// part of that call (its deadline, its memory watch, its blocking functions).
 // Compiled prototypes are trimmed to their size (gopher-lua's compiler leaves about
 // 17 KB of buffers in each). Object memos live in a Go map by uid, not a Lua table
 // (gopher-lua tables never forget a key). TestReloadsLeaveNoOldScriptsBehind,

@@ -345,10 +345,11 @@ end, {id = "sleeper"})
 	var parked atomic.Int64
 	startDaemon := func(uid string) {
 		body := widgetObject(uid)
+		spec := specOf(t, rt, "sleeper")
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_ = rt.RunDaemon(context.Background(), &causes.Call{Handler: specOf(t, rt, "sleeper"), Cause: causes.Cause{Body: body},
+			_ = rt.RunDaemon(context.Background(), &causes.Call{Handler: spec, Cause: causes.Cause{Body: body},
 				Daemon: &causes.DaemonLink{Stopped: stop, Latest: func() map[string]any { return body }, Flush: func(map[string]any) { parked.Add(1) }}})
 		}()
 	}
@@ -361,19 +362,21 @@ end, {id = "sleeper"})
 			time.Sleep(time.Millisecond)
 		}
 	}
+	// Each daemon parks before the next load, so that it runs the load it started in.
+	started := 0
 	generations := func(from, n int) {
 		for i := from; i < from+n; i++ {
 			mustLoad(t, rt, "daemon.lua", daemon, "handlers.lua", handlers(i), "lib/util.lua", util)
 			startDaemon(fmt.Sprintf("uid-%d", i))
+			started++
+			waitParked(int64(started))
 		}
 	}
 	generations(1, 10)
-	waitParked(10)
 	runtime.GC()
 	before := heapObjects()
 	const n = 100
 	generations(11, n)
-	waitParked(10 + n)
 	runtime.GC()
 	after := heapObjects()
 	per := int64(after) - int64(before)

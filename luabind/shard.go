@@ -149,19 +149,27 @@ func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lu
 		byModule[moduleName(f)] = f
 	}
 	loaded := make(map[string]lua.LValue, len(files))
-	loading := map[string]bool{}
-	var run func(file string) (lua.LValue, error)
+	// loading: the modules whose top level is running, and the state running it.
+	loading := map[string]*lua.LState{}
+	var run func(L *lua.LState, file string) (lua.LValue, error)
 	var require *lua.LFunction
 	mc := &memCall{what: "loading the scripts"}
-	run = func(file string) (lua.LValue, error) {
+	// run runs a file's top level on L: the shard's main state while the scripts load,
+	// or, for a module first required inside a handler, the calling thread, so that
+	// the call's deadline and memory watch apply and the module's blocking functions
+	// release the shard as the call's own do.
+	run = func(L *lua.LState, file string) (lua.LValue, error) {
 		mod := moduleName(file)
 		if v, ok := loaded[mod]; ok {
 			return v, nil
 		}
-		if loading[mod] {
+		if by := loading[mod]; by != nil {
+			if s.threadOf(by) != s.threadOf(L) {
+				return nil, fmt.Errorf("%s: module '%s' is still being loaded by another call, whose top level of it waits (luaop.sleep, luaop.kube); require it at the top of a script to load it once, with the scripts", file, mod)
+			}
 			return nil, fmt.Errorf("%s: require loop: module '%s' requires itself", file, mod)
 		}
-		loading[mod] = true
+		loading[mod] = L
 		defer delete(loading, mod)
 		fn := L.NewFunctionFromProto(protos[file])
 		fn.Env = s.iso.NewEnv(L, require)
@@ -191,7 +199,7 @@ func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lu
 			L.RaiseError("module '%s' not found in the scripts folder (looked for %s.lua and %s/init.lua)", name,
 				strings.ReplaceAll(name, ".", "/"), strings.ReplaceAll(name, ".", "/"))
 		}
-		v, err := run(file)
+		v, err := run(L, file)
 		if err != nil {
 			L.RaiseError("%s", err.Error())
 		}
@@ -215,7 +223,7 @@ func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lu
 		if strings.Contains(f, "/") {
 			continue
 		}
-		if _, err := run(f); err != nil {
+		if _, err := run(L, f); err != nil {
 			return nil, nil, err
 		}
 	}

@@ -408,6 +408,7 @@ type sample struct {
 	rss        int64
 	heap       float64 // go_memstats_heap_inuse_bytes: spans holding Go objects
 	stacks     float64 // go_memstats_stack_inuse_bytes: goroutine stacks
+	memOK      bool    // rss, heap and stacks were all read (a failed scrape leaves zeros)
 	goroutines float64
 	queue      float64
 	runs       float64 // luaop_handler_runs_total, all outcomes
@@ -483,7 +484,8 @@ func (s *soak) pollMetrics(ctx context.Context) {
 		} else {
 			at = -time.Nanosecond
 		}
-		s.mon.samples = append(s.mon.samples, sample{at: at, rss: rss, heap: m["go_memstats_heap_inuse_bytes"], stacks: m["go_memstats_stack_inuse_bytes"], goroutines: m["go_goroutines"], queue: m["luaop_queue_depth"], runs: m["luaop_handler_runs_total"]})
+		s.mon.samples = append(s.mon.samples, sample{at: at, rss: rss, heap: m["go_memstats_heap_inuse_bytes"], stacks: m["go_memstats_stack_inuse_bytes"],
+			memOK: err == nil && rss > 0 && m["go_memstats_heap_inuse_bytes"] > 0 && m["go_memstats_stack_inuse_bytes"] > 0, goroutines: m["go_goroutines"], queue: m["luaop_queue_depth"], runs: m["luaop_handler_runs_total"]})
 		s.mon.mu.Unlock()
 		sleep(ctx, 5*time.Second)
 	}
@@ -1196,11 +1198,15 @@ func (t trend) String() string {
 	return "means over the churn's third and fourth quarters: " + strings.Join(parts, ", ")
 }
 
-// memoryTrend: false when the churn has too few samples (under 4 a quarter).
+// memoryTrend: false when the churn has too few complete samples (under 4 a quarter;
+// a sample is complete when RSS and both /metrics readings were read).
 func memoryTrend(samples []sample, end time.Duration) (trend, bool) {
 	t := trend{names: []string{"RSS", "heap in use", "stacks"}, third: make([]float64, 3), fourth: make([]float64, 3)}
 	var n3, n4 int
 	for _, smp := range samples {
+		if !smp.memOK {
+			continue
+		}
 		var into []float64
 		switch {
 		case smp.at >= end/2 && smp.at < end*3/4:
