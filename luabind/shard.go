@@ -165,7 +165,7 @@ func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lu
 		}
 		if by := loading[mod]; by != nil {
 			if s.threadOf(by) != s.threadOf(L) {
-				return nil, fmt.Errorf("%s: module '%s' is still being loaded by another call, whose top level of it waits (luaop.sleep, luaop.kube); require it at the top of a script to load it once, with the scripts", file, mod)
+				return nil, fmt.Errorf("%s: module '%s' is still being loaded by another call, which waits in the module's top level (luaop.sleep, luaop.kube); require it at the top of a script so that it loads once, with the scripts", file, mod)
 			}
 			return nil, fmt.Errorf("%s: require loop: module '%s' requires itself", file, mod)
 		}
