@@ -81,13 +81,38 @@ func newTestProxy(t *testing.T, opts ProxyOptions) (*Proxy, *fakeUpstream, *http
 
 const widgetsPath = "/apis/examples.luaop.dev/v1/namespaces/ns/widgets"
 
-// openWatch starts a watch of widgets through the proxy; cancel ends it.
+// watchAnswer is how a watch opened by watchInBackground ended.
+type watchAnswer struct {
+	status int
+	body   string
+	err    error
+}
+
+// watchInBackground opens a watch through p and reads it to its end in a goroutine.
+func watchInBackground(t *testing.T, p *Proxy, c *http.Client, query string) <-chan watchAnswer {
+	answers := make(chan watchAnswer, 1)
+	go func() {
+		resp, cancel, err := openWatch(t, p, c, query)
+		defer cancel()
+		if err != nil {
+			answers <- watchAnswer{err: err}
+			return
+		}
+		defer func() { _ = resp.Body.Close() }()
+		body, err := io.ReadAll(resp.Body)
+		answers <- watchAnswer{resp.StatusCode, string(body), err}
+	}()
+	return answers
+}
+
+// openWatch starts a watch of widgets through the proxy; cancel ends it. It reports
+// errors instead of failing the test: watchInBackground calls it off the test's
+// goroutine.
 func openWatch(t *testing.T, p *Proxy, c *http.Client, query string) (*http.Response, context.CancelFunc, error) {
-	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.Env.Config.Host+widgetsPath+"?watch=true&"+query, nil)
 	if err != nil {
-		t.Fatal(err)
+		return nil, cancel, err
 	}
 	resp, err := c.Do(req)
 	return resp, cancel, err
@@ -157,22 +182,7 @@ func TestProxyCutHoldAndGone(t *testing.T) {
 	_ = resp.Body.Close()
 
 	// The next watch, from a resourceVersion, is held until AnswerGone.
-	type answer struct {
-		body string
-		err  error
-	}
-	answers := make(chan answer, 1)
-	go func() {
-		resp, cancel, err := openWatch(t, p, c, "resourceVersion=2")
-		defer cancel()
-		if err != nil {
-			answers <- answer{err: err}
-			return
-		}
-		defer func() { _ = resp.Body.Close() }()
-		body, err := io.ReadAll(resp.Body)
-		answers <- answer{string(body), err}
-	}()
+	answers := watchInBackground(t, p, c, "resourceVersion=2")
 	Eventually(t, 10*time.Second, func() (bool, string) {
 		return p.HeldWatches() == 1, "waiting for the proxy to hold the next watch"
 	})
@@ -194,22 +204,7 @@ func TestProxyCutHoldAndGone(t *testing.T) {
 // not an empty 200 the client would take for a watch that ended normally.
 func TestProxyCutBeforeHeadersAborts(t *testing.T) {
 	p, _, c := newTestProxy(t, ProxyOptions{})
-	type answer struct {
-		status int
-		err    error
-	}
-	answers := make(chan answer, 1)
-	go func() {
-		resp, cancel, err := openWatch(t, p, c, "resourceVersion=slow")
-		defer cancel()
-		if err != nil {
-			answers <- answer{err: err}
-			return
-		}
-		defer func() { _ = resp.Body.Close() }()
-		_, err = io.ReadAll(resp.Body)
-		answers <- answer{resp.StatusCode, err}
-	}()
+	answers := watchInBackground(t, p, c, "resourceVersion=slow")
 	Eventually(t, 10*time.Second, func() (bool, string) {
 		return len(p.Requests()) == 1, "waiting for the watch to reach the proxy"
 	})
