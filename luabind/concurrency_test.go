@@ -76,6 +76,16 @@ func (k *blockingKube) Get(ctx context.Context, _, _, _, name string) (map[strin
 	return map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": name}}, nil
 }
 
+// waitEntered waits until a Get of "block" waits (what: who was to call it).
+func (k *blockingKube) waitEntered(t *testing.T, what string) {
+	t.Helper()
+	select {
+	case <-k.entered:
+	case <-time.After(promptWait):
+		t.Fatalf("%s was not called within %s", what, promptWait)
+	}
+}
+
 func widgetBody(uid, name string) map[string]any {
 	return map[string]any{"apiVersion": "example.com/v1", "kind": "Widget",
 		"metadata": map[string]any{"name": name, "namespace": "ns", "uid": uid}}
@@ -180,11 +190,7 @@ luaop.on.update(R, function(ctx)
 end, {id = "fast"})
 `)
 	slow := invokeAsync(t.Context(), rt, specOf(t, rt, "get"), widgetBody("ua", "a"), nil)
-	select {
-	case <-kube.entered:
-	case <-time.After(promptWait):
-		t.Fatal("the handler did not call luaop.kube.get")
-	}
+	kube.waitEntered(t, "the handler's luaop.kube.get")
 	fast := resultOf(t, "the handler of b while a waits on the API", invokeAsync(t.Context(), rt, specOf(t, rt, "fast"), widgetBody("ub", "b"), nil))
 	if fast.res.Value != "fast b other" {
 		t.Errorf("fast handler returned %v", fast.res.Value)
@@ -479,11 +485,7 @@ return { value = "loaded after " .. cm.metadata.name }
 	})
 	t.Run("blocking releases the state", func(t *testing.T) {
 		waits := invokeAsync(t.Context(), rt, specOf(t, rt, "waits"), widgetBody("u-waits", "a"), nil)
-		select {
-		case <-kube.entered:
-		case <-time.After(promptWait):
-			t.Fatal("the module's luaop.kube.get was never called")
-		}
+		kube.waitEntered(t, "the module's luaop.kube.get")
 		// The module's load waits in luaop.kube.get: the only Lua state is free.
 		r := resultOf(t, "fast while a module loads", invokeAsync(t.Context(), rt, specOf(t, rt, "fast"), widgetBody("u-b", "b"), nil))
 		if r.res.Value != "fast b" {
