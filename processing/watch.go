@@ -121,7 +121,9 @@ func (w *watcher) run(ctx context.Context) {
 // The server-side apply bookkeeping is about a third of a small object decoded, and
 // grows with every writer (the operator's own finalizer and status writes add
 // entries); nothing in luaop reads it, and handlers rarely would: a handler that needs
-// it reads the object with luaop.kube.get.
+// it reads the object with luaop.kube.get. The client New makes cuts it from the JSON
+// before decoding (kubeclient/slim); this catches what other clients give
+// (NewWithClients, client-go's fakes).
 func stripManagedFieldsTransform(obj any) (any, error) {
 	if u, ok := obj.(*unstructured.Unstructured); ok {
 		stripManagedFields(u)
