@@ -42,6 +42,9 @@ func startChild(name, stderrPath string, argv ...string) (*child, error) {
 		return nil, err
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
+	// LUAOP_BENCH_CHILD_ENV="K=V K2=V2" reaches the contestants only, not the
+	// benchmark's own clients: e.g. client-go's KUBE_FEATURE_ClientsPreferCBOR=true.
+	cmd.Env = append(os.Environ(), strings.Fields(os.Getenv("LUAOP_BENCH_CHILD_ENV"))...)
 	cmd.Stderr = errf
 	lw := &lineWaiter{}
 	cmd.Stdout = lw

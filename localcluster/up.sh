@@ -5,6 +5,8 @@
 # Progress goes to stderr. Stop it with localcluster/down.sh.
 #
 #   KUBECONFIG=$(localcluster/up.sh)
+#   LUAOP_APISERVER_FLAGS='--feature-gates=CBORServingAndStorage=true' localcluster/up.sh
+#                                     # extra kube-apiserver flags (split on spaces)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -127,7 +129,7 @@ for attempt in 1 2 3; do
     --service-cluster-ip-range 10.0.0.0/24 --authorization-mode RBAC \
     --disable-admission-plugins ServiceAccount \
     --max-requests-inflight 2000 --max-mutating-requests-inflight 1000 \
-    --enable-priority-and-fairness=false
+    --enable-priority-and-fairness=false ${LUAOP_APISERVER_FLAGS:-}
   for _ in $(seq 1 300); do
     ready "$api_port" && break
     kill -0 "$(cat kube-apiserver.pid)" 2>/dev/null || break
