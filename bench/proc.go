@@ -43,7 +43,8 @@ func startChild(name, stderrPath string, argv ...string) (*child, error) {
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	// LUAOP_BENCH_CHILD_ENV="K=V K2=V2" reaches the contestants only, not the
-	// benchmark's own clients: e.g. client-go's KUBE_FEATURE_ClientsPreferCBOR=true.
+	// benchmark's own clients: e.g. "KUBE_FEATURE_ClientsAllowCBOR=true
+	// KUBE_FEATURE_ClientsPreferCBOR=true" (client-go's gates: answers, then requests, in CBOR).
 	cmd.Env = append(os.Environ(), strings.Fields(os.Getenv("LUAOP_BENCH_CHILD_ENV"))...)
 	cmd.Stderr = errf
 	lw := &lineWaiter{}

@@ -116,6 +116,7 @@ for attempt in 1 2 3; do
 done
 log "etcd up on 127.0.0.1:$etcd_port"
 
+read -r -a extra_apiserver_flags <<< "${LUAOP_APISERVER_FLAGS:-}"
 for attempt in 1 2 3; do
   api_port=$(pick_port)
   start kube-apiserver "$BIN/kube-apiserver" \
@@ -129,7 +130,7 @@ for attempt in 1 2 3; do
     --service-cluster-ip-range 10.0.0.0/24 --authorization-mode RBAC \
     --disable-admission-plugins ServiceAccount \
     --max-requests-inflight 2000 --max-mutating-requests-inflight 1000 \
-    --enable-priority-and-fairness=false ${LUAOP_APISERVER_FLAGS:-}
+    --enable-priority-and-fairness=false ${extra_apiserver_flags[@]+"${extra_apiserver_flags[@]}"}
   for _ in $(seq 1 300); do
     ready "$api_port" && break
     kill -0 "$(cat kube-apiserver.pid)" 2>/dev/null || break

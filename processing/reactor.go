@@ -93,8 +93,9 @@ func New(cfg *rest.Config, handlers Handlers, opts Options) (*Reactor, error) {
 	// Server warnings (such as "unknown field status.x" when a schema prunes) go to
 	// the operator's log, not to klog's stderr; pruning is reported on its own.
 	cfg.WarningHandlerWithContext = warningLogger{opts.Logger}
-	// Objects come without metadata.managedFields, cut before decoding (nothing here
-	// reads it, and it is often a third of an object): less CPU and garbage per event.
+	// Objects decoded from JSON come without metadata.managedFields, cut before
+	// decoding (nothing here reads it, and it is often a third of an object): less
+	// CPU and garbage per event.
 	dyn, err := slim.NewDynamicForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating the dynamic client: %w", err)

@@ -1,15 +1,20 @@
 // Package slim builds the operator's dynamic client so that the objects it decodes
-// (list items, watch events, answers to writes) come without metadata.managedFields:
+// from JSON (list items, watch events, answers to writes) come without
+// metadata.managedFields:
 // server-side apply's bookkeeping, which grows with every writer and which the
 // operator never reads. The member is cut from the JSON before decoding, so its
 // maps and lists are never built; stripping it after decoding (as controller-runtime's
 // TransformStripManagedFields does) still pays for building them. On objects written
 // by a few managers, managedFields is a third to a half of the JSON.
 //
-// Only the JSON serializer is wrapped; the cut applies to metadata.managedFields of
-// the decoded object and of each of a list's items, nowhere else (a pod template's
-// metadata inside spec is left as it is). Input that does not scan as the expected
-// JSON is decoded unchanged, so the decoder reports its errors as before.
+// Only the JSON serializer is wrapped (with CBOR negotiated, nothing is cut here; the
+// informer's transform still drops the field). The cut applies to metadata.managedFields
+// of the decoded object and, when a list is decoded (into an UnstructuredList), of each
+// of its items; nowhere else: a pod template's metadata inside spec, or a custom
+// resource's own top-level "items", are left as they are. Input that does not scan as
+// JSON objects is decoded unchanged, so the decoder reports its errors; what is cut is
+// not checked (malformed JSON inside managedFields is dropped, not reported). Keys
+// written with \u escapes are not recognised (the API server does not write them).
 //
 // Nothing here holds state: the wrappers are values around client-go's serializers.
 package slim
@@ -17,6 +22,7 @@ package slim
 import (
 	"bytes"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
@@ -39,18 +45,19 @@ func configFor(cfg *rest.Config) *rest.Config {
 	// As dynamic.NewForConfigAndClient: the dynamic client builds absolute paths.
 	config.GroupVersion = nil
 	config.APIPath = "/if-you-see-this-search-for-the-break"
-	config.NegotiatedSerializer = negotiatedSerializer{config.NegotiatedSerializer}
+	config.NegotiatedSerializer = newNegotiatedSerializer(config.NegotiatedSerializer)
 	return config
 }
 
-// negotiatedSerializer hands out the JSON serializer wrapped by decoder; everything
+// negotiatedSerializer hands out the JSON serializer wrapped (serializer); everything
 // else is the inner one's.
 type negotiatedSerializer struct {
 	inner runtime.NegotiatedSerializer
+	infos []runtime.SerializerInfo // built once: the rest client asks for every request
 }
 
-func (n negotiatedSerializer) SupportedMediaTypes() []runtime.SerializerInfo {
-	infos := append([]runtime.SerializerInfo(nil), n.inner.SupportedMediaTypes()...)
+func newNegotiatedSerializer(inner runtime.NegotiatedSerializer) negotiatedSerializer {
+	infos := append([]runtime.SerializerInfo(nil), inner.SupportedMediaTypes()...)
 	for i := range infos {
 		if infos[i].MediaType == runtime.ContentTypeJSON && infos[i].Serializer != nil {
 			// The stream serializer (the watch events' envelope) is left alone: the
@@ -58,8 +65,10 @@ func (n negotiatedSerializer) SupportedMediaTypes() []runtime.SerializerInfo {
 			infos[i].Serializer = serializer{infos[i].Serializer}
 		}
 	}
-	return infos
+	return negotiatedSerializer{inner: inner, infos: infos}
 }
+
+func (n negotiatedSerializer) SupportedMediaTypes() []runtime.SerializerInfo { return n.infos }
 
 func (n negotiatedSerializer) EncoderForVersion(e runtime.Encoder, gv runtime.GroupVersioner) runtime.Encoder {
 	return n.inner.EncoderForVersion(e, gv)
@@ -74,22 +83,31 @@ type serializer struct {
 	runtime.Serializer
 }
 
+// Decode cuts what client-go would decode: an object (into an Unstructured, or
+// nothing: a watch event's object), or a list's items (into an UnstructuredList,
+// which is the only target client-go reads "items" of).
 func (s serializer) Decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
-	return s.Serializer.Decode(WithoutManagedFields(data), defaults, into)
+	_, list := into.(*unstructured.UnstructuredList)
+	return s.Serializer.Decode(WithoutManagedFields(data, list), defaults, into)
 }
 
-var managedFieldsKey = []byte(`"managedFields"`)
+const managedFieldsKey = `"managedFields"`
 
 // WithoutManagedFields returns data without the metadata.managedFields member of the
-// JSON object it holds, nor that of each element of its "items" array (a list).
-// data itself is returned when there is nothing to cut or it does not scan as a JSON
-// object; otherwise a new slice (data is not modified: its buffer may be reused).
-func WithoutManagedFields(data []byte) []byte {
-	if !bytes.Contains(data, managedFieldsKey) {
+// JSON object it holds and, if list, without that of each element of its "items"
+// array. data itself is returned when there is nothing to cut or it does not scan as
+// a JSON object; otherwise a new slice (data is not modified: its buffer may be
+// reused).
+func WithoutManagedFields(data []byte, list bool) []byte {
+	if !bytes.Contains(data, []byte(managedFieldsKey)) {
 		return data
 	}
 	s := scanner{data: data}
-	if !s.object(s.space(0), 0) {
+	level := levelObject
+	if list {
+		level = levelList
+	}
+	if !s.object(s.space(0), level) {
 		return data
 	}
 	if len(s.cuts) == 0 {
@@ -118,8 +136,8 @@ type scanner struct {
 }
 
 const (
-	levelObject   = iota // the decoded object: its metadata and items are looked into
-	levelItem            // an element of items: its metadata is looked into
+	levelObject   = iota // the decoded object: its metadata is looked into
+	levelList            // a decoded list: its metadata and items are looked into
 	levelMetadata        // a metadata object: its managedFields member is cut
 )
 
@@ -149,11 +167,9 @@ func (s *scanner) object(i, level int) bool {
 		i = s.space(i + 1)
 		var ok bool
 		switch {
-		case level == levelObject && string(key) == "metadata" && i < len(d) && d[i] == '{':
+		case level != levelMetadata && string(key) == "metadata" && i < len(d) && d[i] == '{':
 			ok = s.object(i, levelMetadata)
-		case level == levelItem && string(key) == "metadata" && i < len(d) && d[i] == '{':
-			ok = s.object(i, levelMetadata)
-		case level == levelObject && string(key) == "items" && i < len(d) && d[i] == '[':
+		case level == levelList && string(key) == "items" && i < len(d) && d[i] == '[':
 			ok = s.items(i)
 		default:
 			ok = s.value(i)
@@ -202,7 +218,7 @@ func (s *scanner) items(i int) bool {
 	for {
 		var ok bool
 		if i < len(d) && d[i] == '{' {
-			ok = s.object(i, levelItem)
+			ok = s.object(i, levelObject)
 		} else {
 			ok = s.value(i)
 		}

@@ -1,40 +1,46 @@
 package slim
 
 import (
+	"bytes"
 	"encoding/json"
-	"k8s.io/client-go/rest"
 	"reflect"
 	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
 )
 
 func TestWithoutManagedFields(t *testing.T) {
 	const mf = `[{"manager":"kubectl","operation":"Update","fieldsV1":{"f:spec":{"f:n":{}}}}]`
-	for _, tc := range []struct{ name, in, want string }{
-		{"no managedFields", `{"metadata":{"name":"a"}}`, `{"metadata":{"name":"a"}}`},
-		{"the only member", `{"metadata":{"managedFields":` + mf + `}}`, `{"metadata":{}}`},
-		{"the first member", `{"metadata":{"managedFields":` + mf + `,"name":"a"}}`, `{"metadata":{"name":"a"}}`},
-		{"a middle member", `{"metadata":{"name":"a","managedFields":` + mf + `,"uid":"u"}}`, `{"metadata":{"name":"a","uid":"u"}}`},
-		{"the last member", `{"metadata":{"name":"a","managedFields":` + mf + `},"spec":{}}`, `{"metadata":{"name":"a"},"spec":{}}`},
-		{"with whitespace", "{ \"metadata\" : {\n  \"name\": \"a\",\n  \"managedFields\" : " + mf + " ,\n  \"uid\": \"u\" } }", "{ \"metadata\" : {\n  \"name\": \"a\" ,\n  \"uid\": \"u\" } }"},
-		{"first, with whitespace", "{\"metadata\": { \"managedFields\": [] ,\n \"name\": \"a\"}}", "{\"metadata\": { \"name\": \"a\"}}"},
-		{"a duplicate key", `{"metadata":{"name":"a","managedFields":[],"managedFields":[1]}}`, `{"metadata":{"name":"a"}}`},
+	for _, tc := range []struct {
+		name, in, want string
+		list           bool
+	}{
+		{"no managedFields", `{"metadata":{"name":"a"}}`, `{"metadata":{"name":"a"}}`, false},
+		{"the only member", `{"metadata":{"managedFields":` + mf + `}}`, `{"metadata":{}}`, false},
+		{"the first member", `{"metadata":{"managedFields":` + mf + `,"name":"a"}}`, `{"metadata":{"name":"a"}}`, false},
+		{"a middle member", `{"metadata":{"name":"a","managedFields":` + mf + `,"uid":"u"}}`, `{"metadata":{"name":"a","uid":"u"}}`, false},
+		{"the last member", `{"metadata":{"name":"a","managedFields":` + mf + `},"spec":{}}`, `{"metadata":{"name":"a"},"spec":{}}`, false},
+		{"with whitespace", "{ \"metadata\" : {\n  \"name\": \"a\",\n  \"managedFields\" : " + mf + " ,\n  \"uid\": \"u\" } }", "{ \"metadata\" : {\n  \"name\": \"a\" ,\n  \"uid\": \"u\" } }", false},
+		{"first, with whitespace", "{\"metadata\": { \"managedFields\": [] ,\n \"name\": \"a\"}}", "{\"metadata\": { \"name\": \"a\"}}", false},
+		{"a duplicate key", `{"metadata":{"name":"a","managedFields":[],"managedFields":[1]}}`, `{"metadata":{"name":"a"}}`, false},
 		{"list items", `{"kind":"List","items":[{"metadata":{"name":"a","managedFields":` + mf + `}},{"metadata":{"managedFields":[],"name":"b"}},{"spec":1}],"metadata":{"resourceVersion":"5"}}`,
-			`{"kind":"List","items":[{"metadata":{"name":"a"}},{"metadata":{"name":"b"}},{"spec":1}],"metadata":{"resourceVersion":"5"}}`},
-		{"a template's metadata is the user's", `{"spec":{"template":{"metadata":{"managedFields":[1]}}},"metadata":{"managedFields":[]}}`, `{"spec":{"template":{"metadata":{"managedFields":[1]}}},"metadata":{}}`},
-		{"an item's items are not a list", `{"items":[{"items":[{"metadata":{"managedFields":[1]}}]}]}`, `{"items":[{"items":[{"metadata":{"managedFields":[1]}}]}]}`},
-		{"the word in strings", `{"metadata":{"name":"managedFields","annotations":{"x":"\"managedFields\":[}{"}},"data":{"managedFields":"1"}}`, `{"metadata":{"name":"managedFields","annotations":{"x":"\"managedFields\":[}{"}},"data":{"managedFields":"1"}}`},
-		{"escaped quotes and brackets in the cut value", `{"metadata":{"managedFields":[{"m":"a\"]}\\"}],"name":"a"}}`, `{"metadata":{"name":"a"}}`},
-		{"truncated: unchanged", `{"metadata":{"name":"a","managedFields":[{"m":"x"}`, `{"metadata":{"name":"a","managedFields":[{"m":"x"}`},
-		{"not an object: unchanged", `["managedFields"]`, `["managedFields"]`},
-		{"an unterminated string: unchanged", `{"metadata":{"managedFields":["x]}}`, `{"metadata":{"managedFields":["x]}}`},
+			`{"kind":"List","items":[{"metadata":{"name":"a"}},{"metadata":{"name":"b"}},{"spec":1}],"metadata":{"resourceVersion":"5"}}`, true},
+		{"an object's own items are its data", `{"kind":"Backup","items":[{"metadata":{"managedFields":[1]}}],"metadata":{"managedFields":[]}}`,
+			`{"kind":"Backup","items":[{"metadata":{"managedFields":[1]}}],"metadata":{}}`, false},
+		{"a template's metadata is the user's", `{"spec":{"template":{"metadata":{"managedFields":[1]}}},"metadata":{"managedFields":[]}}`, `{"spec":{"template":{"metadata":{"managedFields":[1]}}},"metadata":{}}`, false},
+		{"an item's items are its data", `{"items":[{"items":[{"metadata":{"managedFields":[1]}}]}]}`, `{"items":[{"items":[{"metadata":{"managedFields":[1]}}]}]}`, true},
+		{"the word in strings", `{"metadata":{"name":"managedFields","annotations":{"x":"\"managedFields\":[}{"}},"data":{"managedFields":"1"}}`, `{"metadata":{"name":"managedFields","annotations":{"x":"\"managedFields\":[}{"}},"data":{"managedFields":"1"}}`, false},
+		{"escaped quotes and brackets in the cut value", `{"metadata":{"managedFields":[{"m":"a\"]}\\"}],"name":"a"}}`, `{"metadata":{"name":"a"}}`, false},
+		{"truncated: unchanged", `{"metadata":{"name":"a","managedFields":[{"m":"x"}`, `{"metadata":{"name":"a","managedFields":[{"m":"x"}`, false},
+		{"not an object: unchanged", `["managedFields"]`, `["managedFields"]`, false},
+		{"an unterminated string: unchanged", `{"metadata":{"managedFields":["x]}}`, `{"metadata":{"managedFields":["x]}}`, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := []byte(tc.in)
-			got := string(WithoutManagedFields(in))
+			got := string(WithoutManagedFields(in, tc.list))
 			if got != tc.want {
 				t.Errorf("WithoutManagedFields(%s)\n got %s\nwant %s", tc.in, got, tc.want)
 			}
@@ -46,8 +52,8 @@ func TestWithoutManagedFields(t *testing.T) {
 }
 
 // decodedWithout is what the cut must give: the input decoded, with managedFields
-// deleted afterwards from metadata and from each item's metadata.
-func decodedWithout(data []byte) (any, bool) {
+// deleted afterwards from metadata and, for a list, from each item's metadata.
+func decodedWithout(data []byte, list bool) (any, bool) {
 	var v any
 	if err := json.Unmarshal(data, &v); err != nil {
 		return nil, false
@@ -62,7 +68,7 @@ func decodedWithout(data []byte) (any, bool) {
 		}
 	}
 	strip(obj)
-	if items, ok := obj["items"].([]any); ok {
+	if items, ok := obj["items"].([]any); ok && list {
 		for _, it := range items {
 			if o, ok := it.(map[string]any); ok {
 				strip(o)
@@ -72,9 +78,9 @@ func decodedWithout(data []byte) (any, bool) {
 	return obj, true
 }
 
-// FuzzWithoutManagedFields: on valid JSON the cut gives valid JSON that decodes to
-// what decoding and then deleting gives; on anything else it changes nothing that
-// the decoder would have accepted.
+// FuzzWithoutManagedFields: the input is never modified, and on valid JSON the cut
+// gives valid JSON that decodes to what decoding and then deleting gives, as an
+// object and as a list. (Invalid input is not checked: what is cut is not validated.)
 func FuzzWithoutManagedFields(f *testing.F) {
 	for _, seed := range []string{
 		`{"metadata":{"managedFields":[{"a":1}],"name":"x"}}`,
@@ -85,15 +91,21 @@ func FuzzWithoutManagedFields(f *testing.F) {
 		`{"metadata":{"managedFields":1,"managedFields":2,"x":3,"managedFields":4}}`,
 		`{"spec":{"metadata":{"managedFields":[]}}}`,
 	} {
-		f.Add([]byte(seed))
+		f.Add([]byte(seed), false)
+		f.Add([]byte(seed), true)
 	}
-	f.Fuzz(func(t *testing.T, data []byte) {
+	f.Fuzz(func(t *testing.T, data []byte, list bool) {
 		orig := append([]byte(nil), data...)
-		out := WithoutManagedFields(data)
+		out := WithoutManagedFields(data, list)
 		if string(data) != string(orig) {
 			t.Fatalf("the input was modified")
 		}
-		want, valid := decodedWithout(data)
+		// Keys spelled with \u escapes are not recognised (documented): the
+		// oracle, which unescapes them, would cut where the scanner does not.
+		if bytes.Contains(data, []byte(`\u`)) {
+			return
+		}
+		want, valid := decodedWithout(data, list)
 		if !valid {
 			return
 		}
@@ -135,17 +147,26 @@ func TestDecodedObjectsLeaveOutManagedFields(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	items := list.(*unstructured.UnstructuredList).Items
-	if len(items) != 2 {
-		t.Fatalf("%d items, want 2", len(items))
+	listItems := list.(*unstructured.UnstructuredList).Items
+	if len(listItems) != 2 {
+		t.Fatalf("%d items, want 2", len(listItems))
 	}
-	for _, it := range items {
+	for _, it := range listItems {
 		if it.GetManagedFields() != nil || it.GetName() != "web" {
 			t.Errorf("item: managedFields %v, name %q", it.GetManagedFields(), it.GetName())
 		}
 	}
 	if !strings.Contains(deploymentJSON, `"managedFields"`) {
 		t.Fatal("the test object has no managedFields")
+	}
+	// A custom resource's own top-level items are its data, not a list's items.
+	backup, _, err := ser.Decode([]byte(`{"apiVersion":"x.dev/v1","kind":"Backup","metadata":{"name":"b","managedFields":[]},"items":[{"metadata":{"managedFields":[{"manager":"m"}]}}]}`), nil, &unstructured.Unstructured{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	items, _, _ := unstructured.NestedSlice(backup.(*unstructured.Unstructured).Object, "items")
+	if len(items) != 1 || items[0].(map[string]any)["metadata"].(map[string]any)["managedFields"] == nil {
+		t.Errorf("a Backup's items lost their content: %v", items)
 	}
 }
 
