@@ -170,17 +170,21 @@ func TestDecodedObjectsLeaveOutManagedFields(t *testing.T) {
 	}
 }
 
-func BenchmarkDecodeDeployment(b *testing.B) {
+// BenchmarkDecode: a Deployment (3 managers, as above) and make bench's small
+// custom resource after luaop handled it (3 managers too, 1.4 KB with them).
+func BenchmarkDecode(b *testing.B) {
 	slim := jsonSerializer(b)
 	for _, tc := range []struct {
-		name string
-		ser  runtime.Serializer
+		name, data string
+		ser        runtime.Serializer
 	}{
-		{"client-go", slim.(serializer).Serializer},
-		{"slim", slim},
+		{"Deployment/client-go", deploymentJSON, slim.(serializer).Serializer},
+		{"Deployment/slim", deploymentJSON, slim},
+		{"BenchObject/client-go", benchObjectJSON, slim.(serializer).Serializer},
+		{"BenchObject/slim", benchObjectJSON, slim},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			data := []byte(deploymentJSON)
+			data := []byte(tc.data)
 			b.ReportAllocs()
 			b.SetBytes(int64(len(data)))
 			for b.Loop() {
@@ -210,3 +214,5 @@ func jsonSerializer(tb testing.TB) runtime.Serializer {
 // deploymentJSON is a Deployment as the API server sends it: applied with kubectl,
 // scaled, its status written by kube-controller-manager.
 const deploymentJSON = `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"annotations":{"deployment.kubernetes.io/revision":"1","kubectl.kubernetes.io/last-applied-configuration":"{\"apiVersion\":\"apps/v1\",\"kind\":\"Deployment\",\"metadata\":{\"annotations\":{},\"labels\":{\"app\":\"web\"},\"name\":\"web\",\"namespace\":\"default\"},\"spec\":{\"replicas\":3,\"selector\":{\"matchLabels\":{\"app\":\"web\"}},\"template\":{\"metadata\":{\"labels\":{\"app\":\"web\"}},\"spec\":{\"containers\":[{\"image\":\"nginx:1.27\",\"name\":\"nginx\",\"ports\":[{\"containerPort\":80}]}]}}}}\n"},"creationTimestamp":"2026-11-30T10:00:00Z","generation":2,"labels":{"app":"web"},"managedFields":[{"apiVersion":"apps/v1","fieldsType":"FieldsV1","fieldsV1":{"f:metadata":{"f:annotations":{".":{},"f:kubectl.kubernetes.io/last-applied-configuration":{}},"f:labels":{".":{},"f:app":{}}},"f:spec":{"f:progressDeadlineSeconds":{},"f:revisionHistoryLimit":{},"f:selector":{},"f:strategy":{"f:rollingUpdate":{".":{},"f:maxSurge":{},"f:maxUnavailable":{}},"f:type":{}},"f:template":{"f:metadata":{"f:labels":{".":{},"f:app":{}}},"f:spec":{"f:containers":{"k:{\"name\":\"nginx\"}":{".":{},"f:image":{},"f:imagePullPolicy":{},"f:name":{},"f:ports":{".":{},"k:{\"containerPort\":80,\"protocol\":\"TCP\"}":{".":{},"f:containerPort":{},"f:protocol":{}}},"f:resources":{},"f:terminationMessagePath":{},"f:terminationMessagePolicy":{}}},"f:dnsPolicy":{},"f:restartPolicy":{},"f:schedulerName":{},"f:securityContext":{},"f:terminationGracePeriodSeconds":{}}}}},"manager":"kubectl-client-side-apply","operation":"Update","time":"2026-11-30T10:00:00Z"},{"apiVersion":"apps/v1","fieldsType":"FieldsV1","fieldsV1":{"f:spec":{"f:replicas":{}}},"manager":"kubectl","operation":"Update","subresource":"scale","time":"2026-11-30T10:05:00Z"},{"apiVersion":"apps/v1","fieldsType":"FieldsV1","fieldsV1":{"f:metadata":{"f:annotations":{"f:deployment.kubernetes.io/revision":{}}},"f:status":{"f:availableReplicas":{},"f:conditions":{".":{},"k:{\"type\":\"Available\"}":{".":{},"f:lastTransitionTime":{},"f:lastUpdateTime":{},"f:message":{},"f:reason":{},"f:status":{},"f:type":{}},"k:{\"type\":\"Progressing\"}":{".":{},"f:lastTransitionTime":{},"f:lastUpdateTime":{},"f:message":{},"f:reason":{},"f:status":{},"f:type":{}}},"f:observedGeneration":{},"f:readyReplicas":{},"f:replicas":{},"f:updatedReplicas":{}}},"manager":"kube-controller-manager","operation":"Update","subresource":"status","time":"2026-11-30T10:05:10Z"}],"name":"web","namespace":"default","resourceVersion":"4711","uid":"6f1c1f5e-3a0a-4c5e-9a51-0d1f2b7d9e11"},"spec":{"progressDeadlineSeconds":600,"replicas":3,"revisionHistoryLimit":10,"selector":{"matchLabels":{"app":"web"}},"strategy":{"rollingUpdate":{"maxSurge":"25%","maxUnavailable":"25%"},"type":"RollingUpdate"},"template":{"metadata":{"labels":{"app":"web"}},"spec":{"containers":[{"image":"nginx:1.27","imagePullPolicy":"IfNotPresent","name":"nginx","ports":[{"containerPort":80,"protocol":"TCP"}],"resources":{},"terminationMessagePath":"/dev/termination-log","terminationMessagePolicy":"File"}],"dnsPolicy":"ClusterFirst","restartPolicy":"Always","schedulerName":"default-scheduler","securityContext":{},"terminationGracePeriodSeconds":30}}},"status":{"availableReplicas":3,"conditions":[{"lastTransitionTime":"2026-11-30T10:00:05Z","lastUpdateTime":"2026-11-30T10:00:05Z","message":"Deployment has minimum availability.","reason":"MinimumReplicasAvailable","status":"True","type":"Available"},{"lastTransitionTime":"2026-11-30T10:00:00Z","lastUpdateTime":"2026-11-30T10:00:05Z","message":"ReplicaSet \"web-7d4b9c8f6d\" has successfully progressed.","reason":"NewReplicaSetAvailable","status":"True","type":"Progressing"}],"observedGeneration":2,"readyReplicas":3,"replicas":3,"updatedReplicas":3}}`
+
+const benchObjectJSON = `{"apiVersion":"bench.luaop.dev/v1","kind":"BenchObject","metadata":{"creationTimestamp":"2026-12-01T00:27:42Z","generation":2,"managedFields":[{"apiVersion":"bench.luaop.dev/v1","fieldsType":"FieldsV1","fieldsV1":{"f:spec":{".":{},"f:n":{}}},"manager":"bench","operation":"Update","time":"2026-12-01T00:27:42Z"},{"apiVersion":"bench.luaop.dev/v1","fieldsType":"FieldsV1","fieldsV1":{"f:spec":{"f:n":{}}},"manager":"bench","operation":"Update","time":"2026-12-01T00:27:44Z"},{"apiVersion":"bench.luaop.dev/v1","fieldsType":"FieldsV1","fieldsV1":{"f:status":{".":{},"f:handled":{},"f:luaop_dev":{".":{},"f:last-handled-configuration":{}},"f:updated":{}}},"manager":"luaop","operation":"Update","subresource":"status","time":"2026-12-01T00:27:44Z"}],"name":"o1","namespace":"bench-luaop-1000-1","resourceVersion":"54512","uid":"0de65ee3-a80f-44e1-a3f6-a56b148dc9ca"},"spec":{"n":1},"status":{"handled":true,"luaop_dev":{"last-handled-configuration":"{\"spec\":{\"n\":1}}"},"updated":1}}`
