@@ -33,11 +33,14 @@ func (r *Runtime) RunDaemon(ctx context.Context, call *causes.Call) error {
 		return &causes.PermanentError{Message: fmt.Sprintf("daemon %s is no longer registered", call.Handler.ID)}
 	}
 	cs := &callState{call: *call, fns: fns, logger: call.Logger, daemon: true, ctx: ctx}
+	// From here on only cs.call is used: the caller's Call is then garbage while the
+	// daemon runs (a sleeping daemon would otherwise keep both, 0.6 KB each).
+	call = nil
 	_, err := sh.run(cs, fns.fn)
 	patch := sh.takeDaemonPatch(sh.L, cs)
 	sh.unlock()
-	if patch != nil && call.Daemon != nil {
-		call.Daemon.Flush(patch)
+	if patch != nil && cs.call.Daemon != nil {
+		cs.call.Daemon.Flush(patch)
 	}
 	if err != nil && ctx.Err() != nil {
 		return ctx.Err()

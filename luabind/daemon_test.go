@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/luaop/luaop/processing/causes"
 )
@@ -103,5 +105,76 @@ func TestDaemonStopWakesSleep(t *testing.T) {
 		}
 	case <-time.After(time.Minute): // the sleep was for an hour: only the stop ends it sooner
 		t.Fatal("the sleeping daemon did not wake on stop")
+	}
+}
+
+// A sleeping daemon keeps no handler deadline (the sleep waits under the daemon's
+// context; the next stretch gets a new one) and not the Call it was started with
+// (its call state has a copy). Both would otherwise live as long as the daemon sleeps.
+func TestSleepingDaemonKeepsNoDeadlineNorCall(t *testing.T) {
+	rt := New(Options{Shards: 1, HandlerTimeout: time.Hour})
+	defer rt.Close()
+	if _, err := rt.Load(t.Context(), []Script{{Name: "d.lua", Source: []byte(`
+		local luaop = require("luaop")
+		luaop.daemon("example.com/v1/things", function(ctx)
+			ctx.patch.status.phase = "sleeping"
+			while luaop.sleep(3600) do end
+		end, { id = "sleeper" })
+	`)}}); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	body := map[string]any{"metadata": map[string]any{"uid": "u1"}}
+	sleeping := make(chan struct{}, 1)
+	done := make(chan error, 1)
+	var callGone weak.Pointer[causes.Call]
+	start := func() {
+		call := &causes.Call{Handler: rt.Specs()[0], Cause: causes.Cause{Body: body},
+			Logger: slog.Default(), Daemon: &causes.DaemonLink{Stopped: stop, Latest: func() map[string]any { return body },
+				Flush: func(map[string]any) {
+					select {
+					case sleeping <- struct{}{}:
+					default:
+					}
+				}}}
+		callGone = weak.Make(call)
+		go func() { done <- rt.RunDaemon(t.Context(), call) }()
+	}
+	start()
+	<-sleeping
+	// The flush comes before the sleep parks: wait until the shard is free (the
+	// sleeping daemon released it).
+	sh := rt.shards[0]
+	var deadline, hasCancel bool
+	for i := 0; ; i++ {
+		if err := sh.lock(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		parked := false
+		for _, th := range sh.threads {
+			if th.cs != nil && th.cs.daemon {
+				_, deadline = th.L.Context().Deadline()
+				hasCancel = th.cancel != nil
+				parked = true
+			}
+		}
+		sh.unlock()
+		if parked || i > 1000 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if deadline || hasCancel {
+		t.Errorf("the sleeping daemon's thread keeps a handler deadline (deadline %v, cancel kept %v)", deadline, hasCancel)
+	}
+	for range 3 {
+		runtime.GC()
+	}
+	if callGone.Value() != nil {
+		t.Error("the Call the daemon was started with is kept while it sleeps")
+	}
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatalf("daemon: %v", err)
 	}
 }

@@ -206,6 +206,7 @@ func (s *shard) installKube(mod *lua.LTable) {
 			if link := cs.call.Daemon; link != nil {
 				flush, stopped = link.Flush, link.Stopped
 			}
+			s.endStretch(L, cs)
 		}
 		slept := false
 		s.blocking(L, func(ctx context.Context) {

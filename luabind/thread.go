@@ -138,6 +138,21 @@ func (s *shard) setDeadline(t *callThread, parent context.Context) context.Conte
 	return cctx
 }
 
+// endStretch ends a daemon's handler deadline as it goes to sleep: the sleep waits
+// under the daemon's own context, and blocking starts a new deadline when it wakes.
+// Kept, the ended stretch's context and timer would live through the whole sleep
+// (half a kilobyte per sleeping daemon, and a timer firing for nothing when the sleep
+// is longer than the deadline). Shard lock held.
+func (s *shard) endStretch(L *lua.LState, cs *callState) {
+	t := s.threadOf(L)
+	if t == nil || t.cancel == nil {
+		return
+	}
+	t.cancel()
+	t.cancel = nil
+	t.L.SetContext(cs.ctx)
+}
+
 // threadOf finds the call thread L runs on: L itself, or, for a coroutine the
 // script created and resumed, the call thread that resumed it.
 func (s *shard) threadOf(L *lua.LState) *callThread {
