@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -127,54 +128,104 @@ func TestSleepingDaemonKeepsNoDeadlineNorCall(t *testing.T) {
 	body := map[string]any{"metadata": map[string]any{"uid": "u1"}}
 	sleeping := make(chan struct{}, 1)
 	done := make(chan error, 1)
-	var callGone weak.Pointer[causes.Call]
-	start := func() {
+	var startedWith weak.Pointer[causes.Call] // non-nil while the Call is alive
+	func() {
 		call := &causes.Call{Handler: rt.Specs()[0], Cause: causes.Cause{Body: body},
 			Logger: slog.Default(), Daemon: &causes.DaemonLink{Stopped: stop, Latest: func() map[string]any { return body },
-				Flush: func(map[string]any) {
-					select {
-					case sleeping <- struct{}{}:
-					default:
-					}
-				}}}
-		callGone = weak.Make(call)
+				Flush: func(map[string]any) { sleeping <- struct{}{} }}}
+		startedWith = weak.Make(call)
 		go func() { done <- rt.RunDaemon(t.Context(), call) }()
+	}()
+	// The flush comes from inside the sleep, with the shard released.
+	select {
+	case <-sleeping:
+	case err := <-done:
+		t.Fatalf("the daemon returned before sleeping: %v", err)
+	case <-time.After(promptWait):
+		t.Fatal("the daemon never reached luaop.sleep")
 	}
-	start()
-	<-sleeping
-	// The flush comes before the sleep parks: wait until the shard is free (the
-	// sleeping daemon released it).
 	sh := rt.shards[0]
-	var deadline, hasCancel bool
-	for i := 0; ; i++ {
-		if err := sh.lock(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		parked := false
-		for _, th := range sh.threads {
-			if th.cs != nil && th.cs.daemon {
-				_, deadline = th.L.Context().Deadline()
-				hasCancel = th.cancel != nil
-				parked = true
+	if err := sh.lock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	parked := 0
+	for _, th := range sh.threads {
+		if th.cs != nil && th.cs.daemon {
+			parked++
+			if _, has := th.L.Context().Deadline(); has || th.cancel != nil {
+				t.Errorf("the sleeping daemon's thread keeps a handler deadline (deadline %v, cancel kept %v)", has, th.cancel != nil)
 			}
 		}
-		sh.unlock()
-		if parked || i > 1000 {
-			break
-		}
-		time.Sleep(time.Millisecond)
 	}
-	if deadline || hasCancel {
-		t.Errorf("the sleeping daemon's thread keeps a handler deadline (deadline %v, cancel kept %v)", deadline, hasCancel)
+	sh.unlock()
+	if parked != 1 {
+		t.Fatalf("%d daemon threads found, want the sleeping one", parked)
 	}
 	for range 3 {
 		runtime.GC()
 	}
-	if callGone.Value() != nil {
+	if startedWith.Value() != nil {
 		t.Error("the Call the daemon was started with is kept while it sleeps")
 	}
 	close(stop)
-	if err := <-done; err != nil {
-		t.Fatalf("daemon: %v", err)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("daemon: %v", err)
+		}
+	case <-time.After(promptWait):
+		t.Fatal("the stopped daemon did not return")
+	}
+}
+
+// A daemon that went over the memory budget before parking cannot catch the error
+// its sleep raises on waking and go on without a deadline: it fails at once, as any
+// call over the budget does, even with the sleep inside pcall and a loop after it.
+func TestDaemonOverBudgetCannotEscapeThroughPcall(t *testing.T) {
+	rt := New(Options{Shards: 1, HandlerTimeout: time.Hour})
+	// Close waits for the daemon: when it escaped, it spins for ever; the failure is
+	// reported rather than hung on.
+	defer func() {
+		if !t.Failed() {
+			rt.Close()
+		}
+	}()
+	if _, err := rt.Load(t.Context(), []Script{{Name: "d.lua", Source: []byte(`
+		local luaop = require("luaop")
+		luaop.daemon("example.com/v1/things", function(ctx)
+			ctx.patch.status.phase = "sleeping"
+			pcall(luaop.sleep, 0)
+			while true do end
+		end, { id = "escaper" })
+	`)}}); err != nil {
+		t.Fatal(err)
+	}
+	sh := rt.shards[0]
+	body := map[string]any{"metadata": map[string]any{"uid": "u1"}}
+	done := make(chan error, 1)
+	go func() {
+		done <- rt.RunDaemon(t.Context(), &causes.Call{Handler: rt.Specs()[0], Cause: causes.Cause{Body: body},
+			Logger: slog.Default(), Daemon: &causes.DaemonLink{Stopped: make(chan struct{}), Latest: func() map[string]any { return body },
+				Flush: func(map[string]any) {
+					// Parked, the shard released: mark the call over the budget, as
+					// the memory watch does when the whole runtime is over it.
+					if err := sh.lock(context.Background()); err != nil {
+						return
+					}
+					for _, th := range sh.threads {
+						if th.cs != nil && th.cs.daemon {
+							th.cs.mem.hit.Store(true)
+						}
+					}
+					sh.unlock()
+				}}})
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrMemoryBudget) && (err == nil || !strings.Contains(err.Error(), ErrMemoryBudget.Error())) {
+			t.Fatalf("daemon ended with %v, want the memory budget error", err)
+		}
+	case <-time.After(promptWait):
+		t.Fatal("the daemon caught the budget error and ran on without a deadline")
 	}
 }

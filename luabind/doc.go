@@ -50,7 +50,10 @@
 //   - The handler deadline (Options.HandlerTimeout) is the thread's context
 //     (SetContext), so a CPU-bound loop holds its shard at most that long. A daemon's
 //     deadline restarts after each blocking function: it bounds each stretch of Lua
-//     between two waits.
+//     between two waits. luaop.sleep ends a daemon's stretch before it parks
+//     (shard.endStretch): while it sleeps, its thread's context is the daemon's own,
+//     with no deadline or timer; it keeps its thread and call state (which holds a
+//     copy of the Call: the caller's is not referenced).
 //
 // Which functions release the shard: every API function that waits goes through
 // shard.blocking, which converts nothing itself but releases the shard around a Go

@@ -242,7 +242,8 @@ func (s *shard) kube(L *lua.LState) Kube {
 	return s.rt.opts.Kube
 }
 
-// callContext is the context of the Lua call running on L: its handler deadline.
+// callContext is the context of the Lua call running on L: its handler deadline (a
+// sleeping daemon's own context: see endStretch).
 func (s *shard) callContext(L *lua.LState) context.Context {
 	if ctx := L.Context(); ctx != nil {
 		return ctx

@@ -139,7 +139,8 @@ func (s *shard) setDeadline(t *callThread, parent context.Context) context.Conte
 }
 
 // endStretch ends a daemon's handler deadline as it goes to sleep: the sleep waits
-// under the daemon's own context, and blocking starts a new deadline when it wakes.
+// under the daemon's own context, and blocking starts a new deadline when it wakes
+// (before anything there may raise).
 // Kept, the ended stretch's context and timer would live through the whole sleep
 // (half a kilobyte per sleeping daemon, and a timer firing for nothing when the sleep
 // is longer than the deadline). Shard lock held.
@@ -177,7 +178,8 @@ func (s *shard) callOf(L *lua.LState) *callState {
 // that waits (I/O, timers) goes through it. The rules for wait:
 //   - it must not touch L or any Lua value: convert arguments before, push
 //     results after;
-//   - ctx is the call's context (its handler deadline): wait must end with it.
+//   - ctx is the call's context (its handler deadline; a sleeping daemon's own
+//     context, its deadline ended by endStretch): wait must end with it.
 //
 // Not being a yield, this works inside pcall. While scripts load (on the main state,
 // no call), the shard is not released: a load must see no other call.
@@ -197,15 +199,21 @@ func (s *shard) blocking(L *lua.LState, wait func(ctx context.Context)) {
 	defer func() {
 		s.relock()
 		L.G.CurrentThread = current
+		if cs.daemon {
+			// A daemon's deadline bounds the Lua run between two waits. It is set
+			// before the checks below may raise: a raise caught by pcall must not
+			// leave the daemon running without one (its sleep ended the last).
+			s.setDeadline(t, cs.ctx)
+		}
 		if s.closed { // Close ran while this call was parked (processing stops calls before)
 			L.RaiseError("%s", errClosed.Error())
 		}
-		if cs.mem.hit.Load() { // cancelled before it parked: a daemon's new deadline must not hide it
+		if cs.mem.hit.Load() {
+			// Over the budget before it parked: the watch cancelled the context it
+			// had then, which a daemon's new deadline replaced; cancelled too, the
+			// raise cannot be caught (the next instruction fails), as for any call.
+			t.cancel()
 			L.RaiseError("%s", ErrMemoryBudget.Error())
-		}
-		if cs.daemon {
-			// A daemon's deadline bounds the Lua run between two waits.
-			s.setDeadline(t, cs.ctx)
 		}
 		s.rt.mem.enter(&cs.mem, t.cancel)
 	}()
