@@ -310,6 +310,21 @@ func runDaemonAsync(ctx context.Context, rt *Runtime, spec causes.Spec, body map
 	}
 }
 
+// stopAndWaitDaemon closes stop and waits for the sleeping daemon to return, without
+// an error, as a stopped daemon does.
+func stopAndWaitDaemon(t *testing.T, stop chan struct{}, done <-chan error) {
+	t.Helper()
+	close(stop)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("daemon: %v", err)
+		}
+	case <-time.After(promptWait):
+		t.Fatal("the sleeping daemon did not wake on stop")
+	}
+}
+
 // A sleeping daemon (here through pcall, which a yield could not cross) releases its
 // shard, has flushed its patch, and wakes with false when stopped.
 func TestDaemonSleepReleasesShardAndFlushes(t *testing.T) {
@@ -335,15 +350,7 @@ luaop.on.update(R, function(ctx) return "fast " .. ctx.name end, {id = "fast"})
 	if r.res.Value != "fast b" {
 		t.Errorf("fast handler returned %v", r.res.Value)
 	}
-	close(stop)
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("daemon: %v", err)
-		}
-	case <-time.After(promptWait):
-		t.Fatal("the sleeping daemon did not wake on stop")
-	}
+	stopAndWaitDaemon(t, stop, done)
 	got := flushed()
 	want := map[string]any{"status": map[string]any{"woke": map[string]any{"ok": true, "slept": false, "stopped": true}}}
 	if len(got) != 2 || !reflect.DeepEqual(got[1], want) {

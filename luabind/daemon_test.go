@@ -167,15 +167,7 @@ func TestSleepingDaemonKeepsNoDeadlineNorCall(t *testing.T) {
 	if startedWith.Value() != nil {
 		t.Error("the Call the daemon was started with is kept while it sleeps")
 	}
-	close(stop)
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("daemon: %v", err)
-		}
-	case <-time.After(promptWait):
-		t.Fatal("the stopped daemon did not return")
-	}
+	stopAndWaitDaemon(t, stop, done)
 }
 
 // A daemon that went over the memory budget before parking cannot catch the error
