@@ -140,10 +140,10 @@ func (s *shard) setDeadline(t *callThread, parent context.Context) context.Conte
 
 // endStretch ends a daemon's handler deadline as it goes to sleep: the sleep waits
 // under the daemon's own context, and blocking starts a new deadline when it wakes
-// (before anything there may raise).
-// Kept, the ended stretch's context and timer would live through the whole sleep
-// (half a kilobyte per sleeping daemon, and a timer firing for nothing when the sleep
-// is longer than the deadline). Shard lock held.
+// (before anything there may raise). Kept, the ended stretch's context, its timer and
+// its entry among the daemon context's children would live through the whole sleep,
+// and the timer would fire for nothing when the sleep outlasts the deadline. Shard
+// lock held.
 func (s *shard) endStretch(L *lua.LState, cs *callState) {
 	t := s.threadOf(L)
 	if t == nil || t.cancel == nil {
