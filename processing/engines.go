@@ -219,7 +219,6 @@ func (c *cycle) startDaemon(runner DaemonRunner, spec causes.Spec) {
 	if !ok {
 		return // the operator is stopping
 	}
-	cancel := d.cancel
 	if c.mem.daemons == nil {
 		c.mem.daemons = map[string]*daemonRun{}
 	}
@@ -246,7 +245,7 @@ func (c *cycle) startDaemon(runner DaemonRunner, spec causes.Spec) {
 		o.queue.Add(key)
 	}
 	link := &causes.DaemonLink{Stopped: d.stopCh, Latest: latest, Flush: flush}
-	go (&daemonLoop{op: o, runner: runner, d: d, ctx: ctx, cancel: cancel, log: log, link: link}).run()
+	go (&daemonLoop{op: o, runner: runner, d: d, ctx: ctx, log: log, link: link}).run()
 }
 
 // daemonLoop is one daemon's goroutine: it runs the daemon, restarts it after a
@@ -267,8 +266,7 @@ type daemonLoop struct {
 	op     *Reactor
 	runner DaemonRunner
 	d      *daemonRun
-	ctx    context.Context
-	cancel context.CancelFunc
+	ctx    context.Context // d's context: d.cancel ends it
 	log    *slog.Logger
 	link   *causes.DaemonLink
 }
@@ -302,7 +300,7 @@ func (l *daemonLoop) run() {
 //go:noinline
 func (l *daemonLoop) finish() {
 	close(l.d.done)
-	l.cancel()
+	l.d.cancel()
 	l.op.queue.Add(l.d.key)
 }
 
