@@ -35,6 +35,11 @@ type callState struct {
 	// ctx is the caller's context. A daemon's deadline restarts under it after each
 	// blocking function (a daemon runs for as long as it sleeps in between).
 	ctx context.Context
+	// resumable is set for a daemon run as a coroutine (daemon.go): luaop.sleep at
+	// the top level of its Lua yields the coroutine instead of parking a goroutine.
+	resumable bool
+	// sleep is what luaop.sleep asked for when it yielded; taken by the daemon.
+	sleep *daemonSleep
 	// adm is set for admission handlers and their filters (admission.go).
 	adm *admissionState
 	// mem is the call as the memory budget's watchdog sees it.
@@ -425,17 +430,12 @@ func (s *shard) ctxField(L *lua.LState, cs *callState, key string) lua.LValue {
 		}
 		return cs.patchTbl
 	case "stopped":
-		var stopped <-chan struct{} // never closed: only a daemon is ever asked to stop
+		var stopped context.Context // nil: only a daemon is ever asked to stop
 		if call.Daemon != nil {
 			stopped = call.Daemon.Stopped
 		}
 		return L.NewFunction(func(L *lua.LState) int {
-			select {
-			case <-stopped:
-				L.Push(lua.LTrue)
-			default:
-				L.Push(lua.LFalse)
-			}
+			L.Push(lua.LBool(stopped != nil && stopped.Err() != nil))
 			return 1
 		})
 	case "indexes":

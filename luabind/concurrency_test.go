@@ -294,7 +294,7 @@ end, {id = "h"})
 }
 
 // runDaemonAsync runs daemon spec on body under ctx until it returns; flushes go to the returned func.
-func runDaemonAsync(ctx context.Context, rt *Runtime, spec causes.Spec, body map[string]any, stop chan struct{}) (chan error, func() []map[string]any) {
+func runDaemonAsync(ctx context.Context, rt *Runtime, spec causes.Spec, body map[string]any, stop context.Context) (chan error, func() []map[string]any) {
 	var mu sync.Mutex
 	var flushed []map[string]any
 	done := make(chan error, 1)
@@ -312,9 +312,9 @@ func runDaemonAsync(ctx context.Context, rt *Runtime, spec causes.Spec, body map
 
 // stopAndWaitDaemon closes stop and waits for the sleeping daemon to return, without
 // an error, as a stopped daemon does.
-func stopAndWaitDaemon(t *testing.T, stop chan struct{}, done <-chan error) {
+func stopAndWaitDaemon(t *testing.T, stop context.CancelFunc, done <-chan error) {
 	t.Helper()
-	close(stop)
+	stop()
 	select {
 	case err := <-done:
 		if err != nil {
@@ -337,7 +337,7 @@ luaop.daemon(R, function(ctx)
 end, {id = "d"})
 luaop.on.update(R, function(ctx) return "fast " .. ctx.name end, {id = "fast"})
 `)
-	stop := make(chan struct{})
+	stop, closeStop := context.WithCancel(context.Background())
 	done, flushed := runDaemonAsync(t.Context(), rt, specOf(t, rt, "d"), widgetBody("ua", "a"), stop)
 	deadline := time.Now().Add(promptWait)
 	for len(flushed()) == 0 && time.Now().Before(deadline) {
@@ -350,7 +350,7 @@ luaop.on.update(R, function(ctx) return "fast " .. ctx.name end, {id = "fast"})
 	if r.res.Value != "fast b" {
 		t.Errorf("fast handler returned %v", r.res.Value)
 	}
-	stopAndWaitDaemon(t, stop, done)
+	stopAndWaitDaemon(t, closeStop, done)
 	got := flushed()
 	want := map[string]any{"status": map[string]any{"woke": map[string]any{"ok": true, "slept": false, "stopped": true}}}
 	if len(got) != 2 || !reflect.DeepEqual(got[1], want) {
@@ -369,7 +369,7 @@ luaop.daemon(R, function(ctx)
 end, {id = "d"})
 luaop.on.update(R, function(ctx) return "fast " .. ctx.name end, {id = "fast"})
 `)
-	done, flushed := runDaemonAsync(t.Context(), rt, specOf(t, rt, "d"), widgetBody("ua", "a"), make(chan struct{}))
+	done, flushed := runDaemonAsync(t.Context(), rt, specOf(t, rt, "d"), widgetBody("ua", "a"), context.Background())
 	<-kube.entered
 	r := resultOf(t, "a handler of b while the daemon of a waits on the API", invokeAsync(t.Context(), rt, specOf(t, rt, "fast"), widgetBody("ub", "b"), nil))
 	if r.res.Value != "fast b" {
@@ -399,7 +399,7 @@ luaop.daemon("example.com/v1/widgets", function(ctx)
   while true do end
 end, {id = "d"})
 `)
-	done, flushed := runDaemonAsync(t.Context(), rt, specOf(t, rt, "d"), widgetBody("ua", "a"), make(chan struct{}))
+	done, flushed := runDaemonAsync(t.Context(), rt, specOf(t, rt, "d"), widgetBody("ua", "a"), context.Background())
 	select {
 	case err := <-done:
 		if err == nil || !strings.Contains(err.Error(), "deadline") {
@@ -424,7 +424,7 @@ luaop.daemon("example.com/v1/widgets", function(ctx)
   while luaop.sleep(3600) do end
 end, {id = "d"})
 `)
-	stop := make(chan struct{})
+	stop, closeStop := context.WithCancel(context.Background())
 	parked := make(chan struct{}, 1)
 	done := make(chan error, 1)
 	body := widgetBody("ua", "a")
@@ -447,7 +447,7 @@ end, {id = "d"})
 		t.Fatalf("the parked daemon returned before it was woken: %v", err)
 	default:
 	}
-	close(stop)
+	closeStop()
 	select {
 	case err := <-done:
 		if err == nil {

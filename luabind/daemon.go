@@ -3,48 +3,302 @@ package luabind
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	lua "github.com/yuin/gopher-lua"
 
+	"github.com/luaop/luaop/luabind/internal/luaerr"
 	"github.com/luaop/luaop/luabind/internal/luavalue"
 	"github.com/luaop/luaop/processing/causes"
 )
 
-// RunDaemon runs a daemon handler on a call thread of its object's shard, until it
-// returns, fails, or ctx is cancelled. The daemon is an ordinary call: its blocking
-// functions (luaop.sleep, luaop.kube.*, events) release the shard while they wait,
-// so a sleeping daemon holds no Lua state, costs no CPU, and lets every other call of
-// its shard run. Each stretch of Lua between two waits is bounded by the handler
-// deadline (an endless loop without sleep fails the daemon instead of holding the
-// shard).
+// StartDaemon runs a daemon handler as a coroutine on a call thread of its object's
+// shard, until it returns, fails, or ctx is cancelled; then done is called, once,
+// with nil when the daemon returned, from whichever goroutine ended it, with no lock
+// held. StartDaemon itself returns when the daemon first sleeps (or ends).
 //
-// call.Daemon.Stopped closing wakes the sleep early (it returns false) and ctx.stopped()
-// becomes true; what the daemon writes into ctx.patch is handed to call.Daemon.Flush at
-// every sleep and at the end, with no lock held.
-func (r *Runtime) RunDaemon(ctx context.Context, call *causes.Call) error {
+// The daemon is an ordinary call: its blocking functions (luaop.kube.*, events)
+// release the shard while they wait, and each stretch of Lua between two waits is
+// bounded by the handler deadline (an endless loop without sleep fails the daemon
+// instead of holding the shard). luaop.sleep at the top level of the daemon's Lua
+// yields the coroutine: the sleeping daemon then holds no goroutine, no Lua state
+// and no lock, only its coroutine and a timer, and is resumed on a goroutine of the
+// timer's when it wakes (see daemonCall). Inside pcall, an iterator or a metamethod
+// a yield cannot cross the Go frames between, so luaop.sleep blocks there instead,
+// as any blocking function does (the goroutine parks, the shard is released).
+//
+// call.Daemon.Stopped ending wakes the sleep early (it returns false) and
+// ctx.stopped() becomes true; what the daemon writes into ctx.patch is handed to
+// call.Daemon.Flush at every sleep and at the end, with no lock held.
+func (r *Runtime) StartDaemon(ctx context.Context, call *causes.Call, done func(error)) {
 	uid := uidOf(call.Cause.Body)
 	sh := r.shardFor(uid)
 	if err := sh.lock(ctx); err != nil {
-		return err
+		done(err)
+		return
 	}
 	fns := sh.lookup(call.Handler.ID, uid)
 	if fns == nil {
 		sh.unlock()
-		return &causes.PermanentError{Message: fmt.Sprintf("daemon %s is no longer registered", call.Handler.ID)}
+		done(&causes.PermanentError{Message: fmt.Sprintf("daemon %s is no longer registered", call.Handler.ID)})
+		return
 	}
-	cs := &callState{call: *call, fns: fns, logger: call.Logger, daemon: true, ctx: ctx}
-	// From here on only cs.call is used (not call): the caller's Call is then garbage
-	// while the daemon runs; a sleeping daemon would otherwise keep both.
-	_, err := sh.run(cs, fns.fn)
-	patch := sh.takeDaemonPatch(sh.L, cs)
-	sh.unlock()
-	if patch != nil && cs.call.Daemon != nil {
+	// From here on only the call state's copy of call is used: the caller's Call is
+	// then garbage while the daemon runs; a sleeping daemon would otherwise keep both.
+	cs := &callState{call: *call, fns: fns, logger: call.Logger, daemon: true, resumable: true, ctx: ctx}
+	dc := &daemonCall{sh: sh, cs: cs, done: done}
+	dc.begin(fns.fn)
+}
+
+// RunDaemon is StartDaemon waiting for the daemon to end: it returns done's error.
+func (r *Runtime) RunDaemon(ctx context.Context, call *causes.Call) error {
+	ended := make(chan error, 1)
+	r.StartDaemon(ctx, call, func(err error) { ended <- err })
+	return <-ended
+}
+
+// daemonCall is one run of a daemon as a coroutine. Ownership: the goroutine that
+// holds the shard lock and steps the coroutine owns it; while the daemon sleeps
+// nobody does, and the one wake-up that wins (daemonWake) takes it back with the
+// shard lock. So at most one goroutine touches it at a time, each under the shard
+// lock but for park (which reads only fields set before the first step).
+type daemonCall struct {
+	sh   *shard
+	cs   *callState
+	t    *callThread
+	done func(error)
+	// panic is the thread's Panic function before the daemon ran on it: gopher-lua's
+	// Resume replaces it, and a thread goes back to the pool as it came.
+	panic func(*lua.LState)
+}
+
+// daemonSleep is what luaop.sleep hands to the daemon when it yields.
+type daemonSleep struct {
+	d     time.Duration
+	patch map[string]any // ctx.patch so far, flushed before the wait
+}
+
+// begin starts the coroutine. Shard lock held; released by step.
+func (dc *daemonCall) begin(fn *lua.LFunction) {
+	s, cs := dc.sh, dc.cs
+	t := s.getThread()
+	dc.t = t
+	L := t.L
+	cs.table = L.CreateTable(0, 8)
+	L.SetMetatable(cs.table, s.ctxMT)
+	t.cs = cs
+	s.setDeadline(t, cs.ctx)
+	cs.mem.what = cs.call.Handler.ID
+	dc.panic = L.Panic
+	dc.step(s.daemonEntry, s.daemonSetup, fn, cs.table)
+}
+
+// step resumes the coroutine (fn and args start it; a wake-up resumes it with the
+// sleep's result) and deals with where it stopped: a sleep parks it, anything else
+// ends it. Shard lock held; released before step returns.
+func (dc *daemonCall) step(fn *lua.LFunction, args ...lua.LValue) {
+	s, cs, t := dc.sh, dc.cs, dc.t
+	s.rt.mem.enter(&cs.mem, t.cancel)
+	st, rerr := dc.resume(fn, args)
+	s.rt.mem.leave(&cs.mem) // a sleeping call allocates nothing: never the one to cancel
+	if st == lua.ResumeYield && cs.sleep != nil {
+		sleep := cs.sleep
+		cs.sleep = nil
+		s.unlock()
+		dc.park(sleep)
+		return
+	}
+	var err error
+	reuse := false
+	switch {
+	case st == lua.ResumeOK:
+		reuse = true
+	case st == lua.ResumeYield:
+		// Nothing but luaop.sleep yields (scripts have no coroutine library); the
+		// coroutine is stuck half-way, so its thread is dropped.
+		err = fmt.Errorf("%s: internal error: the daemon yielded outside luaop.sleep", cs.call.Handler.ID)
+	case cs.mem.hit.Load():
+		err = s.rt.mem.budgetError(rerr, &cs.mem)
+	case t.L.Context().Err() != nil && cs.ctx.Err() == nil:
+		// The thread's context is the deadline of the last stretch of Lua.
+		err = timeoutError(rerr, s.rt.opts.HandlerTimeout)
+	default:
+		err = luaerr.Translate(rerr)
+	}
+	dc.finish(err, reuse)
+}
+
+// resume runs the coroutine until it yields or ends. A failed coroutine is dead
+// (gopher-lua kills it), and so is one whose Go side panicked outside Lua.
+func (dc *daemonCall) resume(fn *lua.LFunction, args []lua.LValue) (st lua.ResumeState, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			st, err = lua.ResumeError, fmt.Errorf("%s: internal error while running the daemon: %v", dc.cs.call.Handler.ID, r)
+		}
+	}()
+	st, err, _ = dc.sh.L.Resume(dc.t.L, fn, args...)
+	return st, err
+}
+
+// finish ends the run: the thread goes back to the pool (when its coroutine
+// returned), what the daemon wrote since its last sleep is flushed, and done is
+// called. Shard lock held; released here.
+func (dc *daemonCall) finish(err error, reuse bool) {
+	s, cs, t := dc.sh, dc.cs, dc.t
+	t.L.Panic = dc.panic
+	s.putThread(t, reuse)
+	patch := s.takeDaemonPatch(s.L, cs)
+	s.unlock()
+	if patch != nil {
 		cs.call.Daemon.Flush(patch)
 	}
-	if err != nil && ctx.Err() != nil {
-		return ctx.Err()
+	if err != nil && cs.ctx.Err() != nil {
+		err = cs.ctx.Err()
 	}
-	return err
+	dc.done(err)
+}
+
+// park flushes the sleep's patch and arms what wakes the daemon: its timer, its
+// stop, its context. No lock held, no goroutine kept: the timer and the contexts
+// hold the wake-up until one of them fires.
+func (dc *daemonCall) park(sleep *daemonSleep) {
+	link := dc.cs.call.Daemon
+	if sleep.patch != nil {
+		link.Flush(sleep.patch)
+	}
+	w := &daemonWake{dc: dc}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.timer = time.AfterFunc(sleep.d, func() { w.wake(true) })
+	if link != nil && link.Stopped != nil {
+		w.stopStopped = context.AfterFunc(link.Stopped, func() { w.wake(false) })
+	}
+	w.stopCtx = context.AfterFunc(dc.cs.ctx, func() { w.wake(false) })
+}
+
+// daemonWake is one sleep of a daemon: the first of its timer, its stop and its
+// context to fire resumes the daemon (on that callback's goroutine); the others are
+// disarmed. mu covers the arming: a callback may fire before park has set them all.
+type daemonWake struct {
+	dc    *daemonCall
+	fired atomic.Bool
+	mu    sync.Mutex
+	timer *time.Timer
+	// stopStopped and stopCtx unregister the callbacks on the daemon's stop and context.
+	stopStopped, stopCtx func() bool
+}
+
+func (w *daemonWake) wake(slept bool) {
+	if !w.fired.CompareAndSwap(false, true) {
+		return
+	}
+	w.mu.Lock()
+	w.timer.Stop()
+	if w.stopStopped != nil {
+		w.stopStopped()
+	}
+	w.stopCtx()
+	w.mu.Unlock()
+	w.dc.wake(slept)
+}
+
+// wake takes the shard back and resumes the coroutine with the sleep's result
+// (true: it slept its time; false: stopped or cancelled).
+func (dc *daemonCall) wake(slept bool) {
+	s, cs, t := dc.sh, dc.cs, dc.t
+	s.relock() // every holder releases it within a handler deadline
+	if s.closed {
+		// Runtime.Close ran while the daemon slept (processing stops daemons
+		// before): its Lua state is gone, the daemon ends where it slept.
+		s.unlock()
+		dc.done(errClosed)
+		return
+	}
+	// A daemon's deadline bounds the Lua run between two waits.
+	s.setDeadline(t, cs.ctx)
+	if cs.mem.hit.Load() {
+		// Over the memory budget before it slept: the watch cancelled the deadline it
+		// had then. Cancelled again, the next instruction fails and step reports
+		// the budget error; the daemon's Lua cannot catch it.
+		t.cancel()
+	}
+	dc.step(nil, lua.LBool(slept))
+}
+
+// newDaemonEntry compiles the function every daemon coroutine starts with. It runs
+// setup (daemonSetup) inside the started coroutine, then tail-calls the handler, so
+// that the handler runs at the coroutine's top level, where luaop.sleep can yield.
+func (s *shard) newDaemonEntry() {
+	fn, err := s.L.Load(strings.NewReader("local setup, fn, ctx = ...\nsetup()\nreturn fn(ctx)\n"), "=luaop daemon")
+	if err != nil {
+		panic("luabind: the daemon entry does not compile: " + err.Error()) // a constant: cannot happen
+	}
+	s.daemonEntry = fn
+	// gopher-lua's Resume gives a starting coroutine a Panic function that records
+	// no traceback; errors raised without a location (error(table), luaop's own
+	// errors) then could not say where they were raised. setup puts back one that
+	// records it, once the coroutine has started (Resume sets it only then).
+	s.daemonSetup = s.L.NewFunction(func(L *lua.LState) int {
+		L.Panic = panicWithTraceback
+		return 0
+	})
+}
+
+// panicWithTraceback raises the error on top of L's stack with the traceback the
+// error mapping (luaerr.Translate) reads the location from, as gopher-lua's own
+// default Panic does.
+func panicWithTraceback(L *lua.LState) {
+	panic(&lua.ApiError{Type: lua.ApiErrorRun, Object: L.Get(-1), StackTrace: traceback(L)})
+}
+
+// traceback lists the location of every frame of L's call stack, innermost first,
+// in the format of gopher-lua's tracebacks.
+func traceback(L *lua.LState) string {
+	var b strings.Builder
+	b.WriteString("stack traceback:")
+	for level := 0; level < 20; level++ {
+		where := L.Where(level)
+		if where == "" {
+			break
+		}
+		b.WriteString("\n\t")
+		b.WriteString(where)
+		b.WriteString(" in ?")
+	}
+	b.WriteString("\n\t[G]: ?")
+	return b.String()
+}
+
+// canYield tells whether the Go function running on L (luaop.sleep) may yield L's
+// coroutine: only when L runs Lua in the one VM loop its Resume started, with no
+// Go frame between (pcall, xpcall, an iterator or a metamethod called by the VM run
+// their Lua in a loop of their own, which a yield would leave broken). gopher-lua
+// does not say so itself; the Go stack does: exactly one of its VM loops between
+// here and the coroutine's start. Counted on at most 64 frames: a deeper stack
+// blocks instead, which is always safe. Shard lock held.
+func (s *shard) canYield(L *lua.LState) bool {
+	if t := s.threadOf(L); t == nil || t.L != L {
+		return false // a coroutine of the script's own, or no call
+	}
+	var pcs [64]uintptr
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs[:])])
+	loops := 0
+	for {
+		f, more := frames.Next()
+		switch f.Function {
+		case "github.com/yuin/gopher-lua.mainLoop", "github.com/yuin/gopher-lua.mainLoopWithContext":
+			loops++
+		case "github.com/yuin/gopher-lua.threadRun":
+			return loops == 1
+		}
+		if !more {
+			return false
+		}
+	}
 }
 
 // takeDaemonPatch converts what a daemon wrote into ctx.patch since the last flush

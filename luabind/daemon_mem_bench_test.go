@@ -1,6 +1,7 @@
 package luabind
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -47,7 +48,7 @@ func parkedDaemons(b *testing.B, n int) {
 		bodies[i] = map[string]any{"metadata": map[string]any{"uid": fmt.Sprintf("uid-%06d", i), "name": fmt.Sprintf("o%d", i), "namespace": "ns"}}
 	}
 	heap0, stacks0 := memInUse()
-	stop := make(chan struct{})
+	stop, closeStop := context.WithCancel(context.Background())
 	var parked atomic.Int64
 	var wg sync.WaitGroup
 	for i := range n {
@@ -75,7 +76,7 @@ func parkedDaemons(b *testing.B, n int) {
 			w.Close()
 		}
 	}
-	close(stop)
+	closeStop()
 	wg.Wait()
 	heapPer := (float64(heap1) - float64(heap0)) / float64(n)
 	stackPer := (float64(stacks1) - float64(stacks0)) / float64(n)

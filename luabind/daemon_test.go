@@ -47,7 +47,7 @@ func TestDaemonCoroutineCallsAndFlushes(t *testing.T) {
 	body := map[string]any{"metadata": map[string]any{"uid": "u1", "name": "a", "namespace": "ns"}}
 	err = rt.RunDaemon(t.Context(), &causes.Call{
 		Handler: rt.Specs()[0], Cause: causes.Cause{Body: body}, Logger: slog.Default(),
-		Daemon: &causes.DaemonLink{Stopped: make(chan struct{}), Latest: func() map[string]any { return body },
+		Daemon: &causes.DaemonLink{Stopped: context.Background(), Latest: func() map[string]any { return body },
 			Flush: func(p map[string]any) { mu.Lock(); flushed = append(flushed, p); mu.Unlock() }},
 	})
 	if err != nil {
@@ -76,7 +76,7 @@ func TestDaemonStopWakesSleep(t *testing.T) {
 	`)}}); err != nil {
 		t.Fatal(err)
 	}
-	stop := make(chan struct{})
+	stop, closeStop := context.WithCancel(context.Background())
 	body := map[string]any{"metadata": map[string]any{"uid": "u1"}}
 	done := make(chan error, 1)
 	// A sleep flushes the daemon's patch first: the flush says the daemon is in luaop.sleep.
@@ -98,7 +98,7 @@ func TestDaemonStopWakesSleep(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the daemon never reached luaop.sleep")
 	}
-	close(stop)
+	closeStop()
 	select {
 	case err := <-done:
 		if err != nil {
@@ -124,7 +124,7 @@ func TestSleepingDaemonKeepsNoDeadlineNorCall(t *testing.T) {
 	`)}}); err != nil {
 		t.Fatal(err)
 	}
-	stop := make(chan struct{})
+	stop, closeStop := context.WithCancel(context.Background())
 	body := map[string]any{"metadata": map[string]any{"uid": "u1"}}
 	sleeping := make(chan struct{}, 1)
 	done := make(chan error, 1)
@@ -167,7 +167,7 @@ func TestSleepingDaemonKeepsNoDeadlineNorCall(t *testing.T) {
 	if startedWith.Value() != nil {
 		t.Error("the Call the daemon was started with is kept while it sleeps")
 	}
-	stopAndWaitDaemon(t, stop, done)
+	stopAndWaitDaemon(t, closeStop, done)
 }
 
 // A daemon that went over the memory budget before parking cannot catch the error
@@ -197,7 +197,7 @@ func TestDaemonOverBudgetCannotEscapeThroughPcall(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- rt.RunDaemon(t.Context(), &causes.Call{Handler: rt.Specs()[0], Cause: causes.Cause{Body: body},
-			Logger: slog.Default(), Daemon: &causes.DaemonLink{Stopped: make(chan struct{}), Latest: func() map[string]any { return body },
+			Logger: slog.Default(), Daemon: &causes.DaemonLink{Stopped: context.Background(), Latest: func() map[string]any { return body },
 				Flush: func(map[string]any) {
 					// Parked, the shard released: mark the call over the budget, as
 					// the memory watch does when the whole runtime is over it.

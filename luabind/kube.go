@@ -193,7 +193,9 @@ func (s *shard) installKube(mod *lua.LTable) {
 	// sleep(seconds) waits with the shard released, and returns false early when
 	// the call's context ends (deadline, shutdown) or a daemon is asked to stop. In
 	// a daemon it first flushes ctx.patch, and waits under the daemon's context
-	// rather than the handler deadline (which restarts after the sleep).
+	// rather than the handler deadline (which restarts after the sleep). A daemon
+	// sleeping at the top level of its Lua (not inside pcall, an iterator or a
+	// metamethod) yields its coroutine: it then waits without a goroutine (daemon.go).
 	mod.RawSetString("sleep", L.NewFunction(func(L *lua.LState) int {
 		seconds := L.CheckNumber(1)
 		d := time.Duration(float64(seconds) * float64(time.Second))
@@ -204,9 +206,16 @@ func (s *shard) installKube(mod *lua.LTable) {
 		if cs := s.callOf(L); cs != nil && cs.daemon {
 			patch, daemonCtx = s.takeDaemonPatch(L, cs), cs.ctx // patch is nil without a link
 			if link := cs.call.Daemon; link != nil {
-				flush, stopped = link.Flush, link.Stopped
+				flush = link.Flush
+				if link.Stopped != nil {
+					stopped = link.Stopped.Done()
+				}
 			}
 			s.endStretch(L, cs)
+			if cs.resumable && s.canYield(L) {
+				cs.sleep = &daemonSleep{d: d, patch: patch}
+				return L.Yield()
+			}
 		}
 		slept := false
 		s.blocking(L, func(ctx context.Context) {

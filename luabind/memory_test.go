@@ -335,9 +335,9 @@ end, {id = "sleeper"})
 	if got := mustInvoke(t, rt, "lazy", createCause("lazy-uid")).Value; got != int64(42) {
 		t.Fatalf("a module required at call time: %#v, want 42", got)
 	}
-	stop := make(chan struct{})
+	stop, closeStop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	t.Cleanup(func() { close(stop); wg.Wait() })
+	t.Cleanup(func() { closeStop(); wg.Wait() })
 	var parked atomic.Int64
 	startDaemon := func(uid string) {
 		body := widgetObject(uid)

@@ -53,7 +53,9 @@ type shard struct {
 	idle    []*callThread
 
 	ctxMT, patchMT *lua.LTable
-	logger         lua.LValue // ctx.logger: a read-only view, shared by every call
+	// daemonEntry and daemonSetup start every daemon's coroutine (daemon.go).
+	daemonEntry, daemonSetup *lua.LFunction
+	logger                   lua.LValue // ctx.logger: a read-only view, shared by every call
 }
 
 // handlerFns are the Lua values of one handler in one shard.
@@ -108,6 +110,7 @@ func newShard(rt *Runtime, idx int) *shard {
 	s.module = s.newModule()
 	s.ctxMT = s.newCtxMetatable()
 	s.patchMT = s.newPatchMetatable()
+	s.newDaemonEntry()
 	listMT, objectMT := luavalue.Markers(s.L)
 	s.iso = sandbox.NewIsolation(s.L, s.module, listMT, objectMT)
 	s.logger = s.iso.View(s.L, "ctx.logger", s.newLogger())

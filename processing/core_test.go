@@ -143,7 +143,7 @@ func TestNoDeadlockWhenObjectsAreRecreatedWhileTheirDaemonsReadTheirBody(t *test
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
-			case <-call.Daemon.Stopped:
+			case <-call.Daemon.Stopped.Done():
 				return nil
 			case <-time.After(time.Millisecond):
 			}
@@ -199,7 +199,7 @@ func TestObjectRecreatedBeforeItsWorkerRanGoesThroughTheForgetPath(t *testing.T)
 		defer func() { daemonsMu.Lock(); daemonUIDs[uid] = "ended"; daemonsMu.Unlock() }()
 		select {
 		case <-ctx.Done():
-		case <-call.Daemon.Stopped:
+		case <-call.Daemon.Stopped.Done():
 		}
 		return nil
 	})
@@ -315,7 +315,7 @@ func TestDaemonPatchIsAppliedByTheObjectsWorker(t *testing.T) {
 	h := newFakeHandlers()
 	h.addDaemon(causes.Spec{ID: "reporter", Resource: widgets}, func(ctx context.Context, call causes.Call) error {
 		call.Daemon.Flush(map[string]any{"status": map[string]any{"seen": call.Daemon.Latest()["spec"].(map[string]any)["size"]}})
-		<-call.Daemon.Stopped
+		<-call.Daemon.Stopped.Done()
 		return nil
 	})
 	e := startEnv(t, h, Options{})
@@ -452,7 +452,7 @@ func TestAWatchLatePastTheConsistencyTimeoutRunsNothingTwice(t *testing.T) {
 						select {
 						case n := <-poke:
 							call.Daemon.Flush(map[string]any{"status": map[string]any{"pokes": int64(n)}})
-						case <-call.Daemon.Stopped:
+						case <-call.Daemon.Stopped.Done():
 							return nil
 						}
 					}
@@ -575,7 +575,7 @@ func TestRefreshQueuesObjectsOnlyForEngines(t *testing.T) {
 	var started atomic.Int64
 	h.addDaemon(causes.Spec{ID: "watcher", Resource: widgets}, func(ctx context.Context, call causes.Call) error {
 		started.Add(1)
-		<-call.Daemon.Stopped
+		<-call.Daemon.Stopped.Done()
 		return nil
 	})
 	e.op.Refresh()

@@ -16,9 +16,13 @@ import (
 )
 
 // DaemonRunner is implemented by runtimes that can run daemons (luabind.Runtime).
-// RunDaemon blocks until the daemon returns (nil), fails, or ctx is cancelled.
+// StartDaemon runs the daemon until it returns, fails, or ctx is cancelled, and then
+// calls done once (nil when the daemon returned), from any goroutine and with no lock
+// of the runner held. It may return before the daemon ends: a runner that can park a
+// sleeping daemon without a goroutine (luabind yields its coroutine) returns when it
+// first sleeps, so that a sleeping daemon costs no goroutine here either.
 type DaemonRunner interface {
-	RunDaemon(ctx context.Context, call *causes.Call) error
+	StartDaemon(ctx context.Context, call *causes.Call, done func(error))
 }
 
 // defaultCancellationTimeout is how long a stopped daemon may take to exit before
@@ -28,9 +32,12 @@ const defaultCancellationTimeout = 60 * time.Second
 
 // daemonRun is one running daemon of one object.
 type daemonRun struct {
-	spec      causes.Spec
-	key       objectKey
-	stopCh    chan struct{}
+	spec causes.Spec
+	key  objectKey
+	// stopped ends when the daemon is asked to stop (endStop): a context, so that a
+	// sleeping daemon is woken by a callback rather than a waiting goroutine.
+	stopped   context.Context
+	endStop   context.CancelFunc
 	stopOnce  sync.Once
 	cancel    context.CancelFunc
 	done      chan struct{}
@@ -42,7 +49,7 @@ type daemonRun struct {
 // stop asks the daemon to stop, then cancels it after timeout (0: at once).
 func (d *daemonRun) stop(timeout time.Duration) {
 	d.stopOnce.Do(func() {
-		close(d.stopCh)
+		d.endStop()
 		if timeout <= 0 {
 			d.cancel()
 			return
@@ -119,14 +126,7 @@ func (r *daemonRegistry) stopAll(grace time.Duration) {
 
 func (r *daemonRegistry) wait() { r.group.Wait() }
 
-func (d *daemonRun) stopping() bool {
-	select {
-	case <-d.stopCh:
-		return true
-	default:
-		return false
-	}
-}
+func (d *daemonRun) stopping() bool { return d.stopped.Err() != nil }
 
 func (d *daemonRun) exited() bool {
 	select {
@@ -214,11 +214,12 @@ func hasSpec(specs []causes.Spec, id string) bool {
 // inbox (atomically, no lock) and hands its patches to the inbox for the worker.
 func (c *cycle) startDaemon(runner DaemonRunner, spec causes.Spec) {
 	o, key, in, uid := c.op, c.key, &c.st.inbox, c.mem.uid
-	d := &daemonRun{spec: spec, key: key, stopCh: make(chan struct{}), done: make(chan struct{}), startedAt: c.now, clock: o.clock}
+	d := &daemonRun{spec: spec, key: key, done: make(chan struct{}), startedAt: c.now, clock: o.clock}
 	ctx, ok := o.daemons.add(d)
 	if !ok {
 		return // the operator is stopping
 	}
+	d.stopped, d.endStop = context.WithCancel(context.Background())
 	if c.mem.daemons == nil {
 		c.mem.daemons = map[string]*daemonRun{}
 	}
@@ -244,24 +245,27 @@ func (c *cycle) startDaemon(runner DaemonRunner, spec causes.Spec) {
 		in.mu.Unlock()
 		o.queue.Add(key)
 	}
-	link := &causes.DaemonLink{Stopped: d.stopCh, Latest: latest, Flush: flush}
+	link := &causes.DaemonLink{Stopped: d.stopped, Latest: latest, Flush: flush}
 	go (&daemonLoop{op: o, runner: runner, d: d, ctx: ctx, log: log, link: link}).run()
 }
 
-// daemonLoop is one daemon's goroutine: it runs the daemon, restarts it after a
-// failure, and stops. Its fields are set before the goroutine starts and never
-// change.
+// daemonLoop runs one daemon: after its initial delay, attempt after attempt until it
+// ends for good; then it finishes the daemon. It keeps no goroutine of its own: an
+// attempt starts on the goroutine that decided it (the one startDaemon started, or
+// the one a failed attempt's backoff waits on), and the runner keeps none while the
+// daemon sleeps (DaemonRunner). Its fields are set before the first attempt starts
+// and never change (first: before the first attempt).
 //
-// Why this is a type with small methods: the daemon's goroutine parks in luaop.sleep
-// for the daemon's whole life, under run's frame. The Go runtime shrinks a parked
-// goroutine's stack at a GC only while less than a quarter of it is in use, and a
-// daemon's stack sometimes grows to 16 KB (a deep conversion, a luaop.kube call, the
-// allocator's slow path). Under a 2 KB frame here (the call built on the stack and
-// copied as an argument, the log lines' attributes) the parked daemon used just
-// over 4 KB, so such a stack never shrank back: in the soak, 2,000 daemons' stacks
-// crept from 10 to 16 KB each. So run keeps its frame small: the call is built on
-// the heap, and what needs room (logging, judging an error) happens in functions
-// of their own that are not inlined.
+// Why small methods that are not inlined: a daemon that sleeps where its coroutine
+// cannot yield (inside pcall) parks its goroutine in luaop.sleep under attempt's
+// frame. The Go runtime shrinks a parked goroutine's stack at a GC only while less
+// than a quarter of it is in use, and a daemon's stack sometimes grows to 16 KB (a
+// deep conversion, a luaop.kube call, the allocator's slow path). Under a 2 KB frame
+// here (the call built on the stack and copied as an argument, the log lines'
+// attributes) the parked daemon used just over 4 KB, so such a stack never shrank
+// back: in the soak, 2,000 daemons' stacks crept from 10 to 16 KB each. So the call
+// is built on the heap, and what needs room (logging, judging an error) happens in
+// functions of their own.
 type daemonLoop struct {
 	op     *Reactor
 	runner DaemonRunner
@@ -269,39 +273,69 @@ type daemonLoop struct {
 	ctx    context.Context // d's context: d.cancel ends it
 	log    *slog.Logger
 	link   *causes.DaemonLink
+	// first is when the first attempt started: retries' timeout counts from it.
+	first time.Time
 }
 
+// run is the daemon's first goroutine: the initial delay, then the first attempt.
 func (l *daemonLoop) run() {
 	o, d := l.op, l.d
-	defer o.daemons.remove(d)
-	defer l.finish()
-	if !sleepOrStop(l.ctx, o.clock, d.stopCh, d.spec.InitialDelay) {
+	if !sleepOrStop(l.ctx, o.clock, d.stopped.Done(), d.spec.InitialDelay) {
+		l.finish()
 		return
 	}
 	// kopf: a daemon is run until it ends for good. ctx.retry counts its failed
 	// runs; retries bounds them (a failure at the last allowed run is final),
 	// timeout bounds the total time since its first run, errors says what an
 	// arbitrary error means ("ignored" counts as a success: not restarted).
-	first := o.clock.Now()
-	for attempt := 0; ; attempt++ {
-		call := l.callFor(attempt, first)
-		if call == nil {
-			return
-		}
-		t0 := time.Now()
-		err := l.runner.RunDaemon(l.ctx, call)
-		delay, again := l.judge(err, attempt, first, t0)
-		if !again || !sleepOrStop(l.ctx, o.clock, d.stopCh, delay) {
-			return
-		}
-	}
+	l.first = o.clock.Now()
+	l.attempt(0)
 }
 
+// attempt starts attempt n; the runner reports its end to ended.
+//
+//go:noinline
+func (l *daemonLoop) attempt(n int) {
+	call := l.callFor(n, l.first)
+	if call == nil {
+		l.finish()
+		return
+	}
+	t0 := time.Now()
+	l.runner.StartDaemon(l.ctx, call, func(err error) { l.ended(err, n, t0) })
+}
+
+// ended judges how attempt n ended: the daemon finishes, or attempt n+1 starts after
+// the backoff, on a goroutine of its own: ended may run on the goroutine that
+// started attempt n (a daemon failing before it sleeps), and retrying there would
+// nest attempts as deep as they keep failing.
+//
+//go:noinline
+func (l *daemonLoop) ended(err error, n int, t0 time.Time) {
+	delay, again := l.judge(err, n, l.first, t0)
+	if !again {
+		l.finish()
+		return
+	}
+	go l.retry(n+1, delay)
+}
+
+func (l *daemonLoop) retry(n int, delay time.Duration) {
+	if !sleepOrStop(l.ctx, l.op.clock, l.d.stopped.Done(), delay) {
+		l.finish()
+		return
+	}
+	l.attempt(n)
+}
+
+// finish marks the daemon exited and lets its object's worker see it.
+//
 //go:noinline
 func (l *daemonLoop) finish() {
 	close(l.d.done)
 	l.d.cancel()
 	l.op.queue.Add(l.d.key)
+	l.op.daemons.remove(l.d)
 }
 
 // callFor is the call of one attempt, or nil when the daemon must not run again: its

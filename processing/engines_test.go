@@ -152,30 +152,33 @@ func TestDaemonRetriesTimeoutAndErrorsOptions(t *testing.T) {
 		{"errors=temporary restarts", causes.Spec{}, errBoom, 6, "[0 1 2 3 4 5]"},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			h := newFakeHandlers()
-			spec := tt.spec
-			spec.ID, spec.Resource, spec.Backoff = "watcher", widgets, 2*time.Second
-			runs, fn := daemonCounter(h, tt.err)
-			h.addDaemon(spec, fn)
-			e := startEnv(t, h, Options{})
-			e.create("w1", nil)
-			const steps = 6
-			for i := 1; i <= steps; i++ {
-				if i <= tt.runs {
-					e.eventually(fmt.Sprintf("run %d", i), func() bool { return len(runs()) == i })
+		for _, onCaller := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/done on the caller's goroutine=%v", tt.name, onCaller), func(t *testing.T) {
+				h := newFakeHandlers()
+				h.daemonsOnCaller = onCaller
+				spec := tt.spec
+				spec.ID, spec.Resource, spec.Backoff = "watcher", widgets, 2*time.Second
+				runs, fn := daemonCounter(h, tt.err)
+				h.addDaemon(spec, fn)
+				e := startEnv(t, h, Options{})
+				e.create("w1", nil)
+				const steps = 6
+				for i := 1; i <= steps; i++ {
+					if i <= tt.runs {
+						e.eventually(fmt.Sprintf("run %d", i), func() bool { return len(runs()) == i })
+					}
+					// No barrier (stays) here: daemons run and restart in their own
+					// goroutines, outside the object's cycles.
+					e.never("an early restart", func() bool { return len(runs()) > min(i, tt.runs) })
+					if i < steps { // a last step would let one more run race the check below
+						e.clock.Step(2 * time.Second)
+					}
 				}
-				// No barrier (stays) here: daemons run and restart in their own
-				// goroutines, outside the object's cycles.
-				e.never("an early restart", func() bool { return len(runs()) > min(i, tt.runs) })
-				if i < steps { // a last step would let one more run race the check below
-					e.clock.Step(2 * time.Second)
+				if got := fmt.Sprint(runs()); got != tt.want {
+					t.Errorf("ctx.retry of the runs: %s, want %s", got, tt.want)
 				}
-			}
-			if got := fmt.Sprint(runs()); got != tt.want {
-				t.Errorf("ctx.retry of the runs: %s, want %s", got, tt.want)
-			}
-		})
+			})
+		}
 	}
 }
 

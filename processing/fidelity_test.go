@@ -228,7 +228,7 @@ func TestDeleteHandlersRunWhileDaemonsStop(t *testing.T) {
 	h := newFakeHandlers()
 	letGo := make(chan struct{})
 	h.addDaemon(causes.Spec{ID: "slow_to_stop", Resource: widgets}, func(ctx context.Context, call causes.Call) error {
-		<-call.Daemon.Stopped
+		<-call.Daemon.Stopped.Done()
 		<-letGo // takes its time to clean up
 		return nil
 	})

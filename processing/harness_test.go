@@ -79,6 +79,11 @@ type fakeHandlers struct {
 	forgotten []string
 	inFlight  map[string]int // by object name: handler calls running now
 	overlap   []string       // objects with two handler calls at once
+	// daemonsOnCaller runs a daemon on the goroutine that starts it, done called
+	// before StartDaemon returns (as luabind does for a daemon that ends before it
+	// first sleeps, or sleeps inside pcall); otherwise on a goroutine of its own, done
+	// called from there (as luabind does for a daemon woken from a sleep).
+	daemonsOnCaller bool
 }
 
 func newFakeHandlers() *fakeHandlers {
@@ -169,11 +174,15 @@ func (h *fakeHandlers) Forget(uid string) {
 	h.mu.Unlock()
 }
 
-func (h *fakeHandlers) RunDaemon(ctx context.Context, call *causes.Call) error {
+func (h *fakeHandlers) StartDaemon(ctx context.Context, call *causes.Call, done func(error)) {
 	h.mu.Lock()
-	fn := h.daemons[call.Handler.ID]
+	fn, onCaller := h.daemons[call.Handler.ID], h.daemonsOnCaller
 	h.mu.Unlock()
-	return fn(ctx, *call)
+	if onCaller {
+		done(fn(ctx, *call))
+		return
+	}
+	go func() { done(fn(ctx, *call)) }()
 }
 
 // callsOf returns the calls of one handler (on one object, when name is not "").

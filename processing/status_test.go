@@ -27,7 +27,7 @@ func TestSnapshotShowsProgressDaemonsAndTimers(t *testing.T) {
 		return causes.Result{}, &causes.TemporaryError{Message: "not yet", Delay: time.Minute}
 	})
 	h.addDaemon(causes.Spec{ID: "watch", Resource: widgets}, func(ctx context.Context, call causes.Call) error {
-		<-call.Daemon.Stopped
+		<-call.Daemon.Stopped.Done()
 		return nil
 	})
 	h.add(causes.Spec{ID: "tick", Kind: causes.KindTimer, Resource: widgets, Interval: time.Hour}, func(ctx context.Context, call causes.Call) (causes.Result, error) {

@@ -498,15 +498,12 @@ func runHandler(ctx context.Context, rt *luabind.Runtime, spec causes.Spec, c Ca
 	if spec.Kind == causes.KindDaemon {
 		// One iteration: the first luaop.sleep hands the patch over and stops the
 		// daemon (sleep returns false, ctx.stopped() is true).
-		stopped := make(chan struct{})
-		closed := false
+		stopped, stop := context.WithCancel(ctx)
+		defer stop()
 		call.Daemon = &causes.DaemonLink{Stopped: stopped, Latest: func() map[string]any { return obj }}
 		call.Daemon.Flush = func(p map[string]any) {
 			patch.Merge(p)
-			if !closed {
-				closed = true
-				close(stopped)
-			}
+			stop()
 		}
 		err := rt.RunDaemon(ctx, &call)
 		return outcome{patch: patch, err: err}

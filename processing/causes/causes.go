@@ -5,6 +5,7 @@
 package causes
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -212,8 +213,10 @@ type Call struct {
 // DaemonLink is what a running daemon has of its object besides its first cause:
 // a daemon outlives the body it started with and writes while other handlers run.
 type DaemonLink struct {
-	// Stopped is closed when the daemon must stop.
-	Stopped <-chan struct{}
+	// Stopped ends (without an error of its own meaning anything) when the daemon
+	// must stop: a context rather than a channel, so that a sleeping daemon can be
+	// woken by a callback (context.AfterFunc) instead of a goroutine waiting on it.
+	Stopped context.Context
 	// Latest returns the newest body of the object.
 	Latest func() map[string]any
 	// Flush hands what the daemon wrote into ctx.patch to the object's worker, which
