@@ -40,6 +40,10 @@ type callState struct {
 	resumable bool
 	// sleep is what luaop.sleep asked for when it yielded; taken by the daemon.
 	sleep *daemonSleep
+	// raised is the last error value a daemon's Lua raised, and raisedTrace where:
+	// its coroutine ends with the value alone (daemon.go, newDaemonEntry).
+	raised      lua.LValue
+	raisedTrace string
 	// adm is set for admission handlers and their filters (admission.go).
 	adm *admissionState
 	// mem is the call as the memory budget's watchdog sees it.

@@ -2,6 +2,7 @@ package luabind
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
@@ -71,9 +72,6 @@ type daemonCall struct {
 	cs   *callState
 	t    *callThread
 	done func(error)
-	// panic is the thread's Panic function before the daemon ran on it: gopher-lua's
-	// Resume replaces it, and a thread goes back to the pool as it came.
-	panic func(*lua.LState)
 }
 
 // daemonSleep is what luaop.sleep hands to the daemon when it yields.
@@ -93,7 +91,6 @@ func (dc *daemonCall) begin(fn *lua.LFunction) {
 	t.cs = cs
 	s.setDeadline(t, cs.ctx)
 	cs.mem.what = cs.call.Handler.ID
-	dc.panic = L.Panic
 	dc.step(s.daemonEntry, s.daemonSetup, fn, cs.table)
 }
 
@@ -107,16 +104,18 @@ func (dc *daemonCall) step(fn *lua.LFunction, args ...lua.LValue) {
 	s.rt.mem.leave(&cs.mem) // a sleeping call allocates nothing: never the one to cancel
 	if st == lua.ResumeYield && cs.sleep != nil {
 		sleep := cs.sleep
-		cs.sleep = nil
+		cs.sleep, cs.raised, cs.raisedTrace = nil, nil, ""
 		s.unlock()
 		dc.park(sleep)
 		return
 	}
+	var ae *lua.ApiError
+	if errors.As(rerr, &ae) && ae.StackTrace == "" && cs.raised != nil && ae.Object == cs.raised {
+		ae.StackTrace = cs.raisedTrace
+	}
 	var err error
-	reuse := false
 	switch {
 	case st == lua.ResumeOK:
-		reuse = true
 	case st == lua.ResumeYield:
 		// Nothing but luaop.sleep yields (scripts have no coroutine library); the
 		// coroutine is stuck half-way, so its thread is dropped.
@@ -129,7 +128,9 @@ func (dc *daemonCall) step(fn *lua.LFunction, args ...lua.LValue) {
 	default:
 		err = luaerr.Translate(rerr)
 	}
-	dc.finish(err, reuse)
+	// gopher-lua kills a coroutine that ends, returning or failing: its thread
+	// cannot be resumed again, nor pooled.
+	dc.finish(err)
 }
 
 // resume runs the coroutine until it yields or ends. A failed coroutine is dead
@@ -144,13 +145,11 @@ func (dc *daemonCall) resume(fn *lua.LFunction, args []lua.LValue) (st lua.Resum
 	return st, err
 }
 
-// finish ends the run: the thread goes back to the pool (when its coroutine
-// returned), what the daemon wrote since its last sleep is flushed, and done is
-// called. Shard lock held; released here.
-func (dc *daemonCall) finish(err error, reuse bool) {
+// finish ends the run: the thread is dropped, what the daemon wrote since its last
+// sleep is flushed, and done is called. Shard lock held; released here.
+func (dc *daemonCall) finish(err error) {
 	s, cs, t := dc.sh, dc.cs, dc.t
-	t.L.Panic = dc.panic
-	s.putThread(t, reuse)
+	s.putThread(t, false)
 	patch := s.takeDaemonPatch(s.L, cs)
 	s.unlock()
 	if patch != nil {
@@ -238,21 +237,24 @@ func (s *shard) newDaemonEntry() {
 		panic("luabind: the daemon entry does not compile: " + err.Error()) // a constant: cannot happen
 	}
 	s.daemonEntry = fn
-	// gopher-lua's Resume gives a starting coroutine a Panic function that records
-	// no traceback; errors raised without a location (error(table), luaop's own
-	// errors) then could not say where they were raised. setup puts back one that
-	// records it, once the coroutine has started (Resume sets it only then).
+	// gopher-lua's coroutines record no traceback of an error (Resume gives a
+	// starting coroutine a Panic function without one, and the coroutine's end
+	// keeps only the error value); errors raised without a location of their own
+	// (error(table), luaop's error objects) then could not say where they were
+	// raised. setup, run once the coroutine has started (Resume sets Panic only
+	// then), installs a Panic that records the traceback in the call state, where
+	// step finds it for the error value the coroutine ends with.
+	panicFn := func(L *lua.LState) {
+		obj := L.Get(-1)
+		if cs := s.callOf(L); cs != nil {
+			cs.raised, cs.raisedTrace = obj, traceback(L)
+		}
+		panic(&lua.ApiError{Type: lua.ApiErrorRun, Object: obj})
+	}
 	s.daemonSetup = s.L.NewFunction(func(L *lua.LState) int {
-		L.Panic = panicWithTraceback
+		L.Panic = panicFn
 		return 0
 	})
-}
-
-// panicWithTraceback raises the error on top of L's stack with the traceback the
-// error mapping (luaerr.Translate) reads the location from, as gopher-lua's own
-// default Panic does.
-func panicWithTraceback(L *lua.LState) {
-	panic(&lua.ApiError{Type: lua.ApiErrorRun, Object: L.Get(-1), StackTrace: traceback(L)})
 }
 
 // traceback lists the location of every frame of L's call stack, innermost first,
