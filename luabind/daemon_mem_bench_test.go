@@ -16,8 +16,8 @@ import (
 )
 
 // BenchmarkParkedDaemonMemory: the memory of daemons parked in luaop.sleep, without a
-// cluster: N RunDaemon calls (as processing makes them, one goroutine each) sleeping
-// in a loop, measured against the same runtime with none. It reports the Go heap and
+// cluster: N StartDaemon calls (as processing makes them) sleeping in a loop,
+// measured against the same runtime with none. It reports the Go heap and
 // the goroutine stacks each parked daemon holds (the e2e BenchmarkIdleDaemons adds
 // the framework's own per-daemon state). LUAOP_DAEMON_HEAPPROFILE=FILE writes a heap
 // profile with the daemons parked.
@@ -54,12 +54,9 @@ func parkedDaemons(b *testing.B, n int) {
 	for i := range n {
 		body := bodies[i]
 		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_ = rt.RunDaemon(b.Context(), &causes.Call{Handler: spec, Cause: causes.Cause{Body: body},
-				Logger: slog.New(slog.DiscardHandler), Daemon: &causes.DaemonLink{Stopped: stop, Latest: func() map[string]any { return body },
-					Flush: func(map[string]any) { parked.Add(1) }}})
-		}()
+		rt.StartDaemon(b.Context(), &causes.Call{Handler: spec, Cause: causes.Cause{Body: body},
+			Logger: slog.New(slog.DiscardHandler), Daemon: &causes.DaemonLink{Stopped: stop, Latest: func() map[string]any { return body },
+				Flush: func(map[string]any) { parked.Add(1) }}}, func(error) { wg.Done() })
 	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for parked.Load() < int64(n) {
