@@ -197,6 +197,10 @@ func idleDaemons(b *testing.B, objects int) {
 		luaop.on.event("examples.luaop.dev/v1/widgets", function(ctx) end, { id = "spy" })
 	`, 0)
 	_ = op.Stop()
+	// The test's cleanup keeps the RunningOperator (to stop it when the test ends);
+	// without this, the stopped operator's informer cache, object table and Lua
+	// states stayed reachable through it and were counted as the daemons' memory.
+	op.Operator = nil
 	with, daemonCPU, op := run(`
 		local luaop = require("luaop")
 		luaop.daemon("examples.luaop.dev/v1/widgets", function(ctx)
