@@ -50,6 +50,22 @@ type callState struct {
 	mem memCall
 }
 
+// body is the body of the call's object: a daemon's newest one (its call outlives
+// its first body), or, once that is gone, its identity; the cause's for any other call.
+func (cs *callState) body() map[string]any {
+	if link := cs.call.Daemon; cs.daemon && link != nil {
+		if link.Latest != nil {
+			if b := link.Latest(); b != nil {
+				return b
+			}
+		}
+		if cs.call.Cause.Body == nil && link.UID != "" {
+			return map[string]any{"metadata": map[string]any{"uid": link.UID, "name": link.Name, "namespace": link.Namespace}}
+		}
+	}
+	return cs.call.Cause.Body
+}
+
 // lookup finds a handler's functions: registered by the scripts, or a subhandler
 // registered by its parent's last call on this object.
 func (s *shard) lookup(id, uid string) *handlerFns {
@@ -379,12 +395,7 @@ func (s *shard) ctxField(L *lua.LState, cs *callState, key string) lua.LValue {
 		return s.admissionOverride(L, cs, key)
 	}
 	call := cs.call
-	body := call.Cause.Body
-	if cs.daemon && call.Daemon != nil && call.Daemon.Latest != nil {
-		if latest := call.Daemon.Latest(); latest != nil {
-			body = latest
-		}
-	}
+	body := cs.body()
 	meta, _ := body["metadata"].(map[string]any)
 	switch key {
 	case "body":

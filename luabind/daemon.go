@@ -37,6 +37,9 @@ import (
 // call.Daemon.Flush at every sleep and at the end, with no lock held.
 func (r *Runtime) StartDaemon(ctx context.Context, call *causes.Call, done func(error)) {
 	uid := uidOf(call.Cause.Body)
+	if uid == "" && call.Daemon != nil {
+		uid = call.Daemon.UID
+	}
 	sh := r.shardFor(uid)
 	if err := sh.lock(ctx); err != nil {
 		done(err)

@@ -352,3 +352,37 @@ luaop.on.create("example.com/v1/widgets", function(ctx) return VERSION end, {id 
 		t.Errorf("after the storm: %v, %v, %d calls, reloaded %d; want the reloaded code (2), 200 calls", res.Value, err, calls.Load(), reloaded.Load())
 	}
 }
+
+// processing starts a daemon without a body of its own (it reads the newest through
+// Latest): its identity comes from the link, also once Latest has nothing (its object
+// gone, or re-created under its name), and so does its memo.
+func TestDaemonWithoutABodyReadsItsIdentityFromTheLink(t *testing.T) {
+	rt := loadedRuntime(t, Options{Shards: 2}, "d.lua", `local luaop = require("luaop")
+luaop.daemon("example.com/v1/widgets", function(ctx)
+  ctx.memo.before = ctx.spec.size
+  ctx.patch.status.phase = "sleeping" -- flushed as it sleeps: the test's object is then gone
+  luaop.sleep(0)
+  ctx.patch.status.seen = {name = ctx.name, namespace = ctx.namespace, uid = ctx.uid, size = ctx.spec.size or "gone", memo = ctx.memo.before}
+end, {id = "d"})
+`)
+	body := widgetBody("ua", "a")
+	body["spec"] = map[string]any{"size": int64(3)}
+	var gone atomic.Bool
+	var flushed []map[string]any
+	err := rt.RunDaemon(t.Context(), &causes.Call{Handler: specOf(t, rt, "d"), Logger: slog.Default(),
+		Daemon: &causes.DaemonLink{Stopped: context.Background(), UID: "ua", Name: "a", Namespace: "ns",
+			Latest: func() map[string]any {
+				if gone.Load() {
+					return nil
+				}
+				return body
+			},
+			Flush: func(p map[string]any) { flushed = append(flushed, p); gone.Store(true) }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprint(map[string]any{"name": "a", "namespace": "ns", "uid": "ua", "size": "gone", "memo": int64(3)})
+	if got := fmt.Sprint(flushed[len(flushed)-1]["status"].(map[string]any)["seen"]); got != want {
+		t.Errorf("the daemon saw %s; want %s", got, want)
+	}
+}

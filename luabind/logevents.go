@@ -55,12 +55,7 @@ func (s *shard) postLogEvent(L *lua.LState, level slog.Level, message string) {
 		// an index function run on every change, must not post an Event each time.
 		return
 	}
-	body := cs.call.Cause.Body
-	if cs.call.Daemon != nil && cs.call.Daemon.Latest != nil { // a daemon's cause holds only its object's identity
-		if b := cs.call.Daemon.Latest(); b != nil {
-			body = b
-		}
-	}
+	body := cs.body()
 	if kind, _ := body["kind"].(string); kind == "" {
 		return
 	}

@@ -22,10 +22,10 @@ func (s *shard) runPrelude(mod *lua.LTable) {
 	}
 	current := L.NewFunction(func(L *lua.LState) int {
 		cs := s.callOf(L)
-		if cs == nil || cs.call.Cause.Body == nil {
+		if cs == nil || cs.body() == nil {
 			return 0
 		}
-		L.Push(luavalue.NewProxy(L, cs.call.Cause.Body))
+		L.Push(luavalue.NewProxy(L, cs.body()))
 		return 1
 	})
 	L.Push(fn)

@@ -192,7 +192,7 @@ func TestObjectRecreatedBeforeItsWorkerRanGoesThroughTheForgetPath(t *testing.T)
 	var daemonsMu sync.Mutex
 	daemonUIDs := map[string]string{} // uid -> "running" / "ended"
 	h.addDaemon(causes.Spec{ID: "monitor", Resource: widgets}, func(ctx context.Context, call causes.Call) error {
-		uid := call.Cause.Body["metadata"].(map[string]any)["uid"].(string)
+		uid := call.Daemon.UID
 		daemonsMu.Lock()
 		daemonUIDs[uid] = "running"
 		daemonsMu.Unlock()

@@ -245,7 +245,7 @@ func (c *cycle) startDaemon(runner DaemonRunner, spec causes.Spec) {
 		in.mu.Unlock()
 		o.queue.Add(key)
 	}
-	link := &causes.DaemonLink{Stopped: d.stopped, Latest: latest, Flush: flush}
+	link := &causes.DaemonLink{Stopped: d.stopped, Latest: latest, Flush: flush, UID: uid, Name: key.name, Namespace: key.namespace}
 	go (&daemonLoop{op: o, runner: runner, d: d, ctx: ctx, log: log, link: link}).run()
 }
 
@@ -355,9 +355,9 @@ func (l *daemonLoop) callFor(attempt int, first time.Time) *causes.Call {
 	}
 	l.log.Info("daemon started", "attempt", attempt)
 	return &causes.Call{
-		// Only the identity: a daemon reads its newest body through Latest,
-		// and must not keep its first body alive for its whole life.
-		Handler: spec, Cause: causes.Cause{Resource: l.d.key.resource, Body: identityOf(body)},
+		// No body: a daemon reads its newest body through Latest, and its identity
+		// from the link; it must not keep its first body alive for its whole life.
+		Handler: spec, Cause: causes.Cause{Resource: l.d.key.resource},
 		Retry: attempt, Started: l.d.startedAt, Runtime: o.clock.Now().Sub(first), Logger: l.log,
 		Daemon: l.link, Indexes: o.indexes,
 	}
@@ -697,10 +697,4 @@ func (c *cycle) noteEssentialChange() {
 		}
 		c.mem.essenceHash = sum
 	}
-}
-
-// identityOf keeps what identifies an object (its metadata's uid, name, namespace).
-func identityOf(body map[string]any) map[string]any {
-	meta, _ := body["metadata"].(map[string]any)
-	return map[string]any{"metadata": map[string]any{"uid": meta["uid"], "name": meta["name"], "namespace": meta["namespace"]}}
 }

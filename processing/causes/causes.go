@@ -217,8 +217,12 @@ type DaemonLink struct {
 	// must stop: a context rather than a channel, so that a sleeping daemon can be
 	// woken by a callback (context.AfterFunc) instead of a goroutine waiting on it.
 	Stopped context.Context
-	// Latest returns the newest body of the object.
+	// Latest returns the newest body of the object (nil once it is gone).
 	Latest func() map[string]any
+	// UID, Name and Namespace are the object's identity: what a daemon has of its
+	// object besides Latest (the Call's Cause.Body may then be nil, so that a
+	// daemon keeps no body of its own for its whole life).
+	UID, Name, Namespace string
 	// Flush hands what the daemon wrote into ctx.patch to the object's worker, which
 	// applies it in order with the change handlers' patches.
 	Flush func(patch map[string]any)
