@@ -32,7 +32,8 @@ const defaultCancellationTimeout = 60 * time.Second
 
 // daemonRun is one running daemon of one object.
 type daemonRun struct {
-	spec causes.Spec
+	// spec is the handler in its generation's specs (shared, never modified).
+	spec *causes.Spec
 	key  objectKey
 	// stopped ends when the daemon is asked to stop (endStop): a context, so that a
 	// sleeping daemon is woken by a callback rather than a waiting goroutine.
@@ -149,13 +150,14 @@ func (c *cycle) adjustDaemons(ctx context.Context) {
 	}
 	deleting := deletionInProgress(c.body.Object)
 	cause := causes.Cause{Resource: c.key.resource, Body: c.body.Object}
-	for _, spec := range c.specs {
+	for i := range c.specs {
+		spec := &c.specs[i]
 		if spec.Kind != causes.KindDaemon {
 			continue
 		}
 		wanted := !deleting
 		if wanted {
-			m, err := o.handlers.Match(ctx, spec, cause)
+			m, err := o.handlers.Match(ctx, *spec, cause)
 			if err != nil {
 				c.log.Error("daemon filter failed; leaving the daemon as it is", "handler", spec.ID, "error", err)
 				continue
@@ -172,12 +174,12 @@ func (c *cycle) adjustDaemons(ctx context.Context) {
 			c.startDaemon(runner, spec)
 		case !wanted && d != nil && !d.stopping() && !d.exited():
 			c.log.Info("stopping daemon", "handler", spec.ID, "deleting", deleting)
-			d.stop(cancellationTimeout(spec))
+			d.stop(cancellationTimeout(*spec))
 		case wanted && d != nil && d.spec.CodeHash != spec.CodeHash && !d.stopping() && !d.exited():
 			// Its code changed in a reload: stop it gracefully; the next cycle
 			// (its exit wakes one) starts the new code, with the same memo.
 			c.log.Info("restarting daemon with its new code", "handler", spec.ID)
-			d.stop(cancellationTimeout(spec))
+			d.stop(cancellationTimeout(*spec))
 		case wanted && d != nil && d.returned.Load() && d.spec.CodeHash != spec.CodeHash:
 			// A daemon that had returned runs again when its code changed.
 			delete(c.mem.daemons, spec.ID)
@@ -212,7 +214,7 @@ func hasSpec(specs []causes.Spec, id string) bool {
 // after the initial delay; restarted with the handler's backoff when it fails; not
 // restarted when it returns. The daemon reads its object's newest body from the
 // inbox (atomically, no lock) and hands its patches to the inbox for the worker.
-func (c *cycle) startDaemon(runner DaemonRunner, spec causes.Spec) {
+func (c *cycle) startDaemon(runner DaemonRunner, spec *causes.Spec) {
 	o, key, in, uid := c.op, c.key, &c.st.inbox, c.mem.uid
 	d := &daemonRun{spec: spec, key: key, done: make(chan struct{}), startedAt: c.now, clock: o.clock}
 	ctx, ok := o.daemons.add(d)
@@ -348,7 +350,7 @@ func (l *daemonLoop) callFor(attempt int, first time.Time) *causes.Call {
 	if body == nil {
 		return nil
 	}
-	if msg, over := engineExhausted(spec, attempt, o.clock.Now().Sub(first)); over {
+	if msg, over := engineExhausted(*spec, attempt, o.clock.Now().Sub(first)); over {
 		l.log.Error("daemon failed for good; not restarted", "error", msg)
 		l.d.returned.Store(true)
 		return nil
@@ -357,7 +359,7 @@ func (l *daemonLoop) callFor(attempt int, first time.Time) *causes.Call {
 	return &causes.Call{
 		// No body: a daemon reads its newest body through Latest, and its identity
 		// from the link; it must not keep its first body alive for its whole life.
-		Handler: spec, Cause: causes.Cause{Resource: l.d.key.resource},
+		Handler: *spec, Cause: causes.Cause{Resource: l.d.key.resource},
 		Retry: attempt, Started: l.d.startedAt, Runtime: o.clock.Now().Sub(first), Logger: l.log,
 		Daemon: l.link, Indexes: o.indexes,
 	}
@@ -379,7 +381,7 @@ func (l *daemonLoop) judge(err error, attempt int, first, t0 time.Time) (delay t
 		l.log.Info("daemon stopped", "took_ms", tookMs(time.Since(t0)))
 		return 0, false
 	}
-	outcome, delay, msg := judgeEngineAttempt(spec, attempt, o.clock.Now().Sub(first), err)
+	outcome, delay, msg := judgeEngineAttempt(*spec, attempt, o.clock.Now().Sub(first), err)
 	o.observe(d.key, spec.ID, "daemon", outcome, time.Since(t0), err)
 	switch outcome {
 	case OutcomeIgnored:
