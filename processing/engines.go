@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,6 +66,29 @@ func (d *daemonRun) stop(timeout time.Duration) {
 			}
 		}()
 	})
+}
+
+// objectDaemons are the daemons of one object, at most one per handler id: a
+// slice, as an object has one or two (a map was 300 bytes per object).
+type objectDaemons []*daemonRun
+
+func (ds objectDaemons) get(id string) *daemonRun {
+	for _, d := range ds {
+		if d.spec.ID == id {
+			return d
+		}
+	}
+	return nil
+}
+
+// put adds d, replacing the daemon of the same handler.
+func (ds *objectDaemons) put(d *daemonRun) {
+	ds.remove(d.spec.ID)
+	*ds = append(*ds, d)
+}
+
+func (ds *objectDaemons) remove(id string) {
+	*ds = slices.DeleteFunc(*ds, func(d *daemonRun) bool { return d.spec.ID == id })
 }
 
 // daemonRegistry knows every running daemon of the operator, for the shutdown.
@@ -164,9 +188,9 @@ func (c *cycle) adjustDaemons(ctx context.Context) {
 			}
 			wanted = m
 		}
-		d := c.mem.daemons[spec.ID]
+		d := c.mem.daemons.get(spec.ID)
 		if d != nil && d.exited() && !d.returned.Load() {
-			delete(c.mem.daemons, spec.ID) // stopped earlier: may start again
+			c.mem.daemons.remove(spec.ID) // stopped earlier: may start again
 			d = nil
 		}
 		switch {
@@ -182,13 +206,13 @@ func (c *cycle) adjustDaemons(ctx context.Context) {
 			d.stop(cancellationTimeout(*spec))
 		case wanted && d != nil && d.returned.Load() && d.spec.CodeHash != spec.CodeHash:
 			// A daemon that had returned runs again when its code changed.
-			delete(c.mem.daemons, spec.ID)
+			c.mem.daemons.remove(spec.ID)
 			c.startDaemon(runner, spec)
 		}
 	}
 	// Daemons whose handler no longer exists (a reload removed it) stop too.
-	for id, d := range c.mem.daemons {
-		if !hasSpec(c.specs, id) && !d.stopping() {
+	for _, d := range c.mem.daemons {
+		if !hasSpec(c.specs, d.spec.ID) && !d.stopping() {
 			d.stop(defaultCancellationTimeout)
 		}
 	}
@@ -222,10 +246,7 @@ func (c *cycle) startDaemon(runner DaemonRunner, spec *causes.Spec) {
 		return // the operator is stopping
 	}
 	d.stopped, d.endStop = context.WithCancel(context.Background())
-	if c.mem.daemons == nil {
-		c.mem.daemons = map[string]*daemonRun{}
-	}
-	c.mem.daemons[spec.ID] = d
+	c.mem.daemons.put(d)
 	log := o.log.With(objectAttrs(key, c.info.kind, uid, "handler", spec.ID, "reason", "daemon")...)
 	latest := func() map[string]any {
 		if b := in.latestOf(uid); b != nil {

@@ -150,7 +150,7 @@ type objectMemory struct {
 	writeUnknownUntil time.Time
 
 	// Background engines (engines.go).
-	daemons        map[string]*daemonRun
+	daemons        objectDaemons
 	timers         map[string]*timerState
 	lastChangeAt   time.Time // the last essential change, for idle timers
 	essenceHash    [32]byte

@@ -456,7 +456,7 @@ func (c *cycle) finalizerNeeded(ctx context.Context, cause causes.Cause) (bool, 
 		if !spec.RequiresFinalizer() {
 			continue
 		}
-		if d := c.mem.daemons[spec.ID]; spec.Kind == causes.KindDaemon && d != nil && d.returned.Load() && d.spec.CodeHash == spec.CodeHash {
+		if d := c.mem.daemons.get(spec.ID); spec.Kind == causes.KindDaemon && d != nil && d.returned.Load() && d.spec.CodeHash == spec.CodeHash {
 			continue // it returned and is not restarted: nothing to wait for (kopf)
 		}
 		fc, present := fieldCause(spec, cause)
