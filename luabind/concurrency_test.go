@@ -413,51 +413,61 @@ end, {id = "d"})
 	}
 }
 
-// Close works while a daemon is parked in a sleep; the daemon then fails instead of
-// running on a closed state, and Forget and new calls do not hang. The daemon is
-// known to be parked when it hands its patch to Flush: sleep does that with the shard
-// released, just before it waits.
+// Close works while a daemon is parked in a sleep, and Forget and new calls do not
+// hang: a daemon asleep at its top level (yielded) ends at once with the closed
+// error; one parked where it cannot yield (its goroutine waits) fails when woken,
+// instead of running on a closed state. The daemon is known to be parked when it
+// hands its patch to Flush: sleep does that with the shard released, just before it
+// waits.
 func TestCloseWithParkedDaemon(t *testing.T) {
-	rt := loadedRuntime(t, Options{Shards: 1}, "d.lua", `local luaop = require("luaop")
+	for _, tt := range []struct{ name, sleep string }{
+		{"yielded", "luaop.sleep(3600)"},
+		{"blocked in a metamethod", "setmetatable({}, {__index = function() return luaop.sleep(3600) end}).x"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rt := loadedRuntime(t, Options{Shards: 1}, "d.lua", `local luaop = require("luaop")
 luaop.daemon("example.com/v1/widgets", function(ctx)
   ctx.patch.status.phase = "parking"
-  while luaop.sleep(3600) do end
+  while `+tt.sleep+` do end
 end, {id = "d"})
 `)
-	stop, closeStop := context.WithCancel(context.Background())
-	parked := make(chan struct{}, 1)
-	done := make(chan error, 1)
-	body := widgetBody("ua", "a")
-	go func() {
-		done <- rt.RunDaemon(t.Context(), &causes.Call{Handler: specOf(t, rt, "d"), Cause: causes.Cause{Body: body},
-			Logger: slog.Default(), Daemon: &causes.DaemonLink{Stopped: stop, Latest: func() map[string]any { return body },
-				Flush: func(map[string]any) { parked <- struct{}{} }}})
-	}()
-	select {
-	case <-parked:
-	case err := <-done:
-		t.Fatalf("the daemon ended before sleeping: %v", err)
-	case <-time.After(promptWait):
-		t.Fatal("the daemon did not reach its sleep")
-	}
-	rt.Close()
-	rt.Forget("ua")
-	select {
-	case err := <-done:
-		t.Fatalf("the parked daemon returned before it was woken: %v", err)
-	default:
-	}
-	closeStop()
-	select {
-	case err := <-done:
-		if err == nil {
-			t.Error("a daemon woken after Close reported success")
-		}
-	case <-time.After(promptWait):
-		t.Fatal("the daemon hangs after Close")
-	}
-	if _, err := rt.Invoke(t.Context(), causes.Call{Handler: specOf(t, rt, "d"), Cause: causes.Cause{Body: widgetBody("ub", "b")}}); !errors.Is(err, errClosed) {
-		t.Errorf("a call after Close: err = %v, want %v", err, errClosed)
+			stop, closeStop := context.WithCancel(context.Background())
+			defer closeStop()
+			parked := make(chan struct{}, 1)
+			done := make(chan error, 1)
+			body := widgetBody("ua", "a")
+			go rt.StartDaemon(t.Context(), &causes.Call{Handler: specOf(t, rt, "d"), Cause: causes.Cause{Body: body},
+				Logger: slog.Default(), Daemon: &causes.DaemonLink{Stopped: stop, Latest: func() map[string]any { return body },
+					Flush: func(map[string]any) { parked <- struct{}{} }}}, func(err error) { done <- err })
+			select {
+			case <-parked:
+			case err := <-done:
+				t.Fatalf("the daemon ended before sleeping: %v", err)
+			case <-time.After(promptWait):
+				t.Fatal("the daemon did not reach its sleep")
+			}
+			rt.Close()
+			rt.Forget("ua")
+			if tt.name != "yielded" {
+				select {
+				case err := <-done:
+					t.Fatalf("the parked daemon returned before it was woken: %v", err)
+				default:
+				}
+				closeStop()
+			}
+			select {
+			case err := <-done:
+				if !errors.Is(err, errClosed) && (err == nil || !strings.Contains(err.Error(), errClosed.Error())) {
+					t.Errorf("the daemon ended with %v; want %v", err, errClosed)
+				}
+			case <-time.After(promptWait):
+				t.Fatal("the daemon hangs after Close")
+			}
+			if _, err := rt.Invoke(t.Context(), causes.Call{Handler: specOf(t, rt, "d"), Cause: causes.Cause{Body: widgetBody("ub", "b")}}); !errors.Is(err, errClosed) {
+				t.Errorf("a call after Close: err = %v, want %v", err, errClosed)
+			}
+		})
 	}
 }
 

@@ -101,60 +101,13 @@ func (dc *daemonCall) begin(fn *lua.LFunction) {
 // sleep's result) and deals with where it stopped: a sleep parks it, anything else
 // ends it. Shard lock held; released before step returns.
 func (dc *daemonCall) step(fn *lua.LFunction, args ...lua.LValue) {
-	s, cs, t := dc.sh, dc.cs, dc.t
-	s.rt.mem.enter(&cs.mem, t.cancel)
-	st, rerr := dc.resume(fn, args)
-	s.rt.mem.leave(&cs.mem) // a sleeping call allocates nothing: never the one to cancel
-	if st == lua.ResumeYield && cs.sleep != nil {
-		sleep := cs.sleep
-		cs.sleep, cs.raised, cs.raisedTrace = nil, nil, ""
-		s.unlock()
-		dc.park(sleep)
+	sleep, w, patch, err := dc.advance(fn, args)
+	dc.sh.unlock()
+	if sleep != nil {
+		dc.park(sleep, w)
 		return
 	}
-	var ae *lua.ApiError
-	if errors.As(rerr, &ae) && ae.StackTrace == "" && cs.raised != nil && ae.Object == cs.raised {
-		ae.StackTrace = cs.raisedTrace
-	}
-	var err error
-	switch {
-	case st == lua.ResumeOK:
-	case st == lua.ResumeYield:
-		// Nothing but luaop.sleep yields (scripts have no coroutine library); the
-		// coroutine is stuck half-way, so its thread is dropped.
-		err = fmt.Errorf("%s: internal error: the daemon yielded outside luaop.sleep", cs.call.Handler.ID)
-	case cs.mem.hit.Load():
-		err = s.rt.mem.budgetError(rerr, &cs.mem)
-	case t.L.Context().Err() != nil && cs.ctx.Err() == nil:
-		// The thread's context is the deadline of the last stretch of Lua.
-		err = timeoutError(rerr, s.rt.opts.HandlerTimeout)
-	default:
-		err = luaerr.Translate(rerr)
-	}
-	// gopher-lua kills a coroutine that ends, returning or failing: its thread
-	// cannot be resumed again, nor pooled.
-	dc.finish(err)
-}
-
-// resume runs the coroutine until it yields or ends. A failed coroutine is dead
-// (gopher-lua kills it), and so is one whose Go side panicked outside Lua.
-func (dc *daemonCall) resume(fn *lua.LFunction, args []lua.LValue) (st lua.ResumeState, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			st, err = lua.ResumeError, fmt.Errorf("%s: internal error while running the daemon: %v", dc.cs.call.Handler.ID, r)
-		}
-	}()
-	st, err, _ = dc.sh.L.Resume(dc.t.L, fn, args...)
-	return st, err
-}
-
-// finish ends the run: the thread is dropped, what the daemon wrote since its last
-// sleep is flushed, and done is called. Shard lock held; released here.
-func (dc *daemonCall) finish(err error) {
-	s, cs, t := dc.sh, dc.cs, dc.t
-	s.putThread(t, false)
-	patch := s.takeDaemonPatch(s.L, cs)
-	s.unlock()
+	cs := dc.cs
 	if patch != nil {
 		cs.call.Daemon.Flush(patch)
 	}
@@ -164,17 +117,73 @@ func (dc *daemonCall) finish(err error) {
 	dc.done(err)
 }
 
-// park flushes the sleep's patch and arms what wakes the daemon: its timer, its
-// stop, its context. No lock held, no goroutine kept: the timer and the contexts
-// hold the wake-up until one of them fires.
-func (dc *daemonCall) park(sleep *daemonSleep) {
+// advance runs the coroutine to its next sleep, registered as parked with its
+// wake-up, or to its end: then the thread is dropped (gopher-lua kills a coroutine
+// that ended, returning or failing: it can be neither resumed nor pooled) and what
+// the daemon wrote since its last sleep is returned with how it ended. Shard lock
+// held. A Go panic in luaop's code around the coroutine ends the daemon with an
+// internal error: it would otherwise crash the process from a timer's goroutine.
+func (dc *daemonCall) advance(fn *lua.LFunction, args []lua.LValue) (sleep *daemonSleep, w *daemonWake, patch map[string]any, err error) {
+	s, cs, t := dc.sh, dc.cs, dc.t
+	defer func() {
+		if r := recover(); r != nil {
+			s.rt.mem.leave(&cs.mem)
+			s.putThread(t, false)
+			sleep, w, patch = nil, nil, nil
+			err = fmt.Errorf("%s: internal error while running the daemon: %v", cs.call.Handler.ID, r)
+		}
+	}()
+	s.rt.mem.enter(&cs.mem, t.cancel)
+	// Resume refuses a thread that is the state's current one. A call that parked
+	// in a blocking function restores the current thread it had when it continues,
+	// which may be this daemon's from before it yielded (blocking, thread.go): the
+	// current thread means nothing between calls, so it is reset here.
+	s.L.G.CurrentThread = s.L
+	st, rerr, _ := s.L.Resume(t.L, fn, args...)
+	s.rt.mem.leave(&cs.mem) // a sleeping call allocates nothing: never the one to cancel
+	if st == lua.ResumeYield && cs.sleep != nil {
+		sleep = cs.sleep
+		cs.sleep, cs.raised, cs.raisedTrace = nil, nil, ""
+		w = &daemonWake{dc: dc}
+		s.parked[w] = struct{}{}
+		return sleep, w, nil, nil
+	}
+	var ae *lua.ApiError
+	if errors.As(rerr, &ae) && ae.StackTrace == "" && cs.raised != nil && ae.Object == cs.raised {
+		ae.StackTrace = cs.raisedTrace
+	}
+	switch {
+	case st == lua.ResumeOK:
+	case st == lua.ResumeYield:
+		// Nothing but luaop.sleep yields (scripts have no coroutine library); the
+		// coroutine is stuck half-way.
+		err = fmt.Errorf("%s: internal error: the daemon yielded outside luaop.sleep", cs.call.Handler.ID)
+	case cs.mem.hit.Load():
+		err = s.rt.mem.budgetError(rerr, &cs.mem)
+	case t.L.Context().Err() != nil && cs.ctx.Err() == nil:
+		// The thread's context is the deadline of the last stretch of Lua.
+		err = timeoutError(rerr, s.rt.opts.HandlerTimeout)
+	default:
+		err = luaerr.Translate(rerr)
+	}
+	s.putThread(t, false)
+	return nil, nil, s.takeDaemonPatch(s.L, cs), err
+}
+
+// park flushes the sleep's patch and arms what wakes the daemon (w): its timer, its
+// stop, its context; Runtime.Close wakes it too (the shard's parked set). No lock
+// held, no goroutine kept: the timer and the contexts hold the wake-up until one of
+// them fires.
+func (dc *daemonCall) park(sleep *daemonSleep, w *daemonWake) {
 	link := dc.cs.call.Daemon
 	if sleep.patch != nil {
 		link.Flush(sleep.patch)
 	}
-	w := &daemonWake{dc: dc}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.fired.Load() {
+		return // Runtime.Close woke it already
+	}
 	w.timer = time.AfterFunc(sleep.d, func() { w.wake(true) })
 	if link != nil && link.Stopped != nil {
 		w.stopStopped = context.AfterFunc(link.Stopped, func() { w.wake(false) })
@@ -182,9 +191,10 @@ func (dc *daemonCall) park(sleep *daemonSleep) {
 	w.stopCtx = context.AfterFunc(dc.cs.ctx, func() { w.wake(false) })
 }
 
-// daemonWake is one sleep of a daemon: the first of its timer, its stop and its
-// context to fire resumes the daemon (on that callback's goroutine); the others are
-// disarmed. mu covers the arming: a callback may fire before park has set them all.
+// daemonWake is one sleep of a daemon: the first of its timer, its stop, its
+// context and Runtime.Close to fire resumes the daemon (on that callback's
+// goroutine); the others are disarmed. mu covers the arming: a callback may fire
+// before park has set them all.
 type daemonWake struct {
 	dc    *daemonCall
 	fired atomic.Bool
@@ -199,23 +209,28 @@ func (w *daemonWake) wake(slept bool) {
 		return
 	}
 	w.mu.Lock()
-	w.timer.Stop()
+	if w.timer != nil { // nil when Close fires it before park armed it
+		w.timer.Stop()
+	}
 	if w.stopStopped != nil {
 		w.stopStopped()
 	}
-	w.stopCtx()
+	if w.stopCtx != nil {
+		w.stopCtx()
+	}
 	w.mu.Unlock()
-	w.dc.wake(slept)
+	w.dc.wake(w, slept)
 }
 
 // wake takes the shard back and resumes the coroutine with the sleep's result
-// (true: it slept its time; false: stopped or cancelled).
-func (dc *daemonCall) wake(slept bool) {
+// (true: it slept its time; false: stopped, cancelled or closed).
+func (dc *daemonCall) wake(w *daemonWake, slept bool) {
 	s, cs, t := dc.sh, dc.cs, dc.t
 	s.relock() // every holder releases it within a handler deadline
+	delete(s.parked, w)
 	if s.closed {
-		// Runtime.Close ran while the daemon slept (processing stops daemons
-		// before): its Lua state is gone, the daemon ends where it slept.
+		// Runtime.Close ran while the daemon slept: its Lua state is gone, the
+		// daemon ends where it slept.
 		s.unlock()
 		dc.done(errClosed)
 		return
@@ -224,7 +239,7 @@ func (dc *daemonCall) wake(slept bool) {
 	s.setDeadline(t, cs.ctx)
 	if cs.mem.hit.Load() {
 		// Over the memory budget before it slept: the watch cancelled the deadline it
-		// had then. Cancelled again, the next instruction fails and step reports
+		// had then. Cancelled again, the next instruction fails and advance reports
 		// the budget error; the daemon's Lua cannot catch it.
 		t.cancel()
 	}

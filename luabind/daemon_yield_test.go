@@ -287,20 +287,23 @@ end, {id = "d"})
 }
 
 // Sleeping daemons, handler calls and a reload on one shard at once: every daemon
-// wakes and sleeps many times with other calls running in between, the reload
+// wakes and sleeps many times (yielding and blocking) with other calls running and
+// parking in between, the reload
 // changes what new calls run but not the running daemons, and each daemon ends once
 // with its own count. Run with -race.
 func TestYieldingDaemonsInterleaveWithCallsAndAReload(t *testing.T) {
 	const script = `local luaop = require("luaop")
 luaop.daemon("example.com/v1/widgets", function(ctx)
   local uid, n = ctx.uid, 0
-  while n < 30 and luaop.sleep(0) do
+  while n < 30 do
+    -- Half the sleeps yield, half block (inside pcall), as daemons may mix them.
+    if n % 2 == 0 then luaop.sleep(0) else assert(pcall(luaop.sleep, 0)) end
     n = n + 1
     ctx.memo.seen = n
   end
   ctx.patch.status.done = {uid = uid, n = n, version = VERSION}
 end, {id = "d"})
-luaop.on.create("example.com/v1/widgets", function(ctx) return VERSION end, {id = "c"})
+luaop.on.create("example.com/v1/widgets", function(ctx) luaop.sleep(0); return VERSION end, {id = "c"})
 `
 	rt := loadedRuntime(t, Options{Shards: 1}, "d.lua", "VERSION = 1\n"+script)
 	p := newDaemonProbe()
@@ -385,4 +388,167 @@ end, {id = "d"})
 	if got := fmt.Sprint(flushed[len(flushed)-1]["status"].(map[string]any)["seen"]); got != want {
 		t.Errorf("the daemon saw %s; want %s", got, want)
 	}
+}
+
+// gateKube is a cluster whose Get of a name waits until that name's gate opens.
+type gateKube struct {
+	Kube
+	entered chan string
+	mu      sync.Mutex
+	gates   map[string]chan struct{}
+}
+
+func newGateKube() *gateKube {
+	return &gateKube{entered: make(chan string, 16), gates: map[string]chan struct{}{}}
+}
+
+func (k *gateKube) gate(name string) chan struct{} {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.gates[name] == nil {
+		k.gates[name] = make(chan struct{})
+	}
+	return k.gates[name]
+}
+
+func (k *gateKube) Get(ctx context.Context, _, _, _, name string) (map[string]any, error) {
+	k.entered <- name
+	select {
+	case <-k.gate(name):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": name}}, nil
+}
+
+func (k *gateKube) waitEntered(t *testing.T, name string) {
+	t.Helper()
+	select {
+	case got := <-k.entered:
+		if got != name {
+			t.Fatalf("%s waits; want %s", got, name)
+		}
+	case <-time.After(promptWait):
+		t.Fatalf("%s was not called within %s", name, promptWait)
+	}
+}
+
+// A handler call that parks while a daemon is parked in a blocking function keeps
+// the state's "current thread" of that moment (the daemon's) and puts it back when
+// it continues, after the daemon went on to yield: resuming the daemon must not
+// depend on it. The order is forced: daemon parks, handler parks, daemon continues
+// and yields, handler continues and ends, daemon is woken.
+func TestDaemonResumesAfterACallParkedBesideIt(t *testing.T) {
+	kube := newGateKube()
+	rt := loadedRuntime(t, Options{Shards: 1, Kube: kube}, "d.lua", `local luaop = require("luaop")
+luaop.daemon("example.com/v1/widgets", function(ctx)
+  assert(pcall(luaop.kube.get, "v1", "ConfigMap", "ns", "daemon"))
+  ctx.patch.status.phase = "yielding"
+  local slept = luaop.sleep(3600)
+  ctx.patch.status.woke = {slept = slept}
+end, {id = "d"})
+luaop.on.create("example.com/v1/widgets", function(ctx)
+  luaop.kube.get("v1", "ConfigMap", "ns", "handler")
+  return "done"
+end, {id = "c"})
+`)
+	stop, closeStop := context.WithCancel(context.Background())
+	body := widgetBody("ua", "a")
+	flushed := make(chan map[string]any, 4)
+	done := make(chan error, 1)
+	go rt.StartDaemon(t.Context(), &causes.Call{Handler: specOf(t, rt, "d"), Cause: causes.Cause{Body: body}, Logger: slog.Default(),
+		Daemon: &causes.DaemonLink{Stopped: stop, Latest: func() map[string]any { return body }, Flush: func(p map[string]any) { flushed <- p }}},
+		func(err error) { done <- err })
+	kube.waitEntered(t, "daemon")
+	handler := make(chan error, 1)
+	go func() {
+		_, err := rt.Invoke(t.Context(), causes.Call{Handler: specOf(t, rt, "c"), Cause: causes.Cause{Body: widgetBody("ub", "b")}})
+		handler <- err
+	}()
+	kube.waitEntered(t, "handler")
+	close(kube.gate("daemon"))
+	select {
+	case <-flushed: // the daemon yielded in its sleep
+	case <-time.After(promptWait):
+		t.Fatal("the daemon did not reach its sleep")
+	}
+	close(kube.gate("handler"))
+	if err := <-handler; err != nil {
+		t.Fatalf("the handler: %v", err)
+	}
+	closeStop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the daemon woken after the handler ended: %v", err)
+		}
+	case <-time.After(promptWait):
+		t.Fatal("the daemon did not end after its stop")
+	}
+	if got := fmt.Sprint(<-flushed); got != fmt.Sprint(map[string]any{"status": map[string]any{"woke": map[string]any{"slept": false}}}) {
+		t.Errorf("last flush %s; want woke.slept = false", got)
+	}
+}
+
+// luaop.sleep gives every call shape the one value it returns, whether it yields or
+// blocks (inside pcall), and a tail call sleeps and flushes like any other. (Each
+// result is stored after the sleep: the sleep flushes ctx.patch and starts a new
+// one, so a ctx.patch table fetched before it, as in ctx.patch.status.r =
+// f(luaop.sleep(1)), is no longer the patch.)
+func TestDaemonSleepResultsWhetherItYieldsOrBlocks(t *testing.T) {
+	tests := []struct{ name, body, want string }{
+		{"one result", `local a = luaop.sleep(0); ctx.patch.status.r = tostring(a)`, "true"},
+		{"three results", `local x = 7; local a, b, c = luaop.sleep(0); ctx.patch.status.r = tostring(a)..","..tostring(b)..","..tostring(c)..","..x`, "true,nil,nil,7"},
+		{"in a table", `local t = {luaop.sleep(0)}; ctx.patch.status.r = #t..","..tostring(t[1])`, "1,true"},
+		{"select('#')", `local n = select("#", luaop.sleep(0)); ctx.patch.status.r = tostring(n)`, "1"},
+		{"an argument in the middle", `local function f(a, b, c) return a..","..tostring(b)..","..c end; local r = f(1, luaop.sleep(0), 3); ctx.patch.status.r = r`, "1,true,3"},
+		{"through a helper's tail call", `local function nap(s) return luaop.sleep(s) end; local r = tostring(nap(0))..","..tostring(nap(0)); ctx.patch.status.r = r`, "true,true"},
+		{"a number in a string", `local r = tostring(luaop.sleep("0")); ctx.patch.status.r = r`, "true"},
+	}
+	for _, tt := range tests {
+		for _, mode := range []string{"yields", "blocks"} {
+			t.Run(tt.name+"/"+mode, func(t *testing.T) {
+				body := tt.body
+				if mode == "blocks" {
+					body = "assert(pcall(function() " + body + " end))"
+				}
+				flushes, err := runDaemonBody(t, body)
+				if err != nil || len(flushes) == 0 {
+					t.Fatalf("flushes %v, err %v", flushes, err)
+				}
+				if got := fmt.Sprint(flushes[len(flushes)-1]["status"].(map[string]any)["r"]); got != tt.want {
+					t.Errorf("got %s, want %s", got, tt.want)
+				}
+			})
+		}
+	}
+	t.Run("return luaop.sleep(0) as the last statement", func(t *testing.T) {
+		flushes, err := runDaemonBody(t, `ctx.patch.status.r = "before"; return luaop.sleep(0)`)
+		if err != nil || len(flushes) != 1 || flushes[0]["status"].(map[string]any)["r"] != "before" {
+			t.Errorf("flushes %v, err %v; want the patch flushed by the sleep", flushes, err)
+		}
+	})
+	t.Run("a bad argument names the script's line", func(t *testing.T) {
+		_, err := runDaemonBody(t, `luaop.sleep({})`)
+		var se *luaerr.ScriptError
+		if !errors.As(err, &se) || se.File != "d.lua" || se.Line != 3 || !strings.Contains(se.Message, "number expected, got table") {
+			t.Errorf("err = %v; want d.lua:3 and number expected, got table", err)
+		}
+	})
+}
+
+// runDaemonBody runs a daemon whose body is body (from line 3 of d.lua) to its end.
+func runDaemonBody(t *testing.T, body string) ([]map[string]any, error) {
+	t.Helper()
+	rt := loadedRuntime(t, Options{Shards: 1}, "d.lua", `local luaop = require("luaop")
+luaop.daemon("example.com/v1/widgets", function(ctx)
+`+body+`
+end, {id = "d"})
+`)
+	var flushes []map[string]any
+	b := widgetBody("ua", "a")
+	err := rt.RunDaemon(t.Context(), &causes.Call{Handler: specOf(t, rt, "d"), Cause: causes.Cause{Body: b}, Logger: slog.Default(),
+		Daemon: &causes.DaemonLink{Stopped: context.Background(), Latest: func() map[string]any { return b },
+			Flush: func(p map[string]any) { flushes = append(flushes, p) }}})
+	return flushes, err
 }

@@ -54,6 +54,17 @@
 //     (shard.endStretch): while it sleeps, its thread's context is the daemon's own,
 //     with no deadline or timer; it keeps its thread and call state (which holds a
 //     copy of the Call: the caller's is not referenced).
+//   - A daemon runs as a coroutine (daemon.go, daemonCall): started and resumed with
+//     LState.Resume by whichever goroutine holds the shard lock for it, never two at
+//     once. luaop.sleep at the top level of its Lua yields: the daemon is then
+//     parked with no goroutine and no lock, owned by its wake-up (daemonWake: a
+//     timer and two context.AfterFunc callbacks, the first to fire wins by a
+//     compare-and-swap and takes the shard lock to resume it) and listed in the
+//     shard's parked set (shard lock) for Runtime.Close. Where a yield cannot cross
+//     Go frames (pcall, an iterator, a metamethod: shard.canYield counts the VM's
+//     loops on the Go stack) luaop.sleep blocks as below. G.CurrentThread is reset
+//     before each Resume: a call parked in a blocking function restores the value it
+//     saw, which may name a daemon that has yielded since.
 //
 // Which functions release the shard: every API function that waits goes through
 // shard.blocking, which converts nothing itself but releases the shard around a Go
@@ -62,7 +73,8 @@
 // handlers and daemons alike (in a daemon it first hands ctx.patch to call.Daemon.Flush).
 // Such functions convert their Lua arguments to Go values before releasing and push
 // results after taking the shard back; the Go function in between must not touch any
-// Lua value. This is not a yield, so it works inside pcall. A new blocking function
+// Lua value. This is not a yield, so it works inside pcall (luaop.sleep in a daemon
+// yields instead where it can, above). A new blocking function
 // must use shard.blocking too. While a call is parked there, other calls run on
 // other threads of the shard; each thread keeps its own stack and context, and
 // blocking restores the state's shared "current coroutine" (G.CurrentThread) before
@@ -82,12 +94,14 @@
 // returning from a blocking function takes it back unconditionally (every holder
 // releases it within a handler deadline). Runtime.Forget may be called from any
 // goroutine holding no lock; Runtime.Close works while calls are parked (they fail
-// when they come back).
+// when they come back; daemons asleep in a yield end at once with errClosed).
 //
 // The rule: no lock is held while calling out of the package or waiting on I/O.
 // Callbacks the processing core passes in a causes.Call are called as follows:
 // Flush (a daemon's patch) and Indexes.Lookup with no lock held (through
-// shard.blocking); Latest (a lock-free atomic read) under the shard lock. Kube
+// shard.blocking, or from a yielded daemon's park and end); StartDaemon's done with
+// no lock held, once, from the goroutine that ended the daemon; Latest (a lock-free
+// atomic read) under the shard lock. Kube
 // methods are called with no lock held. Loggers (call.Logger, Options.Logger) are
 // written to under the shard lock: they must not block for long.
 //

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	lua "github.com/yuin/gopher-lua"
@@ -196,8 +198,12 @@ func (s *shard) installKube(mod *lua.LTable) {
 	// rather than the handler deadline (which restarts after the sleep). A daemon
 	// sleeping at the top level of its Lua (not inside pcall, an iterator or a
 	// metamethod) yields its coroutine: it then waits without a goroutine (daemon.go).
-	mod.RawSetString("sleep", L.NewFunction(func(L *lua.LState) int {
-		seconds := L.CheckNumber(1)
+	sleep := L.NewFunction(func(L *lua.LState) int {
+		seconds, ok := sleepSeconds(L.Get(1))
+		if !ok {
+			// Level 3: the script's call, past sleepWrapper's frame.
+			L.Error(lua.LString(fmt.Sprintf("bad argument #1 to 'luaop.sleep' (number expected, got %s)", L.Get(1).Type())), 3)
+		}
 		d := time.Duration(float64(seconds) * float64(time.Second))
 		var patch map[string]any
 		var flush func(map[string]any)
@@ -236,7 +242,38 @@ func (s *shard) installKube(mod *lua.LTable) {
 		})
 		L.Push(lua.LBool(slept))
 		return 1
-	}))
+	})
+	// The scripts get sleep through a Lua function that returns exactly one value.
+	// A Go function that yields leaves its caller's result registers to whoever
+	// resumes it: the resume fills one, so a call wanting more (local a, b =
+	// luaop.sleep(1)) would read unset registers, and a tail call (return
+	// luaop.sleep(1)) would end the coroutine instead of sleeping. The wrapper's
+	// own call of sleep wants one result and is no tail call; it runs in the same VM
+	// loop, so the yield stays possible.
+	wrap, err := L.Load(strings.NewReader(sleepWrapper), "=luaop.sleep")
+	if err != nil {
+		panic("luabind: the sleep wrapper does not compile: " + err.Error()) // a constant
+	}
+	L.Push(wrap)
+	L.Push(sleep)
+	L.Call(1, 1)
+	mod.RawSetString("sleep", L.Get(-1))
+	L.Pop(1)
+}
+
+const sleepWrapper = "local sleep = ...\nreturn function(seconds)\n  local slept = sleep(seconds)\n  return slept\nend\n"
+
+// sleepSeconds reads luaop.sleep's argument as lua's tonumber does (numbers, and
+// strings that convert).
+func sleepSeconds(v lua.LValue) (float64, bool) {
+	switch n := v.(type) {
+	case lua.LNumber:
+		return float64(n), true
+	case lua.LString:
+		f, err := strconv.ParseFloat(strings.TrimSpace(string(n)), 64)
+		return f, err == nil
+	}
+	return 0, false
 }
 
 func (s *shard) kube(L *lua.LState) Kube {

@@ -141,12 +141,14 @@ func New(opts Options) *Runtime {
 	return r
 }
 
-// Close releases the Lua states. Calls still running (a daemon parked in a sleep
-// that processing did not stop) fail when they next need their state; calls that
+// Close releases the Lua states. Daemons asleep in luaop.sleep (that processing did
+// not stop) end at once with an error; other calls still running (a call or daemon
+// parked in a blocking function) fail when they next need their state; calls that
 // start afterwards fail at once.
 func (r *Runtime) Close() {
 	r.loadMu.Lock() // a reload in flight finishes first
 	defer r.loadMu.Unlock()
+	var parked []*daemonWake
 	for _, s := range r.shards {
 		s.relock()
 		if !s.closed {
@@ -154,7 +156,14 @@ func (r *Runtime) Close() {
 			s.idle = nil
 			s.L.Close()
 		}
+		for w := range s.parked {
+			parked = append(parked, w)
+		}
 		s.unlock()
+	}
+	// Sleeping daemons end now (with errClosed) rather than when they would wake.
+	for _, w := range parked {
+		w.wake(false)
 	}
 }
 

@@ -55,7 +55,10 @@ type shard struct {
 	ctxMT, patchMT *lua.LTable
 	// daemonEntry and daemonSetup start every daemon's coroutine (daemon.go).
 	daemonEntry, daemonSetup *lua.LFunction
-	logger                   lua.LValue // ctx.logger: a read-only view, shared by every call
+	// parked are the wake-ups of this shard's sleeping daemons (yielded, holding no
+	// goroutine), for Runtime.Close to wake them.
+	parked map[*daemonWake]struct{}
+	logger lua.LValue // ctx.logger: a read-only view, shared by every call
 }
 
 // handlerFns are the Lua values of one handler in one shard.
@@ -98,7 +101,7 @@ type shardGeneration struct {
 }
 
 func newShard(rt *Runtime, idx int) *shard {
-	s := &shard{rt: rt, idx: idx, sem: make(chan struct{}, 1), threads: map[*lua.LState]*callThread{}}
+	s := &shard{rt: rt, idx: idx, sem: make(chan struct{}, 1), threads: map[*lua.LState]*callThread{}, parked: map[*daemonWake]struct{}{}}
 	s.L = sandbox.NewState(sandbox.Options{
 		MaxStringSize: rt.opts.MaxStringSize,
 		Print: func(L *lua.LState, msg string) {

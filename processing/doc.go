@@ -49,8 +49,11 @@
 //   - Resources: each spelling in the scripts is resolved once through discovery to the
 //     canonical GroupVersionResource; watchers, queue keys and handler lookups use the
 //     canonical one, so two spellings share one informer and one worker (resources.go).
-//   - Daemons run in goroutines of their own, registered in the daemon registry for the
-//     shutdown. A daemon reads the newest body of its own incarnation (a re-created
+//   - Daemons run under the daemon registry (for the shutdown); each is driven by its
+//     daemonLoop, which keeps no goroutine while an attempt runs: the runner
+//     (DaemonRunner.StartDaemon) reports the attempt's end to a callback, and luabind
+//     parks a sleeping daemon without a goroutine. Only an initial delay or a backoff
+//     between attempts waits on a goroutine (sleepOrStop on the fake-able clock). A daemon reads the newest body of its own incarnation (a re-created
 //     object under the same name is another incarnation: its old daemons see nil and
 //     end) and hands its patches to the inbox; the worker applies them.
 //   - A new incarnation under a known key (deleted and re-created before the worker

@@ -241,11 +241,13 @@ func hasSpec(specs []causes.Spec, id string) bool {
 func (c *cycle) startDaemon(runner DaemonRunner, spec *causes.Spec) {
 	o, key, in, uid := c.op, c.key, &c.st.inbox, c.mem.uid
 	d := &daemonRun{spec: spec, key: key, done: make(chan struct{}), startedAt: c.now, clock: o.clock}
+	// Set before add: stopAll may stop d as soon as it is registered.
+	d.stopped, d.endStop = context.WithCancel(context.Background())
 	ctx, ok := o.daemons.add(d)
 	if !ok {
+		d.endStop()
 		return // the operator is stopping
 	}
-	d.stopped, d.endStop = context.WithCancel(context.Background())
 	c.mem.daemons.put(d)
 	log := o.log.With(objectAttrs(key, c.info.kind, uid, "handler", spec.ID, "reason", "daemon")...)
 	latest := func() map[string]any {
