@@ -101,10 +101,10 @@ func (dc *daemonCall) begin(fn *lua.LFunction) {
 // sleep's result) and deals with where it stopped: a sleep parks it, anything else
 // ends it. Shard lock held; released before step returns.
 func (dc *daemonCall) step(fn *lua.LFunction, args ...lua.LValue) {
-	sleep, w, patch, err := dc.advance(fn, args)
+	sleep, patch, err := dc.advance(fn, args)
 	dc.sh.unlock()
 	if sleep != nil {
-		dc.park(sleep, w)
+		dc.park(sleep)
 		return
 	}
 	cs := dc.cs
@@ -117,19 +117,18 @@ func (dc *daemonCall) step(fn *lua.LFunction, args ...lua.LValue) {
 	dc.done(err)
 }
 
-// advance runs the coroutine to its next sleep, registered as parked with its
-// wake-up, or to its end: then the thread is dropped (gopher-lua kills a coroutine
+// advance runs the coroutine to its next sleep, or to its end: then the thread is dropped (gopher-lua kills a coroutine
 // that ended, returning or failing: it can be neither resumed nor pooled) and what
 // the daemon wrote since its last sleep is returned with how it ended. Shard lock
 // held. A Go panic in luaop's code around the coroutine ends the daemon with an
 // internal error: it would otherwise crash the process from a timer's goroutine.
-func (dc *daemonCall) advance(fn *lua.LFunction, args []lua.LValue) (sleep *daemonSleep, w *daemonWake, patch map[string]any, err error) {
+func (dc *daemonCall) advance(fn *lua.LFunction, args []lua.LValue) (sleep *daemonSleep, patch map[string]any, err error) {
 	s, cs, t := dc.sh, dc.cs, dc.t
 	defer func() {
 		if r := recover(); r != nil {
 			s.rt.mem.leave(&cs.mem)
 			s.putThread(t, false)
-			sleep, w, patch = nil, nil, nil
+			sleep, patch = nil, nil
 			err = fmt.Errorf("%s: internal error while running the daemon: %v", cs.call.Handler.ID, r)
 		}
 	}()
@@ -144,9 +143,7 @@ func (dc *daemonCall) advance(fn *lua.LFunction, args []lua.LValue) (sleep *daem
 	if st == lua.ResumeYield && cs.sleep != nil {
 		sleep = cs.sleep
 		cs.sleep, cs.raised, cs.raisedTrace = nil, nil, ""
-		w = &daemonWake{dc: dc}
-		s.parked[w] = struct{}{}
-		return sleep, w, nil, nil
+		return sleep, nil, nil
 	}
 	var ae *lua.ApiError
 	if errors.As(rerr, &ae) && ae.StackTrace == "" && cs.raised != nil && ae.Object == cs.raised {
@@ -167,18 +164,31 @@ func (dc *daemonCall) advance(fn *lua.LFunction, args []lua.LValue) (sleep *daem
 		err = luaerr.Translate(rerr)
 	}
 	s.putThread(t, false)
-	return nil, nil, s.takeDaemonPatch(s.L, cs), err
+	return nil, s.takeDaemonPatch(s.L, cs), err
 }
 
-// park flushes the sleep's patch and arms what wakes the daemon (w): its timer, its
-// stop, its context; Runtime.Close wakes it too (the shard's parked set). No lock
-// held, no goroutine kept: the timer and the contexts hold the wake-up until one of
-// them fires.
-func (dc *daemonCall) park(sleep *daemonSleep, w *daemonWake) {
-	link := dc.cs.call.Daemon
+// park flushes the sleep's patch and arms what wakes the daemon: its timer, its
+// stop, its context, and Runtime.Close (the shard's parked set). No lock held on
+// entry; no goroutine kept: the timer and the contexts hold the wake-up until one
+// of them fires.
+func (dc *daemonCall) park(sleep *daemonSleep) {
+	s, link := dc.sh, dc.cs.call.Daemon
 	if sleep.patch != nil {
 		link.Flush(sleep.patch)
 	}
+	// Listed for Close only after the flush, so that a daemon Close ends has handed
+	// over what it wrote first.
+	s.relock()
+	if s.closed {
+		// Close ran since the daemon yielded (or the daemon caught the closed
+		// error inside pcall and went on to sleep).
+		s.unlock()
+		dc.done(errClosed)
+		return
+	}
+	w := &daemonWake{dc: dc}
+	s.parked[w] = struct{}{}
+	s.unlock()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.fired.Load() {
@@ -250,7 +260,7 @@ func (dc *daemonCall) wake(w *daemonWake, slept bool) {
 // setup (daemonSetup) inside the started coroutine, then tail-calls the handler, so
 // that the handler runs at the coroutine's top level, where luaop.sleep can yield.
 func (s *shard) newDaemonEntry() {
-	fn, err := s.L.Load(strings.NewReader("local setup, fn, ctx = ...\nsetup()\nreturn fn(ctx)\n"), "=luaop daemon")
+	fn, err := s.L.Load(strings.NewReader("local setup, fn, ctx = ...\nsetup()\nreturn fn(ctx)\n"), luaerr.InternalChunk("daemon"))
 	if err != nil {
 		panic("luabind: the daemon entry does not compile: " + err.Error()) // a constant: cannot happen
 	}

@@ -281,6 +281,9 @@ end, {id = "d"})
 		if !errors.Is(err, ErrMemoryBudget) && (err == nil || !strings.Contains(err.Error(), ErrMemoryBudget.Error())) {
 			t.Fatalf("daemon ended with %v, want the memory budget error", err)
 		}
+		if se := (*luaerr.ScriptError)(nil); !errors.As(err, &se) || se.File != "d.lua" || se.Line != 4 {
+			t.Errorf("the budget error is located at %+v; want d.lua:4 (the sleep)", se)
+		}
 	case <-time.After(promptWait):
 		t.Fatal("the daemon woke over the budget and ran on without a deadline")
 	}
@@ -551,4 +554,75 @@ end, {id = "d"})
 		Daemon: &causes.DaemonLink{Stopped: context.Background(), Latest: func() map[string]any { return b },
 			Flush: func(p map[string]any) { flushes = append(flushes, p) }}})
 	return flushes, err
+}
+
+// A daemon that was blocked (inside pcall) when Close ran catches the closed error
+// and goes on to sleep at its top level: it ends at once too, after its patch is
+// handed over.
+func TestDaemonSleepingAfterCloseEndsAtOnce(t *testing.T) {
+	rt := loadedRuntime(t, Options{Shards: 1}, "d.lua", `local luaop = require("luaop")
+luaop.daemon("example.com/v1/widgets", function(ctx)
+  ctx.patch.status.phase = "blocked"
+  pcall(luaop.sleep, 0.2)
+  ctx.patch.status.phase = "after"
+  luaop.sleep(3600)
+end, {id = "d"})
+`)
+	flushed := make(chan map[string]any, 4)
+	done := make(chan error, 1)
+	body := widgetBody("ua", "a")
+	go rt.StartDaemon(t.Context(), &causes.Call{Handler: specOf(t, rt, "d"), Cause: causes.Cause{Body: body},
+		Logger: slog.Default(), Daemon: &causes.DaemonLink{Stopped: context.Background(), Latest: func() map[string]any { return body },
+			Flush: func(p map[string]any) { flushed <- p }}}, func(err error) { done <- err })
+	<-flushed
+	rt.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, errClosed) {
+			t.Errorf("the daemon ended with %v; want %v", err, errClosed)
+		}
+	case <-time.After(promptWait):
+		t.Fatal("the daemon sleeps on after Close")
+	}
+	select {
+	case p := <-flushed:
+		if got := fmt.Sprint(p); got != fmt.Sprint(map[string]any{"status": map[string]any{"phase": "after"}}) {
+			t.Errorf("flushed %s; want phase after", got)
+		}
+	default:
+		t.Error("the patch written after Close was not handed over before the daemon ended")
+	}
+}
+
+// Errors raised inside luaop.sleep or right after it (its deadline, a bad argument
+// however it is called) name the script's line, not luaop's wrapper around it.
+func TestErrorsAroundSleepNameTheScriptLine(t *testing.T) {
+	t.Run("a handler sleeping past its deadline", func(t *testing.T) {
+		rt := loadedRuntime(t, Options{Shards: 1, HandlerTimeout: 50 * time.Millisecond}, "h.lua", `local luaop = require("luaop")
+luaop.on.create("example.com/v1/widgets", function(ctx)
+  luaop.sleep(60)
+end, {id = "c"})
+`)
+		_, err := rt.Invoke(t.Context(), causes.Call{Handler: specOf(t, rt, "c"), Cause: causes.Cause{Body: widgetBody("ua", "a")}})
+		var se *luaerr.ScriptError
+		if !errors.As(err, &se) || se.File != "h.lua" || se.Line != 3 || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("err = %v (%+v); want the deadline at h.lua:3", err, se)
+		}
+	})
+	// (A tail call, return luaop.sleep({}), has no caller's line to name: Lua drops
+	// the calling frame.)
+	for _, body := range []string{`local function nap(s) local r = luaop.sleep(s); return r end; nap({})`, `local ok, err = pcall(luaop.sleep, {}); error(err, 0)`} {
+		t.Run(body, func(t *testing.T) {
+			_, err := runDaemonBody(t, body)
+			var se *luaerr.ScriptError
+			if !errors.As(err, &se) || se.File != "d.lua" || se.Line != 3 || !strings.Contains(se.Message, "number expected, got table") {
+				t.Errorf("err = %v; want d.lua:3 and number expected, got table", err)
+			}
+		})
+	}
+	t.Run("a hexadecimal string, as tonumber reads it", func(t *testing.T) {
+		if _, err := runDaemonBody(t, `luaop.sleep("0x0")`); err != nil {
+			t.Error(err)
+		}
+	})
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -199,11 +198,7 @@ func (s *shard) installKube(mod *lua.LTable) {
 	// sleeping at the top level of its Lua (not inside pcall, an iterator or a
 	// metamethod) yields its coroutine: it then waits without a goroutine (daemon.go).
 	sleep := L.NewFunction(func(L *lua.LState) int {
-		seconds, ok := sleepSeconds(L.Get(1))
-		if !ok {
-			// Level 3: the script's call, past sleepWrapper's frame.
-			L.Error(lua.LString(fmt.Sprintf("bad argument #1 to 'luaop.sleep' (number expected, got %s)", L.Get(1).Type())), 3)
-		}
+		seconds := float64(L.CheckNumber(1)) // sleepWrapper checked it
 		d := time.Duration(float64(seconds) * float64(time.Second))
 		var patch map[string]any
 		var flush func(map[string]any)
@@ -249,32 +244,33 @@ func (s *shard) installKube(mod *lua.LTable) {
 	// luaop.sleep(1)) would read unset registers, and a tail call (return
 	// luaop.sleep(1)) would end the coroutine instead of sleeping. The wrapper's
 	// own call of sleep wants one result and is no tail call; it runs in the same VM
-	// loop, so the yield stays possible.
-	wrap, err := L.Load(strings.NewReader(sleepWrapper), "=luaop.sleep")
+	// loop, so the yield stays possible. It checks the argument itself, so that a bad
+	// one is reported at the script's line; other errors located in it are too (an
+	// internal chunk, luaerr.Translate).
+	wrap, err := L.Load(strings.NewReader(sleepWrapper), luaerr.InternalChunk("sleep"))
 	if err != nil {
 		panic("luabind: the sleep wrapper does not compile: " + err.Error()) // a constant
 	}
 	L.Push(wrap)
 	L.Push(sleep)
-	L.Call(1, 1)
+	L.Push(L.GetGlobal("tonumber"))
+	L.Push(L.GetGlobal("type"))
+	L.Push(L.GetGlobal("error"))
+	L.Call(4, 1)
 	mod.RawSetString("sleep", L.Get(-1))
 	L.Pop(1)
 }
 
-const sleepWrapper = "local sleep = ...\nreturn function(seconds)\n  local slept = sleep(seconds)\n  return slept\nend\n"
-
-// sleepSeconds reads luaop.sleep's argument as lua's tonumber does (numbers, and
-// strings that convert).
-func sleepSeconds(v lua.LValue) (float64, bool) {
-	switch n := v.(type) {
-	case lua.LNumber:
-		return float64(n), true
-	case lua.LString:
-		f, err := strconv.ParseFloat(strings.TrimSpace(string(n)), 64)
-		return f, err == nil
-	}
-	return 0, false
-}
+const sleepWrapper = `local sleep, tonumber, type, error = ...
+return function(seconds)
+  local n = tonumber(seconds)
+  if n == nil then
+    error("bad argument #1 to 'luaop.sleep' (number expected, got " .. type(seconds) .. ")", 2)
+  end
+  local slept = sleep(n)
+  return slept
+end
+`
 
 func (s *shard) kube(L *lua.LState) Kube {
 	if s.rt.opts.Kube == nil {

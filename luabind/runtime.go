@@ -147,7 +147,6 @@ func New(opts Options) *Runtime {
 // start afterwards fail at once.
 func (r *Runtime) Close() {
 	r.loadMu.Lock() // a reload in flight finishes first
-	defer r.loadMu.Unlock()
 	var parked []*daemonWake
 	for _, s := range r.shards {
 		s.relock()
@@ -161,7 +160,9 @@ func (r *Runtime) Close() {
 		}
 		s.unlock()
 	}
-	// Sleeping daemons end now (with errClosed) rather than when they would wake.
+	r.loadMu.Unlock()
+	// Sleeping daemons end now (with errClosed) rather than when they would wake;
+	// their done callbacks run here, with no lock held.
 	for _, w := range parked {
 		w.wake(false)
 	}

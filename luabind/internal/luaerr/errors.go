@@ -167,16 +167,25 @@ func Translate(err error) error {
 	default:
 		se.Message = "error object is a " + ae.Object.Type().String() + " value"
 	}
-	if se.File == "" {
+	if se.File == "" || IsInternalChunk(se.File) {
 		se.File, se.Line = traceLocation(ae.StackTrace)
 	}
 	return se
 }
 
-// traceLocation returns the innermost Lua frame of a gopher-lua traceback.
+// InternalChunk names a chunk of luaop's own Lua that runs between a script and a Go
+// function (luaop.sleep's wrapper, a daemon's entry): "<luaop." + name + ">". An
+// error located there is reported at the script's frame that called it.
+func InternalChunk(name string) string { return "<luaop." + name + ">" }
+
+// IsInternalChunk tells whether file names a chunk made by InternalChunk.
+func IsInternalChunk(file string) bool { return strings.HasPrefix(file, "<luaop.") }
+
+// traceLocation returns the innermost Lua frame of a gopher-lua traceback that is a
+// script's (not a Go function's, nor one of luaop's internal chunks).
 func traceLocation(trace string) (string, int) {
 	for _, line := range strings.Split(trace, "\n") {
-		if m := traceLineRE.FindStringSubmatch(line); m != nil && !strings.HasPrefix(m[1], "[G]") {
+		if m := traceLineRE.FindStringSubmatch(line); m != nil && !strings.HasPrefix(m[1], "[G]") && !IsInternalChunk(m[1]) {
 			n, _ := strconv.Atoi(m[2])
 			return m[1], n
 		}
