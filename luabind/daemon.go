@@ -124,8 +124,10 @@ func (dc *daemonCall) step(fn *lua.LFunction, args ...lua.LValue) {
 // internal error: it would otherwise crash the process from a timer's goroutine.
 func (dc *daemonCall) advance(fn *lua.LFunction, args []lua.LValue) (sleep *daemonSleep, patch map[string]any, err error) {
 	s, cs, t := dc.sh, dc.cs, dc.t
+	top := s.L.GetTop() // Resume's values pass through the main state's stack
 	defer func() {
 		if r := recover(); r != nil {
+			s.L.SetTop(top)
 			s.rt.mem.leave(&cs.mem)
 			s.putThread(t, false)
 			sleep, patch = nil, nil
