@@ -1171,7 +1171,10 @@ func (s *soak) report(st state, c *counters, churnStart, churnEnd time.Time, set
 }
 
 // trend compares the mean of each memory reading over the churn's third quarter with
-// its mean over the last: flat when none grew by more than 5 %. A memory that keeps
+// its mean over the last: flat when none grew by more than 5 % or, for a reading so
+// small that 5 % of it is noise (the goroutine stacks, 2 MiB once sleeping daemons
+// hold no goroutine, swing by a few stacks between samples), by more than
+// flatNoiseFloor. A memory that keeps
 // growing shows in both halves of a long soak; what grows while the operator warms
 // up (goroutine stacks reaching their working size, caches filling) shows only in the
 // first half, which this check leaves out on purpose. Means, not single samples: the
@@ -1183,12 +1186,17 @@ type trend struct {
 
 func (t trend) flat() bool {
 	for i := range t.names {
-		if t.fourth[i] > t.third[i]*1.05 {
+		if grew := t.fourth[i] - t.third[i]; grew > t.third[i]*0.05 && grew > flatNoiseFloor {
 			return false
 		}
 	}
 	return true
 }
+
+// flatNoiseFloor is the growth between the quarters' means that trend.flat always
+// allows: a leak that small over a soak's quarter is below what it can tell from
+// noise (and RSS, which includes every reading, is checked against 5 % too).
+const flatNoiseFloor = 1 << 20
 
 func (t trend) String() string {
 	parts := make([]string, len(t.names))

@@ -32,6 +32,8 @@ func TestMemoryTrend(t *testing.T) {
 		{"flat", series(func(int) float64 { return 100 }), true, true},
 		{"warms up, then flat", series(func(m int) float64 { return 100 + 30*min(float64(m), 8)/8 }), true, true},
 		{"keeps growing", series(func(m int) float64 { return 100 + 2*float64(m) }), true, false},
+		{"small and noisy (stacks of 2 MiB swinging by 0.2 MiB)", series(func(m int) float64 { return 2 + 0.2*float64(m%2) + 0.1*float64(m/15) }), true, true},
+		{"small but growing past the floor", series(func(m int) float64 { return 2 + 0.25*float64(m) }), true, false},
 		{"failed readings left out", series(func(int) float64 { return 100 }, 11, 16, 17), true, true},
 		{"too few readings", series(func(int) float64 { return 100 }, 10, 11, 12, 13, 14), false, false},
 	}
