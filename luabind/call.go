@@ -305,15 +305,22 @@ func (s *shard) call(ctx context.Context, fn *lua.LFunction, call causes.Call, f
 	return ret, cs, err
 }
 
-// run runs one call (cs) on a pooled thread: cs is that thread's call until it ends.
-func (s *shard) run(cs *callState, fn *lua.LFunction, args ...lua.LValue) (ret lua.LValue, err error) {
+// bindCall takes a thread for cs and makes cs its call: its ctx table, its handler
+// deadline. Shard lock held.
+func (s *shard) bindCall(cs *callState) *callThread {
 	t := s.getThread()
-	L := t.L
-	cs.table = L.CreateTable(0, 8)
-	L.SetMetatable(cs.table, s.ctxMT)
+	cs.table = t.L.CreateTable(0, 8)
+	t.L.SetMetatable(cs.table, s.ctxMT)
 	t.cs = cs
 	s.setDeadline(t, cs.ctx)
 	cs.mem.what = cs.call.Handler.ID
+	return t
+}
+
+// run runs one call (cs) on a pooled thread: cs is that thread's call until it ends.
+func (s *shard) run(cs *callState, fn *lua.LFunction, args ...lua.LValue) (ret lua.LValue, err error) {
+	t := s.bindCall(cs)
+	L := t.L
 	s.rt.mem.enter(&cs.mem, t.cancel)
 	reuse := false
 	defer func() {

@@ -86,14 +86,7 @@ type daemonSleep struct {
 // begin starts the coroutine. Shard lock held; released by step.
 func (dc *daemonCall) begin(fn *lua.LFunction) {
 	s, cs := dc.sh, dc.cs
-	t := s.getThread()
-	dc.t = t
-	L := t.L
-	cs.table = L.CreateTable(0, 8)
-	L.SetMetatable(cs.table, s.ctxMT)
-	t.cs = cs
-	s.setDeadline(t, cs.ctx)
-	cs.mem.what = cs.call.Handler.ID
+	dc.t = s.bindCall(cs)
 	dc.step(s.daemonEntry, s.daemonSetup, fn, cs.table)
 }
 
