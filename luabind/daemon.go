@@ -68,8 +68,9 @@ func (r *Runtime) RunDaemon(ctx context.Context, call *causes.Call) error {
 // daemonCall is one run of a daemon as a coroutine. Ownership: the goroutine that
 // holds the shard lock and steps the coroutine owns it; while the daemon sleeps
 // nobody does, and the one wake-up that wins (daemonWake) takes it back with the
-// shard lock. So at most one goroutine touches it at a time, each under the shard
-// lock but for park (which reads only fields set before the first step).
+// shard lock. So at most one goroutine touches it at a time: under the shard lock,
+// but for park, which reads only fields set before the first step (and takes the
+// lock to list the wake-up).
 type daemonCall struct {
 	sh   *shard
 	cs   *callState
@@ -110,9 +111,10 @@ func (dc *daemonCall) step(fn *lua.LFunction, args ...lua.LValue) {
 	dc.done(err)
 }
 
-// advance runs the coroutine to its next sleep, or to its end: then the thread is dropped (gopher-lua kills a coroutine
-// that ended, returning or failing: it can be neither resumed nor pooled) and what
-// the daemon wrote since its last sleep is returned with how it ended. Shard lock
+// advance runs the coroutine to its next sleep, or to its end: then the thread is
+// dropped (gopher-lua kills a coroutine that ended, returning or failing: it can be
+// neither resumed nor pooled) and what the daemon wrote since its last sleep is
+// returned with how it ended. Shard lock
 // held. A Go panic in luaop's code around the coroutine ends the daemon with an
 // internal error: it would otherwise crash the process from a timer's goroutine.
 func (dc *daemonCall) advance(fn *lua.LFunction, args []lua.LValue) (sleep *daemonSleep, patch map[string]any, err error) {
