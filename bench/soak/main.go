@@ -1103,7 +1103,7 @@ func (s *soak) report(st state, c *counters, churnStart, churnEnd time.Time, set
 		fmt.Sprintf("%d spec updates (%d failed), %d re-creations (%d failed, %d skipped: name busy) %s",
 			c.updates.Load(), c.updateErrs.Load(), c.recreated.Load(), c.recreateErrs.Load(), c.recreateSkipped.Load(), list(errs)))
 	if trend, ok := memoryTrend(mon.samples, churnEnd.Sub(churnStart)); ok {
-		add("memory flat over the churn's second half (RSS, heap, stacks: last quarter's mean within 5 % of the third's)", trend.flat(), trend.String())
+		add("memory flat over the churn's second half (RSS, heap, stacks: last quarter's mean within 5 % or 1 MiB of the third's)", trend.flat(), trend.String())
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "check\tresult\tdetail")
