@@ -53,9 +53,10 @@
 //     daemonLoop, which keeps no goroutine while an attempt runs: the runner
 //     (DaemonRunner.StartDaemon) reports the attempt's end to a callback, and luabind
 //     parks a sleeping daemon without a goroutine. Only an initial delay or a backoff
-//     between attempts waits on a goroutine (sleepOrStop on the fake-able clock). A daemon reads the newest body of its own incarnation (a re-created
-//     object under the same name is another incarnation: its old daemons see nil and
-//     end) and hands its patches to the inbox; the worker applies them.
+//     between attempts waits on a goroutine (sleepOrStop on the fake-able clock). A
+//     daemon reads the newest body of its own incarnation (a re-created object under
+//     the same name is another incarnation: its old daemons see nil and end) and hands
+//     its patches to the inbox; the worker applies them.
 //   - A new incarnation under a known key (deleted and re-created before the worker
 //     ran) goes through the same forget path as a deletion: daemons stopped, index
 //     entries dropped, the memo forgotten once its daemons exited.
