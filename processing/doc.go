@@ -52,8 +52,9 @@
 //   - Daemons run under the daemon registry (for the shutdown); each is driven by its
 //     daemonLoop, which keeps no goroutine while an attempt runs: the runner
 //     (DaemonRunner.StartDaemon) reports the attempt's end to a callback, and luabind
-//     parks a sleeping daemon without a goroutine. Only an initial delay or a backoff
-//     between attempts waits on a goroutine (sleepOrStop on the fake-able clock). A
+//     parks a sleeping daemon without a goroutine; an initial delay or a backoff
+//     between attempts waits on the clock's timer (Options.Clock, fake in tests) and
+//     callbacks on the daemon's stop and context (daemonLoop.after), not a goroutine. A
 //     daemon reads the newest body of its own incarnation (a re-created object under
 //     the same name is another incarnation: its old daemons see nil and end) and hands
 //     its patches to the inbox; the worker applies them.

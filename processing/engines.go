@@ -302,19 +302,18 @@ type daemonLoop struct {
 	first time.Time
 }
 
-// run is the daemon's first goroutine: the initial delay, then the first attempt.
+// run starts the daemon, on the goroutine startDaemon made for it (its first stretch
+// of Lua must not run on the object's worker): the first attempt, after the initial
+// delay.
 func (l *daemonLoop) run() {
-	o, d := l.op, l.d
-	if !sleepOrStop(l.ctx, o.clock, d.stopped.Done(), d.spec.InitialDelay) {
-		l.finish()
-		return
-	}
-	// kopf: a daemon is run until it ends for good. ctx.retry counts its failed
-	// runs; retries bounds them (a failure at the last allowed run is final),
-	// timeout bounds the total time since its first run, errors says what an
-	// arbitrary error means ("ignored" counts as a success: not restarted).
-	l.first = o.clock.Now()
-	l.attempt(0)
+	l.after(l.d.spec.InitialDelay, func() {
+		// kopf: a daemon is run until it ends for good. ctx.retry counts its failed
+		// runs; retries bounds them (a failure at the last allowed run is final),
+		// timeout bounds the total time since its first run, errors says what an
+		// arbitrary error means ("ignored" counts as a success: not restarted).
+		l.first = l.op.clock.Now()
+		l.attempt(0)
+	})
 }
 
 // attempt starts attempt n; the runner reports its end to ended.
@@ -342,15 +341,55 @@ func (l *daemonLoop) ended(err error, n int, t0 time.Time) {
 		l.finish()
 		return
 	}
-	go l.retry(n+1, delay)
+	go l.after(delay, func() { l.attempt(n + 1) })
 }
 
-func (l *daemonLoop) retry(n int, delay time.Duration) {
-	if !sleepOrStop(l.ctx, l.op.clock, l.d.stopped.Done(), delay) {
-		l.finish()
+// after runs then once d has passed, on a goroutine of its own, or finishes the
+// daemon when it is stopped or cancelled first; d <= 0 runs then at once, here.
+// Nothing waits meanwhile: the clock's timer and callbacks on the daemon's stop and
+// context hold it, so a daemon in its initial delay or in a backoff costs no
+// goroutine either.
+func (l *daemonLoop) after(d time.Duration, then func()) {
+	if d <= 0 {
+		then()
 		return
 	}
-	l.attempt(n)
+	w := &delayedAttempt{}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	fire := func(ok bool) func() {
+		return func() {
+			if !w.fired.CompareAndSwap(false, true) {
+				return
+			}
+			// A goroutine of its own: the fake clock calls back with its lock held,
+			// and the attempt runs Lua.
+			go func() {
+				w.mu.Lock() // after has armed all three
+				w.timer.Stop()
+				w.stopStopped()
+				w.stopCtx()
+				w.mu.Unlock()
+				if ok {
+					then()
+				} else {
+					l.finish()
+				}
+			}()
+		}
+	}
+	w.timer = l.op.clock.AfterFunc(d, fire(true))
+	w.stopStopped = context.AfterFunc(l.d.stopped, fire(false))
+	w.stopCtx = context.AfterFunc(l.ctx, fire(false))
+}
+
+// delayedAttempt is one wait of daemonLoop.after: the first of its timer, the
+// daemon's stop and its context to fire wins; mu covers the arming.
+type delayedAttempt struct {
+	fired                atomic.Bool
+	mu                   sync.Mutex
+	timer                clock.Timer
+	stopStopped, stopCtx func() bool
 }
 
 // finish marks the daemon exited and lets its object's worker see it.
@@ -418,23 +457,6 @@ func (l *daemonLoop) judge(err error, attempt int, first, t0 time.Time) (delay t
 	}
 	l.log.Error("daemon failed; restarting after the backoff", "error", err, "backoff", delay, "retry", attempt+1)
 	return delay, true
-}
-
-// sleepOrStop waits for d; false when stopped or cancelled first.
-func sleepOrStop(ctx context.Context, clk clock.Clock, stop <-chan struct{}, d time.Duration) bool {
-	if d <= 0 {
-		return true
-	}
-	t := clk.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C():
-		return true
-	case <-stop:
-		return false
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // daemonsRunning tells whether any daemon of the object has not exited yet.

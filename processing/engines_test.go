@@ -3,6 +3,8 @@ package processing
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -232,4 +234,43 @@ func TestSharpTimerKeepsItsScheduleAndOthersDrift(t *testing.T) {
 	e.clock.Step(5 * time.Second)
 	e.eventually("the sharp timer's tick at 40 s", func() bool { return runs("sharp") == 4 })
 	e.stays("w1", "the drifting timer runs before 45 s", func() bool { return runs("drifting") > 3 })
+}
+
+// A daemon waiting its initial delay holds no goroutine (the clock's timer and
+// callbacks hold it), starts when the delay is over, and one stopped during the delay
+// (its object being deleted) never runs and lets the finalizer go.
+func TestDaemonsInTheirInitialDelayHoldNoGoroutine(t *testing.T) {
+	h := newFakeHandlers()
+	var mu sync.Mutex
+	started := map[string]bool{}
+	h.addDaemon(causes.Spec{ID: "late", Resource: widgets, InitialDelay: time.Hour}, func(ctx context.Context, call causes.Call) error {
+		mu.Lock()
+		started[call.Daemon.Name] = true
+		mu.Unlock()
+		<-call.Daemon.Stopped.Done()
+		return nil
+	})
+	e := startEnv(t, h, Options{})
+	const n = 60
+	e.create("w0", nil)
+	e.eventually("the first daemon registered", func() bool { return e.op.daemons.count() == 1 })
+	base := runtime.NumGoroutine()
+	for i := 1; i < n; i++ {
+		e.create(fmt.Sprintf("w%d", i), nil)
+	}
+	e.eventually("every daemon registered", func() bool { return e.op.daemons.count() == n })
+	e.eventually("no goroutine per waiting daemon", func() bool { return runtime.NumGoroutine() < base+n/2 })
+	startedCount := func() int { mu.Lock(); defer mu.Unlock(); return len(started) }
+	if got := startedCount(); got != 0 {
+		t.Fatalf("%d daemons started before their initial delay", got)
+	}
+	e.markDeleting("w0")
+	e.eventually("the daemon stopped in its delay let its object go", func() bool { return e.op.daemons.count() == n-1 })
+	e.clock.Step(time.Hour)
+	e.eventually("the others started once the delay was over", func() bool { return startedCount() == n-1 })
+	mu.Lock()
+	defer mu.Unlock()
+	if started["w0"] {
+		t.Error("the daemon stopped during its initial delay ran")
+	}
 }

@@ -74,7 +74,7 @@ type Options struct {
 	// Clock drives every wait of the core: the work queue's delays and backoffs,
 	// retries, timers, daemons' delays, consistency waits. Tests give a fake clock
 	// (k8s.io/utils/clock/testing). Defaults to the real clock.
-	Clock clock.WithTicker
+	Clock clock.WithTickerAndDelayedExecution
 }
 
 // Observer is told about what crosses the API boundary (metrics.Metrics implements it).

@@ -30,7 +30,7 @@ import (
 // together with the Lua runtime. Who owns what is in doc.go.
 type Reactor struct {
 	opts     Options
-	clock    clock.WithTicker
+	clock    clock.WithTickerAndDelayedExecution
 	handlers Handlers
 	dynamic  dynamic.Interface
 	disco    discovery.DiscoveryInterface
