@@ -98,6 +98,12 @@ func (e *Env) NewProxy(t testing.TB, opts ProxyOptions) *Proxy {
 		FlushInterval: -1, // watch events go through at once
 		ErrorLog:      log.New(io.Discard, "", 0),
 		ModifyResponse: func(resp *http.Response) error {
+			if resp.Request != nil && IsWatch(resp.Request) && resp.Request.Context().Err() != nil {
+				// Cut before the upstream answered: its answer (an empty 200 once it
+				// saw the proxy go away) must not reach the client, which would take
+				// it for a watch that ended normally. ErrorHandler aborts instead.
+				return resp.Request.Context().Err()
+			}
 			p.mu.Lock()
 			delay := p.eventDelay
 			p.mu.Unlock()
