@@ -276,9 +276,10 @@ func (c *cycle) startDaemon(runner DaemonRunner, spec *causes.Spec) {
 
 // daemonLoop runs one daemon: after its initial delay, attempt after attempt until it
 // ends for good; then it finishes the daemon. It keeps no goroutine of its own: an
-// attempt starts on the goroutine that decided it (the one startDaemon started, or
-// the one a failed attempt's backoff waits on), and the runner keeps none while the
-// daemon sleeps (DaemonRunner). Its fields are set before the first attempt starts
+// attempt starts on the goroutine startDaemon started, or on one that the end of a
+// delay (daemonLoop.after) or of the previous attempt started; a delay waits on
+// timers and callbacks, and the runner keeps none while the daemon sleeps
+// (DaemonRunner). Its fields are set before the first attempt starts
 // and never change (first: before the first attempt).
 //
 // Why small methods that are not inlined: a daemon that sleeps where its coroutine
@@ -341,7 +342,7 @@ func (l *daemonLoop) ended(err error, n int, t0 time.Time) {
 		l.finish()
 		return
 	}
-	go l.after(delay, func() { l.attempt(n + 1) })
+	go l.after(delay, func() { l.attempt(n + 1) }) // a goroutine of its own for a delay of 0
 }
 
 // after runs then once d has passed, on a goroutine of its own, or finishes the
@@ -370,7 +371,9 @@ func (l *daemonLoop) after(d time.Duration, then func()) {
 				w.stopStopped()
 				w.stopCtx()
 				w.mu.Unlock()
-				if ok {
+				// kopf checks the stop again after every wait: a daemon stopped while
+				// its timer was firing does not start.
+				if ok && !l.d.stopping() && l.ctx.Err() == nil {
 					then()
 				} else {
 					l.finish()

@@ -274,3 +274,51 @@ func TestDaemonsInTheirInitialDelayHoldNoGoroutine(t *testing.T) {
 		t.Error("the daemon stopped during its initial delay ran")
 	}
 }
+
+// kopf checks a daemon's stop again after each wait: daemons stopped while their
+// initial delay is ending do not start (bar the instant between that check and the
+// start, which no wait can close). Before the check, most of them started.
+func TestDaemonStoppedAsItsDelayEndsDoesNotStart(t *testing.T) {
+	const rounds, n = 10, 30
+	ranStopped := 0
+	for round := 0; round < rounds; round++ {
+		h := newFakeHandlers()
+		var mu sync.Mutex
+		h.addDaemon(causes.Spec{ID: "d", Resource: widgets, InitialDelay: time.Minute}, func(ctx context.Context, call causes.Call) error {
+			if call.Daemon.Stopped.Err() != nil {
+				mu.Lock()
+				ranStopped++
+				mu.Unlock()
+			}
+			return nil
+		})
+		e := startEnv(t, h, Options{})
+		for i := 0; i < n; i++ {
+			e.create(fmt.Sprintf("w%d", i), nil)
+		}
+		e.eventually("every daemon waiting its delay", func() bool { return e.op.daemons.count() == n && e.clock.Waiters() >= n })
+		e.op.daemons.mu.Lock()
+		var all []*daemonRun
+		for d := range e.op.daemons.running {
+			all = append(all, d)
+		}
+		e.op.daemons.mu.Unlock()
+		go e.clock.Step(time.Minute)
+		for _, d := range all {
+			d.stop(0)
+		}
+		// (Their objects' next cycles start new daemons, with a delay of their own.)
+		e.eventually("every stopped daemon finished", func() bool {
+			for _, d := range all {
+				if !d.exited() {
+					return false
+				}
+			}
+			return true
+		})
+		e.shutdown()
+	}
+	if ranStopped > rounds*n/20 {
+		t.Errorf("%d of %d daemons started after they were stopped", ranStopped, rounds*n)
+	}
+}
