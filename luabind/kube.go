@@ -198,8 +198,7 @@ func (s *shard) installKube(mod *lua.LTable) {
 	// sleeping at the top level of its Lua (not inside pcall, an iterator or a
 	// metamethod) yields its coroutine: it then waits without a goroutine (daemon.go).
 	sleep := L.NewFunction(func(L *lua.LState) int {
-		seconds := float64(L.CheckNumber(1)) // sleepWrapper checked it
-		d := time.Duration(float64(seconds) * float64(time.Second))
+		d := time.Duration(float64(L.CheckNumber(1)) * float64(time.Second)) // sleepWrapper checked it
 		var patch map[string]any
 		var flush func(map[string]any)
 		var stopped <-chan struct{}
