@@ -306,7 +306,9 @@ func traceback(L *lua.LState) string {
 // their Lua in a loop of their own, which a yield would leave broken). gopher-lua
 // does not say so itself; the Go stack does: exactly one of its VM loops between
 // here and the coroutine's start. Counted on at most 64 frames: a deeper stack
-// blocks instead, which is always safe. Shard lock held.
+// blocks instead, which is always safe. The names are gopher-lua's (v1.1.2): if an
+// upgrade renamed them every sleep would block, still correct, and
+// TestSleepingDaemonsHoldNoGoroutine would fail. Shard lock held.
 func (s *shard) canYield(L *lua.LState) bool {
 	if t := s.threadOf(L); t == nil || t.L != L {
 		return false // a coroutine of the script's own, or no call
