@@ -35,9 +35,6 @@ type callState struct {
 	// ctx is the caller's context. A daemon's deadline restarts under it after each
 	// blocking function (a daemon runs for as long as it sleeps in between).
 	ctx context.Context
-	// resumable is set for a daemon run as a coroutine (daemon.go): luaop.sleep at
-	// the top level of its Lua yields the coroutine instead of parking a goroutine.
-	resumable bool
 	// sleep is what luaop.sleep asked for when it yielded; taken by the daemon.
 	sleep *daemonSleep
 	// raised is the last error value a daemon's Lua raised, and raisedTrace where:

@@ -315,13 +315,33 @@ func runDaemonAsync(ctx context.Context, rt *Runtime, spec causes.Spec, body map
 func stopAndWaitDaemon(t *testing.T, stop context.CancelFunc, done <-chan error) {
 	t.Helper()
 	stop()
+	waitDaemonEnded(t, done, "the sleeping daemon woken by its stop")
+}
+
+// waitDaemonEnded waits for a daemon's end (what it is waiting for: what) and
+// fails unless it ended without an error.
+func waitDaemonEnded(t *testing.T, done <-chan error, what string) {
+	t.Helper()
 	select {
 	case err := <-done:
 		if err != nil {
-			t.Fatalf("daemon: %v", err)
+			t.Fatalf("%s: the daemon failed: %v", what, err)
 		}
 	case <-time.After(promptWait):
-		t.Fatal("the sleeping daemon did not wake on stop")
+		t.Fatalf("%s: the daemon did not end", what)
+	}
+}
+
+// waitDaemonSleeps waits for the signal a daemon's Flush gives as it goes to sleep,
+// and fails when the daemon ends first or never gets there.
+func waitDaemonSleeps(t *testing.T, sleeping <-chan struct{}, done <-chan error) {
+	t.Helper()
+	select {
+	case <-sleeping:
+	case err := <-done:
+		t.Fatalf("the daemon ended before it slept: %v", err)
+	case <-time.After(promptWait):
+		t.Fatal("the daemon did not reach its sleep")
 	}
 }
 
@@ -376,14 +396,7 @@ luaop.on.update(R, function(ctx) return "fast " .. ctx.name end, {id = "fast"})
 		t.Errorf("fast handler returned %v", r.res.Value)
 	}
 	close(kube.release)
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("daemon: %v", err)
-		}
-	case <-time.After(promptWait):
-		t.Fatal("the daemon did not finish after its API call returned")
-	}
+	waitDaemonEnded(t, done, "its API call returned")
 	if got := flushed(); len(got) != 1 || !reflect.DeepEqual(got[0], map[string]any{"status": map[string]any{"got": "block"}}) {
 		t.Errorf("flushes %v, want the final patch", got)
 	}
@@ -439,13 +452,7 @@ end, {id = "d"})
 			go rt.StartDaemon(t.Context(), &causes.Call{Handler: specOf(t, rt, "d"), Cause: causes.Cause{Body: body},
 				Logger: slog.Default(), Daemon: &causes.DaemonLink{Stopped: stop, Latest: func() map[string]any { return body },
 					Flush: func(map[string]any) { parked <- struct{}{} }}}, func(err error) { done <- err })
-			select {
-			case <-parked:
-			case err := <-done:
-				t.Fatalf("the daemon ended before sleeping: %v", err)
-			case <-time.After(promptWait):
-				t.Fatal("the daemon did not reach its sleep")
-			}
+			waitDaemonSleeps(t, parked, done)
 			rt.Close()
 			rt.Forget("ua")
 			if tt.name != "yielded" {

@@ -53,7 +53,7 @@ func (r *Runtime) StartDaemon(ctx context.Context, call *causes.Call, done func(
 	}
 	// From here on only the call state's copy of call is used: the caller's Call is
 	// then garbage while the daemon runs; a sleeping daemon would otherwise keep both.
-	cs := &callState{call: *call, fns: fns, logger: call.Logger, daemon: true, resumable: true, ctx: ctx}
+	cs := &callState{call: *call, fns: fns, logger: call.Logger, daemon: true, ctx: ctx}
 	dc := &daemonCall{sh: sh, cs: cs, done: done}
 	dc.begin(fns.fn)
 }
@@ -130,10 +130,10 @@ func (dc *daemonCall) advance(fn *lua.LFunction, args []lua.LValue) (sleep *daem
 		}
 	}()
 	s.rt.mem.enter(&cs.mem, t.cancel)
-	// Resume refuses a thread that is the state's current one. A call that parked
-	// in a blocking function restores the current thread it had when it continues,
-	// which may be this daemon's from before it yielded (blocking, thread.go): the
-	// current thread means nothing between calls, so it is reset here.
+	// Resume refuses a thread that is the state's current one. Only Resume reads it
+	// (scripts have no coroutine library) and gopher-lua sets it, back to the main
+	// state at every yield; reset here all the same, so that Resume's check never
+	// depends on the order in which other calls parked and continued.
 	s.L.G.CurrentThread = s.L
 	st, rerr, _ := s.L.Resume(t.L, fn, args...)
 	s.rt.mem.leave(&cs.mem) // a sleeping call allocates nothing: never the one to cancel

@@ -137,13 +137,7 @@ func TestSleepingDaemonKeepsNoDeadlineNorCall(t *testing.T) {
 		go func() { done <- rt.RunDaemon(t.Context(), call) }()
 	}()
 	// The flush comes from inside the sleep, with the shard released.
-	select {
-	case <-sleeping:
-	case err := <-done:
-		t.Fatalf("the daemon returned before sleeping: %v", err)
-	case <-time.After(promptWait):
-		t.Fatal("the daemon never reached luaop.sleep")
-	}
+	waitDaemonSleeps(t, sleeping, done)
 	sh := rt.shards[0]
 	if err := sh.lock(t.Context()); err != nil {
 		t.Fatal(err)

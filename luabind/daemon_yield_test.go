@@ -479,15 +479,7 @@ end, {id = "c"})
 	if err := <-handler; err != nil {
 		t.Fatalf("the handler: %v", err)
 	}
-	closeStop()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("the daemon woken after the handler ended: %v", err)
-		}
-	case <-time.After(promptWait):
-		t.Fatal("the daemon did not end after its stop")
-	}
+	stopAndWaitDaemon(t, closeStop, done)
 	if got := fmt.Sprint(<-flushed); got != fmt.Sprint(map[string]any{"status": map[string]any{"woke": map[string]any{"slept": false}}}) {
 		t.Errorf("last flush %s; want woke.slept = false", got)
 	}

@@ -62,9 +62,9 @@
 //     compare-and-swap and takes the shard lock to resume it) and listed in the
 //     shard's parked set (shard lock) for Runtime.Close. Where a yield cannot cross
 //     Go frames (pcall, an iterator, a metamethod: shard.canYield counts the VM's
-//     loops on the Go stack) luaop.sleep blocks as below. G.CurrentThread is reset
-//     before each Resume: a call parked in a blocking function restores the value it
-//     saw, which may name a daemon that has yielded since.
+//     loops on the Go stack) luaop.sleep blocks as below. G.CurrentThread (which
+//     only Resume reads: scripts have no coroutine library) is gopher-lua's to set;
+//     advance resets it before each Resume.
 //
 // Which functions release the shard: every API function that waits goes through
 // shard.blocking, which converts nothing itself but releases the shard around a Go
@@ -76,9 +76,7 @@
 // Lua value. This is not a yield, so it works inside pcall (luaop.sleep in a daemon
 // yields instead where it can, above). A new blocking function
 // must use shard.blocking too. While a call is parked there, other calls run on
-// other threads of the shard; each thread keeps its own stack and context, and
-// blocking restores the state's shared "current coroutine" (G.CurrentThread) before
-// the parked call continues. Scripts loading (Load, on the main state, never on a
+// other threads of the shard; each thread keeps its own stack and context. Scripts loading (Load, on the main state, never on a
 // call thread) do not release the shard: a load sees no other call.
 //
 // Admission handlers (luaop.on.validate, luaop.on.mutate; admission.go) are calls

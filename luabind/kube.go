@@ -212,7 +212,7 @@ func (s *shard) installKube(mod *lua.LTable) {
 				}
 			}
 			s.endStretch(L, cs)
-			if cs.resumable && s.canYield(L) {
+			if s.canYield(L) { // a daemon is a coroutine (daemon.go)
 				cs.sleep = &daemonSleep{d: d, patch: patch}
 				return L.Yield()
 			}

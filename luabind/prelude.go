@@ -22,10 +22,14 @@ func (s *shard) runPrelude(mod *lua.LTable) {
 	}
 	current := L.NewFunction(func(L *lua.LState) int {
 		cs := s.callOf(L)
-		if cs == nil || cs.body() == nil {
+		if cs == nil {
 			return 0
 		}
-		L.Push(luavalue.NewProxy(L, cs.body()))
+		body := cs.body()
+		if body == nil {
+			return 0
+		}
+		L.Push(luavalue.NewProxy(L, body))
 		return 1
 	})
 	L.Push(fn)

@@ -191,14 +191,10 @@ func (s *shard) blocking(L *lua.LState, wait func(ctx context.Context)) {
 		return
 	}
 	cs := t.cs
-	// Another call may resume coroutines of its own meanwhile: the shared "current
-	// coroutine" of the state is this call's again when it continues.
-	current := L.G.CurrentThread
 	s.rt.mem.leave(&cs.mem) // a parked call allocates nothing: never the one to cancel
 	s.unlock()
 	defer func() {
 		s.relock()
-		L.G.CurrentThread = current
 		if cs.daemon {
 			// A daemon's deadline bounds the Lua run between two waits. It is set
 			// before the checks below may raise: a raise caught by pcall must not
