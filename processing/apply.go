@@ -24,6 +24,13 @@ import (
 // losing its result), then one of the object. It remembers the version the last
 // patch produced, so the next change handlers wait for it.
 func (c *cycle) apply(ctx context.Context) error {
+	// Removals of what the storage no longer in use holds (state.Patch.After) go
+	// in the same write when there is one write, else after both.
+	after := c.patch.TakeAfter()
+	if after != nil && (!c.info.statusSubresource || c.patch.IsEmpty()) {
+		c.patch.Merge(after.Map())
+		after = nil
+	}
 	if c.patch.IsEmpty() {
 		return nil
 	}
@@ -43,8 +50,9 @@ func (c *cycle) apply(ctx context.Context) error {
 	main = withUID(main, c.mem.uid)
 	client := o.dynamic.Resource(c.info.gvr).Namespace(c.key.namespace)
 	var last *unstructured.Unstructured
-	mainSent := false
-	sendMain := func() error {
+	mainSent, fellBack := false, false
+	var sendMain func() error
+	sendMain = func() error {
 		mainSent = true
 		if len(main) == 0 {
 			return nil
@@ -55,12 +63,19 @@ func (c *cycle) apply(ctx context.Context) error {
 		if err != nil || resp == nil {
 			return err
 		}
-		if !c.info.statusSubresource {
-			c.checkPruning(main, resp)
-		}
 		last = resp
 		c.carriedWritten = c.carriedWritten || c.carried
 		c.expectVersion(resp)
+		if c.info.statusSubresource {
+			return nil
+		}
+		// Status is an ordinary field here: a built-in kind drops it, a CRD's schema may.
+		if moved := c.fallBackIfStoragePruned(main, resp); moved != nil {
+			fellBack = true
+			main = withUID(moved, c.mem.uid)
+			return sendMain()
+		}
+		c.checkPruning(main, resp)
 		return nil
 	}
 	sendStatus := func() error {
@@ -79,6 +94,7 @@ func (c *cycle) apply(ctx context.Context) error {
 			c.checkPruning(status, resp)
 			return nil
 		}
+		fellBack = true
 		if mainSent { // what was pruned goes in a patch of its own
 			main = withUID(moved, c.mem.uid)
 			return sendMain()
@@ -101,6 +117,18 @@ func (c *cycle) apply(ctx context.Context) error {
 	}
 	if err := second(); err != nil {
 		return err
+	}
+	// After a fallback the storage in use is annotations, which the removals are
+	// about: what was moved there must stay.
+	if after != nil && !fellBack {
+		main, status = after.Split()
+		main = withUID(main, c.mem.uid)
+		if err := sendMain(); err != nil {
+			return err
+		}
+		if err := sendStatus(); err != nil {
+			return err
+		}
 	}
 	if last != nil {
 		c.last = last
@@ -280,6 +308,10 @@ func (c *cycle) checkPruning(sent map[string]any, resp *unstructured.Unstructure
 		}
 		msg := fmt.Sprintf("the server dropped status.%s of %s: the CRD schema prunes unknown fields; "+
 			"declare it in the CRD's openAPIV3Schema, or add `x-kubernetes-preserve-unknown-fields: true` under status", field, c.info.kind)
+		if isBuiltIn(c.info.gvr) {
+			msg = fmt.Sprintf("the server dropped status.%s of %s: a built-in kind keeps only its own status fields; "+
+				"return nothing from the handler and write into the object through ctx.patch instead", field, c.info.kind)
+		}
 		c.log.Error(msg)
 		c.post("Warning", "StatusPruned", msg)
 	}

@@ -8,7 +8,13 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/luaop/luaop/processing/causes"
 	"github.com/luaop/luaop/state"
@@ -407,5 +413,85 @@ func TestAutoStorageRefusesADeclaredButClosedStatusField(t *testing.T) {
 	e.eventually("the diff-base in annotations", func() bool {
 		_, ok := e.annotations("w1")["luaop.dev/last-handled-configuration"]
 		return ok
+	})
+}
+
+// An object handled in annotations mode, then updated once the resource keeps its
+// bookkeeping in status: the annotation's diff-base is cleared only after the new one
+// is written to /status. If that write fails, the object must keep a diff-base (in
+// annotations); with none it would be handled as new, its create handlers run again.
+func TestSwitchingToStatusStorageClearsTheOldDiffBaseOnlyAfterWritingTheNew(t *testing.T) {
+	h := newFakeHandlers()
+	h.add(changeSpec("create_fn", causes.Create), nil)
+	h.add(changeSpec("update_fn", causes.Update), nil)
+	old := widgetObject("w1", "uid-w1", map[string]any{"size": int64(1)})
+	p := state.NewPatch()
+	if err := state.NewAnnotationsDiffBase("luaop.dev").Store(nil, p, state.Essence(old.Object, "luaop.dev")); err != nil {
+		t.Fatal(err)
+	}
+	old.SetAnnotations(map[string]string{state.LastHandledKey("luaop.dev"): p.Map()["metadata"].(map[string]any)["annotations"].(map[string]any)[state.LastHandledKey("luaop.dev")].(string)})
+	old.Object["spec"] = map[string]any{"size": int64(2)} // changed since it was handled
+	var failStatus atomic.Bool
+	var statusTries atomic.Int32
+	failStatus.Store(true)
+	e := startEnvWith(t, h, Options{}, func(dyn *dynamicfake.FakeDynamicClient) {
+		dyn.PrependReactor("patch", "widgets", func(a clienttesting.Action) (bool, runtime.Object, error) {
+			if a.GetSubresource() != "status" || !failStatus.Load() {
+				return false, nil, nil
+			}
+			statusTries.Add(1)
+			return true, nil, apierrors.NewServiceUnavailable("the API server is restarting")
+		})
+	}, widgetsCRD(), old)
+	e.eventually("a /status write tried and refused", func() bool { return statusTries.Load() > 0 })
+	if _, ok := e.annotations("w1")[state.LastHandledKey("luaop.dev")]; !ok {
+		t.Fatalf("the annotation's diff-base was cleared although the new one was never written: %v", e.annotations("w1"))
+	}
+	failStatus.Store(false)
+	e.eventually("the diff-base in status and the annotation's copy cleared", func() bool {
+		e.clock.Step(time.Second) // the retry's backoff
+		_, inStatus, _ := unstructured.NestedString(e.get("w1").Object, "status", "luaop_dev", "last-handled-configuration")
+		_, inAnnotations := e.annotations("w1")[state.LastHandledKey("luaop.dev")]
+		return inStatus && !inAnnotations
+	})
+	if n := len(h.callsOf("create_fn", "w1")); n != 0 {
+		t.Errorf("the create handler ran %d times on an object handled before", n)
+	}
+	if n := len(h.callsOf("update_fn", "w1")); n == 0 {
+		t.Errorf("the update handler never ran")
+	}
+}
+
+// Status storage set for a kind whose status is no subresource and whose server drops
+// the field (a built-in kind, here ConfigMaps): the resource falls back to annotations
+// at its first write, and nothing is handled twice.
+func TestStatusStorageSetForAKindThatDropsItFallsBackToAnnotations(t *testing.T) {
+	h := newFakeHandlers()
+	cms := causes.Resource{GroupVersionResource: configmapsGVR}
+	h.add(causes.Spec{ID: "create_fn", Kind: causes.KindChange, Resource: cms, Reasons: []causes.Reason{causes.Create}}, nil)
+	h.add(causes.Spec{ID: "update_fn", Kind: causes.KindChange, Resource: cms, Reasons: []causes.Reason{causes.Update}}, nil)
+	e := startEnvPruning(t, h, Options{ProgressStorage: StorageStatus, DiffBaseStorage: StorageStatus}, "luaop_dev", nil)
+	cm := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "c1", "namespace": "default", "uid": "uid-c1"}, "data": map[string]any{"a": "b"}}}
+	if _, err := e.dyn.Resource(configmapsGVR).Namespace("default").Create(t.Context(), cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	lastHandled := func() bool {
+		u, err := e.dyn.Resource(configmapsGVR).Namespace("default").Get(t.Context(), "c1", metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		_, ok := u.GetAnnotations()[state.LastHandledKey("luaop.dev")]
+		return ok
+	}
+	e.eventually("the diff-base in annotations", lastHandled)
+	e.staysIn(configmapsGVR, "c1", "the create handler running again", func() bool { return len(h.callsOf("create_fn", "c1")) > 1 })
+	if _, err := e.dyn.Resource(configmapsGVR).Namespace("default").Patch(t.Context(), "c1", types.MergePatchType,
+		[]byte(`{"data":{"a":"c"}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually("the update handled", func() bool { return len(h.callsOf("update_fn", "c1")) == 1 })
+	e.staysIn(configmapsGVR, "c1", "a handler running again", func() bool {
+		return len(h.callsOf("create_fn", "c1")) != 1 || len(h.callsOf("update_fn", "c1")) != 1
 	})
 }

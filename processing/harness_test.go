@@ -240,7 +240,8 @@ func startEnvWith(t *testing.T, h *fakeHandlers, opts Options, setup func(*dynam
 }
 
 // startEnvPruning is startEnvWith on a fake server that prunes the status field named prune
-// (as a server does once a CRD's schema no longer keeps it); "" prunes nothing.
+// (as a server does once a CRD's schema no longer keeps it, or always for a built-in kind)
+// from the patches of widgets' /status and of configmaps; "" prunes nothing.
 func startEnvPruning(t *testing.T, h *fakeHandlers, opts Options, prune string, setup func(*dynamicfake.FakeDynamicClient), objects ...*unstructured.Unstructured) *env {
 	t.Helper()
 	var objs []runtime.Object
@@ -510,7 +511,9 @@ func stampResourceVersions(dyn *dynamicfake.FakeDynamicClient, prune string) {
 			if err := json.Unmarshal(merged, &u.Object); err != nil {
 				return true, nil, err
 			}
-			if prune != "" && a.GetSubresource() == "status" {
+			// ConfigMaps stand for a kind whose status is no subresource: their patches
+			// carry status, and the server drops what it does not keep.
+			if prune != "" && (a.GetSubresource() == "status" || a.GetResource() == configmapsGVR) {
 				unstructured.RemoveNestedField(u.Object, "status", prune)
 			}
 			u.SetResourceVersion(next())

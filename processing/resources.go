@@ -98,11 +98,7 @@ func (o *Reactor) refreshResources(ctx context.Context, specs []causes.Spec) {
 func (o *Reactor) settleStorage(ctx context.Context, info *resourceInfo) {
 	s := o.chooseStorage(ctx, info)
 	info.store.Store(s)
-	where := "annotations"
-	if s.inStatus() {
-		where = "status"
-	}
-	o.log.Info("storage chosen", "resource", causes.Resource{GroupVersionResource: info.gvr}.String(), "storage", where, "reason", s.reason)
+	o.log.Info("storage chosen", "resource", causes.Resource{GroupVersionResource: info.gvr}.String(), "storage", s.where(), "reason", s.reason)
 }
 
 // bind records resolved spellings and returns the watchers to start (one per

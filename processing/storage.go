@@ -31,6 +31,19 @@ func (i *resourceInfo) storage() *storage { return i.store.Load() }
 // with a status subresource is one /status patch.
 func (s *storage) inStatus() bool { return s.progressInStatus && s.diffBaseInStatus }
 
+// where names the storage for people: status, annotations, or which part is where.
+func (s *storage) where() string {
+	switch {
+	case s.inStatus():
+		return "status"
+	case s.progressInStatus:
+		return "progress in status, diff-base in annotations"
+	case s.diffBaseInStatus:
+		return "diff-base in status, progress in annotations"
+	}
+	return "annotations"
+}
+
 var crdsGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
 // chooseStorage decides, per resource, where its bookkeeping goes. With "auto" it is
@@ -95,7 +108,7 @@ func (o *Reactor) annotationsStorage(reason string) *storage {
 // crdKeepsStatusField reads the resource's CRD: does the served version's schema keep
 // status.<StatusField>? Built-in resources have no CRD (annotations, then).
 func (o *Reactor) crdKeepsStatusField(ctx context.Context, gvr schema.GroupVersionResource) (bool, string) {
-	if gvr.Group == "" || !strings.Contains(gvr.Group, ".") {
+	if isBuiltIn(gvr) {
 		return false, "a built-in resource: its status schema is fixed"
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -115,17 +128,8 @@ func (o *Reactor) crdKeepsStatusField(ctx context.Context, gvr schema.GroupVersi
 		if version["name"] != gvr.Version {
 			continue
 		}
-		status, _, _ := unstructured.NestedMap(version, "schema", "openAPIV3Schema", "properties", "status")
-		if keep, _ := status["x-kubernetes-preserve-unknown-fields"].(bool); keep {
-			return true, ""
-		}
-		// A declared field keeps what luaop writes only if it keeps unknown fields
-		// itself (luaop writes progress.<handler id> and last-handled-configuration).
-		declared := status
-		for _, part := range strings.Split(o.opts.StatusField, ".") {
-			declared, _, _ = unstructured.NestedMap(declared, "properties", part)
-		}
-		if keep, _ := declared["x-kubernetes-preserve-unknown-fields"].(bool); keep {
+		schemaRoot, _, _ := unstructured.NestedMap(version, "schema", "openAPIV3Schema")
+		if schemaKeeps(schemaRoot, append([]string{"status"}, strings.Split(o.opts.StatusField, ".")...)) {
 			return true, ""
 		}
 		return false, "the status schema would prune status." + o.opts.StatusField +
@@ -134,10 +138,30 @@ func (o *Reactor) crdKeepsStatusField(ctx context.Context, gvr schema.GroupVersi
 	return false, "its CustomResourceDefinition does not serve " + gvr.Version
 }
 
+// schemaKeeps: does a structural schema keep what luaop writes under path (maps of
+// its own keys)? Each part of the path is either declared, and its schema decides
+// below it, or not, and then kept only where the level above keeps unknown fields;
+// the field itself must keep unknown fields.
+func schemaKeeps(node map[string]any, path []string) bool {
+	for _, part := range path {
+		if declared, ok, _ := unstructured.NestedMap(node, "properties", part); ok {
+			node = declared
+			continue
+		}
+		keep, _ := node["x-kubernetes-preserve-unknown-fields"].(bool)
+		return keep
+	}
+	keep, _ := node["x-kubernetes-preserve-unknown-fields"].(bool)
+	return keep
+}
+
 // fallBackIfStoragePruned: the server dropped the status field of the storage (the
-// schema changed since it was chosen). The resource's storage goes back to
-// annotations for good, and what was just pruned is written there, in this cycle's
-// next patch, so no handler runs again for it. Returns that patch's part.
+// schema changed since it was chosen, or status storage was set for a kind that keeps
+// no such field). The resource's storage goes back to annotations for good, and what
+// this cycle just wrote there is written again into annotations, in its next patch, so
+// that no handler runs again for it. Returns that patch's part. (Other objects whose
+// bookkeeping sat in status before the schema changed lose it with the schema: the
+// server prunes what it reads from its storage too.)
 func (c *cycle) fallBackIfStoragePruned(sent map[string]any, resp *unstructured.Unstructured) map[string]any {
 	path := append([]string{"status"}, strings.Split(c.op.opts.StatusField, ".")...)
 	sentOurs, ok, _ := unstructured.NestedFieldNoCopy(sent, path...)
@@ -145,26 +169,52 @@ func (c *cycle) fallBackIfStoragePruned(sent map[string]any, resp *unstructured.
 	if !ok || ours == nil || !c.store.progressInStatus && !c.store.diffBaseInStatus {
 		return nil
 	}
-	// Kept only if every part sent came back (a declared but closed field keeps
-	// an empty map and drops what is inside).
-	pruned := false
-	for key, v := range ours {
+	got, _, _ := unstructured.NestedFieldNoCopy(resp.Object, path...)
+	if keptAll(ours, got) {
+		return nil
+	}
+	why := "the server pruned status." + c.op.opts.StatusField + " (the CRD's schema does not keep it)"
+	if isBuiltIn(c.info.gvr) {
+		why = "the server dropped status." + c.op.opts.StatusField + " (a built-in kind keeps only its own status fields)"
+	}
+	fallback := c.op.annotationsStorage(why)
+	// Every cycle of the resource that wrote to status at the time finds it pruned and
+	// moves its own records; the one that swaps the storage says so.
+	if c.info.store.CompareAndSwap(c.store, fallback) {
+		c.log.Warn("status storage pruned by the server: this resource keeps its progress in annotations from now on",
+			"reason", fallback.reason)
+	}
+	c.store = fallback
+	patch := state.NewPatch()
+	if err := state.MoveStatusBookkeeping(ours, c.op.opts.Prefix, resp.Object, patch); err != nil {
+		c.log.Error("the diff-base cannot be moved into annotations; the object will be handled as new", "error", err)
+	}
+	return patch.Map()
+}
+
+// keptAll: everything sent (but removals) is in got, at every depth: a schema may keep
+// a map and prune what is inside it.
+func keptAll(sent map[string]any, got any) bool {
+	gotMap, ok := got.(map[string]any)
+	if !ok {
+		return false
+	}
+	for key, v := range sent {
 		if v == nil {
 			continue
 		}
-		if _, kept, _ := unstructured.NestedFieldNoCopy(resp.Object, append(path, key)...); !kept {
-			pruned = true
+		g, present := gotMap[key]
+		if !present {
+			return false
+		}
+		if m, isMap := v.(map[string]any); isMap && !keptAll(m, g) {
+			return false
 		}
 	}
-	if !pruned {
-		return nil
-	}
-	fallback := c.op.annotationsStorage("the server pruned status." + c.op.opts.StatusField + " (the CRD's schema does not keep it)")
-	c.info.store.Store(fallback)
-	c.store = fallback
-	c.log.Warn("status storage pruned by the server: this resource keeps its progress in annotations from now on",
-		"resource", c.key.resource.String(), "reason", fallback.reason)
-	patch := state.NewPatch()
-	state.MoveStatusBookkeeping(ours, c.op.opts.Prefix, c.body.Object, patch)
-	return patch.Map()
+	return true
+}
+
+// isBuiltIn: a resource of Kubernetes' own API groups (no CRD defines its schema).
+func isBuiltIn(gvr schema.GroupVersionResource) bool {
+	return gvr.Group == "" || !strings.Contains(gvr.Group, ".")
 }

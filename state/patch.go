@@ -7,6 +7,30 @@ package state
 // Patch so that the object is written once per cycle. The zero value is ready to use.
 type Patch struct {
 	m map[string]any
+	// after holds removals to send only once this patch is written (After).
+	after *Patch
+}
+
+// After is the patch of removals that must reach the server only after this one has:
+// a smart storage clearing the copy of a diff-base that the storage no longer in use
+// holds, beside the new copy it writes here. When the two go to different endpoints
+// (annotations and /status), removing first and then failing to write would leave no
+// diff-base at all, and the object would be handled as new. Created on first use.
+func (p *Patch) After() *Patch {
+	if p.after == nil {
+		p.after = NewPatch()
+	}
+	return p.after
+}
+
+// TakeAfter returns the removals of After (nil when there are none) and forgets them.
+func (p *Patch) TakeAfter() *Patch {
+	if p == nil || p.after.IsEmpty() {
+		return nil
+	}
+	after := p.after
+	p.after = nil
+	return after
 }
 
 // NewPatch returns an empty patch.

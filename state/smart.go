@@ -1,5 +1,7 @@
 package state
 
+import "fmt"
+
 // Smart storages let an operator change where it keeps its bookkeeping without
 // handling anything twice (kopf's "smart" storage): they read from the storage in
 // use, then from the other one, write to the one in use only, and clear what the
@@ -37,18 +39,28 @@ func NewSmartDiffBase(primary, fallback DiffBaseStorage) DiffBaseStorage {
 type smartDiffBase struct{ primary, fallback DiffBaseStorage }
 
 func (s smartDiffBase) Fetch(obj map[string]any) (map[string]any, bool, error) {
-	if essence, found, err := s.primary.Fetch(obj); found || err != nil {
-		return essence, found, err
+	essence, found, err := s.primary.Fetch(obj)
+	if found && err == nil {
+		return essence, true, nil
 	}
-	return s.fallback.Fetch(obj)
+	// An unreadable diff-base in the storage in use (an edit by hand) does not hide a
+	// good one in the other.
+	if fe, ffound, ferr := s.fallback.Fetch(obj); ffound && ferr == nil {
+		return fe, true, nil
+	} else if err == nil {
+		return fe, ffound, ferr
+	}
+	return essence, found, err
 }
 
 func (s smartDiffBase) Store(obj map[string]any, patch *Patch, essence map[string]any) error {
 	if err := s.primary.Store(obj, patch, essence); err != nil {
 		return err
 	}
+	// The other storage's copy is cleared after the new one is written (patch.After):
+	// with no copy in either, the object would be handled as new.
 	if p, ok := s.fallback.(diffBasePurger); ok {
-		p.purge(obj, patch)
+		p.purge(obj, patch.After())
 	}
 	return nil
 }
@@ -73,8 +85,10 @@ func (s statusDiffBase) purge(obj map[string]any, patch *Patch) {
 
 // MoveStatusBookkeeping writes into patch, as annotations under prefix, the progress
 // records and diff-base that status storage held in ours (the content of
-// status.<field>): for a resource whose server turned out to prune that field.
-func MoveStatusBookkeeping(ours map[string]any, prefix string, obj map[string]any, patch *Patch) {
+// status.<field>): for a resource whose server turned out to prune that field. obj is
+// the object as the server has it now (for the annotations' size limit). The error
+// says why the diff-base could not be moved (the progress records are, all the same).
+func MoveStatusBookkeeping(ours map[string]any, prefix string, obj map[string]any, patch *Patch) error {
 	annotationsP := NewAnnotationsProgress(prefix)
 	if progress, ok := ours["progress"].(map[string]any); ok {
 		for id, raw := range progress {
@@ -86,8 +100,11 @@ func MoveStatusBookkeeping(ours map[string]any, prefix string, obj map[string]an
 		}
 	}
 	if encoded, ok := ours["last-handled-configuration"].(string); ok {
-		if essence, err := decodeJSONObject(encoded); err == nil {
-			_ = StoreEssence(obj, patch, prefix, essence)
+		essence, err := decodeJSONObject(encoded)
+		if err != nil {
+			return fmt.Errorf("the diff-base written into status does not decode: %w", err)
 		}
+		return StoreEssence(obj, patch, prefix, essence)
 	}
+	return nil
 }

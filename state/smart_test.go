@@ -41,6 +41,16 @@ func TestSmartStoragesReadBothAndMoveRecordsOnWrite(t *testing.T) {
 	if _, ok := annotationsP.Fetch(obj, "create_fn"); ok {
 		t.Errorf("the annotations' record was not cleared")
 	}
+	// The diff-base's old copy is cleared only by the patch sent after the one that
+	// writes the new copy: if that write failed, the old copy must still be there.
+	if _, found, _ := annotationsD.Fetch(obj); !found {
+		t.Errorf("the annotations' diff-base was cleared in the patch that writes the new one")
+	}
+	after := p.TakeAfter()
+	if after == nil || p.TakeAfter() != nil {
+		t.Fatalf("the clearing of the annotations' diff-base is not in the patch's After, once: %v", after)
+	}
+	obj = applyMergePatch(obj, after.Map())
 	if _, found, _ := annotationsD.Fetch(obj); found {
 		t.Errorf("the annotations' diff-base was not cleared")
 	}
@@ -56,5 +66,29 @@ func TestSmartStoragesReadBothAndMoveRecordsOnWrite(t *testing.T) {
 	smartP.Store(obj, p, "other_fn", HandlerRecord{Started: &now})
 	if _, touched := p.Map()["metadata"]; touched {
 		t.Errorf("a write to annotations for a record they never held: %v", p.Map())
+	}
+}
+
+// A diff-base that cannot be read where it is kept now (an edit by hand) does not hide
+// a good one in the other storage; with none there, its error is reported.
+func TestSmartDiffBaseFallsBackOverAnUnreadablePrimary(t *testing.T) {
+	annotationsD, statusD := NewAnnotationsDiffBase("luaop.dev"), NewStatusDiffBase("luaop_dev")
+	smartD := NewSmartDiffBase(statusD, annotationsD)
+	p := NewPatch()
+	if err := annotationsD.Store(nil, p, map[string]any{"spec": map[string]any{"size": int64(1)}}); err != nil {
+		t.Fatal(err)
+	}
+	obj := applyMergePatch(map[string]any{"metadata": map[string]any{"name": "w"}}, p.Map())
+	obj["status"] = map[string]any{"luaop_dev": map[string]any{"last-handled-configuration": "{not json"}}
+	if _, found, err := statusD.Fetch(obj); err == nil {
+		t.Fatalf("the broken status diff-base reads without an error (found %v): the test does not test", found)
+	}
+	essence, found, err := smartD.Fetch(obj)
+	if err != nil || !found || essence["spec"] == nil {
+		t.Fatalf("the annotations' diff-base behind a broken status one: %v %v %v", essence, found, err)
+	}
+	delete(obj["metadata"].(map[string]any), "annotations")
+	if _, _, err := smartD.Fetch(obj); err == nil {
+		t.Fatalf("a broken status diff-base and none in annotations: no error")
 	}
 }
