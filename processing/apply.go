@@ -25,9 +25,11 @@ import (
 // patch produced, so the next change handlers wait for it.
 func (c *cycle) apply(ctx context.Context) error {
 	// Removals of what the storage no longer in use holds (state.Patch.After) go
-	// in the same write when there is one write, else after both.
+	// in the same write when there is one write that cannot fall back (nothing kept in
+	// status), else after the others.
 	after := c.patch.TakeAfter()
-	if after != nil && (!c.info.statusSubresource || c.patch.IsEmpty()) {
+	inStatus := c.store.progressInStatus || c.store.diffBaseInStatus
+	if after != nil && (c.patch.IsEmpty() || !c.info.statusSubresource && !inStatus) {
 		c.patch.Merge(after.Map())
 		after = nil
 	}
@@ -109,7 +111,7 @@ func (c *cycle) apply(ctx context.Context) error {
 	// handlers are not recorded as done and run again rather than lose what they
 	// wrote (kopf sends the object, then /status).
 	first, second := sendStatus, sendMain
-	if c.store.progressInStatus || c.store.diffBaseInStatus {
+	if inStatus {
 		first, second = sendMain, sendStatus
 	}
 	if err := first(); err != nil {
@@ -119,15 +121,22 @@ func (c *cycle) apply(ctx context.Context) error {
 		return err
 	}
 	// After a fallback the storage in use is annotations, which the removals are
-	// about: what was moved there must stay.
+	// about: what was moved there must stay. A failed removal leaves a stale copy in
+	// the storage not in use, read only when the one in use has none; the next write
+	// of the same record removes it again.
 	if after != nil && !fellBack {
-		main, status = after.Split()
-		main = withUID(main, c.mem.uid)
-		if err := sendMain(); err != nil {
-			return err
+		main, status = after.Map(), nil
+		if c.info.statusSubresource {
+			main, status = after.Split()
 		}
-		if err := sendStatus(); err != nil {
-			return err
+		main = withUID(main, c.mem.uid)
+		err := sendMain()
+		if err == nil {
+			err = sendStatus()
+		}
+		if err != nil {
+			c.log.Warn("the old copy of the bookkeeping in the storage no longer in use was not removed; it is removed at the next handled change",
+				"error", err)
 		}
 	}
 	if last != nil {
@@ -306,12 +315,9 @@ func (c *cycle) checkPruning(sent map[string]any, resp *unstructured.Unstructure
 		if _, seen := c.op.pruned.LoadOrStore(key, struct{}{}); seen {
 			continue
 		}
-		msg := fmt.Sprintf("the server dropped status.%s of %s: the CRD schema prunes unknown fields; "+
-			"declare it in the CRD's openAPIV3Schema, or add `x-kubernetes-preserve-unknown-fields: true` under status", field, c.info.kind)
-		if isBuiltIn(c.info.gvr) {
-			msg = fmt.Sprintf("the server dropped status.%s of %s: a built-in kind keeps only its own status fields; "+
-				"return nothing from the handler and write into the object through ctx.patch instead", field, c.info.kind)
-		}
+		msg := fmt.Sprintf("the server dropped status.%s of %s: its schema does not keep it; for a custom resource, "+
+			"declare it in the CRD's openAPIV3Schema or add `x-kubernetes-preserve-unknown-fields: true` under status; "+
+			"a built-in kind keeps only its own status fields (return nothing from the handler, write through ctx.patch)", field, c.info.kind)
 		c.log.Error(msg)
 		c.post("Warning", "StatusPruned", msg)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -494,4 +495,123 @@ func TestStatusStorageSetForAKindThatDropsItFallsBackToAnnotations(t *testing.T)
 	e.staysIn(configmapsGVR, "c1", "a handler running again", func() bool {
 		return len(h.callsOf("create_fn", "c1")) != 1 || len(h.callsOf("update_fn", "c1")) != 1
 	})
+}
+
+// annotationsHandled is a Widget handled in annotations mode with spec.size 1, now at
+// size 2, holding the progress records given (if any) in annotations too.
+func annotationsHandled(t *testing.T, name string, records map[string]state.HandlerRecord) *unstructured.Unstructured {
+	t.Helper()
+	obj := widgetObject(name, "uid-"+name, map[string]any{"size": int64(1)})
+	p := state.NewPatch()
+	if err := state.NewAnnotationsDiffBase("luaop.dev").Store(nil, p, state.Essence(obj.Object, "luaop.dev")); err != nil {
+		t.Fatal(err)
+	}
+	for id, rec := range records {
+		state.NewAnnotationsProgress("luaop.dev").Store(nil, p, id, rec)
+	}
+	annotations := map[string]string{}
+	for k, v := range p.Map()["metadata"].(map[string]any)["annotations"].(map[string]any) {
+		annotations[k] = v.(string)
+	}
+	obj.SetAnnotations(annotations)
+	obj.Object["spec"] = map[string]any{"size": int64(2)} // changed since it was handled
+	return obj
+}
+
+// The same switch with a handler being retried: update_a failed twice (recorded in
+// annotations) before the resource kept its bookkeeping in status. Its next record goes
+// to status and the annotation's copy is cleared only after: a refused /status write
+// must not lose the record, or update_a's retries would count from 0 again.
+func TestSwitchingToStatusStorageKeepsARecordUntilItIsWrittenAgain(t *testing.T) {
+	h := newFakeHandlers()
+	h.add(changeSpec("update_a", causes.Update), func(ctx context.Context, call causes.Call) (causes.Result, error) {
+		return causes.Result{}, &causes.TemporaryError{Message: "not yet", Delay: time.Second}
+	})
+	started := time.Date(2026, 11, 30, 11, 0, 0, 0, time.UTC)
+	old := annotationsHandled(t, "w1", map[string]state.HandlerRecord{
+		"update_a": {Started: &started, Retries: 2, Purpose: "update", Message: "not yet"}})
+	var failStatus atomic.Bool
+	var statusTries atomic.Int32
+	failStatus.Store(true)
+	e := startEnvWith(t, h, Options{}, func(dyn *dynamicfake.FakeDynamicClient) {
+		dyn.PrependReactor("patch", "widgets", func(a clienttesting.Action) (bool, runtime.Object, error) {
+			if a.GetSubresource() != "status" || !failStatus.Load() {
+				return false, nil, nil
+			}
+			statusTries.Add(1)
+			return true, nil, apierrors.NewServiceUnavailable("the API server is restarting")
+		})
+	}, widgetsCRD(), old)
+	e.eventually("a /status write tried and refused", func() bool { return statusTries.Load() > 0 })
+	failStatus.Store(false)
+	e.eventually("update_a tried 3 times", func() bool {
+		e.clock.Step(time.Second) // the retries' delays
+		return len(h.callsOf("update_a", "w1")) >= 3
+	})
+	for i, c := range h.callsOf("update_a", "w1") {
+		if c.retry < 2 {
+			t.Errorf("attempt %d of update_a counted as retry %d: its record of 2 failures was lost", i+1, c.retry)
+		}
+	}
+}
+
+// The switch to status storage on a server that prunes it: the resource falls back to
+// annotations in the same cycle, and the diff-base moved there stays (the removal of
+// the annotation's old copy, meant for after the /status write, is not sent).
+func TestSwitchingToPrunedStatusStorageKeepsTheDiffBaseMovedBack(t *testing.T) {
+	h := newFakeHandlers()
+	h.add(changeSpec("create_fn", causes.Create), nil)
+	h.add(changeSpec("update_fn", causes.Update), nil)
+	e := startEnvPruning(t, h, Options{}, "luaop_dev", nil, widgetsCRD(), annotationsHandled(t, "w1", nil))
+	e.eventually("the update handled", func() bool { return len(h.callsOf("update_fn", "w1")) == 1 })
+	e.stays("w1", "a handler running again", func() bool {
+		return len(h.callsOf("update_fn", "w1")) != 1 || len(h.callsOf("create_fn", "w1")) != 0
+	})
+	encoded := e.annotations("w1")[state.LastHandledKey("luaop.dev")]
+	if !strings.Contains(encoded, `"size":2`) {
+		t.Errorf("the annotation's diff-base is %q, want the handled spec (size 2)", encoded)
+	}
+}
+
+// Status storage set for a kind that drops it, on an object handled in annotations
+// before: the first write (status, dropped) must not also remove the annotation's
+// diff-base, or a failure of the follow-up write that moves the bookkeeping back
+// would leave none, and the object would be handled as new.
+func TestStatusStorageFallbackKeepsTheOldDiffBaseUntilTheMoveIsWritten(t *testing.T) {
+	h := newFakeHandlers()
+	cms := causes.Resource{GroupVersionResource: configmapsGVR}
+	h.add(causes.Spec{ID: "create_fn", Kind: causes.KindChange, Resource: cms, Reasons: []causes.Reason{causes.Create}}, nil)
+	h.add(causes.Spec{ID: "update_fn", Kind: causes.KindChange, Resource: cms, Reasons: []causes.Reason{causes.Update}}, nil)
+	cm := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "c1", "namespace": "default", "uid": "uid-c1"}, "data": map[string]any{"a": "b"}}}
+	p := state.NewPatch()
+	if err := state.NewAnnotationsDiffBase("luaop.dev").Store(nil, p, state.Essence(cm.Object, "luaop.dev")); err != nil {
+		t.Fatal(err)
+	}
+	key := state.LastHandledKey("luaop.dev")
+	cm.SetAnnotations(map[string]string{key: p.Map()["metadata"].(map[string]any)["annotations"].(map[string]any)[key].(string)})
+	cm.Object["data"] = map[string]any{"a": "c"} // changed since it was handled
+	var refusedMove atomic.Bool
+	e := startEnvPruning(t, h, Options{ProgressStorage: StorageStatus, DiffBaseStorage: StorageStatus}, "luaop_dev",
+		func(dyn *dynamicfake.FakeDynamicClient) {
+			dyn.PrependReactor("patch", "configmaps", func(a clienttesting.Action) (bool, runtime.Object, error) {
+				pa := a.(clienttesting.PatchAction)
+				if strings.Contains(string(pa.GetPatch()), `"status"`) || refusedMove.Load() {
+					return false, nil, nil
+				}
+				refusedMove.Store(true) // the first write without status: the move, refused once
+				return true, nil, apierrors.NewServiceUnavailable("the API server is restarting")
+			})
+		}, cm)
+	e.eventually("the move refused once, then the diff-base of the change in annotations", func() bool {
+		e.clock.Step(time.Second) // the retry's backoff
+		u, err := e.dyn.Resource(configmapsGVR).Namespace("default").Get(t.Context(), "c1", metav1.GetOptions{})
+		return err == nil && refusedMove.Load() && strings.Contains(u.GetAnnotations()[key], `"a":"c"`)
+	})
+	if n := len(h.callsOf("create_fn", "c1")); n != 0 {
+		t.Errorf("the create handler ran %d times on an object handled before", n)
+	}
+	if n := len(h.callsOf("update_fn", "c1")); n == 0 {
+		t.Errorf("the update handler never ran")
+	}
 }

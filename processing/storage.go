@@ -173,11 +173,7 @@ func (c *cycle) fallBackIfStoragePruned(sent map[string]any, resp *unstructured.
 	if keptAll(ours, got) {
 		return nil
 	}
-	why := "the server pruned status." + c.op.opts.StatusField + " (the CRD's schema does not keep it)"
-	if isBuiltIn(c.info.gvr) {
-		why = "the server dropped status." + c.op.opts.StatusField + " (a built-in kind keeps only its own status fields)"
-	}
-	fallback := c.op.annotationsStorage(why)
+	fallback := c.op.annotationsStorage("the server dropped status." + c.op.opts.StatusField + " (the kind's schema does not keep it)")
 	// Every cycle of the resource that wrote to status at the time finds it pruned and
 	// moves its own records; the one that swaps the storage says so.
 	if c.info.store.CompareAndSwap(c.store, fallback) {
@@ -187,7 +183,7 @@ func (c *cycle) fallBackIfStoragePruned(sent map[string]any, resp *unstructured.
 	c.store = fallback
 	patch := state.NewPatch()
 	if err := state.MoveStatusBookkeeping(ours, c.op.opts.Prefix, resp.Object, patch); err != nil {
-		c.log.Error("the diff-base cannot be moved into annotations; the object will be handled as new", "error", err)
+		c.log.Error("the last handled state cannot be moved into annotations; the next change is compared with an older one, if any", "error", err)
 	}
 	return patch.Map()
 }
@@ -195,10 +191,7 @@ func (c *cycle) fallBackIfStoragePruned(sent map[string]any, resp *unstructured.
 // keptAll: everything sent (but removals) is in got, at every depth: a schema may keep
 // a map and prune what is inside it.
 func keptAll(sent map[string]any, got any) bool {
-	gotMap, ok := got.(map[string]any)
-	if !ok {
-		return false
-	}
+	gotMap, _ := got.(map[string]any)
 	for key, v := range sent {
 		if v == nil {
 			continue
@@ -214,7 +207,8 @@ func keptAll(sent map[string]any, got any) bool {
 	return true
 }
 
-// isBuiltIn: a resource of Kubernetes' own API groups (no CRD defines its schema).
+// isBuiltIn: a resource of the core group or of a group without a dot, which no CRD
+// can define (a guess for the others: some *.k8s.io groups are CRDs, some are not).
 func isBuiltIn(gvr schema.GroupVersionResource) bool {
 	return gvr.Group == "" || !strings.Contains(gvr.Group, ".")
 }

@@ -57,4 +57,7 @@ func TestKeptAllLooksAtEveryDepth(t *testing.T) {
 			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
 		}
 	}
+	if !keptAll(map[string]any{"progress": nil, "last-handled-configuration": nil}, nil) {
+		t.Errorf("only removals sent, nothing came back: reported pruned")
+	}
 }

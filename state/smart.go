@@ -23,8 +23,21 @@ func (s smartProgress) Fetch(obj map[string]any, handlerID string) (HandlerRecor
 
 func (s smartProgress) Store(obj map[string]any, patch *Patch, handlerID string, rec HandlerRecord) {
 	s.primary.Store(obj, patch, handlerID, rec)
-	s.fallback.Purge(obj, patch, handlerID) // writes only when the object holds one
+	// The other storage's copy of the record is cleared after the new one is written
+	// (patch.After): cleared first, a failed write would lose the record, and a handler
+	// that succeeded would run again. (What this cycle stored there itself is dropped
+	// from the patch at once.)
+	if _, held := s.fallback.Fetch(obj, handlerID); held {
+		s.fallback.Purge(obj, patch.After(), handlerID)
+	} else {
+		s.fallback.Purge(obj, patch, handlerID)
+	}
 }
+
+// Purge clears the record from both storages in the same patch: at worst the copy in
+// the storage in use survives a failed write, and it is the one read first. (Cleared
+// after, a failed write would leave a stale copy in the other storage, read once the
+// one in use has none.)
 
 func (s smartProgress) Purge(obj map[string]any, patch *Patch, handlerID string) {
 	s.primary.Purge(obj, patch, handlerID)

@@ -38,19 +38,22 @@ func TestSmartStoragesReadBothAndMoveRecordsOnWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	obj = applyMergePatch(obj, p.Map())
-	if _, ok := annotationsP.Fetch(obj, "create_fn"); ok {
-		t.Errorf("the annotations' record was not cleared")
+	// The old copies are cleared only by the patch sent after the one that writes
+	// the new copies: if that write failed, the old ones must still be there.
+	if _, ok := annotationsP.Fetch(obj, "create_fn"); !ok {
+		t.Errorf("the annotations' record was cleared in the patch that writes the new one")
 	}
-	// The diff-base's old copy is cleared only by the patch sent after the one that
-	// writes the new copy: if that write failed, the old copy must still be there.
 	if _, found, _ := annotationsD.Fetch(obj); !found {
 		t.Errorf("the annotations' diff-base was cleared in the patch that writes the new one")
 	}
 	after := p.TakeAfter()
 	if after == nil || p.TakeAfter() != nil {
-		t.Fatalf("the clearing of the annotations' diff-base is not in the patch's After, once: %v", after)
+		t.Fatalf("the clearing of the annotations' copies is not in the patch's After, once: %v", after)
 	}
 	obj = applyMergePatch(obj, after.Map())
+	if _, ok := annotationsP.Fetch(obj, "create_fn"); ok {
+		t.Errorf("the annotations' record was not cleared")
+	}
 	if _, found, _ := annotationsD.Fetch(obj); found {
 		t.Errorf("the annotations' diff-base was not cleared")
 	}
@@ -59,6 +62,20 @@ func TestSmartStoragesReadBothAndMoveRecordsOnWrite(t *testing.T) {
 	}
 	if _, found, _ := statusD.Fetch(obj); !found {
 		t.Errorf("the diff-base is not in status now")
+	}
+
+	// A purge clears both storages in one patch (cleared after, a failed write would
+	// leave a stale record in the other storage, read once status has none).
+	p = NewPatch()
+	annotationsP.Store(nil, p, "update_fn", HandlerRecord{Started: &now, Success: true, Purpose: "update"})
+	obj = applyMergePatch(obj, p.Map())
+	p = NewPatch()
+	smartP.Purge(obj, p, "update_fn")
+	if p.TakeAfter() != nil {
+		t.Errorf("a purge put something in After")
+	}
+	if _, ok := annotationsP.Fetch(applyMergePatch(obj, p.Map()), "update_fn"); ok {
+		t.Errorf("a purge did not clear the annotations' record")
 	}
 
 	// Writing a record that the other storage never held writes nothing there.
