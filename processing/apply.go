@@ -109,9 +109,17 @@ func (c *cycle) apply(ctx context.Context) error {
 	}
 	// The write that carries the bookkeeping goes last: if the other one fails, the
 	// handlers are not recorded as done and run again rather than lose what they
-	// wrote (kopf sends the object, then /status).
+	// wrote (kopf sends the object, then /status). With progress and diff-base in
+	// different places, that is the diff-base's write when the cause ends (the
+	// records' removal and the last results land first: a new diff-base beside
+	// stale records would have the next cause skip handlers), else the records'.
+	statusLast := c.store.progressInStatus
+	if c.endsCause {
+		statusLast = c.store.diffBaseInStatus
+	}
+	c.endsCause = false
 	first, second := sendStatus, sendMain
-	if inStatus {
+	if statusLast {
 		first, second = sendMain, sendStatus
 	}
 	if err := first(); err != nil {

@@ -615,3 +615,56 @@ func TestStatusStorageFallbackKeepsTheOldDiffBaseUntilTheMoveIsWritten(t *testin
 		t.Errorf("the update handler never ran")
 	}
 }
+
+// Progress in status, diff-base in annotations (set so): the cycle that ends a cause
+// sends the records' removal (/status) before the new diff-base (the object). The other
+// way round, a refused /status write left the object holding the new diff-base beside
+// update_a's record of success: an operator restarted then (its memory of the cause
+// gone) would skip update_a at the next change as already done.
+func TestMixedStorageEndsACauseWithTheDiffBaseWrittenLast(t *testing.T) {
+	h := newFakeHandlers()
+	h.add(changeSpec("update_a", causes.Update), nil)
+	var bTries atomic.Int32
+	h.add(changeSpec("update_b", causes.Update), func(ctx context.Context, call causes.Call) (causes.Result, error) {
+		if bTries.Add(1) == 1 {
+			return causes.Result{}, &causes.TemporaryError{Message: "not yet", Delay: time.Second}
+		}
+		return causes.Result{}, nil
+	})
+	var refused atomic.Int32
+	var staleBesideNew atomic.Bool
+	e := startEnvWith(t, h, Options{ProgressStorage: StorageStatus, DiffBaseStorage: StorageAnnotations},
+		func(dyn *dynamicfake.FakeDynamicClient) {
+			dyn.PrependReactor("patch", "widgets", func(a clienttesting.Action) (bool, runtime.Object, error) {
+				// The /status write that removes update_a's record (the cause's end), once.
+				p := string(a.(clienttesting.PatchAction).GetPatch())
+				if a.GetSubresource() != "status" || !strings.Contains(p, `"remove"`) || !strings.Contains(p, "update_a") ||
+					!refused.CompareAndSwap(0, 1) {
+					return false, nil, nil
+				}
+				// What the object holds as this write fails: what a restarted operator reads.
+				if stored, err := dyn.Tracker().Get(widgetsGVR, "default", "w1"); err == nil {
+					u := stored.(*unstructured.Unstructured)
+					_, record, _ := unstructured.NestedMap(u.Object, "status", "luaop_dev", "progress", "update_a")
+					if record && strings.Contains(u.GetAnnotations()[state.LastHandledKey("luaop.dev")], `"size":2`) {
+						staleBesideNew.Store(true)
+					}
+				}
+				return true, nil, apierrors.NewServiceUnavailable("the API server is restarting")
+			})
+		}, widgetsCRD(), annotationsHandled(t, "w1", nil))
+	e.eventually("the cause's last /status write refused, then the cause done", func() bool {
+		e.clock.Step(time.Second) // update_b's retry, and the retry of the refused cycle
+		return refused.Load() == 1 && bTries.Load() >= 2 &&
+			strings.Contains(e.annotations("w1")[state.LastHandledKey("luaop.dev")], `"size":2`)
+	})
+	if staleBesideNew.Load() {
+		t.Errorf("when the cause's last /status write failed, the object held the new diff-base beside update_a's record of success")
+	}
+	e.settleIn(widgetsGVR, "w1")
+	e.patch("w1", `{"spec":{"size":3}}`)
+	e.eventually("the next change reaches update_a", func() bool {
+		e.clock.Step(time.Second)
+		return len(h.callsOf("update_a", "w1")) == 2
+	})
+}

@@ -293,6 +293,9 @@ type cycle struct {
 	log   *slog.Logger
 	now   time.Time
 	patch *state.Patch
+	// endsCause: the patch stores a new diff-base (the cause is done); apply then
+	// sends the write that carries it last.
+	endsCause bool
 
 	st  *objectState
 	mem *objectMemory // owned by this cycle's worker
@@ -699,7 +702,9 @@ func (c *cycle) finishCause(cause causes.Cause, states []handlerState) {
 	if err := c.store.diffBase.Store(body, c.patch, essence); err != nil {
 		c.log.Error("cannot store the diff-base: the next change will be seen as a creation again; "+
 			"keep big data out of the spec or use a custom storage", "error", err)
+		return
 	}
+	c.endsCause = true
 }
 
 // purgeSubrefs purges the records of subhandlers (and theirs) named by a record.

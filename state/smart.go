@@ -34,10 +34,12 @@ func (s smartProgress) Store(obj map[string]any, patch *Patch, handlerID string,
 	}
 }
 
-// Purge clears the record from both storages in the same patch: at worst the copy in
-// the storage in use survives a failed write, and it is the one read first. (Cleared
-// after, a failed write would leave a stale copy in the other storage, read once the
-// one in use has none.)
+// Purge clears the record from both storages in the same patch. Where that patch is
+// sent as two writes (a status subresource) and only the first lands, the record may
+// be gone while the cause it belongs to is not recorded as done: its handler runs
+// again (kopf's choice too). Cleared after instead, a failed write would leave a stale
+// record in the other storage, read as the next cause's once the storage in use has
+// none: a handler skipped.
 
 func (s smartProgress) Purge(obj map[string]any, patch *Patch, handlerID string) {
 	s.primary.Purge(obj, patch, handlerID)
