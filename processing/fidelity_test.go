@@ -425,25 +425,10 @@ func TestSwitchingToStatusStorageClearsTheOldDiffBaseOnlyAfterWritingTheNew(t *t
 	h := newFakeHandlers()
 	h.add(changeSpec("create_fn", causes.Create), nil)
 	h.add(changeSpec("update_fn", causes.Update), nil)
-	old := widgetObject("w1", "uid-w1", map[string]any{"size": int64(1)})
-	p := state.NewPatch()
-	if err := state.NewAnnotationsDiffBase("luaop.dev").Store(nil, p, state.Essence(old.Object, "luaop.dev")); err != nil {
-		t.Fatal(err)
-	}
-	old.SetAnnotations(map[string]string{state.LastHandledKey("luaop.dev"): p.Map()["metadata"].(map[string]any)["annotations"].(map[string]any)[state.LastHandledKey("luaop.dev")].(string)})
-	old.Object["spec"] = map[string]any{"size": int64(2)} // changed since it was handled
 	var failStatus atomic.Bool
 	var statusTries atomic.Int32
 	failStatus.Store(true)
-	e := startEnvWith(t, h, Options{}, func(dyn *dynamicfake.FakeDynamicClient) {
-		dyn.PrependReactor("patch", "widgets", func(a clienttesting.Action) (bool, runtime.Object, error) {
-			if a.GetSubresource() != "status" || !failStatus.Load() {
-				return false, nil, nil
-			}
-			statusTries.Add(1)
-			return true, nil, apierrors.NewServiceUnavailable("the API server is restarting")
-		})
-	}, widgetsCRD(), old)
+	e := startEnvWith(t, h, Options{}, refuseStatusWhile(&failStatus, &statusTries), widgetsCRD(), annotationsHandled(t, "w1", nil))
 	e.eventually("a /status write tried and refused", func() bool { return statusTries.Load() > 0 })
 	if _, ok := e.annotations("w1")[state.LastHandledKey("luaop.dev")]; !ok {
 		t.Fatalf("the annotation's diff-base was cleared although the new one was never written: %v", e.annotations("w1"))
@@ -455,12 +440,7 @@ func TestSwitchingToStatusStorageClearsTheOldDiffBaseOnlyAfterWritingTheNew(t *t
 		_, inAnnotations := e.annotations("w1")[state.LastHandledKey("luaop.dev")]
 		return inStatus && !inAnnotations
 	})
-	if n := len(h.callsOf("create_fn", "w1")); n != 0 {
-		t.Errorf("the create handler ran %d times on an object handled before", n)
-	}
-	if n := len(h.callsOf("update_fn", "w1")); n == 0 {
-		t.Errorf("the update handler never ran")
-	}
+	handledAsAnUpdate(t, h, "w1")
 }
 
 // Status storage set for a kind whose status is no subresource and whose server drops
@@ -495,6 +475,32 @@ func TestStatusStorageSetForAKindThatDropsItFallsBackToAnnotations(t *testing.T)
 	e.staysIn(configmapsGVR, "c1", "a handler running again", func() bool {
 		return len(h.callsOf("create_fn", "c1")) != 1 || len(h.callsOf("update_fn", "c1")) != 1
 	})
+}
+
+// handledAsAnUpdate: an object handled before got its change as an update, never as
+// a creation.
+func handledAsAnUpdate(t *testing.T, h *fakeHandlers, name string) {
+	t.Helper()
+	if n := len(h.callsOf("create_fn", name)); n != 0 {
+		t.Errorf("the create handler ran %d times on an object handled before", n)
+	}
+	if n := len(h.callsOf("update_fn", name)); n == 0 {
+		t.Errorf("the update handler never ran")
+	}
+}
+
+// refuseStatusWhile makes the fake server refuse the widgets' /status writes while
+// refuse is set, counting them in tries.
+func refuseStatusWhile(refuse *atomic.Bool, tries *atomic.Int32) func(*dynamicfake.FakeDynamicClient) {
+	return func(dyn *dynamicfake.FakeDynamicClient) {
+		dyn.PrependReactor("patch", "widgets", func(a clienttesting.Action) (bool, runtime.Object, error) {
+			if a.GetSubresource() != "status" || !refuse.Load() {
+				return false, nil, nil
+			}
+			tries.Add(1)
+			return true, nil, apierrors.NewServiceUnavailable("the API server is restarting")
+		})
+	}
 }
 
 // annotationsHandled is a Widget handled in annotations mode with spec.size 1, now at
@@ -533,15 +539,7 @@ func TestSwitchingToStatusStorageKeepsARecordUntilItIsWrittenAgain(t *testing.T)
 	var failStatus atomic.Bool
 	var statusTries atomic.Int32
 	failStatus.Store(true)
-	e := startEnvWith(t, h, Options{}, func(dyn *dynamicfake.FakeDynamicClient) {
-		dyn.PrependReactor("patch", "widgets", func(a clienttesting.Action) (bool, runtime.Object, error) {
-			if a.GetSubresource() != "status" || !failStatus.Load() {
-				return false, nil, nil
-			}
-			statusTries.Add(1)
-			return true, nil, apierrors.NewServiceUnavailable("the API server is restarting")
-		})
-	}, widgetsCRD(), old)
+	e := startEnvWith(t, h, Options{}, refuseStatusWhile(&failStatus, &statusTries), widgetsCRD(), old)
 	e.eventually("a /status write tried and refused", func() bool { return statusTries.Load() > 0 })
 	failStatus.Store(false)
 	e.eventually("update_a tried 3 times", func() bool {
@@ -608,12 +606,7 @@ func TestStatusStorageFallbackKeepsTheOldDiffBaseUntilTheMoveIsWritten(t *testin
 		u, err := e.dyn.Resource(configmapsGVR).Namespace("default").Get(t.Context(), "c1", metav1.GetOptions{})
 		return err == nil && refusedMove.Load() && strings.Contains(u.GetAnnotations()[key], `"a":"c"`)
 	})
-	if n := len(h.callsOf("create_fn", "c1")); n != 0 {
-		t.Errorf("the create handler ran %d times on an object handled before", n)
-	}
-	if n := len(h.callsOf("update_fn", "c1")); n == 0 {
-		t.Errorf("the update handler never ran")
-	}
+	handledAsAnUpdate(t, h, "c1")
 }
 
 // Progress in status, diff-base in annotations (set so): the cycle that ends a cause
