@@ -9,4 +9,7 @@
 // compare by value. A nil value inside an object means JSON null, which in a merge patch is a
 // deletion and in a diff is the same as an absent key; keeping those two views aligned is what
 // lets a diff be replayed as a merge patch (FuzzCompareApply checks it).
+//
+// A Patch, with its After part (what must be sent only once the patch itself is written),
+// belongs to the one cycle that builds and sends it; nothing here keeps it.
 package state

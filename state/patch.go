@@ -12,10 +12,11 @@ type Patch struct {
 }
 
 // After is the patch of removals that must reach the server only after this one has:
-// a smart storage clearing the copy of a diff-base that the storage no longer in use
-// holds, beside the new copy it writes here. When the two go to different endpoints
-// (annotations and /status), removing first and then failing to write would leave no
-// diff-base at all, and the object would be handled as new. Created on first use.
+// a smart storage clearing the copy of a diff-base or a progress record that the storage
+// no longer in use holds, beside the new copy it writes here. When the two go to
+// different endpoints (annotations and /status), removing first and then failing to
+// write would leave no copy at all: a diff-base lost has the object handled as new, a
+// record lost has its handler run again. Created on first use.
 func (p *Patch) After() *Patch {
 	if p.after == nil {
 		p.after = NewPatch()

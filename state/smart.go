@@ -25,8 +25,8 @@ func (s smartProgress) Store(obj map[string]any, patch *Patch, handlerID string,
 	s.primary.Store(obj, patch, handlerID, rec)
 	// The other storage's copy of the record is cleared after the new one is written
 	// (patch.After): cleared first, a failed write would lose the record, and a handler
-	// that succeeded would run again. (What this cycle stored there itself is dropped
-	// from the patch at once.)
+	// that succeeded would run again. (Where the object holds no copy, Purge only drops
+	// from the patch what this cycle stored there itself.)
 	if _, held := s.fallback.Fetch(obj, handlerID); held {
 		s.fallback.Purge(obj, patch.After(), handlerID)
 	} else {
