@@ -350,6 +350,26 @@ func TestTimerRunsOnItsIntervalOnTheClock(t *testing.T) {
 	}
 }
 
+// A reload that shortens a timer's interval takes effect at once: the timer starts
+// over with its new schedule instead of waiting out the old interval.
+func TestTimerRescheduledWhenAReloadChangesItsInterval(t *testing.T) {
+	h := newFakeHandlers()
+	h.add(causes.Spec{ID: "tick", Kind: causes.KindTimer, Resource: widgets, Interval: time.Hour, CodeHash: "v1", EvalHash: "v1"}, nil)
+	e := startEnv(t, h, Options{})
+	e.create("w1", nil)
+	e.eventually("the first tick", func() bool { return len(h.callsOf("tick", "w1")) == 1 })
+	e.settleIn(widgetsGVR, "w1")
+	h.edit("tick", func(s *causes.Spec) { s.Interval, s.CodeHash, s.EvalHash = 10*time.Second, "v2", "v2" })
+	e.op.Refresh()
+	e.eventually("a tick within the new interval", func() bool {
+		e.clock.Step(10 * time.Second)
+		return len(h.callsOf("tick", "w1")) >= 2
+	})
+	if elapsed := e.clock.Since(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)); elapsed >= time.Hour {
+		t.Errorf("the second tick came after %v: the old interval was waited out", elapsed)
+	}
+}
+
 // Readiness is derived from keys: an object of the initial listing deleted before
 // its worker ran does not keep the operator unready forever.
 func TestReadinessFollowsTheKeysOfTheInitialListing(t *testing.T) {

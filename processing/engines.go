@@ -475,6 +475,9 @@ func (c *cycle) daemonsRunning() bool {
 // timerState is the schedule of one timer of one object.
 type timerState struct {
 	next time.Time
+	// schedule is what next was computed from: a reload that changes it starts the
+	// timer over (a shortened interval must not wait out the old one).
+	schedule timerSchedule
 	// retries counts the consecutive failed attempts (ctx.retry), since started: both
 	// are reset once an attempt ends for good (success, or a final failure).
 	retries int
@@ -483,6 +486,16 @@ type timerState struct {
 	// after the next essential change (then after idle seconds without one).
 	waitChange bool
 	ranAt      time.Time
+}
+
+// timerSchedule: the options of a timer that decide when it runs.
+type timerSchedule struct {
+	interval, idle, initialDelay time.Duration
+	sharp                        bool
+}
+
+func scheduleOf(spec causes.Spec) timerSchedule {
+	return timerSchedule{interval: spec.Interval, idle: spec.Idle, initialDelay: spec.InitialDelay, sharp: spec.Sharp}
 }
 
 // runTimers runs the timers that are due, in the object's worker: runs of one timer
@@ -521,8 +534,8 @@ func (c *cycle) runTimers(ctx context.Context) time.Duration {
 			delete(c.mem.timers, spec.ID)
 			continue
 		}
-		if ts == nil {
-			ts = &timerState{next: c.now.Add(spec.InitialDelay)}
+		if ts == nil || ts.schedule != scheduleOf(spec) {
+			ts = &timerState{next: c.now.Add(spec.InitialDelay), schedule: scheduleOf(spec)}
 			if c.mem.timers == nil {
 				c.mem.timers = map[string]*timerState{}
 			}

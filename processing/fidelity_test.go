@@ -661,3 +661,47 @@ func TestMixedStorageEndsACauseWithTheDiffBaseWrittenLast(t *testing.T) {
 		return len(h.callsOf("update_a", "w1")) == 2
 	})
 }
+
+// A parent that drops a subhandler it registered earlier in the same cause (its items
+// changed meanwhile): the cause's end still purges that subhandler's record (kopf keeps
+// the union of every child registered). Left behind, a record of success would have
+// the subhandler skipped the next time the parent registers it.
+func TestSubhandlersDroppedByTheParentArePurgedWithTheCause(t *testing.T) {
+	h := newFakeHandlers()
+	h.add(changeSpec("parent", causes.Create), func(ctx context.Context, call causes.Call) (causes.Result, error) {
+		spec, _ := call.Cause.Body["spec"].(map[string]any)
+		items, _ := spec["items"].([]any)
+		var subs []causes.Spec
+		for _, item := range items {
+			subs = append(subs, changeSpec("parent/"+item.(string), causes.Create))
+		}
+		return causes.Result{Subhandlers: subs}, nil
+	})
+	var aTries atomic.Int32
+	h.mu.Lock()
+	h.fns["parent/a"] = func(ctx context.Context, call causes.Call) (causes.Result, error) {
+		if aTries.Add(1) <= 2 { // once before the parent drops b, once after
+			return causes.Result{}, &causes.TemporaryError{Message: "not yet", Delay: time.Minute}
+		}
+		return causes.Result{}, nil
+	}
+	h.mu.Unlock()
+	e := startEnv(t, h, Options{})
+	e.create("w1", map[string]any{"items": []any{"a", "b"}})
+	e.eventually("a failed once, b succeeded", func() bool {
+		return aTries.Load() == 1 && len(h.callsOf("parent/b", "w1")) == 1
+	})
+	e.settleIn(widgetsGVR, "w1")
+	e.patch("w1", `{"spec":{"items":["a"]}}`)
+	e.eventually("the cause done", func() bool {
+		e.clock.Step(time.Minute) // a's retry
+		_, done := e.annotations("w1")[state.LastHandledKey("luaop.dev")]
+		return done && aTries.Load() == 3
+	})
+	e.settleIn(widgetsGVR, "w1")
+	for key := range e.annotations("w1") {
+		if strings.Contains(key, "parent") {
+			t.Errorf("a record left after the cause: %s", key)
+		}
+	}
+}

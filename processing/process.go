@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -793,7 +794,10 @@ func (c *cycle) runSubhandlers(ctx context.Context, parent causes.Spec, rec stat
 		return rec
 	}
 	children := make([]handlerState, len(subs))
-	rec.Subrefs = rec.Subrefs[:0]
+	// Every child the parent ever registered stays listed (kopf keeps the union), so
+	// that the cause's end purges the records of children a later call dropped.
+	registeredBefore := rec.Subrefs
+	rec.Subrefs = make([]string, 0, len(subs)+len(registeredBefore))
 	if c.topIDs == nil {
 		c.topIDs = map[string]string{}
 	}
@@ -805,6 +809,11 @@ func (c *cycle) runSubhandlers(ctx context.Context, parent causes.Spec, rec stat
 		}
 		children[i] = handlerState{spec: sub, record: child, found: found}
 		rec.Subrefs = append(rec.Subrefs, sub.ID)
+	}
+	for _, id := range registeredBefore {
+		if !slices.Contains(rec.Subrefs, id) {
+			rec.Subrefs = append(rec.Subrefs, id)
+		}
 	}
 	for _, h := range selectToRun(o.opts.Lifecycle, children, c.now) {
 		i := indexOf(children, h.spec.ID)
