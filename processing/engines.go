@@ -749,15 +749,7 @@ func (o *Reactor) indexesReady(idx *specIndex) bool {
 // noteEssentialChange remembers when the object's essence (what users change, not
 // status or the operator's annotations) last changed, for idle timers.
 func (c *cycle) noteEssentialChange() {
-	// The fields handlers name outside the essence count as changes too (kopf adds
-	// every handler's field to the essence): a timer on status.phase is reset by it.
-	var named [][]string
-	for _, s := range c.specs {
-		if len(s.Field) > 0 && (s.Kind == causes.KindChange || s.Kind == causes.KindTimer || s.Kind == causes.KindDaemon) {
-			named = append(named, s.Field)
-		}
-	}
-	encoded, err := state.EncodeEssence(withFields(state.Essence(c.body.Object, c.op.opts.Prefix), c.body.Object, named))
+	encoded, err := state.EncodeEssence(state.Essence(c.body.Object, c.op.opts.Prefix))
 	if err != nil {
 		return
 	}
