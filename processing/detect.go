@@ -33,15 +33,19 @@ type detectedCause struct {
 // no stored diff-base -> create; no diff and noticed at startup and not handled since
 // -> resume; no diff -> noop; else update. The diff-base is read from diffBase;
 // extraFields are the fields that handlers name outside the essence (status.phase):
-// kopf adds them to the essence, so that a handler on such a field does fire.
-func detectChangeCause(body map[string]any, prefix, finalizer string, diffBase state.DiffBaseStorage, facts objectFacts, extraFields [][]string) detectedCause {
+// kopf adds them to the essence, so that a handler on such a field does fire; they are
+// read without luaop's own bookkeeping (its annotations, status.<statusField>).
+func detectChangeCause(body map[string]any, prefix, statusField, finalizer string, diffBase state.DiffBaseStorage, facts objectFacts, extraFields [][]string) detectedCause {
 	if deletionInProgress(body) {
 		if !hasFinalizer(body, finalizer) {
 			return detectedCause{reason: causes.Free}
 		}
 		return detectedCause{reason: causes.Delete}
 	}
-	essence := withFields(state.Essence(body, prefix), body, extraFields)
+	essence := state.Essence(body, prefix)
+	if len(extraFields) > 0 {
+		essence = withFields(essence, state.WithoutBookkeeping(body, prefix, statusField), extraFields)
+	}
 	stored, found, err := diffBase.Fetch(body)
 	if err != nil {
 		return detectedCause{reason: causes.Create, new: essence, diff: state.Compare(nil, essence),

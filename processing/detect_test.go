@@ -50,7 +50,7 @@ func widget() map[string]any {
 // detectWithAnnotations is detectChangeCause with the diff-base in annotations and no
 // fields outside the essence: the default the rules below are written against.
 func detectWithAnnotations(body map[string]any, prefix, finalizer string, facts objectFacts) detectedCause {
-	return detectChangeCause(body, prefix, finalizer, state.NewAnnotationsDiffBase(prefix), facts, nil)
+	return detectChangeCause(body, prefix, "luaop_dev", finalizer, state.NewAnnotationsDiffBase(prefix), facts, nil)
 }
 
 // mergePatched returns obj with the JSON merge patch applied as the API server applies it

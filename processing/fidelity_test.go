@@ -3,6 +3,7 @@ package processing
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -702,6 +703,35 @@ func TestSubhandlersDroppedByTheParentArePurgedWithTheCause(t *testing.T) {
 	for key := range e.annotations("w1") {
 		if strings.Contains(key, "parent") {
 			t.Errorf("a record left after the cause: %s", key)
+		}
+	}
+}
+
+// A handler on metadata.annotations: luaop's own annotations (its progress, its
+// diff-base) are not part of what it watches. Read with them, every write of luaop's
+// records was a change of the field: the handler ran again and again, and each stored
+// diff-base held the previous one.
+func TestAHandlerOnAnnotationsDoesNotSeeLuaopsOwn(t *testing.T) {
+	h := newFakeHandlers()
+	h.add(changeSpec("create_fn", causes.Create), nil)
+	annotationsSpec := changeSpec("annotations_fn", causes.Update)
+	annotationsSpec.Field = []string{"metadata", "annotations"}
+	h.add(annotationsSpec, nil)
+	e := startEnv(t, h, Options{})
+	e.create("w1", map[string]any{"size": int64(1)})
+	e.eventually("the creation handled", func() bool {
+		_, ok := e.annotations("w1")[state.LastHandledKey("luaop.dev")]
+		return ok
+	})
+	e.patch("w1", `{"metadata":{"annotations":{"team":"a"}}}`)
+	e.eventually("the annotation's change handled", func() bool { return len(h.callsOf("annotations_fn", "w1")) >= 1 })
+	e.stays("w1", "the handler running again on luaop's own writes", func() bool { return len(h.callsOf("annotations_fn", "w1")) > 1 })
+	if stored := e.annotations("w1")[state.LastHandledKey("luaop.dev")]; strings.Contains(stored, "luaop.dev/") {
+		t.Errorf("the stored diff-base holds luaop's own annotations: %s", stored)
+	}
+	if c := h.callsOf("annotations_fn", "w1"); len(c) == 1 {
+		if want := map[string]any{"team": "a"}; !reflect.DeepEqual(c[0].new, want) {
+			t.Errorf("the handler saw the annotations %v, want %v", c[0].new, want)
 		}
 	}
 }

@@ -328,7 +328,7 @@ func (c *cycle) run(ctx context.Context, facts objectFacts) (time.Duration, erro
 	o := c.op
 	body := c.body.Object
 	finalizer := o.opts.finalizer()
-	detected := detectChangeCause(body, o.opts.Prefix, finalizer, c.store.diffBase, facts, c.handlerFields())
+	detected := detectChangeCause(body, o.opts.Prefix, o.opts.StatusField, finalizer, c.store.diffBase, facts, c.handlerFields())
 	if detected.diffBaseProblem != nil {
 		c.log.Warn(detected.diffBaseProblem.Error())
 	}

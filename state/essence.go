@@ -97,25 +97,86 @@ func Essence(obj map[string]any, prefix string) map[string]any {
 		essMeta["labels"] = DeepCopyValue(labels)
 	}
 	if annotations, ok := meta["annotations"].(map[string]any); ok {
-		own := prefix + "/"
-		marked := markedPrefixes(annotations)
-		kept := map[string]any{}
-		for k, v := range annotations {
-			if k == lastAppliedAnnotation || strings.HasPrefix(k, own) {
-				continue
-			}
-			if p, _, ok := strings.Cut(k, "/"); ok && marked[p] {
-				continue
-			}
-			kept[k] = v
-		}
-		if len(kept) > 0 {
+		if kept := essentialAnnotations(annotations, prefix); len(kept) > 0 {
 			essMeta["annotations"] = kept
 		}
 	}
 	if len(essMeta) > 0 {
 		out["metadata"] = essMeta
 	}
+	return out
+}
+
+// essentialAnnotations: the annotations without those Essence leaves out (the operators'
+// own and kubectl's last-applied). Values are shared with annotations.
+func essentialAnnotations(annotations map[string]any, prefix string) map[string]any {
+	own := prefix + "/"
+	marked := markedPrefixes(annotations)
+	kept := map[string]any{}
+	for k, v := range annotations {
+		if k == lastAppliedAnnotation || strings.HasPrefix(k, own) {
+			continue
+		}
+		if p, _, ok := strings.Cut(k, "/"); ok && marked[p] {
+			continue
+		}
+		kept[k] = v
+	}
+	return kept
+}
+
+// WithoutBookkeeping is obj as the fields handlers name outside the essence must be read
+// (metadata.annotations, status): without the annotations Essence leaves out and without
+// status.<statusField>, where luaop keeps its progress and diff-base. Read there as they
+// are, a handler on metadata.annotations or status would have luaop's own records in the
+// essence, and every write of them would be a change (the stored diff-base then holds
+// the one before: it grows with every write). A shallow copy where it differs; values
+// are shared with obj.
+func WithoutBookkeeping(obj map[string]any, prefix, statusField string) map[string]any {
+	out := make(map[string]any, len(obj))
+	for k, v := range obj {
+		out[k] = v
+	}
+	if meta, ok := obj["metadata"].(map[string]any); ok {
+		if annotations, ok := meta["annotations"].(map[string]any); ok {
+			m := make(map[string]any, len(meta))
+			for k, v := range meta {
+				m[k] = v
+			}
+			if kept := essentialAnnotations(annotations, prefix); len(kept) > 0 {
+				m["annotations"] = kept
+			} else {
+				delete(m, "annotations") // none left equals none, as in Essence
+			}
+			out["metadata"] = m
+		}
+	}
+	if statusField != "" {
+		out = withoutPath(out, append([]string{"status"}, ParsePath(statusField)...))
+	}
+	return out
+}
+
+// withoutPath: m without the value at path, copying the maps on the way; m itself when
+// it has none.
+func withoutPath(m map[string]any, path []string) map[string]any {
+	v, ok := m[path[0]]
+	if !ok {
+		return m
+	}
+	out := make(map[string]any, len(m))
+	for k, x := range m {
+		out[k] = x
+	}
+	if len(path) == 1 {
+		delete(out, path[0])
+		return out
+	}
+	inner, isMap := v.(map[string]any)
+	if !isMap {
+		return m
+	}
+	out[path[0]] = withoutPath(inner, path[1:])
 	return out
 }
 

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"reflect"
 	"testing"
 	"time"
 )
@@ -107,5 +108,30 @@ func TestSmartDiffBaseFallsBackOverAnUnreadablePrimary(t *testing.T) {
 	delete(obj["metadata"].(map[string]any), "annotations")
 	if _, _, err := smartD.Fetch(obj); err == nil {
 		t.Fatalf("a broken status diff-base and none in annotations: no error")
+	}
+}
+
+// The fields handlers name are read without luaop's own bookkeeping, and the object
+// itself is left as it was.
+func TestWithoutBookkeeping(t *testing.T) {
+	obj := map[string]any{
+		"metadata": map[string]any{"name": "w", "annotations": map[string]any{
+			"team": "a", "luaop.dev/last-handled-configuration": "{}", "luaop.dev/create_fn": "{}"}},
+		"status": map[string]any{"phase": "running", "luaop_dev": map[string]any{"progress": map[string]any{}}},
+	}
+	got := WithoutBookkeeping(obj, "luaop.dev", "luaop_dev")
+	want := map[string]any{
+		"metadata": map[string]any{"name": "w", "annotations": map[string]any{"team": "a"}},
+		"status":   map[string]any{"phase": "running"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	if _, ok := obj["status"].(map[string]any)["luaop_dev"]; !ok || len(obj["metadata"].(map[string]any)["annotations"].(map[string]any)) != 3 {
+		t.Errorf("the object itself was changed: %v", obj)
+	}
+	only := map[string]any{"metadata": map[string]any{"annotations": map[string]any{"luaop.dev/x": "1"}}}
+	if a, ok := WithoutBookkeeping(only, "luaop.dev", "luaop_dev")["metadata"].(map[string]any)["annotations"]; ok {
+		t.Errorf("only luaop's annotations: %v left, want none (as no annotations)", a)
 	}
 }
