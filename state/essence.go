@@ -157,8 +157,8 @@ func WithoutBookkeeping(obj map[string]any, prefix, statusField string) map[stri
 	return out
 }
 
-// withoutPath: m without the value at path, copying the maps on the way; m itself when
-// it has none.
+// withoutPath: m without the value at path, and without the maps on the way that it
+// leaves empty, copying the maps on the way; m itself when it has none.
 func withoutPath(m map[string]any, path []string) map[string]any {
 	v, ok := m[path[0]]
 	if !ok {
@@ -176,7 +176,12 @@ func withoutPath(m map[string]any, path []string) map[string]any {
 	if !isMap {
 		return m
 	}
-	out[path[0]] = withoutPath(inner, path[1:])
+	// A map left empty goes too (an empty status equals none, as in Essence).
+	if rest := withoutPath(inner, path[1:]); len(rest) > 0 {
+		out[path[0]] = rest
+	} else {
+		delete(out, path[0])
+	}
 	return out
 }
 

@@ -130,6 +130,10 @@ func TestWithoutBookkeeping(t *testing.T) {
 	if _, ok := obj["status"].(map[string]any)["luaop_dev"]; !ok || len(obj["metadata"].(map[string]any)["annotations"].(map[string]any)) != 3 {
 		t.Errorf("the object itself was changed: %v", obj)
 	}
+	onlyOurs := map[string]any{"spec": map[string]any{}, "status": map[string]any{"luaop_dev": map[string]any{"progress": map[string]any{}}}}
+	if s, ok := WithoutBookkeeping(onlyOurs, "luaop.dev", "luaop_dev")["status"]; ok {
+		t.Errorf("a status holding only luaop's field: %v left, want none (as no status)", s)
+	}
 	only := map[string]any{"metadata": map[string]any{"annotations": map[string]any{"luaop.dev/x": "1"}}}
 	if a, ok := WithoutBookkeeping(only, "luaop.dev", "luaop_dev")["metadata"].(map[string]any)["annotations"]; ok {
 		t.Errorf("only luaop's annotations: %v left, want none (as no annotations)", a)
