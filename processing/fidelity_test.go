@@ -508,7 +508,15 @@ func refuseStatusWhile(refuse *atomic.Bool, tries *atomic.Int32) func(*dynamicfa
 // size 2, holding the progress records given (if any) in annotations too.
 func annotationsHandled(t *testing.T, name string, records map[string]state.HandlerRecord) *unstructured.Unstructured {
 	t.Helper()
-	obj := widgetObject(name, "uid-"+name, map[string]any{"size": int64(1)})
+	obj := handledInAnnotations(t, widgetObject(name, "uid-"+name, map[string]any{"size": int64(1)}), records)
+	obj.Object["spec"] = map[string]any{"size": int64(2)} // changed since it was handled
+	return obj
+}
+
+// handledInAnnotations gives obj the annotations luaop writes once it has handled obj as
+// it is now, in annotations mode: its diff-base and the progress records given.
+func handledInAnnotations(t *testing.T, obj *unstructured.Unstructured, records map[string]state.HandlerRecord) *unstructured.Unstructured {
+	t.Helper()
 	p := state.NewPatch()
 	if err := state.NewAnnotationsDiffBase("luaop.dev").Store(nil, p, state.Essence(obj.Object, "luaop.dev")); err != nil {
 		t.Fatal(err)
@@ -521,7 +529,6 @@ func annotationsHandled(t *testing.T, name string, records map[string]state.Hand
 		annotations[k] = v.(string)
 	}
 	obj.SetAnnotations(annotations)
-	obj.Object["spec"] = map[string]any{"size": int64(2)} // changed since it was handled
 	return obj
 }
 
@@ -583,12 +590,8 @@ func TestStatusStorageFallbackKeepsTheOldDiffBaseUntilTheMoveIsWritten(t *testin
 	h.add(causes.Spec{ID: "update_fn", Kind: causes.KindChange, Resource: cms, Reasons: []causes.Reason{causes.Update}}, nil)
 	cm := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
 		"metadata": map[string]any{"name": "c1", "namespace": "default", "uid": "uid-c1"}, "data": map[string]any{"a": "b"}}}
-	p := state.NewPatch()
-	if err := state.NewAnnotationsDiffBase("luaop.dev").Store(nil, p, state.Essence(cm.Object, "luaop.dev")); err != nil {
-		t.Fatal(err)
-	}
+	handledInAnnotations(t, cm, nil)
 	key := state.LastHandledKey("luaop.dev")
-	cm.SetAnnotations(map[string]string{key: p.Map()["metadata"].(map[string]any)["annotations"].(map[string]any)[key].(string)})
 	cm.Object["data"] = map[string]any{"a": "c"} // changed since it was handled
 	var refusedMove atomic.Bool
 	e := startEnvPruning(t, h, Options{ProgressStorage: StorageStatus, DiffBaseStorage: StorageStatus}, "luaop_dev",
