@@ -1,6 +1,7 @@
 package luabind
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	lua "github.com/yuin/gopher-lua"
+	"github.com/yuin/gopher-lua/ast"
 	"github.com/yuin/gopher-lua/parse"
 
 	"github.com/luaop/luaop/processing/causes"
@@ -216,12 +218,19 @@ func (r *Runtime) Load(ctx context.Context, scripts []Script) (LoadReport, error
 		}
 		r.protos = used
 	}()
+	// Compiling is under the load's deadline too (the handler deadline, as running
+	// the scripts is): the compiler stops when it ends.
+	compileCtx, cancelCompile := context.WithTimeout(ctx, r.opts.HandlerTimeout)
+	defer cancelCompile()
 	for _, s := range sorted {
 		key := protoKey{name: s.Name, sum: sha256.Sum256(s.Source)}
 		proto, ok := r.protos[key]
 		if !ok {
 			var err error
-			if proto, err = compile(s); err != nil {
+			if proto, _, err = compile(compileCtx, s); err != nil {
+				if compileCtx.Err() != nil && ctx.Err() == nil {
+					err = fmt.Errorf("compiling %s exceeded the %s load deadline (--handler-timeout): %w", s.Name, r.opts.HandlerTimeout, err)
+				}
 				return LoadReport{}, err
 			}
 			compiled = append(compiled, s.Name)
@@ -343,14 +352,22 @@ func (r *Runtime) MemoryBudget() int64 { return int64(r.mem.budget) }
 // Hash is the content hash of the loaded scripts ("" before the first load).
 func (r *Runtime) Hash() string { return r.gen.Load().hash }
 
-func compile(s Script) (*lua.FunctionProto, error) {
-	chunk, err := parse.Parse(strings.NewReader(string(s.Source)), s.Name)
+// compile parses and compiles one script, until ctx ends (the patched gopher-lua
+// checks it in the lexer and the compiler): the one place luaop compiles a file
+// (Runtime.Load, luaop check). Chunks nested deeper than Lua allows are refused
+// ("chunk has too many syntax levels", third_party/gopher-lua/parse/limits.go).
+func compile(ctx context.Context, s Script) (*lua.FunctionProto, []ast.Stmt, error) {
+	chunk, err := parse.ParseContext(ctx, bytes.NewReader(s.Source), s.Name)
 	if err != nil {
-		return nil, syntaxError(s.Name, err)
+		return nil, nil, syntaxError(s.Name, err)
 	}
-	proto, err := lua.Compile(chunk, s.Name)
+	proto, err := lua.CompileContext(ctx, chunk, s.Name)
 	if err != nil {
-		return nil, &ScriptError{File: s.Name, Message: err.Error()}
+		se := &ScriptError{File: s.Name, Message: err.Error()}
+		if ce, ok := err.(*lua.CompileError); ok {
+			se.Line, se.Message = ce.Line, ce.Message
+		}
+		return nil, nil, se
 	}
 	// A main chunk is a vararg function, for which gopher-lua (CompatVarArg) builds a
 	// Lua 5.0 `arg` table on every call; but it registers no local `arg` in a main
@@ -358,7 +375,7 @@ func compile(s Script) (*lua.FunctionProto, error) {
 	// Not building it saves a table and a Go map per file per shard per load.
 	proto.IsVarArg &^= lua.VarArgNeedsArg
 	trimProto(proto)
-	return proto, nil
+	return proto, chunk, nil
 }
 
 // trimProto copies a compiled function's slices, and its nested functions', into
@@ -386,6 +403,9 @@ func syntaxError(file string, err error) error {
 	if pe, ok := err.(*parse.Error); ok {
 		se.Line = pe.Pos.Line
 		se.Message = fmt.Sprintf("syntax error near '%s': %s", pe.Token, pe.Message)
+		if pe.Token == "" && pe.Pos.Line > 0 { // a limit or a cancellation: no token
+			se.Message = pe.Message
+		}
 		if pe.Pos.Line == parse.EOF { // unexpected end of file: no line, no token
 			se.Line = 0
 			se.Message = "syntax error at end of file (a block or function not closed with 'end'?): " + pe.Message

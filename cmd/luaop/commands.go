@@ -208,7 +208,7 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	}
 	guardNS, guardName, guarded := strings.Cut(s.ScriptsConfigMap, "/")
 	if guarded && webhooks != nil && s.ScriptsWebhook && !dev {
-		if err := webhooks.Register(scriptsGuard(guardNS, guardName, log)); err != nil {
+		if err := webhooks.Register(scriptsGuard(guardNS, guardName, log, luabindOptions(s, log))); err != nil {
 			return fmt.Errorf("the webhook of --scripts-configmap: %w", err)
 		}
 	}

@@ -1,6 +1,7 @@
 package lua
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"reflect"
@@ -168,7 +169,21 @@ type CompileError struct { // {{{
 }
 
 func (e *CompileError) Error() string {
-	return fmt.Sprintf("compile error near line(%v) %v: %v", e.Line, e.context.Proto.SourceName, e.Message)
+	// luaop patch: Lua's "file:line: message" (upstream: "compile error near
+	// line(0) file: message").
+	if e.Line <= 0 {
+		return fmt.Sprintf("%v: %v", e.context.Proto.SourceName, e.Message)
+	}
+	return fmt.Sprintf("%v:%v: %v", e.context.Proto.SourceName, e.Line, e.Message)
+}
+
+// lastLine is the line of the last instruction compiled, else where the function
+// starts (luaop patch: errors of a main chunk, defined at line 0, name a line).
+func (fc *funcContext) lastLine() int {
+	if n := fc.Code.pc; n > 0 && n <= len(fc.Code.lines) {
+		return fc.Code.lines[n-1]
+	}
+	return fc.Proto.LineDefined
 } // }}}
 
 type codeStore struct { // {{{
@@ -410,6 +425,11 @@ type funcContext struct {
 	labelPc         map[int]int
 	gotosCount      int
 	unresolvedGotos map[int]*gotoLabelDesc
+	// luaop patch: constIndex indexes Proto.Constants; ctx ends the compilation
+	// (CompileContext), inherited from the parent; steps counts work between checks.
+	constIndex map[LValue]int
+	ctx        context.Context
+	steps      *int
 }
 
 func newFuncContext(sourcename string, parent *funcContext) *funcContext {
@@ -426,7 +446,24 @@ func newFuncContext(sourcename string, parent *funcContext) *funcContext {
 		unresolvedGotos: map[int]*gotoLabelDesc{},
 	}
 	fc.Blocks = []*codeBlock{fc.Block}
+	if parent != nil {
+		fc.ctx, fc.steps = parent.ctx, parent.steps
+	}
 	return fc
+}
+
+// step counts one statement or table field compiled and, every 1024, ends the
+// compilation with the context's error once it ended (luaop patch).
+func (fc *funcContext) step(line int) {
+	if fc.ctx == nil {
+		return
+	}
+	if *fc.steps++; *fc.steps&1023 != 0 {
+		return
+	}
+	if err := fc.ctx.Err(); err != nil {
+		raiseCompileError(fc, line, "compilation cancelled: %v", err)
+	}
 }
 
 func (fc *funcContext) CheckUnresolvedGoto() {
@@ -520,17 +557,21 @@ func (fc *funcContext) GetLabelPc(label int) int {
 }
 
 func (fc *funcContext) ConstIndex(value LValue) int {
-	ctype := value.Type()
-	for i, lv := range fc.Proto.Constants {
-		if lv.Type() == ctype && lv == value {
-			return i
-		}
+	// luaop patch: a map instead of a scan of every constant, which made compiling
+	// a function of n constants (a data table) O(n^2). Same result: LValue
+	// equality is the scan's (type and value; NaN never equal).
+	if i, ok := fc.constIndex[value]; ok {
+		return i
 	}
 	fc.Proto.Constants = append(fc.Proto.Constants, value)
 	v := len(fc.Proto.Constants) - 1
 	if v > opMaxArgBx {
 		raiseCompileError(fc, fc.Proto.LineDefined, "too many constants")
 	}
+	if fc.constIndex == nil {
+		fc.constIndex = map[LValue]int{}
+	}
+	fc.constIndex[value] = v
 	return v
 }
 func (fc *funcContext) BlockLocalVarsCount() int {
@@ -604,7 +645,7 @@ func (fc *funcContext) EndScope() {
 
 func (fc *funcContext) SetRegTop(top int) {
 	if top > maxRegisters {
-		raiseCompileError(fc, fc.Proto.LineDefined, "too many local variables")
+		raiseCompileError(fc, fc.lastLine(), "too many local variables (limit is %d)", maxRegisters)
 	}
 	fc.regTop = top
 }
@@ -625,6 +666,7 @@ func compileChunk(context *funcContext, chunk []ast.Stmt, untilFollows bool) { /
 				break
 			}
 		}
+		context.step(sline(stmt))
 		compileStmt(context, stmt, lastStmt && !untilFollows)
 	}
 } // }}}
@@ -646,6 +688,7 @@ func compileBlock(context *funcContext, chunk []ast.Stmt) { // {{{
 				break
 			}
 		}
+		context.step(sline(stmt))
 		compileStmt(context, stmt, lastStmt)
 	}
 	context.LeaveBlock()
@@ -1308,7 +1351,7 @@ func compileFunctionExpr(context *funcContext, funcexpr *ast.FunctionExpr, ec *e
 	context.Proto.LineDefined = sline(funcexpr)
 	context.Proto.LastLineDefined = eline(funcexpr)
 	if len(funcexpr.ParList.Names) > maxRegisters {
-		raiseCompileError(context, context.Proto.LineDefined, "register overflow")
+		raiseCompileError(context, context.Proto.LineDefined, "too many parameters (limit is %d)", maxRegisters)
 	}
 	context.Proto.NumParameters = uint8(len(funcexpr.ParList.Names))
 	if ec.ctype == ecMethod {
@@ -1364,6 +1407,7 @@ func compileTableExpr(context *funcContext, reg int, ex *ast.TableExpr, ec *expc
 	arraycount := 0
 	lastvararg := false
 	for i, field := range ex.Fields {
+		context.step(sline(ex))
 		islast := i == len(ex.Fields)-1
 		if field.Key == nil {
 			if islast && isVarArgReturnExpr(field.Value) {
@@ -1841,12 +1885,18 @@ func patchCode(context *funcContext) { // {{{
 	}
 	maxreg++
 	if maxreg > maxRegisters {
-		raiseCompileError(context, context.Proto.LineDefined, "register overflow(too many local variables)")
+		raiseCompileError(context, context.lastLine(), "function or expression too complex (register overflow: more than %d registers for locals, arguments and temporaries)", maxRegisters)
 	}
 	context.Proto.NumUsedRegisters = uint8(maxreg)
 } // }}}
 
 func Compile(chunk []ast.Stmt, name string) (proto *FunctionProto, err error) { // {{{
+	return CompileContext(nil, chunk, name)
+}
+
+// CompileContext is Compile, ended with a CompileError when ctx ends first (luaop
+// patch; a nil ctx never ends).
+func CompileContext(ctx context.Context, chunk []ast.Stmt, name string) (proto *FunctionProto, err error) {
 	defer func() {
 		if rcv := recover(); rcv != nil {
 			if _, ok := rcv.(*CompileError); ok {
@@ -1864,6 +1914,7 @@ func Compile(chunk []ast.Stmt, name string) (proto *FunctionProto, err error) { 
 		funcexpr.SetLastLine(eline(chunk[len(chunk)-1]) + 1)
 	}
 	context := newFuncContext(name, nil)
+	context.ctx, context.steps = ctx, new(int)
 	compileFunctionExpr(context, funcexpr, ecnone(0))
 	proto = context.Proto
 	return

@@ -109,6 +109,9 @@ type Options struct {
 	// If `MinimizeStackMemory` is set, the call stack will be automatically grown or shrank up to a limit of
 	// `CallStackSize` in order to minimize memory usage. This does incur a slight performance penalty.
 	MinimizeStackMemory bool
+	// luaop patch: MaxStringSize bounds, in bytes, the result of the `..` operator
+	// (0: no bound); a larger one raises "string too large". Threads inherit it.
+	MaxStringSize int
 }
 
 /* }}} */
@@ -262,7 +265,10 @@ func (cs *autoGrowingCallFrameStack) IsEmpty() bool {
 
 // IsFull returns true if the stack cannot receive any more stack pushes without overflowing
 func (cs *autoGrowingCallFrameStack) IsFull() bool {
-	return int(cs.segIdx) == len(cs.segments) && cs.segSp >= FramesPerSegment
+	// luaop patch: segIdx is at most len(segments)-1, so the upstream test
+	// (segIdx == len(segments)) never held and a full stack panicked in Push
+	// ("lua callstack overflow", no location) instead of raising "stack overflow".
+	return int(cs.segIdx) == len(cs.segments)-1 && cs.segSp >= FramesPerSegment
 }
 
 func (cs *autoGrowingCallFrameStack) Clear() {
@@ -801,10 +807,11 @@ func (ls *LState) stackTrace(level int) string {
 			cf := dbg.frame
 			buf = append(buf, fmt.Sprintf("\t%v in %v", ls.Where(i), ls.formattedFrameFuncName(cf)))
 			if !cf.Fn.IsG && cf.TailCall > 0 {
-				for tc := cf.TailCall; tc > 0; tc-- {
-					buf = append(buf, "\t(tailcall): ?")
-					i++
-				}
+				// luaop patch: one line for a frame's tail calls, as Lua prints;
+				// upstream wrote one per tail call, and an endless tail call
+				// (return f()) made a traceback of gigabytes when it was stopped.
+				buf = append(buf, "\t(tail call): ?")
+				i += cf.TailCall
 			}
 			i++
 		}
@@ -2011,11 +2018,12 @@ func (ls *LState) Register(name string, fn LGFunction) {
 /* load and function call operations {{{ */
 
 func (ls *LState) Load(reader io.Reader, name string) (*LFunction, error) {
-	chunk, err := parse.Parse(reader, name)
+	// luaop patch: parsing and compiling end with the state's context.
+	chunk, err := parse.ParseContext(ls.ctx, reader, name)
 	if err != nil {
 		return nil, newApiErrorE(ApiErrorSyntax, err)
 	}
-	proto, err := Compile(chunk, name)
+	proto, err := CompileContext(ls.ctx, chunk, name)
 	if err != nil {
 		return nil, newApiErrorE(ApiErrorSyntax, err)
 	}

@@ -112,7 +112,7 @@ func strFind(L *LState) int {
 		return 2
 	}
 
-	mds, err := pm.Find(pattern, unsafeFastStringToReadOnlyBytes(str), init, 1)
+	mds, err := pm.FindCheck(pattern, unsafeFastStringToReadOnlyBytes(str), init, 1, patternCheck(L))
 	if err != nil {
 		L.RaiseError(err.Error())
 	}
@@ -292,23 +292,45 @@ func strGsubFunc(L *LState, str string, repl *LFunction, matches []*pm.MatchData
 	return strGsubDoReplace(str, infoList)
 }
 
+// luaop patch: gmatch finds one match per iteration (upstream found them all when
+// called: a match per byte of a large string held at once), and every match ends
+// with the state's context (patternCheck).
 type strMatchData struct {
 	str     string
-	pos     int
-	matches []*pm.MatchData
+	pattern string
+	pos     int // where the next search starts; -1 when done
+}
+
+// patternCheck is the check of pm.FindCheck for L: the error of L's context once
+// it ended (a deadline, a cancellation), so that a match runs no longer than its
+// call.
+func patternCheck(L *LState) func() error {
+	if L.ctx == nil {
+		return nil
+	}
+	return L.ctx.Err
 }
 
 func strGmatchIter(L *LState) int {
 	md := L.CheckUserData(1).Value.(*strMatchData)
 	str := md.str
-	matches := md.matches
-	idx := md.pos
-	md.pos += 1
-	if idx == len(matches) {
+	if md.pos < 0 || md.pos > len(str) {
 		return 0
 	}
-	L.Push(L.Get(1))
-	match := matches[idx]
+	mds, err := pm.FindCheck(md.pattern, unsafeFastStringToReadOnlyBytes(str), md.pos, 1, patternCheck(L))
+	if err != nil {
+		L.RaiseError(err.Error())
+	}
+	if len(mds) == 0 {
+		md.pos = -1
+		return 0
+	}
+	match := mds[0]
+	// As pm.Find moves on after a match: past it, or one byte on if it was empty.
+	md.pos = max(match.Capture(0)+1, match.Capture(1))
+	if strings.HasPrefix(md.pattern, "^") {
+		md.pos = -1 // an anchored pattern matches once
+	}
 	if match.CaptureLength() == 2 {
 		L.Push(LString(str[match.Capture(0):match.Capture(1)]))
 		return 1
@@ -327,13 +349,12 @@ func strGmatchIter(L *LState) int {
 func strGmatch(L *LState) int {
 	str := L.CheckString(1)
 	pattern := L.CheckString(2)
-	mds, err := pm.Find(pattern, []byte(str), 0, -1)
-	if err != nil {
+	if _, err := pm.Find(pattern, nil, 1, 1); err != nil { // a malformed pattern fails here, as upstream
 		L.RaiseError(err.Error())
 	}
 	L.Push(L.Get(UpvalueIndex(1)))
 	ud := L.NewUserData()
-	ud.Value = &strMatchData{str, 0, mds}
+	ud.Value = &strMatchData{str: str, pattern: pattern}
 	L.Push(ud)
 	return 2
 }
@@ -363,7 +384,7 @@ func strMatch(L *LState) int {
 		offset = 0
 	}
 
-	mds, err := pm.Find(pattern, unsafeFastStringToReadOnlyBytes(str), offset, 1)
+	mds, err := pm.FindCheck(pattern, unsafeFastStringToReadOnlyBytes(str), offset, 1, patternCheck(L))
 	if err != nil {
 		L.RaiseError(err.Error())
 	}

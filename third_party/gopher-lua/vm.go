@@ -2374,6 +2374,16 @@ func stringConcat(L *LState, total, last int) LValue {
 				i--
 				total--
 			}
+			if limit := L.Options.MaxStringSize; limit > 0 {
+				// luaop patch: bound the result before building it.
+				size := 0
+				for _, part := range buf {
+					size += len(part)
+				}
+				if size > limit {
+					L.RaiseError("string too large: the concatenation would be %d bytes, over the limit of %d", size, limit)
+				}
+			}
 			rhs = LString(strings.Join(buf, ""))
 		}
 	}

@@ -3,6 +3,7 @@ package parse
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"reflect"
@@ -27,6 +28,9 @@ func (e *Error) Error() string {
 	if pos.Line == EOF {
 		return fmt.Sprintf("%v at EOF:   %s\n", pos.Source, e.Message)
 	} else {
+		if e.Token == "" && pos.Line > 0 { // luaop patch: Lua's wording, no "near ''"
+			return fmt.Sprintf("%v:%d: %s", pos.Source, pos.Line, e.Message)
+		}
 		return fmt.Sprintf("%v line:%d(column:%d) near '%v':   %s\n", pos.Source, pos.Line, pos.Column, e.Token, e.Message)
 	}
 }
@@ -441,9 +445,17 @@ type Lexer struct {
 	PNewLine      bool
 	Token         ast.Token
 	PrevTokenType int
+	// luaop patch: ctx ends the parse (checked every 1024 tokens).
+	ctx    context.Context
+	tokens int
 }
 
 func (lx *Lexer) Lex(lval *yySymType) int {
+	if lx.tokens++; lx.ctx != nil && lx.tokens&1023 == 0 {
+		if err := lx.ctx.Err(); err != nil {
+			panic(lx.scanner.Error("", "parsing cancelled: "+err.Error()))
+		}
+	}
 	lx.PrevTokenType = lx.Token.Type
 	tok, err := lx.scanner.Scan(lx)
 	if err != nil {
@@ -466,14 +478,25 @@ func (lx *Lexer) TokenError(tok ast.Token, message string) {
 }
 
 func Parse(reader io.Reader, name string) (chunk []ast.Stmt, err error) {
-	lexer := &Lexer{NewScanner(reader, name), nil, false, ast.Token{Str: ""}, TNil}
+	return ParseContext(nil, reader, name)
+}
+
+// ParseContext is Parse, ended with ctx's error when ctx ends first (luaop patch;
+// a nil ctx never ends). Chunks nested deeper than Lua allows are refused with
+// "chunk has too many syntax levels" (limits.go).
+func ParseContext(ctx context.Context, reader io.Reader, name string) (chunk []ast.Stmt, err error) {
+	lexer := &Lexer{scanner: NewScanner(reader, name), Token: ast.Token{Str: ""}, PrevTokenType: TNil, ctx: ctx}
 	chunk = nil
 	defer func() {
 		if e := recover(); e != nil {
 			err, _ = e.(error)
+			chunk = nil
 		}
 	}()
 	yyParse(lexer)
+	if err := checkLevels(name, lexer.Stmts); err != nil {
+		return nil, err
+	}
 	chunk = lexer.Stmts
 	return
 }

@@ -552,6 +552,9 @@ yystack:
 
 	yyp++
 	if yyp >= len(yyS) {
+		if len(yyS) >= maxParserStack { // luaop patch: limits.go
+			panic(yylex.(*Lexer).scanner.Error("", TooManyLevels))
+		}
 		nyys := make([]yySymType, len(yyS)*2)
 		copy(nyys, yyS)
 		yyS = nyys

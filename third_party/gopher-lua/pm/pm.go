@@ -525,88 +525,147 @@ func compilePattern(p pattern, ps ...*iptr) []inst {
 
 /* VM {{{ */
 
-// Simple recursive virtual machine based on the
+// A backtracking virtual machine based on the
 // "Regular Expression Matching: the Virtual Machine Approach" (https://swtch.com/~rsc/regexp/regexp2.html)
-func recursiveVM(src []byte, insts []inst, pc, sp, recLevel int, ms ...*MatchData) (bool, int, *MatchData) {
-	recLevel++
-	if recLevel > maxRecursionLevel {
-		panic(newError(_UNKNOWN, "pattern/input too complex"))
+//
+// luaop patch: upstream recursed once per split (each repetition of a*, a-, ...),
+// up to a million Go frames for one match: hundreds of MB of goroutine stack that no
+// memory budget sees. The alternatives to try are kept on a heap stack instead
+// (backtrack entries), bounded by maxRecursionLevel as the recursion was, and every
+// checkEvery steps the matcher asks check whether to go on (a call's deadline).
+type backtrack struct {
+	pc, sp int
+	// restore >= 0: not an alternative but a capture to restore (to saved) when
+	// the match fails past this point, as the recursive opSave did on its way back.
+	restore int
+	saved   uint32
+}
+
+const checkEvery = 1 << 12
+
+type matcher struct {
+	src   []byte
+	insts []inst
+	stack []backtrack
+	// left counts down the steps (instructions, bytes scanned) to the next check.
+	left  int
+	check func() error
+}
+
+// spend counts n steps and calls check when checkEvery more have been made.
+func (mt *matcher) spend(n int) {
+	if mt.left -= n; mt.left > 0 || mt.check == nil {
+		return
 	}
-	var m *MatchData
-	if len(ms) == 0 {
-		m = newMatchState()
-	} else {
-		m = ms[0]
+	mt.left = checkEvery
+	if err := mt.check(); err != nil {
+		panic(newError(_UNKNOWN, err.Error()))
 	}
-redo:
-	inst := insts[pc]
-	switch inst.OpCode {
-	case opChar:
-		if sp >= len(src) || !inst.Class.Matches(int(src[sp])) {
-			return false, sp, m
+}
+
+func (mt *matcher) run(pc, sp int) (bool, int, *MatchData) {
+	m := newMatchState()
+	src, insts := mt.src, mt.insts
+	mt.stack = mt.stack[:0]
+	push := func(b backtrack) {
+		if len(mt.stack) >= maxRecursionLevel {
+			panic(newError(_UNKNOWN, "pattern/input too complex"))
 		}
-		pc++
-		sp++
-		goto redo
-	case opMatch:
-		return true, sp, m
-	case opTailMatch:
-		return sp >= len(src), sp, m
-	case opJmp:
-		pc = inst.Operand1
-		goto redo
-	case opSplit:
-		if ok, nsp, _ := recursiveVM(src, insts, inst.Operand1, sp, recLevel, m); ok {
-			return true, nsp, m
-		}
-		pc = inst.Operand2
-		goto redo
-	case opSave:
-		s := m.setCapture(inst.Operand1, sp)
-		if ok, nsp, _ := recursiveVM(src, insts, pc+1, sp, recLevel, m); ok {
-			return true, nsp, m
-		}
-		m.restoreCapture(inst.Operand1, s)
-		return false, sp, m
-	case opPSave:
-		m.addPosCapture(inst.Operand1, sp+1)
-		pc++
-		goto redo
-	case opBrace:
-		if sp >= len(src) || int(src[sp]) != inst.Operand1 {
-			return false, sp, m
-		}
-		count := 1
-		for sp = sp + 1; sp < len(src); sp++ {
-			if int(src[sp]) == inst.Operand2 {
-				count--
-			}
-			if count == 0 {
+		mt.stack = append(mt.stack, b)
+	}
+	for {
+		mt.spend(1)
+		inst := insts[pc]
+		ok := true
+		switch inst.OpCode {
+		case opChar:
+			if sp >= len(src) || !inst.Class.Matches(int(src[sp])) {
+				ok = false
+			} else {
 				pc++
 				sp++
-				goto redo
 			}
-			if int(src[sp]) == inst.Operand1 {
-				count++
+		case opMatch:
+			return true, sp, m
+		case opTailMatch:
+			if sp >= len(src) {
+				return true, sp, m
 			}
+			ok = false
+		case opJmp:
+			pc = inst.Operand1
+		case opSplit:
+			push(backtrack{pc: inst.Operand2, sp: sp, restore: -1})
+			pc = inst.Operand1
+		case opSave:
+			s := m.setCapture(inst.Operand1, sp)
+			push(backtrack{restore: inst.Operand1, saved: s})
+			pc++
+		case opPSave:
+			m.addPosCapture(inst.Operand1, sp+1)
+			pc++
+		case opBrace:
+			if sp >= len(src) || int(src[sp]) != inst.Operand1 {
+				ok = false
+				break
+			}
+			count := 1
+			ok = false
+			from := sp
+			for sp = sp + 1; sp < len(src); sp++ {
+				if int(src[sp]) == inst.Operand2 {
+					count--
+				}
+				if count == 0 {
+					pc++
+					sp++
+					ok = true
+					break
+				}
+				if int(src[sp]) == inst.Operand1 {
+					count++
+				}
+			}
+			mt.spend(sp - from)
+		case opNumber:
+			idx := inst.Operand1 * 2
+			if idx >= m.CaptureLength()-1 {
+				panic(newError(_UNKNOWN, "invalid capture index"))
+			}
+			capture := src[m.Capture(idx):m.Capture(idx+1)]
+			mt.spend(len(capture))
+			for i := 0; i < len(capture); i++ {
+				if i+sp >= len(src) || capture[i] != src[i+sp] {
+					ok = false
+					break
+				}
+			}
+			if ok {
+				pc++
+				sp += len(capture)
+			}
+		default:
+			panic("should not reach here")
 		}
-		return false, sp, m
-	case opNumber:
-		idx := inst.Operand1 * 2
-		if idx >= m.CaptureLength()-1 {
-			panic(newError(_UNKNOWN, "invalid capture index"))
+		if ok {
+			continue
 		}
-		capture := src[m.Capture(idx):m.Capture(idx+1)]
-		for i := 0; i < len(capture); i++ {
-			if i+sp >= len(src) || capture[i] != src[i+sp] {
+		// Fail: back to the latest alternative, restoring captures on the way.
+		for {
+			n := len(mt.stack)
+			if n == 0 {
 				return false, sp, m
 			}
+			b := mt.stack[n-1]
+			mt.stack = mt.stack[:n-1]
+			if b.restore >= 0 {
+				m.restoreCapture(b.restore, b.saved)
+				continue
+			}
+			pc, sp = b.pc, b.sp
+			break
 		}
-		pc++
-		sp += len(capture)
-		goto redo
 	}
-	panic("should not reach here")
 }
 
 /* }}} */
@@ -614,6 +673,13 @@ redo:
 /* API {{{ */
 
 func Find(p string, src []byte, offset, limit int) (matches []*MatchData, err error) {
+	return FindCheck(p, src, offset, limit, nil)
+}
+
+// FindCheck is Find whose matcher calls check every few thousand steps and stops
+// with check's error (as an *Error) when it returns one (luaop patch). A nil check
+// is never called.
+func FindCheck(p string, src []byte, offset, limit int, check func() error) (matches []*MatchData, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			if perr, ok := v.(*Error); ok {
@@ -626,8 +692,9 @@ func Find(p string, src []byte, offset, limit int) (matches []*MatchData, err er
 	pat := parsePattern(newScanner([]byte(p)), true)
 	insts := compilePattern(pat)
 	matches = []*MatchData{}
+	mt := &matcher{src: src, insts: insts, check: check, left: checkEvery}
 	for sp := offset; sp <= len(src); {
-		ok, nsp, ms := recursiveVM(src, insts, 0, sp, 0)
+		ok, nsp, ms := mt.run(0, sp)
 		sp++
 		if ok {
 			if sp < nsp {
