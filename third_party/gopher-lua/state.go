@@ -317,6 +317,16 @@ func (cs *autoGrowingCallFrameStack) Sp() int {
 func (cs *autoGrowingCallFrameStack) SetSp(sp int) {
 	desiredSegIdx := segIdx(sp / FramesPerSegment)
 	desiredFramesInLastSeg := uint8(sp % FramesPerSegment)
+	if desiredFramesInLastSeg == 0 && desiredSegIdx > 0 {
+		// luaop patch: a depth at a segment's end is that segment, full. Upstream
+		// took it for the next segment, empty: when that one did not exist (a
+		// pcall entered with its caller's segment full, then an error), it kept
+		// the current one and emptied it, losing 8 frames; the VM then ran a
+		// frame past its code (index out of range, a nil pointer: a Go panic
+		// through every pcall).
+		desiredSegIdx--
+		desiredFramesInLastSeg = FramesPerSegment
+	}
 	for {
 		if cs.segIdx <= desiredSegIdx {
 			break
