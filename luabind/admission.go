@@ -143,6 +143,7 @@ func (s *shard) admit(ctx context.Context, req *AdmissionRequest, cause causes.C
 	}
 	cs := &callState{call: call, fns: fns, logger: logger, ctx: ctx, adm: adm}
 	ret, err := s.run(cs, fns.fn)
+	defer s.endPatch(cs)
 	resp := AdmissionResponse{Allowed: true, Warnings: adm.warningList()}
 	var ae *AdmissionError
 	switch {
@@ -163,8 +164,7 @@ func (s *shard) admit(ctx context.Context, req *AdmissionRequest, cause causes.C
 		return resp, nil
 	}
 	if req.Handler.Kind == causes.KindMutate && cs.patchTbl != nil {
-		prunePatchTable(cs.patchTbl, s.patchMT)
-		p, err := luavalue.FromLua(cs.patchTbl)
+		p, err := s.convertPatch(cs)
 		if err != nil {
 			return AdmissionResponse{}, fmt.Errorf("%s: ctx.patch: %w", req.Handler.Source, err)
 		}
@@ -230,7 +230,7 @@ func (s *shard) admissionField(L *lua.LState, cs *callState, key string) lua.LVa
 func (s *shard) admissionOverride(L *lua.LState, cs *callState, key string) lua.LValue {
 	if key == "memo" {
 		if uid := uidOf(cs.call.Cause.Body); uid != "" {
-			return s.memoFor(uid)
+			return s.memoView(L, cs, uid)
 		}
 		return L.CreateTable(0, 0)
 	}

@@ -45,6 +45,9 @@ type callState struct {
 	adm *admissionState
 	// mem is the call as the memory budget's watchdog sees it.
 	mem memCall
+	// memo is the object's memo table and memoView the call's view of it
+	// (ctx.memo), made on first use.
+	memo, memoView *lua.LTable
 }
 
 // body is the body of the call's object: a daemon's newest one (its call outlives
@@ -84,6 +87,7 @@ func (s *shard) invoke(ctx context.Context, call causes.Call) (causes.Result, er
 		return causes.Result{}, &causes.PermanentError{Message: fmt.Sprintf("handler %s is no longer registered (removed by a script reload)", call.Handler.ID)}
 	}
 	ret, cs, err := s.call(ctx, fns.fn, call, fns)
+	defer s.endPatch(cs) // after the result's conversion, which may read it
 	// What the handler wrote to ctx.patch before raising is applied too (kopf: the
 	// patch is shared by the cycle), whatever the error: temporary, permanent,
 	// arbitrary or a timeout.
@@ -175,8 +179,7 @@ func (s *shard) mergePatch(cs *callState, call causes.Call) error {
 	if cs == nil || cs.patchTbl == nil || call.Patch == nil {
 		return nil
 	}
-	prunePatchTable(cs.patchTbl, s.patchMT)
-	p, err := luavalue.FromLua(cs.patchTbl)
+	p, err := s.convertPatch(cs)
 	if err != nil {
 		return &causes.PermanentError{Message: fmt.Sprintf("%s: ctx.patch: %s", call.Handler.Source, err)}
 	}
@@ -184,6 +187,53 @@ func (s *shard) mergePatch(cs *callState, call causes.Call) error {
 		call.Patch.Merge(m)
 	}
 	return nil
+}
+
+// convertPatch converts the call's ctx.patch (auto-vivified tables left empty
+// pruned). Shard lock held.
+func (s *shard) convertPatch(cs *callState) (any, error) {
+	prunePatchTable(cs.patchTbl, s.patchMT, s.deadPatchMT)
+	return luavalue.FromLua(cs.patchTbl)
+}
+
+// endPatch ends the call's ctx.patch once it was converted: its tables are emptied
+// and get a metatable that raises, so that a patch kept beyond its call (in a
+// global, a memo, a daemon's local across luaop.sleep, which flushes it) fails with
+// a clear error instead of losing what is written to it. Shard lock held.
+func (s *shard) endPatch(cs *callState) {
+	if cs == nil || cs.patchTbl == nil {
+		return
+	}
+	var kill func(t *lua.LTable)
+	kill = func(t *lua.LTable) {
+		var keys []lua.LValue
+		t.ForEach(func(k, v lua.LValue) {
+			keys = append(keys, k)
+			if child, ok := v.(*lua.LTable); ok && child.Metatable == s.patchMT {
+				kill(child)
+			}
+		})
+		for _, k := range keys {
+			t.RawSet(k, lua.LNil)
+		}
+		t.Metatable = s.deadPatchMT
+	}
+	kill(cs.patchTbl)
+	cs.patchTbl = nil
+}
+
+// endCtx ends a call's ctx table when the call ends: the fields it cached are
+// dropped, so that every later use goes through the metatable, which refuses a ctx
+// that is not the running call's (newCtxMetatable). Shard lock held.
+func (s *shard) endCtx(cs *callState) {
+	if cs == nil || cs.table == nil {
+		return
+	}
+	var keys []lua.LValue
+	cs.table.ForEach(func(k, _ lua.LValue) { keys = append(keys, k) })
+	for _, k := range keys {
+		cs.table.RawSet(k, lua.LNil)
+	}
 }
 
 // match runs a handler's filter callbacks (when, label and annotation functions,
@@ -374,7 +424,7 @@ func (s *shard) newCtxMetatable() *lua.LTable {
 		key := L.CheckString(2)
 		cs := s.callOf(L)
 		if cs == nil || cs.table != t {
-			return 0
+			L.RaiseError("%s", errForeignCtx("ctx."+key))
 		}
 		v := s.ctxField(L, cs, key)
 		if v != lua.LNil && !(cs.daemon && key != "logger" && key != "memo" && key != "stopped") {
@@ -383,8 +433,114 @@ func (s *shard) newCtxMetatable() *lua.LTable {
 		L.Push(v)
 		return 1
 	}))
+	mt.RawSetString("__newindex", L.NewFunction(func(L *lua.LState) int {
+		t := L.CheckTable(1)
+		if cs := s.callOf(L); cs == nil || cs.table != t {
+			L.RaiseError("%s", errForeignCtx("ctx."+lua.LVAsString(L.Get(2))))
+		}
+		t.RawSet(L.CheckAny(2), L.CheckAny(3))
+		return 0
+	}))
 	mt.RawSetString("__metatable", lua.LFalse) // shared by every call's ctx
 	return mt
+}
+
+// errForeignCtx is the error of a ctx (or its memo or patch) used outside its own
+// call: kept in a global, a memo or a closure that runs later.
+func errForeignCtx(what string) string {
+	return what + ": this ctx belongs to a call that ended (or to another running call): a ctx, its memo and its patch work only during their own call; use the ctx your function receives (keep data in ctx.memo, not the ctx itself)"
+}
+
+// newDeadPatchMetatable is the metatable of the tables of a ctx.patch whose call
+// ended (endPatch): every use raises.
+func (s *shard) newDeadPatchMetatable() *lua.LTable {
+	L := s.L
+	mt := L.NewTable()
+	dead := L.NewFunction(func(L *lua.LState) int {
+		L.RaiseError("%s", "ctx.patch: this patch was already applied: its call ended, or, in a daemon, luaop.sleep flushed it; read ctx.patch again after each sleep")
+		return 0
+	})
+	mt.RawSetString("__index", dead)
+	mt.RawSetString("__newindex", dead)
+	mt.RawSetString("__metatable", lua.LFalse)
+	return mt
+}
+
+// newMemoMetatable serves the memo views (memoView): each call reading ctx.memo gets
+// a view of its object's memo table, valid only while that call runs, so that a
+// memo kept in a global or a closure cannot be read or written by another object's
+// calls. Indexing, assignment, pairs, ipairs and # go through; the raw functions
+// (rawget, rawset, next, table.insert on ctx.memo itself) see the empty view.
+func (s *shard) newMemoMetatable() *lua.LTable {
+	L := s.L
+	mt := L.NewTable()
+	memoOf := func(L *lua.LState) *lua.LTable {
+		view := L.CheckTable(1)
+		cs := s.callOf(L)
+		if cs == nil || cs.memoView != view {
+			L.RaiseError("%s", errForeignCtx("ctx.memo"))
+		}
+		return cs.memo
+	}
+	mt.RawSetString("__index", L.NewFunction(func(L *lua.LState) int {
+		L.Push(L.GetTable(memoOf(L), L.Get(2)))
+		return 1
+	}))
+	mt.RawSetString("__newindex", L.NewFunction(func(L *lua.LState) int {
+		L.SetTable(memoOf(L), L.CheckAny(2), L.CheckAny(3))
+		return 0
+	}))
+	mt.RawSetString("__len", L.NewFunction(func(L *lua.LState) int {
+		L.Push(lua.LNumber(memoOf(L).Len()))
+		return 1
+	}))
+	next := L.NewFunction(func(L *lua.LState) int {
+		k, v := memoOf(L).Next(L.Get(2))
+		if k == lua.LNil {
+			L.Push(lua.LNil)
+			return 1
+		}
+		L.Push(k)
+		L.Push(v)
+		return 2
+	})
+	mt.RawSetString("__pairs", L.NewFunction(func(L *lua.LState) int {
+		memoOf(L)
+		L.Push(next)
+		L.Push(L.Get(1))
+		L.Push(lua.LNil)
+		return 3
+	}))
+	inext := L.NewFunction(func(L *lua.LState) int {
+		i := L.CheckInt(2) + 1
+		v := memoOf(L).RawGetInt(i)
+		if v == lua.LNil {
+			return 0
+		}
+		L.Push(lua.LNumber(i))
+		L.Push(v)
+		return 2
+	})
+	mt.RawSetString("__ipairs", L.NewFunction(func(L *lua.LState) int {
+		memoOf(L)
+		L.Push(inext)
+		L.Push(L.Get(1))
+		L.Push(lua.LNumber(0))
+		return 3
+	}))
+	mt.RawSetString("__metatable", lua.LFalse)
+	return mt
+}
+
+// memoView is ctx.memo of the call: a view of the memo table of its object (or the
+// operator memo), made once per call (newMemoMetatable). Shard lock held.
+func (s *shard) memoView(L *lua.LState, cs *callState, uid string) lua.LValue {
+	if cs.memoView == nil {
+		cs.memo = s.memoFor(uid)
+		cs.memoView = L.CreateTable(0, 0)
+		cs.memoView.Metatable = s.memoMT
+	}
+	return cs.memoView
 }
 
 // ctxRoots name the read-only views of ctx in error messages ("ctx.spec.size is
@@ -460,7 +616,7 @@ func (s *shard) ctxField(L *lua.LState, cs *callState, key string) lua.LValue {
 	case "indexes":
 		return s.indexesTable(L, call)
 	case "memo":
-		return s.memoFor(uidOf(body))
+		return s.memoView(L, cs, uidOf(body))
 	case "logger":
 		return s.logger
 	case "retry":
@@ -533,13 +689,15 @@ func (s *shard) newPatchMetatable() *lua.LTable {
 	return mt
 }
 
-// prunePatchTable removes auto-vivified tables that stayed empty (only read through).
-func prunePatchTable(t *lua.LTable, mt *lua.LTable) bool {
+// prunePatchTable removes auto-vivified tables that stayed empty (only read through);
+// they get the metatable dead (endPatch ends the others after the conversion).
+func prunePatchTable(t *lua.LTable, mt, dead *lua.LTable) bool {
 	var empty []lua.LValue
 	t.ForEach(func(k, v lua.LValue) {
 		if child, ok := v.(*lua.LTable); ok && child.Metatable == mt {
-			if prunePatchTable(child, mt) {
+			if prunePatchTable(child, mt, dead) {
 				empty = append(empty, k)
+				child.Metatable = dead
 			}
 		}
 	})

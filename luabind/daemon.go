@@ -13,7 +13,6 @@ import (
 	lua "github.com/yuin/gopher-lua"
 
 	"github.com/luaop/luaop/luabind/internal/luaerr"
-	"github.com/luaop/luaop/luabind/internal/luavalue"
 	"github.com/luaop/luaop/processing/causes"
 )
 
@@ -337,9 +336,8 @@ func (s *shard) takeDaemonPatch(L *lua.LState, cs *callState) map[string]any {
 	if cs.patchTbl == nil || cs.call.Daemon == nil || cs.call.Daemon.Flush == nil {
 		return nil
 	}
-	prunePatchTable(cs.patchTbl, s.patchMT)
-	p, err := luavalue.FromLua(cs.patchTbl)
-	cs.patchTbl = nil
+	p, err := s.convertPatch(cs)
+	s.endPatch(cs)
 	if err != nil {
 		logger := cs.logger
 		if logger == nil {

@@ -53,6 +53,8 @@ type shard struct {
 	idle    []*callThread
 
 	ctxMT, patchMT *lua.LTable
+	// deadPatchMT ends a ctx.patch after its call, memoMT serves memo views.
+	deadPatchMT, memoMT *lua.LTable
 	// daemonEntry and daemonSetup start every daemon's coroutine (daemon.go).
 	daemonEntry, daemonSetup *lua.LFunction
 	// parked are the wake-ups of this shard's sleeping daemons (yielded, holding no
@@ -113,6 +115,8 @@ func newShard(rt *Runtime, idx int) *shard {
 	s.module = s.newModule()
 	s.ctxMT = s.newCtxMetatable()
 	s.patchMT = s.newPatchMetatable()
+	s.deadPatchMT = s.newDeadPatchMetatable()
+	s.memoMT = s.newMemoMetatable()
 	s.newDaemonEntry()
 	listMT, objectMT := luavalue.Markers(s.L)
 	s.iso = sandbox.NewIsolation(s.L, s.module, listMT, objectMT)

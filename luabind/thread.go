@@ -112,6 +112,7 @@ func (s *shard) getThread() *callThread {
 // putThread returns a thread after its call. A thread whose call ended in a Go panic
 // (reuse false) may hold a broken stack and is dropped. Shard lock held.
 func (s *shard) putThread(t *callThread, reuse bool) {
+	s.endCtx(t.cs)
 	if t.cancel != nil {
 		t.cancel()
 		t.cancel = nil
