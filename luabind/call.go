@@ -27,6 +27,8 @@ type callState struct {
 	patchTbl *lua.LTable
 	subs     []causes.Spec
 	subFns   map[string]*handlerFns
+	// subRecords are the record names of subs (recordName), to their ids.
+	subRecords map[string]string
 	// subFilters are the filters of the subhandlers that have some (by id).
 	subFilters map[string]*dataFilters
 	// daemon calls outlive their first body: ctx fields are not cached, so each
@@ -45,6 +47,10 @@ type callState struct {
 	adm *admissionState
 	// mem is the call as the memory budget's watchdog sees it.
 	mem memCall
+	// logBytes counts what the call logged (logAllowed); logCapped is set once
+	// it went over. A daemon's restart after each blocking function.
+	logBytes  int
+	logCapped bool
 	// memo is the object's memo table and memoView the call's view of it
 	// (ctx.memo), made on first use.
 	memo, memoView *lua.LTable
@@ -733,12 +739,39 @@ func (s *shard) newLogger() *lua.LTable {
 				parts = append(parts, L.ToStringMeta(L.Get(i)).String())
 			}
 			msg := strings.Join(parts, " ")
+			if !s.logAllowed(L, len(msg)) {
+				return 0
+			}
 			s.log(L).Log(L.Context(), level, msg, fields...)
 			s.postLogEvent(L, level, msg)
 			return 0
 		}))
 	}
 	return t
+}
+
+// maxLogBytesPerCall bounds what one call (a daemon: one stretch between two
+// blocking functions) may write through ctx.logger and print: a loop logging a large
+// string wrote about 140 MB a call. What is over is dropped, with one warning.
+const maxLogBytesPerCall = 1 << 20
+
+// logAllowed counts n bytes of log of the call running on L and tells whether they
+// may be written; the first message over the budget logs the warning instead.
+// Outside a call (scripts loading) everything is written. Shard lock held.
+func (s *shard) logAllowed(L *lua.LState, n int) bool {
+	cs := s.callOf(L)
+	if cs == nil {
+		return true
+	}
+	cs.logBytes += n
+	if cs.logBytes <= maxLogBytesPerCall {
+		return true
+	}
+	if !cs.logCapped {
+		cs.logCapped = true
+		s.log(L).Warn(fmt.Sprintf("log budget of this call reached (%s): further ctx.logger and print messages of the call are dropped", FormatBytes(maxLogBytesPerCall)), "source", s.where(L))
+	}
+	return false
 }
 
 // registerSubhandler is ctx.subhandler(fn, {id = "...", retries = ..., ...}): a child
@@ -766,20 +799,22 @@ func (s *shard) registerSubhandler(L *lua.LState, cs *callState) int {
 	}
 	spec.ID = parent.ID + "/" + spec.ID
 	name := recordName(spec.ID)
-	for _, prev := range cs.subs {
-		if prev.ID == spec.ID {
-			L.RaiseError("duplicate subhandler id %q", spec.ID)
-		}
-		if recordName(prev.ID) == name {
-			L.RaiseError("subhandler id %q would share its progress record with subhandler %q (in annotations both are %s); give one of them another id", spec.ID, prev.ID, name)
-		}
+	// By id and by record name (maps: thousands of subhandlers register in linear
+	// time, issue 34).
+	if _, dup := cs.subFns[spec.ID]; dup {
+		L.RaiseError("duplicate subhandler id %q", spec.ID)
+	}
+	if prev, clash := cs.subRecords[name]; clash {
+		L.RaiseError("subhandler id %q would share its progress record with subhandler %q (in annotations both are %s); give one of them another id", spec.ID, prev, name)
 	}
 	if other, clash := s.records[name]; clash {
 		L.RaiseError("subhandler id %q would share its progress record with handler %q (in annotations both are %s); give one of them another id", spec.ID, other, name)
 	}
 	if cs.subFns == nil {
 		cs.subFns = map[string]*handlerFns{}
+		cs.subRecords = map[string]string{}
 	}
+	cs.subRecords[name] = spec.ID
 	cs.subs = append(cs.subs, spec)
 	cs.subFns[spec.ID] = fns
 	if !filters.empty() {

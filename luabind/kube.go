@@ -10,9 +10,9 @@ import (
 	"time"
 
 	lua "github.com/yuin/gopher-lua"
+	yamlv3 "go.yaml.in/yaml/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
-	yamlv3 "go.yaml.in/yaml/v3"
 	"sigs.k8s.io/yaml"
 
 	"github.com/luaop/luaop/luabind/internal/luaerr"

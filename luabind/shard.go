@@ -107,7 +107,9 @@ func newShard(rt *Runtime, idx int) *shard {
 	s.L = sandbox.NewState(sandbox.Options{
 		MaxStringSize: rt.opts.MaxStringSize,
 		Print: func(L *lua.LState, msg string) {
-			s.log(L).Info(msg)
+			if s.logAllowed(L, len(msg)) {
+				s.log(L).Info(msg)
+			}
 		},
 	})
 	s.memos = map[string]*lua.LTable{}

@@ -197,6 +197,7 @@ func (s *shard) blocking(L *lua.LState, wait func(ctx context.Context)) {
 	defer func() {
 		s.relock()
 		if cs.daemon {
+			cs.logBytes, cs.logCapped = 0, false // its log budget too
 			// A daemon's deadline bounds the Lua run between two waits. It is set
 			// before the checks below may raise: a raise caught by pcall must not
 			// leave the daemon running without one (its sleep ended the last).
