@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/luaop/luaop/luabind/internal/adversary"
+	"github.com/luaop/luaop/luabind/adversary"
 	"github.com/luaop/luaop/processing/causes"
 )
 

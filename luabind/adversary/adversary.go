@@ -76,24 +76,42 @@ const File = "adversary.lua"
 // Resource is the resource the script's handlers serve.
 const Resource = "example.com/v1/widgets"
 
-// Script is a script registering one create handler per case (id: the case's ID)
-// and a "fine" handler returning "fine"; Lines gives the line of each case's body.
+// Script is a script registering one create handler of Resource per case (id: the
+// case's ID) and a "fine" handler returning "fine"; lines gives the line of each
+// case's body.
 func Script(cases []Case) (src string, lines map[string]int) {
+	return ScriptFor(Resource, cases, false)
+}
+
+// ScriptFor is Script for a resource; with byLabel each handler serves only the
+// objects labelled attack=<its id> (attack=fine for "fine"), so that one object
+// runs one attack in an operator.
+func ScriptFor(resource string, cases []Case, byLabel bool) (src string, lines map[string]int) {
 	var b strings.Builder
 	lines = map[string]int{}
 	b.WriteString("local luaop = require(\"luaop\")\n")
-	b.WriteString(fmt.Sprintf("local R = %q\n", Resource))
+	b.WriteString(fmt.Sprintf("local R = %q\n", resource))
+	opts := func(id string) string {
+		if byLabel {
+			return fmt.Sprintf("{id = %q, labels = {attack = %q}}", id, LabelValue(id))
+		}
+		return fmt.Sprintf("{id = %q}", id)
+	}
 	line := 3
 	for _, c := range cases {
 		b.WriteString("luaop.on.create(R, function(ctx)\n")
 		b.WriteString(c.Body + "\n")
 		lines[c.ID] = line + 1
-		b.WriteString(fmt.Sprintf("end, {id = %q})\n", c.ID))
+		b.WriteString("end, " + opts(c.ID) + ")\n")
 		line += 3
 	}
-	b.WriteString("luaop.on.create(R, function(ctx) return \"fine\" end, {id = \"fine\"})\n")
+	b.WriteString("luaop.on.create(R, function(ctx) return \"fine\" end, " + opts("fine") + ")\n")
 	return b.String(), lines
 }
+
+// LabelValue is the attack label of a case's objects (ScriptFor with byLabel), also
+// a valid object name.
+func LabelValue(id string) string { return strings.ReplaceAll(id, "_", "-") }
 
 // LoadCase is an attack at the top level of a script file: the load must fail with
 // Want naming File:Line, or succeed when Want is "".
