@@ -96,7 +96,9 @@ func (r *Runtime) Admit(ctx context.Context, req AdmissionRequest) (AdmissionRes
 	if f != nil && !f.matchData(cause) {
 		return AdmissionResponse{Skipped: true, Allowed: true}, nil
 	}
-	return r.admissionShard(body).admit(ctx, &req, cause, f)
+	return withShard(ctx, func() *shard { return r.admissionShard(body) }, func(sh *shard) (AdmissionResponse, error) {
+		return sh.admit(ctx, &req, cause, f)
+	})
 }
 
 // admissionShard is the object's shard when it has a uid (ctx.memo is then the
@@ -114,7 +116,7 @@ func (r *Runtime) admissionShard(body map[string]any) *shard {
 	}
 	h := fnv.New32a()
 	h.Write([]byte(ns + "/" + name))
-	return r.shards[h.Sum32()%uint32(n)]
+	return r.shards[h.Sum32()%uint32(n)].Load()
 }
 
 func (s *shard) admit(ctx context.Context, req *AdmissionRequest, cause causes.Cause, f *dataFilters) (AdmissionResponse, error) {

@@ -366,7 +366,7 @@ func (s *shard) bindCall(cs *callState) *callThread {
 	t.L.SetMetatable(cs.table, s.ctxMT)
 	t.cs = cs
 	s.setDeadline(t, cs.ctx)
-	cs.mem.what = cs.call.Handler.ID
+	cs.mem.what, cs.mem.sh = cs.call.Handler.ID, s
 	return t
 }
 
@@ -374,7 +374,7 @@ func (s *shard) bindCall(cs *callState) *callThread {
 func (s *shard) run(cs *callState, fn *lua.LFunction, args ...lua.LValue) (ret lua.LValue, err error) {
 	t := s.bindCall(cs)
 	L := t.L
-	s.rt.mem.enter(&cs.mem, t.cancel)
+	s.rt.mem.enter(&cs.mem, L.Context(), t.cancel)
 	reuse := false
 	defer func() {
 		s.rt.mem.leave(&cs.mem)

@@ -40,9 +40,21 @@ func (r *Runtime) StartDaemon(ctx context.Context, call *causes.Call, done func(
 		uid = call.Daemon.UID
 	}
 	sh := r.shardFor(uid)
-	if err := sh.lock(ctx); err != nil {
-		done(err)
-		return
+	for {
+		err := sh.lock(ctx)
+		if errors.Is(err, errStuck) { // wait for its replacement (stuck.go)
+			select {
+			case <-sh.swapped:
+				sh = r.shardFor(uid)
+				continue
+			case <-ctx.Done():
+			}
+		}
+		if err != nil {
+			done(err)
+			return
+		}
+		break
 	}
 	fns := sh.lookup(call.Handler.ID, uid)
 	if fns == nil {
@@ -128,7 +140,7 @@ func (dc *daemonCall) advance(fn *lua.LFunction, args []lua.LValue) (sleep *daem
 			err = fmt.Errorf("%s: internal error while running the daemon: %v", cs.call.Handler.ID, r)
 		}
 	}()
-	s.rt.mem.enter(&cs.mem, t.cancel)
+	s.rt.mem.enter(&cs.mem, t.L.Context(), t.cancel)
 	// Resume refuses a thread that is the state's current one. Only Resume reads it
 	// (scripts have no coroutine library) and gopher-lua sets it, back to the main
 	// state at every yield; reset here all the same, so that Resume's check never

@@ -144,7 +144,8 @@ func (s *shard) installKube(mod *lua.LTable) {
 		if err != nil {
 			L.ArgError(1, err.Error())
 		}
-		data, err := json.Marshal(v)
+		var data []byte
+		s.offLua(L, func() { data, err = json.Marshal(v) })
 		if err != nil {
 			L.RaiseError("json.encode: %s", err)
 		}
@@ -162,7 +163,9 @@ func (s *shard) installKube(mod *lua.LTable) {
 			return 2
 		}
 		var v any
-		if err := utiljson.Unmarshal(data, &v); err != nil {
+		var err error
+		s.offLua(L, func() { err = utiljson.Unmarshal(data, &v) })
+		if err != nil {
 			L.Push(lua.LNil)
 			L.Push(lua.LString("json.decode: " + err.Error()))
 			return 2
@@ -175,20 +178,22 @@ func (s *shard) installKube(mod *lua.LTable) {
 	yamlMod := L.NewTable()
 	yamlMod.RawSetString("decode", L.NewFunction(func(L *lua.LState) int {
 		src := []byte(L.CheckString(1))
+		var v any
 		err := s.checkDecodeSize(src)
 		if err == nil {
-			err = s.checkYAMLAliases(src)
-		}
-		var data []byte
-		if err == nil {
-			data, err = yaml.YAMLToJSON(src)
-		}
-		if err == nil {
-			err = s.checkDecodeSize(data)
-		}
-		var v any
-		if err == nil {
-			err = utiljson.Unmarshal(data, &v)
+			s.offLua(L, func() {
+				if err = s.checkYAMLAliases(src); err != nil {
+					return
+				}
+				var data []byte
+				if data, err = yaml.YAMLToJSON(src); err != nil {
+					return
+				}
+				if err = s.checkDecodeSize(data); err != nil {
+					return
+				}
+				err = utiljson.Unmarshal(data, &v)
+			})
 		}
 		if err != nil {
 			L.Push(lua.LNil)
@@ -342,6 +347,30 @@ func (s *shard) pushError(L *lua.LState, err error) int {
 // a hundred bytes, so a few MiB of "[]," would otherwise become gigabytes, in one Go
 // call that the memory budget's watchdog cannot interrupt.
 const maxDecodeValues = 1 << 18
+
+// offLua runs fn, a Go computation that touches no Lua value and whose cost grows
+// with its input (decoding, encoding a document of up to MaxStringSize bytes), so
+// that the call's deadline holds: fn runs on a goroutine of its own and, when the
+// call's context ends first, the call fails at once with the context's error (as
+// the VM would), fn finishing in the background (its work is bounded by the size
+// limits). The shard stays held meanwhile, as for any Go function.
+func (s *shard) offLua(L *lua.LState, fn func()) {
+	ctx := L.Context()
+	if ctx == nil {
+		fn()
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn()
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		L.RaiseError("%s", ctx.Err().Error())
+	}
+}
 
 // checkYAMLAliases refuses a YAML document whose aliases would expand past the
 // decode limits (MaxStringSize bytes, maxDecodeValues values): YAMLToJSON expands

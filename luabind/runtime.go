@@ -85,10 +85,13 @@ type Runtime struct {
 	opts Options
 	// shards are the object shards followed by the hook shard (operator-level
 	// handlers, uid ""): Load and Close go through all of them.
-	shards []*shard
+	shards []atomic.Pointer[shard]
 	// mem cancels Lua calls when the heap goes over the memory budget.
 	mem    *memWatch
 	loadMu sync.Mutex // one load at a time
+	closed bool       // set by Close (loadMu held)
+	// stuck records the calls held past their deadline (stuck.go).
+	stuck stuckState
 	gen    atomic.Pointer[generation]
 	// opMemo is the operator memo as the last successful startup handler left it:
 	// new object memos start as a copy of it (kopf).
@@ -136,8 +139,10 @@ type generation struct {
 func New(opts Options) *Runtime {
 	opts.setDefaults()
 	r := &Runtime{opts: opts, mem: newMemWatch(opts.MemoryBudget, opts.Logger), scriptMetrics: NewScriptMetrics()}
-	for i := 0; i <= opts.Shards; i++ { // the last one serves the hooks
-		r.shards = append(r.shards, newShard(r, i))
+	r.mem.onStuck, r.mem.onUnstuck = r.onStuck, r.onUnstuck
+	r.shards = make([]atomic.Pointer[shard], opts.Shards+1) // the last one serves the hooks
+	for i := range r.shards {
+		r.shards[i].Store(newShard(r, i))
 	}
 	r.gen.Store(&generation{filters: map[string]*dataFilters{}})
 	return r
@@ -149,8 +154,10 @@ func New(opts Options) *Runtime {
 // start afterwards fail at once.
 func (r *Runtime) Close() {
 	r.loadMu.Lock() // a reload in flight finishes first
+	r.closed = true
 	var parked []*daemonWake
-	for _, s := range r.shards {
+	for i := range r.shards {
+		s := r.shards[i].Load()
 		s.relock()
 		if !s.closed {
 			s.closed = true
@@ -277,8 +284,8 @@ func (r *Runtime) Load(ctx context.Context, scripts []Script) (LoadReport, error
 	gen := &generation{specs: first.specs, filters: first.filters, hooks: first.hooks, admission: first.admission,
 		hash: hex.EncodeToString(hash.Sum(nil)), files: files, protoKeys: keys}
 	var held time.Duration
-	for i, sh := range r.shards {
-		sh.commit(staged[i])
+	for i := range r.shards {
+		r.shards[i].Load().commit(staged[i])
 		held = max(held, staged[i].held)
 	}
 	r.gen.Store(gen)
@@ -301,7 +308,8 @@ func (r *Runtime) stageAll(ctx context.Context, files []string, protos map[strin
 		firstErr error
 		wg       sync.WaitGroup
 	)
-	for i, sh := range r.shards {
+	for i := range r.shards {
+		sh := r.shards[i].Load()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -442,14 +450,14 @@ func (r *Runtime) Hooks() []causes.Spec { return r.gen.Load().hooks }
 func (r *Runtime) shardFor(uid string) *shard {
 	n := len(r.shards) - 1
 	if uid == "" {
-		return r.shards[n]
+		return r.shards[n].Load()
 	}
 	if n == 1 {
-		return r.shards[0]
+		return r.shards[0].Load()
 	}
 	h := fnv.New32a()
 	h.Write([]byte(uid))
-	return r.shards[h.Sum32()%uint32(n)]
+	return r.shards[h.Sum32()%uint32(n)].Load()
 }
 
 // Forget drops an object's memo. It may be called from any goroutine that holds no
@@ -480,12 +488,18 @@ func (r *Runtime) Match(ctx context.Context, spec causes.Spec, cause causes.Caus
 	if !f.hasCallbacks {
 		return true, nil
 	}
-	return r.shardFor(uidOf(cause.Body)).match(ctx, spec, f, cause)
+	uid := uidOf(cause.Body)
+	return withShard(ctx, func() *shard { return r.shardFor(uid) }, func(sh *shard) (bool, error) {
+		return sh.match(ctx, spec, f, cause)
+	})
 }
 
 // Invoke runs one handler of the current generation.
 func (r *Runtime) Invoke(ctx context.Context, call causes.Call) (causes.Result, error) {
-	return r.shardFor(uidOf(call.Cause.Body)).invoke(ctx, call)
+	uid := uidOf(call.Cause.Body)
+	return withShard(ctx, func() *shard { return r.shardFor(uid) }, func(sh *shard) (causes.Result, error) {
+		return sh.invoke(ctx, call)
+	})
 }
 
 func uidOf(body map[string]any) string {

@@ -7,6 +7,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	lua "github.com/yuin/gopher-lua"
@@ -27,6 +28,10 @@ type shard struct {
 	// with the caller's context (lock).
 	sem    chan struct{}
 	closed bool // set by Runtime.Close: no call may start any more
+	// stuck is closed when a call held the shard past its deadline, swapped when a
+	// new shard took its place (stuck.go).
+	stuck, swapped chan struct{}
+	stuckOnce      sync.Once
 	L      *lua.LState
 	// memos are the object memos by uid; they survive reloads. A Go map, not a Lua
 	// table: gopher-lua's tables never forget a string key once set (setting it to nil
@@ -103,7 +108,7 @@ type shardGeneration struct {
 }
 
 func newShard(rt *Runtime, idx int) *shard {
-	s := &shard{rt: rt, idx: idx, sem: make(chan struct{}, 1), threads: map[*lua.LState]*callThread{}, parked: map[*daemonWake]struct{}{}}
+	s := &shard{rt: rt, idx: idx, sem: make(chan struct{}, 1), stuck: make(chan struct{}), swapped: make(chan struct{}), threads: map[*lua.LState]*callThread{}, parked: map[*daemonWake]struct{}{}}
 	s.L = sandbox.NewState(sandbox.Options{
 		MaxStringSize: rt.opts.MaxStringSize,
 		Print: func(L *lua.LState, msg string) {
@@ -165,7 +170,7 @@ func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lu
 	loading := map[string]*lua.LState{}
 	var run func(L *lua.LState, file string) (lua.LValue, error)
 	var require *lua.LFunction
-	mc := &memCall{what: "loading the scripts"}
+	mc := &memCall{what: "loading the scripts", sh: s}
 	// run runs a file's top level on L: the shard's main state while the scripts load,
 	// or, for a module first required inside a handler, the calling thread, so that
 	// the call's deadline and memory watch apply and the module's blocking functions
@@ -228,7 +233,7 @@ func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lu
 	defer cancel()
 	L.SetContext(cctx)
 	defer L.RemoveContext()
-	s.rt.mem.enter(mc, cancel)
+	s.rt.mem.enter(mc, cctx, cancel)
 	defer s.rt.mem.leave(mc)
 	defer L.SetTop(0)
 	for _, f := range files {

@@ -124,7 +124,7 @@ func TestStubsDocumentModule(t *testing.T) {
 	d := parseStubs(t, Stubs())
 	r := New(Options{Shards: 1})
 	defer r.Close()
-	mod := r.shards[0].module
+	mod := r.shards[0].Load().module
 
 	seenFuncs := map[string]bool{}
 	var walk func(tbl *lua.LTable, path, class string)

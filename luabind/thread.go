@@ -23,6 +23,8 @@ func (s *shard) lock(ctx context.Context) error {
 	default:
 		select {
 		case s.sem <- struct{}{}:
+		case <-s.stuck:
+			return errStuck
 		case <-ctx.Done():
 			return fmt.Errorf("lua state %d stayed busy with other calls: %w", s.idx, ctx.Err())
 		}
@@ -213,7 +215,7 @@ func (s *shard) blocking(L *lua.LState, wait func(ctx context.Context)) {
 			t.cancel()
 			L.RaiseError("%s", ErrMemoryBudget.Error())
 		}
-		s.rt.mem.enter(&cs.mem, t.cancel)
+		s.rt.mem.enter(&cs.mem, t.L.Context(), t.cancel)
 	}()
 	wait(ctx)
 }
