@@ -3,8 +3,8 @@ package luabind
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"strings"
 	"sync"

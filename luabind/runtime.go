@@ -92,7 +92,7 @@ type Runtime struct {
 	closed bool       // set by Close (loadMu held)
 	// stuck records the calls held past their deadline (stuck.go).
 	stuck stuckState
-	gen    atomic.Pointer[generation]
+	gen   atomic.Pointer[generation]
 	// opMemo is the operator memo as the last successful startup handler left it:
 	// new object memos start as a copy of it (kopf).
 	opMemo atomic.Pointer[operatorMemo]

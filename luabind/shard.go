@@ -32,7 +32,7 @@ type shard struct {
 	// new shard took its place (stuck.go).
 	stuck, swapped chan struct{}
 	stuckOnce      sync.Once
-	L      *lua.LState
+	L              *lua.LState
 	// memos are the object memos by uid; they survive reloads. A Go map, not a Lua
 	// table: gopher-lua's tables never forget a string key once set (setting it to nil
 	// leaves it in the table's key list), so a table keyed by uid would grow with
