@@ -74,6 +74,10 @@ func TestAdversarialScripts(t *testing.T) {
 			if !strings.Contains(msg, where) || !strings.Contains(msg, c.Want) {
 				t.Errorf("error = %.400q, want %s and %q", msg, where, c.Want)
 			}
+			var pe *causes.PermanentError
+			if c.Result && !errors.As(err, &pe) {
+				t.Errorf("not a permanent error (it would be retried): %T %v", err, err)
+			}
 			var se *ScriptError
 			if errors.As(err, &se) && len(se.Traceback) > 8<<10 {
 				t.Errorf("traceback of %d bytes", len(se.Traceback))

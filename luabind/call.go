@@ -137,7 +137,7 @@ func (s *shard) invoke(ctx context.Context, call causes.Call) (causes.Result, er
 	if ret == lua.LNil {
 		return result, nil
 	}
-	out, err := luavalue.FromLua(ret)
+	out, err := luavalue.FromLuaLimited(ret, objectWriteLimits)
 	if err != nil {
 		return causes.Result{}, &causes.PermanentError{Message: fmt.Sprintf("%s: the handler's return value: %s", call.Handler.Source, err)}
 	}
@@ -199,8 +199,15 @@ func (s *shard) mergePatch(cs *callState, call causes.Call) error {
 // pruned). Shard lock held.
 func (s *shard) convertPatch(cs *callState) (any, error) {
 	prunePatchTable(cs.patchTbl, s.patchMT, s.deadPatchMT)
-	return luavalue.FromLua(cs.patchTbl)
+	return luavalue.FromLuaLimited(cs.patchTbl, objectWriteLimits)
 }
+
+// objectWriteLimits bound a handler's result and its ctx.patch, each: what goes
+// into the object must fit in it. A larger one would be refused by the API server
+// (etcd stores at most 1.5 MiB a value), and the handler run again for ever; it
+// fails for good instead, naming the handler (issue 34).
+var objectWriteLimits = luavalue.Limits{MaxBytes: 1536 << 10,
+	Why: "the API server stores at most 1.5 MiB in an object (etcd's limit), so the handler fails for good"}
 
 // endPatch ends the call's ctx.patch once it was converted: its tables are emptied
 // and get a metatable that raises, so that a patch kept beyond its call (in a

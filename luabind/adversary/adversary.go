@@ -44,6 +44,8 @@ var Cases = []Case{
 	// 3. Conversions of shared sub-tables, json and yaml.
 	{ID: "shared_subtables", Body: `local t = {"x"}; for i = 1, 40 do t = {t, t} end; return {v = t}`, Want: "value too large", Result: true},
 	{ID: "shared_subtables_patch", Body: `local t = {"x"}; for i = 1, 40 do t = {t, t} end; ctx.patch.status.v = t`, Want: "value too large", Result: true},
+	// 8. A result the API server would refuse fails for good, once.
+	{ID: "result_too_large", Body: `return {data = string.rep("x", 2 * 1024 * 1024)}`, Want: "the API server stores at most 1.5 MiB in an object", Result: true},
 	{ID: "json_shared_string", Body: `local s = string.rep("x", 16 * 1024 * 1024 - 64); local t = {}; for i = 1, 100 do t[i] = s end; return luaop.json.encode(t)`, Want: "value too large"},
 	{ID: "yaml_aliases", Body: `local v, err = luaop.yaml.decode("a: &a " .. string.rep("x", 1e6) .. "\nb: [" .. string.rep("*a, ", 400) .. "*a]\n"); error(err)`, Want: "once its aliases are expanded"},
 	{ID: "json_decode_values", Body: `local v, err = luaop.json.decode("[" .. string.rep("[],", 3e6) .. "[]]"); error(err)`, Want: "document too large"},

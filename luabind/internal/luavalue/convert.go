@@ -293,9 +293,13 @@ type Limits struct {
 	// MaxValues bounds the values (tables, strings, numbers, booleans, nulls).
 	// Default DefaultMaxValues.
 	MaxValues int
-	// MaxBytes bounds the bytes of the strings, keys included, each counted every
-	// time it is reached. Default DefaultMaxBytes.
+	// MaxBytes bounds the size of the value as JSON, about: strings and keys count
+	// their bytes, every other value a few, each every time it is reached.
+	// Default DefaultMaxBytes.
 	MaxBytes int
+	// Why, when given, explains MaxBytes in the error ("the API server stores at
+	// most 1.5 MiB in an object").
+	Why string
 }
 
 const (
@@ -335,10 +339,17 @@ func (c *counter) add(n int) error {
 	case c.values > c.limits.MaxValues:
 		return fmt.Errorf("value too large: more than %d values (a table referenced from several places counts each time)", c.limits.MaxValues)
 	case c.bytes > c.limits.MaxBytes:
-		return fmt.Errorf("value too large: more than %d bytes of strings (a string or table referenced from several places counts each time)", c.limits.MaxBytes)
+		why := ""
+		if c.limits.Why != "" {
+			why = ": " + c.limits.Why
+		}
+		return fmt.Errorf("value too large: more than %d bytes as JSON (a string or table referenced from several places counts each time)%s", c.limits.MaxBytes, why)
 	}
 	return nil
 }
+
+// jsonOverhead is what a value other than a string adds to the JSON size, about.
+const jsonOverhead = 4
 
 // walker keeps the path and the tables being visited (for cycle detection).
 type walker struct {
@@ -405,9 +416,9 @@ func IsIdent(s string) bool {
 }
 
 func (w *walker) from(lv lua.LValue, depth int) (any, error) {
-	n := 0
+	n := jsonOverhead
 	if s, ok := lv.(lua.LString); ok {
-		n = len(s)
+		n = len(s) + 2
 	}
 	if err := w.count.add(n); err != nil {
 		return nil, w.errorf("%v", err)
@@ -644,9 +655,9 @@ func normalize(v any, depth int) (any, error) { return normalizeCounted(v, depth
 
 // normalizeCounted is normalize counting each value copied in c (nil: no limit).
 func normalizeCounted(v any, depth int, c *counter) (any, error) {
-	n := 0
+	n := jsonOverhead
 	if s, ok := v.(string); ok {
-		n = len(s)
+		n = len(s) + 2
 	}
 	if err := c.add(n); err != nil {
 		return nil, err
