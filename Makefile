@@ -4,7 +4,7 @@ CACHE ?= $(or $(LUAOP_CACHE),$(HOME)/.cache/luaop)
 BIN := $(CURDIR)/bin
 GO_TEST_FLAGS ?= -race -count=1 -timeout 40m
 
-.PHONY: dev test unit lint cluster cluster-down build image bench bench-daemons bench-sleep bench-reload soak
+.PHONY: dev test unit lint cluster cluster-down build image bench bench-daemons bench-sleep bench-reload soak fuzz
 
 # The version printed by `luaop --version` and `luaop version`.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
@@ -41,6 +41,21 @@ lint:
 # Pure-logic tests only: no cluster needed.
 unit: lint
 	LUAOP_TEST_NO_CLUSTER=1 go test $(GO_TEST_FLAGS) ./...
+
+# Go's native fuzzing of the Lua entry points the budgets guard (RELIABILITY.md,
+# "Adversarial scripts"): compiling, pattern matching, a handler call, luaop.json and
+# luaop.yaml, the conversion of values. Each target runs FUZZTIME (default 1m; about
+# 6 minutes in all); a failing input is written under the package's testdata/fuzz
+# and replayed by `make test` from then on. No cluster needed.
+FUZZTIME ?= 1m
+FUZZ_TARGETS := FuzzLoad:./luabind/internal/sandbox FuzzPatterns:./luabind/internal/sandbox \
+	FuzzCall:./luabind FuzzDecode:./luabind FuzzRoundTrip:./luabind/internal/luavalue
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "[fuzz] $${t%%:*} ($${t#*:}, $(FUZZTIME))"; \
+		LUAOP_TEST_NO_CLUSTER=1 go test -run XXX -fuzz "^$${t%%:*}\$$" -fuzztime $(FUZZTIME) "$${t#*:}" 2>&1 | grep -v '^{' | grep -v '^20[0-9][0-9]/' | tail -n 3; \
+		test $${PIPESTATUS[0]} -eq 0; \
+	done
 
 cluster:
 	@localcluster/deps.sh && localcluster/up.sh
