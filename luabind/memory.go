@@ -44,9 +44,9 @@ import (
 //     are bounded, so deep recursion fails with "stack overflow".
 //
 // What the budget cannot prevent: one instruction that allocates (s .. s of a large
-// string) finishes before the cancellation is seen, so the heap may pass the budget
-// by that instruction's allocation before the call stops; hence the default of half
-// the memory limit. The budget counts the whole heap (informer caches included), not
+// string, at most MaxStringSize: the patched gopher-lua bounds `..`) finishes before
+// the cancellation is seen, so the heap may pass the budget by that instruction's
+// allocation before the call stops; hence the default of half the memory limit. The budget counts the whole heap (informer caches included), not
 // Lua alone: data a script keeps (in a memo or a global) stays counted after its call.
 
 // ErrMemoryBudget is what errors.Is finds in the error of a call cancelled because

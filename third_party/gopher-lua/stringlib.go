@@ -299,7 +299,13 @@ type strMatchData struct {
 	str     string
 	pattern string
 	pos     int // where the next search starts; -1 when done
+	// found are matches found ahead (a batch of gmatchBatch per search: the
+	// pattern is parsed once a batch), next the first not yet returned.
+	found []*pm.MatchData
+	next  int
 }
+
+const gmatchBatch = 64
 
 // patternCheck is the check of pm.FindCheck for L: the error of L's context once
 // it ended (a deadline, a cancellation), so that a match runs no longer than its
@@ -314,23 +320,30 @@ func patternCheck(L *LState) func() error {
 func strGmatchIter(L *LState) int {
 	md := L.CheckUserData(1).Value.(*strMatchData)
 	str := md.str
-	if md.pos < 0 || md.pos > len(str) {
-		return 0
+	if md.next >= len(md.found) {
+		if md.pos < 0 || md.pos > len(str) {
+			return 0
+		}
+		mds, err := pm.FindCheck(md.pattern, unsafeFastStringToReadOnlyBytes(str), md.pos, gmatchBatch, patternCheck(L))
+		if err != nil {
+			L.RaiseError(err.Error())
+		}
+		md.found, md.next = mds, 0
+		if len(mds) < gmatchBatch || strings.HasPrefix(md.pattern, "^") {
+			md.pos = -1 // no more (an anchored pattern matches once)
+		} else {
+			// As pm.Find moves on after a match: past it, or one byte on if it
+			// was empty.
+			last := mds[len(mds)-1]
+			md.pos = max(last.Capture(0)+1, last.Capture(1))
+		}
+		if len(mds) == 0 {
+			return 0
+		}
 	}
-	mds, err := pm.FindCheck(md.pattern, unsafeFastStringToReadOnlyBytes(str), md.pos, 1, patternCheck(L))
-	if err != nil {
-		L.RaiseError(err.Error())
-	}
-	if len(mds) == 0 {
-		md.pos = -1
-		return 0
-	}
-	match := mds[0]
-	// As pm.Find moves on after a match: past it, or one byte on if it was empty.
-	md.pos = max(match.Capture(0)+1, match.Capture(1))
-	if strings.HasPrefix(md.pattern, "^") {
-		md.pos = -1 // an anchored pattern matches once
-	}
+	match := md.found[md.next]
+	md.found[md.next] = nil
+	md.next++
 	if match.CaptureLength() == 2 {
 		L.Push(LString(str[match.Capture(0):match.Capture(1)]))
 		return 1

@@ -3,6 +3,7 @@ package pm
 
 import (
 	"fmt"
+	"sync"
 )
 
 const (
@@ -543,6 +544,9 @@ type backtrack struct {
 
 const checkEvery = 1 << 12
 
+// stackPool keeps backtracking stacks between searches (a search is often short).
+var stackPool sync.Pool
+
 type matcher struct {
 	src   []byte
 	insts []inst
@@ -567,12 +571,6 @@ func (mt *matcher) run(pc, sp int) (bool, int, *MatchData) {
 	m := newMatchState()
 	src, insts := mt.src, mt.insts
 	mt.stack = mt.stack[:0]
-	push := func(b backtrack) {
-		if len(mt.stack) >= maxRecursionLevel {
-			panic(newError(_UNKNOWN, "pattern/input too complex"))
-		}
-		mt.stack = append(mt.stack, b)
-	}
 	for {
 		mt.spend(1)
 		inst := insts[pc]
@@ -595,11 +593,17 @@ func (mt *matcher) run(pc, sp int) (bool, int, *MatchData) {
 		case opJmp:
 			pc = inst.Operand1
 		case opSplit:
-			push(backtrack{pc: inst.Operand2, sp: sp, restore: -1})
+			if len(mt.stack) >= maxRecursionLevel {
+				panic(newError(_UNKNOWN, "pattern/input too complex"))
+			}
+			mt.stack = append(mt.stack, backtrack{pc: inst.Operand2, sp: sp, restore: -1})
 			pc = inst.Operand1
 		case opSave:
 			s := m.setCapture(inst.Operand1, sp)
-			push(backtrack{restore: inst.Operand1, saved: s})
+			if len(mt.stack) >= maxRecursionLevel {
+				panic(newError(_UNKNOWN, "pattern/input too complex"))
+			}
+			mt.stack = append(mt.stack, backtrack{restore: inst.Operand1, saved: s})
 			pc++
 		case opPSave:
 			m.addPosCapture(inst.Operand1, sp+1)
@@ -692,7 +696,16 @@ func FindCheck(p string, src []byte, offset, limit int, check func() error) (mat
 	pat := parsePattern(newScanner([]byte(p)), true)
 	insts := compilePattern(pat)
 	matches = []*MatchData{}
-	mt := &matcher{src: src, insts: insts, check: check, left: checkEvery}
+	mt := matcher{src: src, insts: insts, check: check, left: checkEvery}
+	if sp, ok := stackPool.Get().(*[]backtrack); ok {
+		mt.stack = (*sp)[:0]
+	}
+	defer func() {
+		if cap(mt.stack) <= 1<<12 { // a large one is left to the GC
+			s := mt.stack[:0]
+			stackPool.Put(&s)
+		}
+	}()
 	for sp := offset; sp <= len(src); {
 		ok, nsp, ms := mt.run(0, sp)
 		sp++
