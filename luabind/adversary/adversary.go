@@ -62,6 +62,7 @@ var Cases = []Case{
 	{ID: "pattern_gsub", Body: `return string.gsub(string.rep("a", 300000), "a-a-b", "")`, Want: "deadline", Deadline: true},
 	{ID: "pattern_gmatch", Body: `for m in string.gmatch(string.rep("a", 300000), "a-a-b") do end`, Want: "deadline", Deadline: true},
 	{ID: "pattern_gmatch_all", Body: `local n = 0; for m in string.gmatch(string.rep("a", 16e6), "") do n = n + 1 end`, Want: "deadline", Deadline: true},
+	{ID: "sort_large_table", Body: `local t = {}; for i = 1, 3e6 do t[i] = (i * 7919) % 1000003 end; while true do table.sort(t); table.sort(t, function(a, b) return a > b end) end`, Want: "deadline", Deadline: true},
 	// 6. Compilation inside a handler.
 	{ID: "compile_data_table", Body: `local s = "return {" .. string.rep("12345, ", 1e5) .. "}"; while true do assert(loadstring(s)) end`, Want: "deadline", Deadline: true},
 	// 7. Logs: a loop of ctx.logger.info stays within the call's log budget.

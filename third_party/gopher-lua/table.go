@@ -7,6 +7,9 @@ type lValueArraySorter struct {
 	L      *LState
 	Fn     *LFunction
 	Values []LValue
+	// luaop patch: steps counts comparisons; every 4,096 the state's context is
+	// checked, so that sorting a large table ends with its call's deadline.
+	steps *int
 }
 
 func (lv lValueArraySorter) Len() int {
@@ -18,6 +21,13 @@ func (lv lValueArraySorter) Swap(i, j int) {
 }
 
 func (lv lValueArraySorter) Less(i, j int) bool {
+	if lv.steps != nil {
+		if *lv.steps++; *lv.steps&4095 == 0 && lv.L.ctx != nil {
+			if err := lv.L.ctx.Err(); err != nil {
+				lv.L.RaiseError("%s", err.Error())
+			}
+		}
+	}
 	if lv.Fn != nil {
 		lv.L.Push(lv.Fn)
 		lv.L.Push(lv.Values[i])
