@@ -219,20 +219,29 @@ func (s *shard) endPatch(cs *callState) {
 	}
 	var kill func(t *lua.LTable)
 	kill = func(t *lua.LTable) {
-		var keys []lua.LValue
-		t.ForEach(func(k, v lua.LValue) {
-			keys = append(keys, k)
+		clearTable(t, func(v lua.LValue) {
 			if child, ok := v.(*lua.LTable); ok && child.Metatable == s.patchMT {
 				kill(child)
 			}
 		})
-		for _, k := range keys {
-			t.RawSet(k, lua.LNil)
-		}
 		t.Metatable = s.deadPatchMT
 	}
 	kill(cs.patchTbl)
 	cs.patchTbl = nil
+}
+
+// clearTable removes every entry of t, calling each (when not nil) with each value
+// first. No allocation: the next key is taken before the current one is removed.
+func clearTable(t *lua.LTable, each func(v lua.LValue)) {
+	k, v := t.Next(lua.LNil)
+	for k != lua.LNil {
+		nk, nv := t.Next(k)
+		if each != nil {
+			each(v)
+		}
+		t.RawSet(k, lua.LNil)
+		k, v = nk, nv
+	}
 }
 
 // endCtx ends a call's ctx table when the call ends: the fields it cached are
@@ -242,11 +251,7 @@ func (s *shard) endCtx(cs *callState) {
 	if cs == nil || cs.table == nil {
 		return
 	}
-	var keys []lua.LValue
-	cs.table.ForEach(func(k, _ lua.LValue) { keys = append(keys, k) })
-	for _, k := range keys {
-		cs.table.RawSet(k, lua.LNil)
-	}
+	clearTable(cs.table, nil)
 }
 
 // match runs a handler's filter callbacks (when, label and annotation functions,
