@@ -19,7 +19,7 @@ import (
 
 // runWithin runs code on a fresh state under a context of the given deadline and
 // returns the error and how long after the deadline it came.
-func runWithin(t *testing.T, deadline time.Duration, code string) (error, time.Duration) {
+func runWithin(t *testing.T, deadline time.Duration, code string) (time.Duration, error) {
 	t.Helper()
 	L := NewState(Options{})
 	defer L.Close()
@@ -28,7 +28,7 @@ func runWithin(t *testing.T, deadline time.Duration, code string) (error, time.D
 	L.SetContext(ctx)
 	start := time.Now()
 	_, err := luatest.Call(t, L, code)
-	return err, time.Since(start) - deadline
+	return time.Since(start) - deadline, err
 }
 
 func TestNestingLimits(t *testing.T) {
@@ -163,7 +163,7 @@ func TestStackOverflowHasALocation(t *testing.T) {
 		"pcall loop":  "local function f() local ok, e = pcall(f); if not ok then error(e, 0) end end\nreturn f()",
 	} {
 		t.Run(name, func(t *testing.T) {
-			err, _ := runWithin(t, 5*time.Second, code)
+			_, err := runWithin(t, 5*time.Second, code)
 			if err == nil || !strings.Contains(err.Error(), "stack overflow") || strings.Contains(err.Error(), "callstack") {
 				t.Fatalf("error = %v", err)
 			}
@@ -176,7 +176,7 @@ func TestStackOverflowHasALocation(t *testing.T) {
 }
 
 func TestTracebackOfEndlessTailCallsIsShort(t *testing.T) {
-	err, _ := runWithin(t, 300*time.Millisecond, `local function f() return f() end
+	_, err := runWithin(t, 300*time.Millisecond, `local function f() return f() end
 return f()`)
 	var apiErr *lua.ApiError
 	if !errors.As(err, &apiErr) || !strings.Contains(err.Error(), "context deadline exceeded") {
@@ -203,7 +203,7 @@ func TestPatternsEndWithTheirContext(t *testing.T) {
 		"find from every position": `local s = string.rep("a", 5000) for i = 1, 1e9 do s:find(".-b") end`,
 	} {
 		t.Run(name, func(t *testing.T) {
-			err, late := runWithin(t, deadline, code)
+			late, err := runWithin(t, deadline, code)
 			if err == nil || !strings.Contains(err.Error(), "context deadline exceeded") || !strings.Contains(err.Error(), "handler.lua:1:") {
 				t.Fatalf("error = %v", err)
 			}
