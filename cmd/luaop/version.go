@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -34,10 +35,14 @@ func components() [][2]string {
 	deps := map[string]string{}
 	if info, ok := debug.ReadBuildInfo(); ok {
 		for _, d := range info.Deps {
-			if d.Replace != nil {
-				d = d.Replace
+			v := d.Version
+			if r := d.Replace; r != nil {
+				v = r.Version
+				if r.Version == "" || r.Version == "(devel)" { // a folder of the repository: a patched copy
+					v = d.Version + " (patched: " + strings.TrimPrefix(r.Path, "./") + ")"
+				}
 			}
-			deps[d.Path] = d.Version
+			deps[d.Path] = v
 		}
 	}
 	for _, m := range []struct{ name, path, note string }{
