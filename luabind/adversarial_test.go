@@ -112,7 +112,11 @@ func uidsOnDifferentShards(t *testing.T, rt *Runtime) (string, string) {
 // large data table, fails (or succeeds) at once, naming file:line; the previous
 // scripts keep serving. luaop check and the scripts guard compile the same way.
 func TestAdversarialLoads(t *testing.T) {
-	rt := loadedRuntime(t, Options{Shards: 2, HandlerTimeout: 5 * time.Second}, "a.lua", `local luaop = require("luaop")
+	timeout := 5 * time.Second
+	if raceDetector { // compiling the 589 KB data table is many times slower with it
+		timeout = time.Minute
+	}
+	rt := loadedRuntime(t, Options{Shards: 2, HandlerTimeout: timeout}, "a.lua", `local luaop = require("luaop")
 luaop.on.create("example.com/v1/widgets", function() return "a" end, {id = "a"})`)
 	for _, c := range adversary.LoadCases {
 		t.Run(c.Name, func(t *testing.T) {
@@ -121,8 +125,8 @@ luaop.on.create("example.com/v1/widgets", function() return "a" end, {id = "a"})
 			start := time.Now()
 			_, err := rt.Load(t.Context(), scripts)
 			t.Logf("load: %s", time.Since(start))
-			checkLoad := CheckLoad(t.Context(), scripts, Options{HandlerTimeout: 5 * time.Second})
-			rep := Check(t.Context(), scripts, Options{HandlerTimeout: 5 * time.Second})
+			checkLoad := CheckLoad(t.Context(), scripts, Options{HandlerTimeout: timeout})
+			rep := Check(t.Context(), scripts, Options{HandlerTimeout: timeout})
 			if c.Want == "" {
 				if err != nil || checkLoad != nil || len(rep.Problems) > 0 {
 					t.Fatalf("refused: load %v, guard %v, check %v", err, checkLoad, rep.Problems)

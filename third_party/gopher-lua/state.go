@@ -809,33 +809,65 @@ func (ls *LState) where(level int, skipg bool) string {
 }
 
 func (ls *LState) stackTrace(level int) string {
-	buf := []string{}
-	header := "stack traceback:"
+	// luaop patch: the frames are walked once and only the lines kept are
+	// formatted (upstream looked every frame up from the top, twice, and formatted
+	// all of them: O(depth²) per traceback, built again at every pcall an error
+	// crosses); a frame's tail calls make one line, as Lua prints (upstream wrote
+	// one per tail call: gigabytes for an endless `return f()` stopped by its
+	// deadline).
+	type entry struct {
+		cf   *callFrame // nil: the tail-call line of the frame before
+		tail bool
+	}
+	var entries []entry
 	if ls.currentFrame != nil {
-		i := 0
-		for dbg, ok := ls.GetStack(i); ok; dbg, ok = ls.GetStack(i) {
-			cf := dbg.frame
-			buf = append(buf, fmt.Sprintf("\t%v in %v", ls.Where(i), ls.formattedFrameFuncName(cf)))
+		for cf := ls.currentFrame; cf != nil; cf = cf.Parent {
+			entries = append(entries, entry{cf: cf})
 			if !cf.Fn.IsG && cf.TailCall > 0 {
-				// luaop patch: one line for a frame's tail calls, as Lua prints;
-				// upstream wrote one per tail call, and an endless tail call
-				// (return f()) made a traceback of gigabytes when it was stopped.
-				buf = append(buf, "\t(tail call): ?")
-				i += cf.TailCall
+				entries = append(entries, entry{tail: true})
 			}
-			i++
 		}
 	}
-	buf = append(buf, fmt.Sprintf("\t%v: %v", "[G]", "?"))
-	buf = buf[intMax(0, intMin(level, len(buf))):len(buf)]
-	if len(buf) > 20 {
-		newbuf := make([]string, 0, 20)
-		newbuf = append(newbuf, buf[0:7]...)
-		newbuf = append(newbuf, "\t...")
-		newbuf = append(newbuf, buf[len(buf)-7:len(buf)]...)
-		buf = newbuf
+	entries = append(entries, entry{}) // [G]: ?
+	entries = entries[intMax(0, intMin(level, len(entries))):]
+	format := func(e entry) string {
+		switch {
+		case e.tail:
+			return "\t(tail call): ?"
+		case e.cf == nil:
+			return fmt.Sprintf("\t%v: %v", "[G]", "?")
+		}
+		return fmt.Sprintf("\t%v in %v", frameWhere(e.cf), ls.formattedFrameFuncName(e.cf))
 	}
-	return fmt.Sprintf("%s\n%s", header, strings.Join(buf, "\n"))
+	var buf []string
+	if len(entries) > 20 {
+		for _, e := range entries[:7] {
+			buf = append(buf, format(e))
+		}
+		buf = append(buf, "\t...")
+		for _, e := range entries[len(entries)-7:] {
+			buf = append(buf, format(e))
+		}
+	} else {
+		for _, e := range entries {
+			buf = append(buf, format(e))
+		}
+	}
+	return fmt.Sprintf("%s\n%s", "stack traceback:", strings.Join(buf, "\n"))
+}
+
+// frameWhere is Where of a frame: "file:line:" for a Lua function, "[G]:" for a Go
+// one (luaop patch, for stackTrace).
+func frameWhere(cf *callFrame) string {
+	proto := cf.Fn.Proto
+	if proto == nil {
+		return "[G]:"
+	}
+	line := ""
+	if cf.Pc > 0 && cf.Pc-1 < len(proto.DbgSourcePositions) {
+		line = fmt.Sprintf("%v:", proto.DbgSourcePositions[cf.Pc-1])
+	}
+	return fmt.Sprintf("%v:%v", proto.SourceName, line)
 }
 
 func (ls *LState) formattedFrameFuncName(fr *callFrame) string {
