@@ -12,8 +12,6 @@ WORKDIR /src
 ENV CGO_ENABLED=0 GOTOOLCHAIN=local
 # Modules first: this layer is reused until go.mod or go.sum change.
 COPY go.mod go.sum ./
-# The patched gopher-lua go.mod replaces (third_party/gopher-lua/README.md).
-COPY third_party ./third_party
 RUN go mod download
 COPY . .
 # Cross-compiles for the target platform of buildx (empty: the build platform).

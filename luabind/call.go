@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	lua "github.com/yuin/gopher-lua"
+	lua "github.com/luaop/luaop/third_party/gopher-lua"
 
 	"github.com/luaop/luaop/luabind/internal/luaerr"
 	"github.com/luaop/luaop/luabind/internal/luavalue"

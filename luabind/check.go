@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/yuin/gopher-lua/ast"
+	"github.com/luaop/luaop/third_party/gopher-lua/ast"
 
 	"github.com/luaop/luaop/luabind/internal/sandbox"
 )

@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	lua "github.com/yuin/gopher-lua"
+	lua "github.com/luaop/luaop/third_party/gopher-lua"
 
 	"github.com/luaop/luaop/luabind/internal/luaerr"
 	"github.com/luaop/luaop/processing/causes"
@@ -330,9 +330,9 @@ func (s *shard) canYield(L *lua.LState) bool {
 	for {
 		f, more := frames.Next()
 		switch f.Function {
-		case "github.com/yuin/gopher-lua.mainLoop", "github.com/yuin/gopher-lua.mainLoopWithContext":
+		case "github.com/luaop/luaop/third_party/gopher-lua.mainLoop", "github.com/luaop/luaop/third_party/gopher-lua.mainLoopWithContext":
 			loops++
-		case "github.com/yuin/gopher-lua.threadRun":
+		case "github.com/luaop/luaop/third_party/gopher-lua.threadRun":
 			return loops == 1
 		}
 		if !more {

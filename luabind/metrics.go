@@ -10,7 +10,7 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
-	lua "github.com/yuin/gopher-lua"
+	lua "github.com/luaop/luaop/third_party/gopher-lua"
 )
 
 // ScriptMetricPrefix starts the name of every metric the scripts register, so that

@@ -19,9 +19,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	lua "github.com/yuin/gopher-lua"
-	"github.com/yuin/gopher-lua/ast"
-	"github.com/yuin/gopher-lua/parse"
+	lua "github.com/luaop/luaop/third_party/gopher-lua"
+	"github.com/luaop/luaop/third_party/gopher-lua/ast"
+	"github.com/luaop/luaop/third_party/gopher-lua/parse"
 
 	"github.com/luaop/luaop/processing/causes"
 )

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	lua "github.com/yuin/gopher-lua"
-	"github.com/yuin/gopher-lua/parse"
+	lua "github.com/luaop/luaop/third_party/gopher-lua"
+	"github.com/luaop/luaop/third_party/gopher-lua/parse"
 )
 
 // stubDoc is what the tests read from the ---@meta file: the classes with their

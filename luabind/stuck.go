@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	lua "github.com/yuin/gopher-lua"
+	lua "github.com/luaop/luaop/third_party/gopher-lua"
 )
 
 // A Lua state held past its deadline.

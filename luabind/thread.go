@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	lua "github.com/yuin/gopher-lua"
+	lua "github.com/luaop/luaop/third_party/gopher-lua"
 )
 
 // errClosed is returned by calls that start after Runtime.Close.

@@ -4,9 +4,10 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
-	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/luaop/luaop/luabind"
 )
 
 // version is stamped at build time (Makefile, Dockerfile):
@@ -32,30 +33,20 @@ func luaopVersion() string {
 // the Lua VM's and the Kubernetes client's.
 func components() [][2]string {
 	out := [][2]string{{"luaop", luaopVersion()}, {"go", runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH}}
-	deps := map[string]string{}
+	client := "unknown (no build information)"
 	if info, ok := debug.ReadBuildInfo(); ok {
 		for _, d := range info.Deps {
-			v := d.Version
-			if r := d.Replace; r != nil {
-				v = r.Version
-				if r.Version == "" || r.Version == "(devel)" { // a folder of the repository: a patched copy
-					v = d.Version + " (patched: " + strings.TrimPrefix(r.Path, "./") + ")"
+			if d.Path == "k8s.io/client-go" {
+				client = d.Version
+				if d.Replace != nil {
+					client = d.Replace.Version
 				}
 			}
-			deps[d.Path] = v
 		}
 	}
-	for _, m := range []struct{ name, path, note string }{
-		{"gopher-lua", "github.com/yuin/gopher-lua", " (Lua 5.1)"},
-		{"client-go", "k8s.io/client-go", ""},
-	} {
-		v := deps[m.path]
-		if v == "" {
-			v = "unknown (no build information)"
-		}
-		out = append(out, [2]string{m.name, v + m.note})
-	}
-	return out
+	return append(out,
+		[2]string{"gopher-lua", luabind.LuaVMVersion + " (Lua 5.1)"},
+		[2]string{"client-go", client})
 }
 
 func newVersionCommand() *cobra.Command {

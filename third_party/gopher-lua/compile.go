@@ -6,7 +6,7 @@ import (
 	"math"
 	"reflect"
 
-	"github.com/yuin/gopher-lua/ast"
+	"github.com/luaop/luaop/third_party/gopher-lua/ast"
 )
 
 /* internal constants & structs  {{{ */

@@ -16,7 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/yuin/gopher-lua/parse"
+	"github.com/luaop/luaop/third_party/gopher-lua/parse"
 )
 
 const MultRet = -1
@@ -1595,7 +1595,6 @@ func (ls *LState) Get(idx int) LValue {
 			return LNil
 		}
 	}
-	return LNil
 }
 
 func (ls *LState) Push(value LValue) {
@@ -1782,7 +1781,7 @@ func (ls *LState) RaiseError(format string, args ...interface{}) {
 // This function is equivalent to lua_error( http://www.lua.org/manual/5.1/manual.html#lua_error ).
 func (ls *LState) Error(lv LValue, level int) {
 	if str, ok := lv.(LString); ok {
-		ls.raiseError(level, string(str))
+		ls.raiseError(level, "%s", string(str))
 	} else {
 		if !ls.hasErrorFunc {
 			ls.closeAllUpvalues()

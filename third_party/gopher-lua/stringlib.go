@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/yuin/gopher-lua/pm"
+	"github.com/luaop/luaop/third_party/gopher-lua/pm"
 )
 
 const emptyLString LString = LString("")
@@ -114,7 +114,7 @@ func strFind(L *LState) int {
 
 	mds, err := pm.FindCheck(pattern, unsafeFastStringToReadOnlyBytes(str), init, 1, patternCheck(L))
 	if err != nil {
-		L.RaiseError(err.Error())
+		L.RaiseError("%s", err.Error())
 	}
 	if len(mds) == 0 {
 		L.Push(LNil)
@@ -154,7 +154,7 @@ func strGsub(L *LState) int {
 
 	mds, err := pm.Find(pat, unsafeFastStringToReadOnlyBytes(str), 0, limit)
 	if err != nil {
-		L.RaiseError(err.Error())
+		L.RaiseError("%s", err.Error())
 	}
 	if len(mds) == 0 {
 		L.SetTop(1)
@@ -326,7 +326,7 @@ func strGmatchIter(L *LState) int {
 		}
 		mds, err := pm.FindCheck(md.pattern, unsafeFastStringToReadOnlyBytes(str), md.pos, gmatchBatch, patternCheck(L))
 		if err != nil {
-			L.RaiseError(err.Error())
+			L.RaiseError("%s", err.Error())
 		}
 		md.found, md.next = mds, 0
 		if len(mds) < gmatchBatch || strings.HasPrefix(md.pattern, "^") {
@@ -363,7 +363,7 @@ func strGmatch(L *LState) int {
 	str := L.CheckString(1)
 	pattern := L.CheckString(2)
 	if _, err := pm.Find(pattern, nil, 1, 1); err != nil { // a malformed pattern fails here, as upstream
-		L.RaiseError(err.Error())
+		L.RaiseError("%s", err.Error())
 	}
 	L.Push(L.Get(UpvalueIndex(1)))
 	ud := L.NewUserData()
@@ -399,7 +399,7 @@ func strMatch(L *LState) int {
 
 	mds, err := pm.FindCheck(pattern, unsafeFastStringToReadOnlyBytes(str), offset, 1, patternCheck(L))
 	if err != nil {
-		L.RaiseError(err.Error())
+		L.RaiseError("%s", err.Error())
 	}
 	if len(mds) == 0 {
 		L.Push(LNil)

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	lua "github.com/yuin/gopher-lua"
+	lua "github.com/luaop/luaop/third_party/gopher-lua"
 )
 
 // Conversion between Kubernetes JSON values and Lua.

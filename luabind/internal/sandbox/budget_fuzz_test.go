@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	lua "github.com/yuin/gopher-lua"
-	"github.com/yuin/gopher-lua/parse"
+	lua "github.com/luaop/luaop/third_party/gopher-lua"
+	"github.com/luaop/luaop/third_party/gopher-lua/parse"
 )
 
 // Fuzzing of the Lua entry points the budgets guard (`make fuzz`; as tests, the seeds

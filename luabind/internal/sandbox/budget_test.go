@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	lua "github.com/yuin/gopher-lua"
-	"github.com/yuin/gopher-lua/parse"
+	lua "github.com/luaop/luaop/third_party/gopher-lua"
+	"github.com/luaop/luaop/third_party/gopher-lua/parse"
 
 	"github.com/luaop/luaop/luabind/internal/luatest"
 )

@@ -3,8 +3,8 @@ package sandbox
 import (
 	"strings"
 
-	lua "github.com/yuin/gopher-lua"
-	"github.com/yuin/gopher-lua/pm"
+	lua "github.com/luaop/luaop/third_party/gopher-lua"
+	"github.com/luaop/luaop/third_party/gopher-lua/pm"
 )
 
 // Options configure NewState. Zero fields take the defaults of

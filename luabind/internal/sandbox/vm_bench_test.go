@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	lua "github.com/yuin/gopher-lua"
-	"github.com/yuin/gopher-lua/parse"
+	lua "github.com/luaop/luaop/third_party/gopher-lua"
+	"github.com/luaop/luaop/third_party/gopher-lua/parse"
 )
 
 // Benchmarks of the hot paths the budgets touch (third_party/gopher-lua/README.md):

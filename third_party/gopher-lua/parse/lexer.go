@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/yuin/gopher-lua/ast"
+	"github.com/luaop/luaop/third_party/gopher-lua/ast"
 )
 
 const EOF = -1

@@ -12,7 +12,7 @@ package parse
 // parser.go) and the AST's depth.
 
 import (
-	"github.com/yuin/gopher-lua/ast"
+	"github.com/luaop/luaop/third_party/gopher-lua/ast"
 )
 
 const (

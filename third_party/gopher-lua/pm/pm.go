@@ -563,7 +563,7 @@ func (mt *matcher) spend(n int) {
 	}
 	mt.left = checkEvery
 	if err := mt.check(); err != nil {
-		panic(newError(_UNKNOWN, err.Error()))
+		panic(newError(_UNKNOWN, "%s", err.Error()))
 	}
 }
 

@@ -1,3 +1,0 @@
-module github.com/yuin/gopher-lua
-
-go 1.23
