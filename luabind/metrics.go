@@ -9,8 +9,8 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/prometheus/client_golang/prometheus"
 	lua "github.com/luaop/luaop/third_party/gopher-lua"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // ScriptMetricPrefix starts the name of every metric the scripts register, so that

@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	lua "github.com/luaop/luaop/third_party/gopher-lua"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // A Lua state held past its deadline.
