@@ -53,7 +53,7 @@ pid_runs() { # pid_runs <name>: the recorded process still runs that binary
 }
 
 CP_BIN="$("$here/build.sh")"
-if [ -f "$NODE/node.env" ] && pid_runs kubelet kubelet && pid_runs containerd containerd &&
+if [ -f "$NODE/up" ] && pid_runs kubelet kubelet && pid_runs containerd containerd &&
   kubectl_ get node "$NODE_NAME" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null | grep -qx True; then
   log "already running (node $NODE_NAME)"
   echo "$STATE/admin.kubeconfig"
@@ -122,6 +122,9 @@ ip -n "$NETNS" link set "eth0-$hash" name eth0
 ip -n "$NETNS" addr add "$NODE_IP/30" dev eth0
 ip -n "$NETNS" link set eth0 up
 ip route add "$SERVICE_CIDR" via "$NODE_IP" dev "$VETH"
+# The node's own connections to Services (kube-proxy rewrites them after routing):
+# a route for the range, as a node's default route would give.
+ip -n "$NETNS" route add "$SERVICE_CIDR" via "$HOST_IP" dev eth0
 ip route add "$POD_CIDR" via "$NODE_IP" dev "$VETH"
 in_netns() { nsenter --net="/run/netns/$NETNS" "$@"; }
 in_netns sh -c 'echo 1 > /proc/sys/net/ipv4/ip_forward'
@@ -354,6 +357,7 @@ in_netns curl -fsS --max-time 2 --cacert "$STATE/ca.crt" -H "Authorization: Bear
   "https://$service_ip/readyz" 2>/dev/null | grep -qx ok ||
   die "the kubernetes Service ($service_ip:443) does not reach kube-apiserver from the node; see $NODE/kube-proxy.log"
 alive kube-scheduler
+date +%s > "$NODE/up"
 log "node $NODE_NAME Ready in $(( $(date +%s) - t0 ))s; pods reach kube-apiserver at https://$service_ip:443"
 log "use it with: export KUBECONFIG=$KUBECONFIG_OUT; import images with: $BIN/ctr --address $SOCK -n k8s.io images import IMAGE.tar"
 echo "$KUBECONFIG_OUT"

@@ -124,9 +124,10 @@ if [ "$FOR_NODE" = 1 ]; then
     openssl x509 -req -in kubelet-client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
       -extfile kubelet-client.ext -out kubelet-client.crt 2>/dev/null
   fi
-  server_flags+=(--authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction
+  # Kubelets are reached at their node IP (their names resolve nowhere).
+  server_flags+=(--authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction --kubelet-preferred-address-types InternalIP
     --kubelet-client-certificate "$STATE/kubelet-client.crt" --kubelet-client-key "$STATE/kubelet-client.key")
-  controllers=$controllers,deployment,replicaset,endpointslice,endpointslicemirroring,disruption,root-ca-cert-publisher,podgc
+  controllers=$controllers,deployment,replicaset,endpointslice,endpointslicemirroring,disruption,root-ca-cert-publisher,podgc,nodelifecycle
 else
   # No pods run: the ServiceAccount admission would refuse objects of namespaces
   # whose default ServiceAccount does not exist yet.
