@@ -24,14 +24,17 @@ case "${NODE_CGROUP_ROOT:-}" in
   *) log "error: $NODE/node.env names no cgroup root of a node (\"${NODE_CGROUP_ROOT:-}\"); remove the node by hand"; exit 1 ;;
 esac
 
+# running <pid>: alive and not a zombie waiting for whoever adopted it to reap it.
+running() { local st; st=$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null) && [ "$st" != Z ]; }
+
 stop() { # stop <name> <binary>
   local pidfile="$NODE/$1.pid" pid
   [ -f "$pidfile" ] || return 0
   pid=$(cat "$pidfile")
   if [ -r "/proc/$pid/exe" ] && [ "$(basename "$(readlink "/proc/$pid/exe")")" = "$2" ]; then
     kill -TERM "$pid" 2>/dev/null
-    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
+    for _ in $(seq 1 50); do running "$pid" || break; sleep 0.1; done
+    running "$pid" && kill -KILL "$pid" 2>/dev/null
     log "stopped $1 (pid $pid)"
   fi
   rm -f "$pidfile"
@@ -64,7 +67,7 @@ stop holder sleep
 if ip netns list | grep -qw "$NODE_NETNS"; then
   ip netns del "$NODE_NETNS" && log "deleted network namespace $NODE_NETNS"
 fi
-ip link show "$NODE_VETH" >/dev/null 2>&1 && ip link del "$NODE_VETH"
+ip link show "$NODE_VETH" >/dev/null 2>&1 && ip link del "$NODE_VETH" 2>/dev/null
 
 # The cgroups: deepest first (a cgroup goes only once its children and processes have).
 for h in /sys/fs/cgroup/*/; do

@@ -9,7 +9,7 @@
 #   KUBECONFIG=$(LUAOP_CLUSTER_DIR=~/.cache/luaop/cluster-node localcluster/node-up.sh)
 #
 # Exit status 3: this machine cannot run a node (not root, no network namespaces, no
-# memory cgroup); the message says which. Any other failure is an error.
+# memory cgroup); stdout then says which. Any other failure is an error.
 #
 # The topology (addresses from 198.19.0.0/16, a /24 per state folder, chosen from a
 # hash of its path and recorded in node/node.env):
@@ -37,7 +37,8 @@ NODE_NAME=luaop-node
 
 log() { printf '[localcluster node] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
-cannot() { log "cannot start a node on this machine: $*"; exit 3; }
+# Exit 3 with the reason on stdout (with-node.sh passes it on to the node suite).
+cannot() { log "cannot start a node on this machine: $*"; echo "$*"; exit 3; }
 
 # What a node needs of the machine; without it, say why and let the caller skip.
 [ "$(uname -s)" = Linux ] || cannot "it needs Linux (network namespaces, cgroups)"

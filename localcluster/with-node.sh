@@ -18,20 +18,15 @@ CACHE_ROOT="${LUAOP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/luaop}"
 dir="${LUAOP_TEST_NODE_CLUSTER_DIR:-${LUAOP_TEST_CLUSTER_DIR:-$CACHE_ROOT/cluster-test}-node}"
 
 if [ "${LUAOP_TEST_NO_CLUSTER:-}" = 1 ]; then exec "$@"; fi
-errors=$(mktemp)
 set +e
-kubeconfig=$(LUAOP_CLUSTER_DIR="$dir" "$here/node-up.sh" 2> >(tee "$errors" >&2))
+out=$(LUAOP_CLUSTER_DIR="$dir" "$here/node-up.sh")
 status=$?
-wait $! 2>/dev/null  # tee
 set -e
 if [ $status = 3 ]; then
-  LUAOP_TEST_NODE_SKIP="$(grep 'cannot start a node' "$errors" | tail -1 | sed 's/^\[localcluster node\] //')"
-  rm -f "$errors"
-  export LUAOP_TEST_NODE_SKIP
+  export LUAOP_TEST_NODE_SKIP="$out"
   echo "[localcluster node] the node suite will skip: $LUAOP_TEST_NODE_SKIP" >&2
   exec "$@"
 fi
-rm -f "$errors"
 trap 'LUAOP_CLUSTER_DIR="$dir" "$here/node-down.sh"' EXIT
 if [ $status != 0 ]; then
   # node-down.sh removes the logs: their ends go to the output first.
@@ -41,5 +36,5 @@ if [ $status != 0 ]; then
   echo "[localcluster node] error: the node did not start (exit $status)" >&2
   exit $status
 fi
-export LUAOP_TEST_NODE_KUBECONFIG="$kubeconfig" LUAOP_TEST_NODE_DIR="$dir"
+export LUAOP_TEST_NODE_KUBECONFIG="$out" LUAOP_TEST_NODE_DIR="$dir"
 "$@"
