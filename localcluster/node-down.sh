@@ -81,7 +81,12 @@ for h in /sys/fs/cgroup/*/; do
 done
 
 rm -rf "$NODE"
-for d in ${NODE_CREATED_DIRS:-}; do rmdir "$d" 2>/dev/null; done
+# The folders a node-up.sh made as mount points (listed in $CACHE_ROOT/node-mountpoints):
+# by the last node to go (an rmdir would detach another node's mounts there).
+if ! ip netns list | grep -q '^luaop-node-' && [ -f "$CACHE_ROOT/node-mountpoints" ]; then
+  while read -r d; do rmdir "$d" 2>/dev/null; done < "$CACHE_ROOT/node-mountpoints"
+  rm -f "$CACHE_ROOT/node-mountpoints"
+fi
 LUAOP_CLUSTER_DIR="$STATE" "$here/down.sh"
 
 # What would be left, named.

@@ -89,12 +89,11 @@ CGROUP_ROOT="/luaop-node-$hash"
 SOCK="$NODE/containerd.sock"
 
 # Folders the node's own mount namespace covers with its own (shim sockets, the CNI
-# cache, the kubelet's log links): created on the host only when missing, and removed
-# again by node-down.sh.
+# cache, the kubelet's log links): created on the host only when missing, listed in
+# node-mountpoints, and removed by the last node-down.sh.
 covered=(/run/containerd /var/lib/cni /var/log/containers)
-created=()
 for d in "${covered[@]}"; do
-  if [ ! -d "$d" ]; then mkdir -p "$d"; created+=("$d"); fi
+  if [ ! -d "$d" ]; then mkdir -p "$d"; echo "$d" >> "$CACHE_ROOT/node-mountpoints"; fi
 done
 
 cat > "$NODE/node.env" <<ENV
@@ -108,7 +107,6 @@ NODE_POD_CIDR=$POD_CIDR
 NODE_CGROUP_ROOT=$CGROUP_ROOT
 NODE_CONTAINERD_SOCKET=$SOCK
 NODE_BIN=$BIN
-NODE_CREATED_DIRS="${created[*]}"
 KUBECONFIG=$STATE/admin.kubeconfig
 ENV
 log "node $NODE_NAME: netns $NETNS, host $HOST_IP, node $NODE_IP, pods $POD_CIDR, services $SERVICE_CIDR"
