@@ -782,13 +782,15 @@ func (s *suite) liveness(t *testing.T) {
 	s.checkOnce(t)
 }
 
-// memoryBombContained says what the memory bomb does in the pod today. false: the
-// doubling string's allocation passes the container's 384Mi limit before the memory
-// budget (half of GOMEMLIMIT, sampled every 5 ms) stops the call, and the kernel
-// OOM-kills the container, again after every restart while the Widget exists (seen
-// 2026-12-01: exit 137, OOMKilled, about 5 s after the Widget's creation). The step
-// asserts that, so that it fails when the bomb is contained (a cap on concatenation,
-// issue 34): then flip this to true, and the step asserts the containment instead.
+// memoryBombContained says what the memory bomb (testdata/e2e-count.lua: one
+// concatenation of 512 MiB) does in the pod today. false: nothing bounds `..`, the
+// allocation passes the container's 384Mi limit in one step, before the memory budget
+// (half of GOMEMLIMIT, sampled every 5 ms) can see it, and the kernel OOM-kills the
+// container, again after every restart while the Widget exists (seen 2026-12-01:
+// exit 137, OOMKilled, 4 to 5 s after the Widget's creation; a doubling loop was
+// OOM-killed too, in 3 runs of 3). The step asserts that, so that it fails when the
+// bomb is contained (a cap on concatenation, issue 34): then flip this to true, and
+// the step asserts the containment instead.
 const memoryBombContained = false
 
 // memoryBomb: a handler doubling a string in the pod with its 384Mi limit. Wanted:
@@ -825,7 +827,7 @@ func (s *suite) memoryBomb(t *testing.T) {
 	})
 	took := time.Since(began)
 	peak := readCgroupValue(t, podCgroup, "memory.max_usage_in_bytes")
-	s.report.add("  memory bomb (string doubling) in the leader", "%s after %s; the pod's peak memory %d MiB of 384", outcome, ms(took), peak>>20)
+	s.report.add("  memory bomb (a 512 MiB concatenation) in the leader", "%s after %s; the pod's peak memory %d MiB of 384", outcome, ms(took), peak>>20)
 
 	if !memoryBombContained {
 		if !oomKilled {

@@ -18,11 +18,15 @@ luaop.on.create(WIDGETS, function(ctx)
   return { counted = true }
 end, { id = "count", labels = { ["e2e.luaop.dev/bomb"] = luaop.ABSENT } })
 
--- A string doubled until something stops it: the memory budget, or the kernel's
--- OOM killer at the pod's 384Mi limit.
+-- A memory bomb: one concatenation of 512 MiB, past the pod's 384Mi limit in a
+-- single step from a heap far under the memory budget (a doubling loop races the
+-- budget's sampler instead, and its outcome varies). Stopped by a cap on
+-- concatenation, or by the kernel's OOM killer.
 luaop.on.create(WIDGETS, function(ctx)
-  local s = "0123456789abcdef"
-  while true do s = s .. s end
+  local p = string.rep("0123456789abcdef", 1024 * 1024) -- 16 MiB, string.rep's largest
+  local s = p .. p .. p .. p .. p .. p .. p .. p .. p .. p .. p .. p .. p .. p .. p .. p
+    .. p .. p .. p .. p .. p .. p .. p .. p .. p .. p .. p .. p .. p .. p .. p .. p
+  return { length = #s }
 end, { id = "bomb", labels = { ["e2e.luaop.dev/bomb"] = "yes" }, errors = "permanent" })
 
 -- Fails while the ConfigMap e2e-liveness of luaop-system says fail = "true".
