@@ -137,6 +137,7 @@ func (o Options) withDefaults() (Options, error) {
 type Elector struct {
 	opts    Options
 	leases  coordinationv1client.LeasesGetter
+	watches coordinationv1client.LeasesGetter // the lease watch: no request timeout
 	log     *slog.Logger
 	klog    logr.Logger
 	leading atomic.Bool
@@ -160,12 +161,19 @@ func New(cfg *rest.Config, opts Options) (*Elector, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the lease client: %w", err)
 	}
-	return newElector(client, opts), nil
+	e := newElector(client, opts)
+	// The watch of wakeOnRelease is a long request: the timeout above would cut it.
+	watchCfg := rest.CopyConfig(cfg)
+	watchCfg.Timeout = 0
+	if e.watches, err = coordinationv1client.NewForConfig(watchCfg); err != nil {
+		return nil, fmt.Errorf("creating the lease client: %w", err)
+	}
+	return e, nil
 }
 
 func newElector(leases coordinationv1client.LeasesGetter, opts Options) *Elector {
 	log := opts.Logger.With("lease", opts.Namespace+"/"+opts.Name, "identity", opts.Identity)
-	return &Elector{opts: opts, leases: leases, log: log, klog: logr.FromSlogHandler(quieter{log.Handler()})}
+	return &Elector{opts: opts, leases: leases, watches: leases, log: log, klog: logr.FromSlogHandler(quieter{log.Handler()})}
 }
 
 // Identity is this instance's holder identity.
@@ -386,7 +394,7 @@ func (e *Elector) wakeOnRelease(ctx context.Context, released func()) (stop func
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		leases := e.leases.Leases(e.opts.Namespace)
+		leases := e.watches.Leases(e.opts.Namespace)
 		for ctx.Err() == nil {
 			w, err := leases.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + e.opts.Name})
 			if err != nil {
