@@ -282,6 +282,9 @@ func (w *Webhooks) Reachability() Reachability {
 	return Reachability{}
 }
 
+// ByServiceName is --webhook-service ("namespace/name"), "" without.
+func (w *Webhooks) ByServiceName() string { return w.opts.Service }
+
 // ByService tells whether the API server calls the webhooks through a Service
 // (replicas behind it answer) rather than a URL naming this process.
 func (w *Webhooks) ByService() bool { return w.opts.Service != "" }

@@ -658,4 +658,3 @@ func (l *loop) leave() {
 	}
 	l.log.Info("left peering: this operator's Lease is deleted")
 }
-

@@ -12,7 +12,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/luaop/luaop/admission"
 	"github.com/luaop/luaop/operator"
+	"github.com/luaop/luaop/peering"
 )
 
 // debugDoc is the document /debug serves: the operator's Debug and its version.
@@ -21,16 +23,39 @@ type debugDoc struct {
 	// Election is "leader" or "standby" with --leader-elect, else empty: a standby
 	// handles nothing, so its objects, daemons and timers are empty.
 	Election string `json:"election,omitempty"`
+	// Peering is peering's state (absent with --standalone); Webhooks where the
+	// API server calls the admission handlers and whether the probe proved it.
+	Peering  *peering.State `json:"peering,omitempty"`
+	Webhooks *webhooksDoc   `json:"webhooks,omitempty"`
 	operator.Debug
 }
 
+// webhooksDoc is /debug's part about the webhooks.
+type webhooksDoc struct {
+	// Address is where the server listens; Found how the address given to the API
+	// server was found (detection), when it was.
+	Address string `json:"address"`
+	Found   string `json:"found,omitempty"`
+	// Unregistered says why the configurations are not written at all.
+	Unregistered string                 `json:"unregistered,omitempty"`
+	Reachability admission.Reachability `json:"reachability"`
+}
+
+func webhooksDebug(w *admission.Webhooks) *webhooksDoc {
+	return &webhooksDoc{Address: w.Addr().String(), Found: w.Endpoint().How, Unregistered: w.Unreachable(), Reachability: w.Reachability()}
+}
+
 // debugHandler serves /debug: what the operator is doing now, as JSON.
-func debugHandler(debug func() operator.Debug, election func() string) http.HandlerFunc {
+func debugHandler(debug func() operator.Debug, election func() string, more func(*debugDoc)) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(debugDoc{Version: luaopVersion(), Election: election(), Debug: debug()})
+		doc := debugDoc{Version: luaopVersion(), Election: election(), Debug: debug()}
+		if more != nil {
+			more(&doc)
+		}
+		_ = enc.Encode(doc)
 	}
 }
 
