@@ -31,6 +31,9 @@ type pauseGate struct {
 	closed bool
 	// waiting counts the workers holding a key until Resume (tests, /debug).
 	waiting int
+	// quiet: the pause began before Start (the operator starts paused until
+	// peering decides): neither it nor its end is logged.
+	quiet bool
 }
 
 // enter blocks while the Reactor is paused, then counts a cycle in flight; false
@@ -98,7 +101,12 @@ func (o *Reactor) Pause(ctx context.Context, reason string) error {
 	if !g.paused {
 		g.paused = true
 		g.resumed = make(chan struct{})
-		o.log.Info("pausing: no new work, daemons stopped", "reason", reason)
+		o.startMu.Lock()
+		g.quiet = o.ctx == nil
+		o.startMu.Unlock()
+		if !g.quiet {
+			o.log.Info("pausing: no new work, daemons stopped", "reason", reason)
+		}
 	}
 	g.reason = reason
 	resumed := g.resumed
@@ -146,9 +154,12 @@ func (o *Reactor) Resume() {
 	}
 	g.paused, g.reason = false, ""
 	close(g.resumed)
+	quiet := g.quiet
 	g.mu.Unlock()
 	o.daemons.resume()
-	o.log.Info("resuming: taking work again")
+	if !quiet {
+		o.log.Info("resuming: taking work again")
+	}
 	// The queue exists once Start set ctx (under startMu, after making it).
 	o.startMu.Lock()
 	started := o.ctx != nil

@@ -161,8 +161,9 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	// The cluster is named before anything is applied or watched; luaop dev refuses
 	// a shared one unless its context is named or allowed (clusterguard.go).
 	target := targetOf(s, cfg)
-	log.Info("cluster: "+target.String(), "context", target.Context, "server", target.Server)
-	if dev {
+	if !dev {
+		log.Info("cluster: "+target.String(), "context", target.Context, "server", target.Server)
+	} else {
 		view.Note(true, "cluster: "+target.String())
 		if err := devAllowed(target, s.Context, s.AllowContexts); err != nil {
 			return err

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
 	"strings"
@@ -123,8 +122,8 @@ func newPeering(cfg *rest.Config, s settings, dev bool, op *operator.Operator, w
 	if dev {
 		mode = "dev"
 	}
-	var lastNote sync.Mutex
-	noted := ""
+	var mu sync.Mutex
+	paused := false // shown as paused in the view (a real pause, not the first look)
 	p, err := peering.New(client, operatorWork{op: op, webhooks: webhooks}, resolver.scope(op.Runtime()), peering.Options{
 		Namespace: peeringNamespace(s), Prefix: s.Prefix, Mode: mode, Priority: s.Priority,
 		LeaseDuration: s.PeeringLeaseDuration, Logger: log,
@@ -133,12 +132,13 @@ func newPeering(cfg *rest.Config, s settings, dev bool, op *operator.Operator, w
 			if view == nil {
 				return
 			}
-			note, ok := peeringNote(st)
-			lastNote.Lock()
-			changed := note != noted
-			noted = note
-			lastNote.Unlock()
-			if changed && note != "" {
+			mu.Lock()
+			note, ok := peeringNote(st, paused)
+			if note != "" {
+				paused = !ok
+			}
+			mu.Unlock()
+			if note != "" {
 				view.Note(ok, note)
 			}
 		},
@@ -149,23 +149,18 @@ func newPeering(cfg *rest.Config, s settings, dev bool, op *operator.Operator, w
 	return p, resolver, nil
 }
 
-// peeringNote is the dev view's line about peering, and whether it is fine.
-func peeringNote(st peering.State) (string, bool) {
+// peeringNote is the dev view's line about a change of peering's state (the
+// log says more), and whether it is fine: a pause, loudly; the end of one.
+func peeringNote(st peering.State, wasPaused bool) (string, bool) {
 	switch {
 	case st.Paused && st.Reason == "looking for peers":
 		return "", true
 	case st.Paused:
-		return "peering: " + st.Reason + ": this session handles nothing until it stops (or give --standalone)", false
-	case st.Alone:
-		return "peering: working alone (" + st.AloneReason + ")", true
-	case len(st.Peers) > 0:
-		names := make([]string, len(st.Peers))
-		for i, p := range st.Peers {
-			names[i] = p.String()
-		}
-		return fmt.Sprintf("peering: working; paused in favour of this session (priority %d): %s", st.Priority, strings.Join(names, ", ")), true
+		return "peering: " + st.Reason + ": this session handles nothing meanwhile (--standalone turns peering off)", false
+	case wasPaused:
+		return "peering: working again", true
 	}
-	return fmt.Sprintf("peering: working (priority %d; no other operator of this prefix serves these resources)", st.Priority), true
+	return "", true
 }
 
 // runPeered runs the operator's work under peering: paused at first, peering
