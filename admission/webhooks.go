@@ -423,7 +423,7 @@ func (w *Webhooks) sync(ctx context.Context) bool {
 		return false
 	}
 	w.synced.Store(true)
-	w.owner.Store(true)
+	w.owner.Store(len(handlers) > 0)
 	if len(handlers) == 0 {
 		// Nothing to call: the probe's configuration goes with the handlers'.
 		if r := w.reach.Load(); r != nil && r.Checked {
