@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -115,7 +118,8 @@ func TestPeeringRunAndDevHandOver(t *testing.T) {
 	kubeconfig := writeKubeconfig(t)
 	common := []string{"--kubeconfig", kubeconfig, "-n", ns, "--prefix", "peering.e2e.test", "--peering-namespace", ns,
 		"--peering-lease-duration", "4s", "--post-events=false"}
-	run := startPeer(t, bin, "run", "run", append(common, "--health-address=", "--metrics-address=")...)
+	health := freeLoopback(t)
+	run := startPeer(t, bin, "run", "run", append(common, "--health-address", health, "--metrics-address", health)...)
 	run.waitLines(t, "no other operator of this prefix serves the same resources", 1)
 
 	api := env.Dynamic.Resource(widgets).Namespace(ns)
@@ -152,6 +156,14 @@ func TestPeeringRunAndDevHandOver(t *testing.T) {
 	run.waitLines(t, "paused: the work in flight has ended", 1)
 	dev.waitLines(t, "working; paused in favour of this operator", 1)
 	frozen := beatOf(waitFor("w1", "read", func(*unstructured.Unstructured) bool { return true }), "run")
+	// A paused operator is ready (it serves admission reviews), says why, and its
+	// gauge says paused.
+	if code, body := httpGet(health, "/readyz"); code != 200 || !strings.HasPrefix(body, "ok (paused: paused in favour of ") || !strings.Contains(body, "luaop dev") {
+		t.Errorf("run's /readyz while paused: %d %q", code, body)
+	}
+	if _, body := httpGet(health, "/metrics"); !strings.Contains(body, "\nluaop_peering_paused 1\n") || !strings.Contains(body, "\nluaop_peering_peers 1\n") {
+		t.Errorf("run's peering gauges while paused:\n%s", grepLines(body, "luaop_peering"))
+	}
 	createWidget("w2")
 	waitFor("w2", "handled by dev", handledBy("dev"))
 	// Dev's daemon on w1 beats three times: run's stays where it was.
@@ -197,4 +209,35 @@ func TestPeeringRunAndDevHandOver(t *testing.T) {
 			t.Errorf("%s: the create handler ran %v, want once, by %s", name, runs, owner)
 		}
 	}
+}
+
+// freeLoopback is a loopback address with a port nothing listens on now.
+func freeLoopback(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ln.Close() }()
+	return ln.Addr().String()
+}
+
+func httpGet(addr, path string) (int, string) {
+	resp, err := http.Get("http://" + addr + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+func grepLines(text, part string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, part) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -160,6 +160,7 @@ func printStatus(out io.Writer, d debugDoc, now time.Time) {
 			fmt.Fprintf(out, "  %s\n", r.Error)
 		}
 	}
+	printPeeringAndWebhooks(out, d, now)
 	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "\nhandlers (%d):\n", len(d.Handlers))
 	for _, h := range d.Handlers {
@@ -237,4 +238,38 @@ func since(now, then time.Time) string {
 		return d.Round(100 * time.Millisecond).String()
 	}
 	return d.Round(time.Second).String()
+}
+
+// printPeeringAndWebhooks prints peering's state and the webhooks' reachability.
+func printPeeringAndWebhooks(out io.Writer, d debugDoc, now time.Time) {
+	if p := d.Peering; p != nil {
+		switch {
+		case p.Paused:
+			fmt.Fprintf(out, "peering: PAUSED (%s); priority %d, Lease %s/%s\n", p.Reason, p.Priority, p.Namespace, p.Lease)
+		case p.Alone:
+			fmt.Fprintf(out, "peering: working alone (%s)\n", p.AloneReason)
+		default:
+			fmt.Fprintf(out, "peering: working; priority %d, Lease %s/%s\n", p.Priority, p.Namespace, p.Lease)
+		}
+		for _, peer := range p.Peers {
+			state := "working"
+			if peer.Paused {
+				state = "paused"
+			}
+			fmt.Fprintf(out, "  peer %s: %s\n", peer, state)
+		}
+	}
+	if w := d.Webhooks; w != nil {
+		r := w.Reachability
+		switch {
+		case w.Unregistered != "":
+			fmt.Fprintf(out, "webhooks: not registered: %s\n", w.Unregistered)
+		case !r.Checked:
+			fmt.Fprintf(out, "webhooks: listening on %s; reachability not checked (yet)\n", w.Address)
+		case r.Reachable:
+			fmt.Fprintf(out, "webhooks: reached by the API server %s ago\n", since(now, r.At))
+		default:
+			fmt.Fprintf(out, "webhooks: NOT REACHED by the API server (%s ago): %s\n", since(now, r.At), r.Error)
+		}
+	}
 }

@@ -3,6 +3,9 @@ package kindlike
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -385,5 +388,72 @@ luaop.on.create("v1/configmaps", function(ctx) return "seen" end, { id = "seen" 
 	allowed.waitLog(t, "seen", "handler succeeded")
 	if _, err := c.Kube.CoreV1().ConfigMaps(ns).Get(t.Context(), "applied", metav1.GetOptions{}); err != nil {
 		t.Errorf("with --allow-context the objects are applied: %v", err)
+	}
+}
+
+// freeAddress is a loopback address with a port nothing listens on now.
+func freeAddress(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
+}
+
+func httpGet(addr, path string) (int, string) {
+	resp, err := http.Get("http://" + addr + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// luaop run applies the same check: /readyz and luaop_webhook_reachable say
+// whether the API server reaches its webhook server at the address it registered.
+func TestRunReportsWebhookReachability(t *testing.T) {
+	c := require(t)
+	ns := namespace(t, c, "kl-run")
+	unreachable := strings.TrimSuffix(c.HostIP, ".1") + ".130"
+	ipCmd(t, "addr", "add", unreachable+"/32", "dev", c.Veth)
+	t.Cleanup(func() { ipCmdQuiet("addr", "del", unreachable+"/32", "dev", c.Veth) })
+	ipCmd(t, "-n", c.Netns, "route", "add", "unreachable", unreachable+"/32")
+	t.Cleanup(func() { ipCmdQuiet("-n", c.Netns, "route", "del", "unreachable", unreachable+"/32") })
+	scripts := scriptsDir(t, admissionScript)
+	for _, tc := range []struct {
+		name, listen string
+		code         int
+		body, metric string
+	}{
+		{"reached", c.HostIP + ":0", http.StatusOK, "ok\n", "luaop_webhook_reachable 1"},
+		{"not reached", unreachable + ":0", http.StatusServiceUnavailable, "not ready: the API server cannot call the webhook server at https://" + unreachable, "luaop_webhook_reachable 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			health := freeAddress(t)
+			p := &devProcess{log: &testcluster.LogBuffer{}, exited: make(chan struct{})}
+			p.cmd = exec.Command(c.Luaop, "run", "--kubeconfig", c.Kubeconfig, "-n", ns, "--prefix", "kl-run.test", "--peering-namespace", ns,
+				"--webhook-address", tc.listen, "--webhook-cleanup", "--health-address", health, "--metrics-address", health, scripts)
+			p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+			if err := p.cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			go func() { p.err = p.cmd.Wait(); close(p.exited) }()
+			t.Cleanup(func() {
+				p.stop(t)
+				if t.Failed() {
+					t.Logf("the log of luaop run:\n%s", p.log.String())
+				}
+			})
+			testcluster.Eventually(t, 60*time.Second, func() (bool, string) {
+				code, body := httpGet(health, "/readyz")
+				_, metrics := httpGet(health, "/metrics")
+				return code == tc.code && strings.HasPrefix(body, tc.body) && strings.Contains(metrics, "\n"+tc.metric+"\n"),
+					fmt.Sprintf("/readyz %d %q and %q in /metrics", code, body, tc.metric)
+			})
+		})
 	}
 }
