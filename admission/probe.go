@@ -181,7 +181,11 @@ func (p *prober) run(ctx context.Context) error {
 		case strings.Contains(err.Error(), probeMessage(token)):
 			return nil
 		case strings.Contains(err.Error(), "failed calling webhook"):
-			last = fmt.Errorf("%w: %s", errNotReached, apiReason(err))
+			reason := apiReason(err)
+			if i := strings.Index(reason, "failed calling webhook"); i > 0 {
+				reason = reason[i:] // without "Internal error occurred: "
+			}
+			last = fmt.Errorf("%w: %s", errNotReached, reason)
 		case apierrors.IsForbidden(err):
 			return fmt.Errorf("the probe's dry run of a Lease in namespace %s is forbidden (%v): grant create of leases there (luaop rbac)", p.namespace, err)
 		case apierrors.IsNotFound(err):

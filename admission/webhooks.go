@@ -489,15 +489,16 @@ func (w *Webhooks) whatToDo(err error) string {
 		return fmt.Sprintf("the reachability of the webhook server could not be checked: %v", err)
 	}
 	if w.ByService() {
-		return fmt.Sprintf("the API server cannot call the webhooks through Service %s: %v; check that the Service selects the operator's pods, that they are ready, and that its port reaches --webhook-address", w.opts.Service, err)
+		return fmt.Sprintf("the API server cannot call the webhooks through Service %s: %s; check that the Service selects the operator's pods, that they are ready, and that its port reaches --webhook-address", w.opts.Service, strings.TrimPrefix(err.Error(), errNotReached.Error()+": "))
 	}
 	how := ""
 	if w.endpoint.How != "" {
 		how = " (found as " + w.endpoint.How + ")"
 	}
+	reason := strings.TrimPrefix(err.Error(), errNotReached.Error()+": ")
 	return fmt.Sprintf("the API server cannot call the webhook server at %s%s: %v. The validate and mutate handlers are not registered, so that no webhook rejects requests nobody answers. "+
 		"Give --webhook-url https://HOST:PORT with an address the API server reaches (this machine's address on the cluster's network, or a tunnel to port %d of this machine), "+
-		"or run the operator in the cluster (--webhook-service)", strings.TrimSuffix(w.URL("/"), "/"), how, err, w.ln.Addr().(*net.TCPAddr).Port)
+		"or run the operator in the cluster (--webhook-service)", strings.TrimSuffix(w.URL("/"), "/"), how, reason, w.ln.Addr().(*net.TCPAddr).Port)
 }
 
 // withdraw removes the configurations this operator wrote (a failed probe).

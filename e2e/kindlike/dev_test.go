@@ -236,7 +236,8 @@ func TestDevWebhooksOnAKindLikeCluster(t *testing.T) {
 	root := testcluster.RepoRoot()
 	dev := startDev(t, c, "--kubeconfig", c.Kubeconfig, "--apply", filepath.Join(root, "scripts", "examples", "crds"),
 		"-n", ns, "--prefix", prefix, "--peering-namespace", ns, scriptsDir(t, admissionScript))
-	reached := dev.waitLog(t, "the API server reaches them")
+	reached := dev.waitLog(t, "the API server reaches them (probe")
+	t.Logf("the view says: %s", reached)
 	if want := "https://" + c.HostIP + ":"; !strings.Contains(reached, want) {
 		t.Errorf("the webhooks are not registered at this machine's veth address %s: %s", want, reached)
 	}
@@ -298,6 +299,7 @@ func TestDevRegistersNothingTheAPIServerCannotReach(t *testing.T) {
 	dev := startDev(t, c, "--kubeconfig", c.Kubeconfig, "-n", ns, "--prefix", prefix, "--peering-namespace", ns,
 		"--webhook-address", unreachable+":0", scriptsDir(t, admissionScript))
 	line := dev.waitLog(t, "cannot call the webhook server at https://"+unreachable+":")
+	t.Logf("the view says: %s", line)
 	for _, part := range []string{"✘", "no route to host", "--webhook-url", "are not registered"} {
 		if !strings.Contains(line, part) {
 			t.Errorf("the view's line does not say %q: %s", part, line)
