@@ -556,6 +556,14 @@ func readyz(op *operator.Operator, elector *leader.Elector, webhooks *admission.
 			http.Error(w, "not ready: the webhook server is not serving yet", http.StatusServiceUnavailable)
 			return
 		}
+		if peer != nil {
+			// Paused, it owns no webhook configuration: their reachability is the
+			// working operator's business.
+			if st := peer.State(); st.Paused {
+				fmt.Fprintf(w, "ok (paused: %s)\nscripts %s\n%s", st.Reason, op.Runtime().Hash(), note)
+				return
+			}
+		}
 		if webhooks != nil {
 			if r := webhooks.Reachability(); r.Checked && !r.Reachable {
 				if !webhooks.ByService() {
@@ -563,12 +571,6 @@ func readyz(op *operator.Operator, elector *leader.Elector, webhooks *admission.
 					return
 				}
 				note += "degraded: " + r.Error + "\n"
-			}
-		}
-		if peer != nil {
-			if st := peer.State(); st.Paused {
-				fmt.Fprintf(w, "ok (paused: %s)\nscripts %s\n%s", st.Reason, op.Runtime().Hash(), note)
-				return
 			}
 		}
 		if elector != nil && !elector.IsLeader() {
