@@ -241,8 +241,12 @@ type loop struct {
 	lastWarning           string
 	alone                 string
 	peers                 []Peer
-	// listing: the informer of the Leases runs (started after the first write).
-	listing bool
+	// listing: the informer of the Leases runs (started after the first write);
+	// synced tells whether it has listed them; unlisted says why it has not (the
+	// operator then works alone too).
+	listing  bool
+	synced   func() bool
+	unlisted string
 }
 
 type observation struct {
@@ -272,6 +276,7 @@ func (p *Peering) Run(ctx context.Context) error {
 		DeleteFunc: func(any) { p.wake() },
 	})
 	l.lister = informer.Lister().Leases(p.opts.Namespace)
+	l.synced = informer.Informer().HasSynced
 	informerCtx, stopInformer := context.WithCancel(ctx)
 	defer stopInformer()
 
@@ -294,12 +299,8 @@ func (p *Peering) Run(ctx context.Context) error {
 				l.listing = true
 				factory.Start(informerCtx.Done())
 				syncCtx, cancel := context.WithTimeout(ctx, p.opts.LeaseDuration)
-				synced := cache.WaitForCacheSync(syncCtx.Done(), informer.Informer().HasSynced)
+				cache.WaitForCacheSync(syncCtx.Done(), informer.Informer().HasSynced)
 				cancel()
-				if !synced && ctx.Err() == nil {
-					l.alone = "the Leases of namespace " + p.opts.Namespace + " could not be listed within " + p.opts.LeaseDuration.String() +
-						" (grant list and watch of leases there)"
-				}
 			}
 		}
 		renewDue = false
@@ -447,7 +448,15 @@ func (l *loop) evaluate(ctx context.Context) time.Time {
 		l.publish()
 		return time.Time{}
 	}
-	if l.alone == "" {
+	unlisted := ""
+	if l.alone == "" && !l.synced() {
+		unlisted = "the Leases of namespace " + l.opts.Namespace + " cannot be listed (grant list and watch of leases there, luaop rbac)"
+	}
+	if unlisted != l.unlisted && unlisted != "" {
+		l.log.Warn("peering: working alone; "+unlisted, "namespace", l.opts.Namespace)
+	}
+	l.unlisted = unlisted
+	if l.alone == "" && l.unlisted == "" {
 		peers := l.readPeers(now)
 		d = Decide(self, peers, now, l.waitingSince)
 		if len(d.Unconfirmed) > 0 && len(d.Higher) == 0 && len(d.Same) == 0 {
@@ -482,7 +491,7 @@ func (l *loop) evaluate(ctx context.Context) time.Time {
 		}
 		l.worker.Resume()
 		switch {
-		case l.alone != "":
+		case l.alone != "" || l.unlisted != "":
 			l.log.Debug("working alone: no peering")
 		case len(d.Lower) > 0:
 			l.log.Info("working; paused in favour of this operator: " + names(d.Lower))
@@ -616,8 +625,12 @@ func (l *loop) cleanDead(ctx context.Context, dead []Peer) {
 
 // publish stores the State and tells OnChange when it changed.
 func (l *loop) publish() {
+	why := l.alone
+	if why == "" {
+		why = l.unlisted
+	}
 	st := &State{Namespace: l.opts.Namespace, Lease: l.lease, Identity: l.opts.Identity, Priority: l.opts.Priority,
-		Alone: l.alone != "", AloneReason: l.alone, Paused: l.wantPaused, Reason: l.reason, Peers: slices.Clone(l.peers)}
+		Alone: why != "", AloneReason: why, Paused: l.wantPaused, Reason: l.reason, Peers: slices.Clone(l.peers)}
 	if st.Peers == nil {
 		st.Peers = []Peer{}
 	}
