@@ -142,8 +142,15 @@ func TestPeeringRunAndDevHandOver(t *testing.T) {
 		})
 		return obj
 	}
+	// Handled: the handler's run counted and the cycle's bookkeeping stored (with
+	// status storage, a /status patch after the object's: an operator killed between
+	// the two has not finished its cycle, and the next one runs the handler again,
+	// as it must).
 	handledBy := func(owner string) func(*unstructured.Unstructured) bool {
-		return func(o *unstructured.Unstructured) bool { return runsOf(o)[owner] >= 1 }
+		return func(o *unstructured.Unstructured) bool {
+			_, stored, _ := unstructured.NestedString(o.Object, "status", "peering_e2e_test", "last-handled-configuration")
+			return runsOf(o)[owner] >= 1 && stored
+		}
 	}
 
 	createWidget("w1")
