@@ -253,8 +253,17 @@ func TestDevWebhooksOnAKindLikeCluster(t *testing.T) {
 	// applies them a moment later (it reads them through a watch). A dry run
 	// (nothing stored) shows when.
 	testcluster.Eventually(t, 30*time.Second, func() (bool, string) {
-		_, err := api.Create(t.Context(), widget(ns, "probe", 200), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return err != nil && strings.Contains(err.Error(), "size 200 is over 100"), fmt.Sprintf("a dry run of a bad widget refused by the handler (got %v)", err)
+		dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+		_, err := api.Create(t.Context(), widget(ns, "probe", 200), dry)
+		if err == nil || !strings.Contains(err.Error(), "size 200 is over 100") {
+			return false, fmt.Sprintf("a dry run of a bad widget refused by the handler (got %v)", err)
+		}
+		got, err := api.Create(t.Context(), widget(ns, "probe", nil), dry)
+		if err != nil {
+			return false, fmt.Sprintf("a dry run of a widget without size: %v", err)
+		}
+		size, _, _ := unstructured.NestedInt64(got.Object, "spec", "size")
+		return size == 7, fmt.Sprintf("a dry run of a widget without size defaulted (spec.size %d)", size)
 	})
 	_, err := api.Create(t.Context(), widget(ns, "too-big", 200), metav1.CreateOptions{})
 	if err == nil || !strings.Contains(err.Error(), `admission webhook "max-size.validate.`+prefix+`" denied the request: size 200 is over 100`) {
