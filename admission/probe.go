@@ -100,6 +100,9 @@ type prober struct {
 // fails an attempt within it.
 const probeTimeout int32 = 2
 
+// probeTries is how many failures to call the webhook in a row end a probe.
+const probeTries = 3
+
 // defaultProbeBudget bounds one probe ("within a few seconds").
 const defaultProbeBudget = 6 * time.Second
 
@@ -173,6 +176,10 @@ func (p *prober) run(ctx context.Context) error {
 		Labels: map[string]string{ProbeLabel: token}}}
 	var last error
 	notSeen := false
+	// notReached counts the API server's failures to call the webhook in a row: a
+	// refused connection or a missing route does not heal within a probe, so a few
+	// say enough (a timeout takes probeTimeout each).
+	notReached := 0
 	for {
 		_, err := p.client.CoordinationV1().Leases(p.namespace).Create(ctx, lease, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		switch {
@@ -186,6 +193,9 @@ func (p *prober) run(ctx context.Context) error {
 				reason = reason[i:] // without "Internal error occurred: "
 			}
 			last = fmt.Errorf("%w: %s", errNotReached, reason)
+			if notReached++; notReached >= probeTries {
+				return last
+			}
 		case apierrors.IsForbidden(err):
 			return fmt.Errorf("the probe's dry run of a Lease in namespace %s is forbidden (%v): grant create of leases there (luaop rbac)", p.namespace, err)
 		case apierrors.IsNotFound(err):

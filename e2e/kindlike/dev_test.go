@@ -243,7 +243,7 @@ func TestDevWebhooksOnAKindLikeCluster(t *testing.T) {
 	}
 	// The cluster is named before anything is applied.
 	view := dev.log.String()
-	named, applied := strings.Index(view, `cluster: context "luaop-local", server https://127.0.0.1:`), strings.Index(view, "CustomResourceDefinition")
+	named, applied := strings.Index(view, `cluster: context "luaop-local", server https://127.0.0.1:`), strings.Index(view, " applied objects=")
 	if named < 0 || applied < 0 || named > applied {
 		t.Errorf("the view does not name the cluster before applying (at %d, applying at %d)", named, applied)
 	}

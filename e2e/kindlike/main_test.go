@@ -13,6 +13,7 @@ package kindlike
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -103,6 +104,11 @@ func run(m *testing.M) (int, error) {
 	}
 	if c.Kube, err = kubernetes.NewForConfig(cfg); err != nil {
 		return 0, err
+	}
+	// Every test can run alone: the example CRDs are there (the first test applies
+	// them again, through luaop dev --apply).
+	if err := c.InstallCRDs(context.Background(), filepath.Join(root, "scripts", "examples", "crds")); err != nil {
+		return 0, fmt.Errorf("installing the example CRDs: %w", err)
 	}
 	bin := filepath.Join(state, "luaop-under-test")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/luaop")
