@@ -17,8 +17,13 @@ import (
 // operator start handling the same objects (the peering package waits for it).
 
 // pauseGate lets workers through while the Reactor is not paused and counts the
-// cycles in flight. Its lock is a leaf.
+// cycles in flight. Its lock mu is a leaf.
 type pauseGate struct {
+	// order makes Pause's taking effect (the gate, then the daemon registry) and
+	// Resume one after the other: a Resume between the two would leave the
+	// registry paused, starting no daemon, while the Reactor works. Held only
+	// around those in-memory steps (never while waiting or logging).
+	order  sync.Mutex
 	mu     sync.Mutex
 	paused bool
 	reason string
@@ -93,21 +98,22 @@ func (g *pauseGate) shutdown() {
 // paused. Calling it again while paused only updates the reason.
 func (o *Reactor) Pause(ctx context.Context, reason string) error {
 	g := &o.pause
+	g.order.Lock()
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
+		g.order.Unlock()
 		return nil
 	}
-	if !g.paused {
+	began := !g.paused
+	if began {
 		g.paused = true
 		g.resumed = make(chan struct{})
 		o.startMu.Lock()
 		g.quiet = o.ctx == nil
 		o.startMu.Unlock()
-		if !g.quiet {
-			o.log.Info("pausing: no new work, daemons stopped", "reason", reason)
-		}
 	}
+	quiet := g.quiet
 	g.reason = reason
 	resumed := g.resumed
 	var idle chan struct{}
@@ -122,6 +128,10 @@ func (o *Reactor) Pause(ctx context.Context, reason string) error {
 	// From here on no daemon starts (an in-flight cycle's adjustDaemons finds the
 	// registry paused); those running are asked to stop.
 	running := o.daemons.pause()
+	g.order.Unlock()
+	if began && !quiet {
+		o.log.Info("pausing: no new work, daemons stopped", "reason", reason)
+	}
 	if idle != nil {
 		select {
 		case <-idle:
@@ -147,9 +157,11 @@ func (o *Reactor) Pause(ctx context.Context, reason string) error {
 // (their daemons start again, their timers run). A no-op when not paused.
 func (o *Reactor) Resume() {
 	g := &o.pause
+	g.order.Lock()
 	g.mu.Lock()
 	if !g.paused || g.closed {
 		g.mu.Unlock()
+		g.order.Unlock()
 		return
 	}
 	g.paused, g.reason = false, ""
@@ -157,6 +169,7 @@ func (o *Reactor) Resume() {
 	quiet := g.quiet
 	g.mu.Unlock()
 	o.daemons.resume()
+	g.order.Unlock()
 	if !quiet {
 		o.log.Info("resuming: taking work again")
 	}

@@ -144,3 +144,45 @@ func TestPauseGivesUpWithItsContext(t *testing.T) {
 		t.Fatal("not paused")
 	}
 }
+
+// The gate is on every worker cycle: its cost, one worker and all of them at once.
+func BenchmarkPauseGate(b *testing.B) {
+	b.Run("serial", func(b *testing.B) {
+		var g pauseGate
+		for b.Loop() {
+			g.enter()
+			g.leave()
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		var g pauseGate
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				g.enter()
+				g.leave()
+			}
+		})
+	})
+}
+
+// Pause and Resume called at once (Pause allows a Resume meanwhile) leave the gate
+// and the daemon registry agreeing: a registry left paused by a Pause that ran
+// past a Resume starts no daemon while the Reactor works again.
+func TestPauseAndResumeAtOnceAgree(t *testing.T) {
+	e := startEnv(t, newFakeHandlers(), Options{})
+	for i := range 2000 {
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); _ = e.op.Pause(t.Context(), "test") }()
+		go func() { defer wg.Done(); e.op.Resume() }()
+		wg.Wait()
+		gate, _ := e.op.Paused()
+		e.op.daemons.mu.Lock()
+		registry := e.op.daemons.paused
+		e.op.daemons.mu.Unlock()
+		if gate != registry {
+			t.Fatalf("round %d: the gate is paused=%v, the daemon registry paused=%v", i, gate, registry)
+		}
+		e.op.Resume()
+	}
+}
