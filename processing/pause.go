@@ -3,6 +3,7 @@ package processing
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 )
 
 // Pausing (kopf's operator pause, which its peering drives): a paused Reactor takes
@@ -11,6 +12,10 @@ import (
 // started, and no timer runs (timers run in cycles). Everything else is kept: the
 // objects' memories, memos, handler progress on the objects. Resume gives every
 // known object a cycle, which starts their daemons again and runs the timers due.
+// The raw events of a pause are not kept for the event handlers: they are the
+// working peer's (kopf stops its watch streams while paused), and replaying them
+// at Resume would run those handlers again for what the peer handled (and hold
+// every body of a long pause in memory).
 //
 // Pause returns once the work in flight has ended: the cycles that had started
 // finished (their patches written) and the daemons exited. Only then may another
@@ -26,7 +31,10 @@ type pauseGate struct {
 	order  sync.Mutex
 	mu     sync.Mutex
 	paused bool
-	reason string
+	// pausedNow mirrors paused for the watch side, which reads it on every event
+	// without the lock (raw events are not kept while paused).
+	pausedNow atomic.Bool
+	reason    string
 	// resumed is closed by Resume (and by shutdown): workers waiting on it go on.
 	resumed chan struct{}
 	// active counts the cycles in flight; idle is closed when it drops to 0 while
@@ -87,6 +95,7 @@ func (g *pauseGate) shutdown() {
 	if g.paused {
 		close(g.resumed)
 		g.paused = false
+		g.pausedNow.Store(false)
 	}
 }
 
@@ -108,6 +117,7 @@ func (o *Reactor) Pause(ctx context.Context, reason string) error {
 	began := !g.paused
 	if began {
 		g.paused = true
+		g.pausedNow.Store(true)
 		g.resumed = make(chan struct{})
 		o.startMu.Lock()
 		g.quiet = o.ctx == nil
@@ -165,6 +175,7 @@ func (o *Reactor) Resume() {
 		return
 	}
 	g.paused, g.reason = false, ""
+	g.pausedNow.Store(false)
 	close(g.resumed)
 	quiet := g.quiet
 	g.mu.Unlock()
