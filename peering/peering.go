@@ -485,12 +485,19 @@ func (l *loop) evaluate(ctx context.Context) time.Time {
 		l.pause(ctx, d.Reason)
 	case !d.Pause && l.wantPaused:
 		// Say so on the Lease before working: a higher-priority operator arriving
-		// meanwhile must not read "paused" from this one while it works.
+		// meanwhile must not read "paused" from this one while it works. When that
+		// write fails for a passing reason, stay paused (the pause under way goes
+		// on): the next renewal writes and decides again.
+		wasAck := l.pausedAck
 		l.wantPaused, l.pausedAck, l.reason = false, false, ""
-		l.cancelPause()
-		if l.alone == "" {
-			l.write(ctx)
+		if l.alone == "" && !l.write(ctx) && l.alone == "" {
+			l.wantPaused, l.pausedAck = true, wasAck
+			l.reason = "about to work, once this operator's Lease says so (writing it failed; tried again every " + l.opts.RenewEvery.String() + ")"
+			l.peers = append(append(append([]Peer{}, d.Higher...), d.Same...), d.Lower...)
+			l.publish()
+			return d.Recheck
 		}
+		l.cancelPause()
 		l.worker.Resume()
 		switch {
 		case l.alone != "" || l.unlisted != "":

@@ -2,6 +2,7 @@ package peering
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"strconv"
@@ -313,4 +314,43 @@ func TestAPauseThatBeginsLateDoesNotOutliveTheResume(t *testing.T) {
 	if worker.isPaused() {
 		t.Fatal("the worker is paused while peering says run works: the late Pause landed after the Resume")
 	}
+}
+
+// The Lease says "not paused" before the operator works: when that write fails (a
+// passing API error), the operator stays paused and tries again at the next
+// renewal; working while its Lease still says "paused", a higher-priority peer
+// arriving meanwhile would start at once, and both would handle the same objects.
+func TestNoWorkWhileTheLeaseStillSaysPaused(t *testing.T) {
+	w := newWorld(t)
+	var failUpdates atomic.Bool
+	var failed atomic.Int32
+	w.client.PrependReactor("update", "leases", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if failUpdates.Load() {
+			failed.Add(1)
+			return true, nil, apierrors.NewInternalError(errors.New("etcd leader changed"))
+		}
+		return false, nil, nil
+	})
+	dev := w.peerLease("dev-1", DevPriority)
+	run := w.start("run-1", "run", RunPriority, widgetsScope)
+	eventually(t, "run paused in favour of dev-1, its Lease saying so", func() bool {
+		l := w.lease(run.p.lease)
+		return run.p.State().Paused && strings.Contains(run.p.State().Reason, "dev-1") && l != nil && l.Annotations[pausedAnnotation] == "true"
+	})
+
+	failUpdates.Store(true)
+	if err := w.client.CoordinationV1().Leases("luaop-system").Delete(t.Context(), dev.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "run trying to say it works", func() bool { return failed.Load() > 0 })
+	time.Sleep(100 * time.Millisecond) // time to resume wrongly
+	if !run.w.isPaused() {
+		t.Fatalf("run works while its Lease says paused=%q", w.lease(run.p.lease).Annotations[pausedAnnotation])
+	}
+
+	failUpdates.Store(false)
+	w.clock.Step(5 * time.Second) // the next renewal
+	eventually(t, "run working once its Lease says so", func() bool {
+		return !run.w.isPaused() && w.lease(run.p.lease).Annotations[pausedAnnotation] == "false"
+	})
 }
