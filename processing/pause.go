@@ -20,6 +20,10 @@ import (
 // Pause returns once the work in flight has ended: the cycles that had started
 // finished (their patches written) and the daemons exited. Only then may another
 // operator start handling the same objects (the peering package waits for it).
+// Known limit: what a daemon handed over since its object's last cycle (daemons'
+// patches are written by cycles, and a paused Reactor runs none) is written at
+// Resume, after the peer's session, where it may overwrite the peer's daemon's
+// newer values until this daemon, restarted, writes again.
 
 // pauseGate lets workers through while the Reactor is not paused and counts the
 // cycles in flight. Its lock mu is a leaf.
