@@ -9,11 +9,18 @@
 #   pause-<hash>.tar                     the pod sandbox image, an image archive of the
 #                                        static program imagebuild/pause (no registry is
 #                                        reachable here), built by cmd/luaop-image
-# Prints the folder on stdout; progress on stderr. Cold: about 6 minutes on 2 cores
-# once build.sh has filled the module cache; warm: instant.
+# Prints the folder on stdout (with --pause: the pause image's archive in it); progress
+# on stderr. Cold: about 6 minutes on 2 cores once build.sh has filled the module
+# cache; warm: instant.
 #
 #   LUAOP_NO_BUILD=1   fail (with what to run) instead of building
 set -euo pipefail
+print=folder
+case "${1:-}" in
+  --pause) print=pause ;;
+  "") ;;
+  *) echo "usage: localcluster/node-build.sh [--pause]" >&2; exit 2 ;;
+esac
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=kube-module.sh
 . "$here/kube-module.sh"
@@ -27,15 +34,19 @@ work="$CACHE_ROOT/build"
 
 log() { printf '[localcluster node build] %s\n' "$*" >&2; }
 
-# The pause image changes with its source, not with a version: keyed by their hash.
-pause_hash=$(cat "$here/../imagebuild/pause/main.go" "$here/../imagebuild/"*.go "$here/../cmd/luaop-image/"*.go | sha256sum | cut -c1-12)
+# The pause image changes with its source, not with a version: keyed by the hash of
+# the code that builds it (not its tests). Archives of other hashes stay: another
+# checkout of the project on this machine (a worktree) may be using one.
+pause_hash=$(cat "$here/../imagebuild/pause/main.go" $(ls "$here/../imagebuild/"*.go "$here/../cmd/luaop-image/"*.go | grep -v '_test\.go$') |
+  sha256sum | cut -c1-12)
 PAUSE="pause-$pause_hash.tar"
+done_() { if [ "$print" = pause ]; then echo "$BIN_DIR/$PAUSE"; else echo "$BIN_DIR"; fi; }
 
 want=(kubelet kube-proxy kube-scheduler containerd containerd-shim-runc-v2 ctr runc "$PAUSE")
 missing=()
 for b in "${want[@]}"; do [ -s "$BIN_DIR/$b" ] || missing+=("$b"); done
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "$BIN_DIR"
+  done_
   exit 0
 fi
 if [ "${LUAOP_NO_BUILD:-}" = 1 ]; then
@@ -102,9 +113,9 @@ build_runc() {
 
 build_pause() {
   log "pause image: building $PAUSE"
-  rm -f "$BIN_DIR"/pause-*.tar
-  (cd "$here/.." && GOFLAGS= go run ./cmd/luaop-image pause -o "$BIN_DIR/$PAUSE.tmp")
-  mv "$BIN_DIR/$PAUSE.tmp" "$BIN_DIR/$PAUSE"
+  # A temporary name of this process's own: two checkouts may build it at once.
+  (cd "$here/.." && GOFLAGS= go run ./cmd/luaop-image pause -o "$BIN_DIR/$PAUSE.$$.tmp")
+  mv "$BIN_DIR/$PAUSE.$$.tmp" "$BIN_DIR/$PAUSE"
 }
 
 if need kubelet || need kube-proxy || need kube-scheduler; then build_kube_node; fi
@@ -112,4 +123,4 @@ if need containerd || need containerd-shim-runc-v2 || need ctr; then build_conta
 if need runc; then build_runc; fi
 if need "$PAUSE"; then build_pause; fi
 log "done in $(( $(date +%s) - start ))s: $BIN_DIR"
-echo "$BIN_DIR"
+done_

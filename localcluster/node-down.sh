@@ -42,7 +42,15 @@ stop() { # stop <name> <binary>
 
 # The kubelet first, so that it restarts nothing; then every process of the pods.
 stop kubelet kubelet
-pod_pids() { cat /sys/fs/cgroup/*"$NODE_CGROUP_ROOT"/**/cgroup.procs 2>/dev/null; }
+# Each cgroup hierarchy's root (v1: one per controller; v2: one), as node-up.sh made them.
+hierarchies() { findmnt -rn -t cgroup,cgroup2 -o TARGET; }
+# A loop, not one cat of a glob: with nothing matching, cat would read standard input.
+pod_pids() {
+  local h f
+  for h in $(hierarchies); do
+    for f in "$h$NODE_CGROUP_ROOT"/**/cgroup.procs; do cat "$f" 2>/dev/null; done
+  done
+}
 shopt -s globstar nullglob
 for _ in 1 2 3; do
   pids=$(pod_pids | sort -u)
@@ -70,8 +78,8 @@ fi
 ip link show "$NODE_VETH" >/dev/null 2>&1 && ip link del "$NODE_VETH" 2>/dev/null
 
 # The cgroups: deepest first (a cgroup goes only once its children and processes have).
-for h in /sys/fs/cgroup/*/; do
-  d="$h${NODE_CGROUP_ROOT#/}"
+for h in $(hierarchies); do
+  d="$h$NODE_CGROUP_ROOT"
   [ -d "$d" ] || continue
   for _ in 1 2 3 4 5; do
     find "$d" -depth -type d -exec rmdir {} + 2>/dev/null
@@ -94,7 +102,7 @@ left=()
 ip netns list | grep -qw "$NODE_NETNS" && left+=("network namespace $NODE_NETNS")
 ip link show "$NODE_VETH" >/dev/null 2>&1 && left+=("interface $NODE_VETH")
 ip -4 route show | grep -qF "${NODE_POD_CIDR}" && left+=("route to $NODE_POD_CIDR")
-for h in /sys/fs/cgroup/*/; do [ -d "$h${NODE_CGROUP_ROOT#/}" ] && left+=("cgroup $h${NODE_CGROUP_ROOT#/}"); done
+for h in $(hierarchies); do [ -d "$h$NODE_CGROUP_ROOT" ] && left+=("cgroup $h$NODE_CGROUP_ROOT"); done
 [ -n "$(pod_pids)" ] && left+=("processes $(pod_pids | tr '\n' ' ')")
 grep -qF "$NODE" /proc/self/mountinfo && left+=("mounts under $NODE")
 if [ ${#left[@]} -gt 0 ]; then

@@ -36,7 +36,13 @@ NODE="$STATE/node"
 NODE_NAME=luaop-node
 
 log() { printf '[localcluster node] %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
+# Once the node's description is written, what a failure leaves running is stopped by
+# node-down.sh (the next node-up.sh runs it first).
+die() {
+  log "error: $*"
+  [ -f "$NODE/node.env" ] && log "what was started keeps running: stop it with LUAOP_CLUSTER_DIR=$STATE $here/node-down.sh"
+  exit 1
+}
 # Exit 3 with the reason on stdout (with-node.sh passes it on to the node suite).
 cannot() { log "cannot start a node on this machine: $*"; echo "$*"; exit 3; }
 
@@ -54,7 +60,8 @@ pid_runs() { # pid_runs <name>: the recorded process still runs that binary
 }
 
 CP_BIN="$("$here/build.sh")"
-if [ -f "$NODE/up" ] && pid_runs kubelet kubelet && pid_runs containerd containerd &&
+if [ -f "$NODE/up" ] && pid_runs holder sleep && pid_runs containerd containerd && pid_runs kubelet kubelet &&
+  pid_runs kube-proxy kube-proxy && pid_runs kube-scheduler kube-scheduler &&
   kubectl_ get node "$NODE_NAME" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null | grep -qx True; then
   log "already running (node $NODE_NAME)"
   echo "$STATE/admin.kubeconfig"
@@ -65,8 +72,8 @@ fi
 "$here/node-down.sh" >/dev/null 2>&1 || true
 
 "$here/node-deps.sh"
-BIN="$("$here/node-build.sh")"
-PAUSE_TAR=$(ls "$BIN"/pause-*.tar)
+PAUSE_TAR="$("$here/node-build.sh" --pause)"
+BIN="$(dirname "$PAUSE_TAR")"
 mkdir -p "$NODE"
 t0=$(date +%s)
 
@@ -281,8 +288,8 @@ log "containerd up; pause image imported"
 # relaxed: the machine's disk is shared, and the images here cannot be pulled again.
 mkdir -p "$NODE/kubelet"
 : > "$NODE/resolv.conf"
-for h in /sys/fs/cgroup/*/; do
-  [ -f "$h/cgroup.procs" ] && mkdir -p "$h${CGROUP_ROOT#/}"
+for h in $(findmnt -rn -t cgroup,cgroup2 -o TARGET); do  # each hierarchy's root (v1: one per controller)
+  mkdir -p "$h$CGROUP_ROOT"
 done
 cat > "$NODE/kubelet.yaml" <<YAML
 apiVersion: kubelet.config.k8s.io/v1beta1

@@ -158,7 +158,8 @@ if [ ! -f ca.crt ] || [ ! -f ca.key ] || [ ! -f sa.key ]; then
   openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
   head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > token
   printf '%s,admin,admin,system:masters\n' "$(cat token)" > tokens.csv
-  rm -f apiserver.crt
+  # Certificates of the old CA would not be trusted any more.
+  rm -f apiserver.crt kubelet-client.crt
 fi
 # The serving certificate holds the addresses the API server is reached at (the
 # namespace's too in the netns topology, as kubeadm puts the node's there; the address
