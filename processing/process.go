@@ -161,7 +161,7 @@ func (o *Reactor) process(ctx context.Context, key objectKey) (time.Duration, er
 		if c.carriedWritten {
 			return // written already: handing it back would write old values again
 		}
-		if apierrors.IsInvalid(err) {
+		if apierrors.IsInvalid(err) || refusedAsTooLarge(err) {
 			log.Error("the server refused the object's patch; what daemons and event handlers wrote in it is dropped", "error", err)
 			return
 		}
@@ -322,6 +322,30 @@ type cycle struct {
 	// succeeded are the handlers ("id/reason") that succeeded in this cycle, noted
 	// in the memory with the version of the write that stored them.
 	succeeded []string
+	// ran are the change handlers that ran in this cycle, in order, with the
+	// records they got; unreported holds their successes, reported (log, Event,
+	// metrics) once a write stored them (apply).
+	ran        []ranHandler
+	unreported []unreportedSuccess
+	// refused: the server refused to store a write of this cycle for good; the
+	// handlers whose content was in it were recorded as failed instead
+	// (refuseWrites), and the cause, if it ended, ends in the next cycle.
+	refused bool
+}
+
+// ranHandler is one change handler run of a cycle. wrote: its result or its
+// ctx.patch went into the cycle's patch.
+type ranHandler struct {
+	spec   causes.Spec
+	reason causes.Reason
+	record state.HandlerRecord
+	wrote  bool
+}
+
+// unreportedSuccess is a success that no write stored yet.
+type unreportedSuccess struct {
+	id     string
+	report func()
 }
 
 func (c *cycle) run(ctx context.Context, facts objectFacts) (time.Duration, error) {
@@ -622,6 +646,11 @@ func (c *cycle) handle(ctx context.Context, cause causes.Cause, facts objectFact
 		if err := c.apply(ctx); err != nil {
 			return 0, err // the pin stays: the cause is not complete until written
 		}
+		if c.refused {
+			// Failures recorded instead of what the server refused: the cause
+			// ends in the next cycle, which this write's event starts.
+			return 0, nil
+		}
 		c.mem.pinned = nil
 		if c.releaseFinalizer {
 			return 0, c.patchFinalizers(ctx, false)
@@ -758,8 +787,11 @@ func (c *cycle) runChangeHandler(ctx context.Context, h handlerState, cause caus
 	if rec.Started != nil {
 		started = *rec.Started
 	}
+	// The handler writes into a patch of its own, merged into the cycle's: what it
+	// wrote is known, should the server refuse to store it (refuseWrites).
+	own := state.NewPatch()
 	call := causes.Call{
-		Handler: h.spec, Cause: cause, Patch: c.patch, Retry: rec.Retries,
+		Handler: h.spec, Cause: cause, Patch: own, Retry: rec.Retries,
 		Started: started, Runtime: c.now.Sub(started),
 		Logger: c.log.With("handler", h.spec.ID, "reason", string(reason)), Indexes: o.indexes,
 	}
@@ -767,16 +799,23 @@ func (c *cycle) runChangeHandler(ctx context.Context, h handlerState, cause caus
 	result, err := o.handlers.Invoke(ctx, call)
 	took := time.Since(t0)
 	if err == nil && result.Value != nil {
-		c.patch.Set([]string{"status", h.spec.ID}, result.Value)
+		own.Set([]string{"status", h.spec.ID}, result.Value)
+	}
+	wrote := !own.IsEmpty()
+	if wrote {
+		c.patch.Merge(own.Map())
 	}
 	if err == nil && len(result.Subhandlers) > 0 {
-		return c.runSubhandlers(ctx, h.spec, rec, result.Subhandlers, cause, reason)
+		rec = c.runSubhandlers(ctx, h.spec, rec, result.Subhandlers, cause, reason)
+	} else {
+		var outcome Outcome
+		rec, outcome = foldOutcome(h.spec, rec, c.now, err)
+		if outcome == OutcomeFailure && err != nil && rec.Message != err.Error() {
+			err = errors.New(rec.Message) // "exceeded its N retries (last error: ...)"
+		}
+		c.report(h.spec.ID, reason, rec, outcome, took, err)
 	}
-	rec, outcome := foldOutcome(h.spec, rec, c.now, err)
-	if outcome == OutcomeFailure && err != nil && rec.Message != err.Error() {
-		err = errors.New(rec.Message) // "exceeded its N retries (last error: ...)"
-	}
-	c.report(h.spec.ID, reason, rec, outcome, took, err)
+	c.ran = append(c.ran, ranHandler{spec: h.spec, reason: reason, record: rec, wrote: wrote})
 	return rec
 }
 
@@ -860,8 +899,14 @@ func anyAwake(states []handlerState, now time.Time) bool {
 func (c *cycle) report(id string, reason causes.Reason, rec state.HandlerRecord, outcome Outcome, took time.Duration, err error) {
 	switch outcome {
 	case OutcomeSuccess:
-		c.log.Log(context.Background(), c.op.opts.SuccessLogLevel, "handler succeeded", "handler", id, "reason", string(reason), "took_ms", tookMs(took))
-		c.post("Normal", "HandlerSucceeded", fmt.Sprintf("Handler %s succeeded (%s).", id, reason))
+		// Reported once a write stored it: a success the server refused to store is
+		// a failure (refuseWrites).
+		c.unreported = append(c.unreported, unreportedSuccess{id: id, report: func() {
+			c.log.Log(context.Background(), c.op.opts.SuccessLogLevel, "handler succeeded", "handler", id, "reason", string(reason), "took_ms", tookMs(took))
+			c.post("Normal", "HandlerSucceeded", fmt.Sprintf("Handler %s succeeded (%s).", id, reason))
+			c.op.observeAs(c.key, id, c.topID(id), string(reason), outcome, took, err)
+		}})
+		return
 	case OutcomeRetry:
 		c.log.Warn("handler will be retried", "handler", id, "reason", string(reason), "retry", rec.Retries, "at", rec.Delayed.Format(time.RFC3339), "error", err)
 		c.post("Warning", "HandlerRetrying", fmt.Sprintf("Handler %s failed, retry %d: %s", id, rec.Retries, err))
