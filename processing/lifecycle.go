@@ -1,6 +1,7 @@
 package processing
 
 import (
+	"slices"
 	"sort"
 	"time"
 
@@ -31,6 +32,27 @@ type handlerState struct {
 // selectToRun returns the handlers to run now: awake (not finished, not delayed into
 // the future), chosen by the lifecycle. Order of the input is registration order.
 func selectToRun(lifecycle Lifecycle, handlers []handlerState, now time.Time) []handlerState {
+	if lifecycle != LifecycleAllAtOnce {
+		// One handler: the first awake one (one-by-one), or the first awake one
+		// with the fewest retries (asap, a stable sort's first). One pass, no
+		// copy: a parent with thousands of subhandlers selects one per cycle.
+		best := -1
+		for i := range handlers {
+			if !handlers[i].record.Awake(now) {
+				continue
+			}
+			if best < 0 || lifecycle != LifecycleOneByOne && handlers[i].record.Retries < handlers[best].record.Retries {
+				best = i
+			}
+			if lifecycle == LifecycleOneByOne {
+				break
+			}
+		}
+		if best < 0 {
+			return nil
+		}
+		return []handlerState{handlers[best]}
+	}
 	var awake []handlerState
 	for _, h := range handlers {
 		if h.record.Awake(now) {
@@ -49,6 +71,14 @@ func selectToRun(lifecycle Lifecycle, handlers []handlerState, now time.Time) []
 		sort.SliceStable(awake, func(i, j int) bool { return awake[i].record.Retries < awake[j].record.Retries })
 		return awake[:1]
 	}
+}
+
+// sameRecord tells whether two progress records say the same (times as instants).
+func sameRecord(a, b state.HandlerRecord) bool {
+	sameTime := func(x, y *time.Time) bool { return x == nil && y == nil || x != nil && y != nil && x.Equal(*y) }
+	return sameTime(a.Started, b.Started) && sameTime(a.Stopped, b.Stopped) && sameTime(a.Delayed, b.Delayed) &&
+		a.Purpose == b.Purpose && a.Retries == b.Retries && a.Success == b.Success && a.Failure == b.Failure &&
+		a.Message == b.Message && slices.Equal(a.Subrefs, b.Subrefs)
 }
 
 // allFinished tells whether every handler of the cause has succeeded or failed for good.

@@ -611,6 +611,7 @@ func (c *cycle) handle(ctx context.Context, cause causes.Cause, facts objectFact
 		states[i] = handlerState{spec: spec, record: rec, found: found}
 	}
 
+	var changed []int // the handlers whose records this cycle changed
 	for _, h := range selectToRun(o.opts.Lifecycle, states, c.now) {
 		i := indexOf(states, h.spec.ID)
 		// Why a handler runs: with this line a re-run shows which version of the
@@ -627,6 +628,11 @@ func (c *cycle) handle(ctx context.Context, cause causes.Cause, facts objectFact
 		states[i].record = c.runChangeHandler(ctx, h, perHandler[i], cause.Reason)
 		if states[i].record.Success {
 			c.succeeded = append(c.succeeded, h.spec.ID+"/"+string(cause.Reason))
+		}
+		// Only the handlers that ran have new records; a record that came out the
+		// same (a parent whose children are still running) is not written again.
+		if !h.found || !sameRecord(states[i].record, h.record) {
+			changed = append(changed, i)
 		}
 	}
 
@@ -660,10 +666,8 @@ func (c *cycle) handle(ctx context.Context, cause causes.Cause, facts objectFact
 	if cause.Reason != causes.Delete && c.mem.pinned == nil && anyFinished(states) {
 		c.mem.pinned = &pinnedCause{reason: cause.Reason, old: cause.Old, new: cause.New, diff: cause.Diff}
 	}
-	for _, h := range states {
-		if h.found || h.record.Started != nil {
-			c.store.progress.Store(body, c.patch, h.spec.ID, h.record)
-		}
+	for _, i := range changed {
+		c.store.progress.Store(body, c.patch, states[i].spec.ID, states[i].record)
 	}
 	if err := c.apply(ctx); err != nil {
 		return 0, err
@@ -837,32 +841,40 @@ func (c *cycle) runSubhandlers(ctx context.Context, parent causes.Spec, rec stat
 	// that the cause's end purges the records of children a later call dropped.
 	registeredBefore := rec.Subrefs
 	rec.Subrefs = make([]string, 0, len(subs)+len(registeredBefore))
-	if c.topIDs == nil {
-		c.topIDs = map[string]string{}
-	}
 	for i, sub := range subs {
-		c.topIDs[sub.ID] = c.topID(parent.ID)
 		child, found := c.store.progress.Fetch(body, sub.ID)
 		if found && child.Purpose != "" && child.Purpose != string(reason) {
 			child, found = state.HandlerRecord{}, false
 		}
 		children[i] = handlerState{spec: sub, record: child, found: found}
 		rec.Subrefs = append(rec.Subrefs, sub.ID)
+		c.subhandlerIDs = append(c.subhandlerIDs, sub.ID)
 	}
-	for _, id := range registeredBefore {
-		if !slices.Contains(rec.Subrefs, id) {
-			rec.Subrefs = append(rec.Subrefs, id)
+	if !slices.Equal(registeredBefore, rec.Subrefs) {
+		registered := make(map[string]bool, len(rec.Subrefs))
+		for _, id := range rec.Subrefs {
+			registered[id] = true
 		}
+		for _, id := range registeredBefore {
+			if !registered[id] {
+				registered[id] = true
+				rec.Subrefs = append(rec.Subrefs, id)
+			}
+		}
+	}
+	if c.topIDs == nil {
+		c.topIDs = map[string]string{}
 	}
 	for _, h := range selectToRun(o.opts.Lifecycle, children, c.now) {
 		i := indexOf(children, h.spec.ID)
+		c.topIDs[h.spec.ID] = c.topID(parent.ID)
 		children[i].record = c.runChangeHandler(ctx, h, cause, reason)
-	}
-	for _, ch := range children {
-		if ch.found || ch.record.Started != nil {
-			c.store.progress.Store(body, c.patch, ch.spec.ID, ch.record)
+		// Only the children that ran have new records: the others' are on the
+		// object as they are (kopf's asap lifecycle runs one child per cycle, so
+		// writing every record again would make each cycle cost all of them).
+		if !h.found || !sameRecord(children[i].record, h.record) {
+			c.store.progress.Store(body, c.patch, h.spec.ID, children[i].record)
 		}
-		c.subhandlerIDs = append(c.subhandlerIDs, ch.spec.ID)
 	}
 	if !allFinished(children) {
 		rec.Delayed = nil
