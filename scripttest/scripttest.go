@@ -46,8 +46,8 @@ type Case struct {
 	// filters match, in registration order. One of them is required.
 	Handler string `json:"handler,omitempty"`
 	Cause   string `json:"cause,omitempty"`
-	// Object is the object, inline; ObjectFile a YAML file holding it (relative to
-	// the test file). Old is the previous version (updates, field handlers).
+	// Object is the object, inline; ObjectFile a YAML file holding it (a relative
+	// path is relative to the test file, an absolute one is used as it is). Old is the previous version (updates, field handlers).
 	Object     map[string]any `json:"object,omitempty"`
 	ObjectFile string         `json:"objectFile,omitempty"`
 	Old        map[string]any `json:"old,omitempty"`
@@ -236,7 +236,11 @@ type outcome struct {
 func runCase(ctx context.Context, scripts []luabind.Script, dir, prefix string, c Case) []string {
 	obj := c.Object
 	if c.ObjectFile != "" {
-		data, err := os.ReadFile(filepath.Join(dir, c.ObjectFile))
+		path := c.ObjectFile
+		if !filepath.IsAbs(path) {
+			path = filepath.Join(dir, path) // relative to the test file
+		}
+		data, err := os.ReadFile(path)
 		if err != nil {
 			return []string{err.Error()}
 		}
