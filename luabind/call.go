@@ -127,7 +127,12 @@ func (s *shard) invoke(ctx context.Context, call causes.Call) (causes.Result, er
 	if ret == lua.LNil {
 		return result, nil
 	}
-	out, err := luavalue.FromLua(ret)
+	var out any
+	if call.Handler.Kind == causes.KindIndex {
+		out, err = indexResult(ret) // keys may be tables, by value (kopf's tuples)
+	} else {
+		out, err = luavalue.FromLua(ret)
+	}
 	if err != nil {
 		return causes.Result{}, &causes.PermanentError{Message: fmt.Sprintf("%s: the handler's return value: %s", call.Handler.Source, err)}
 	}
@@ -631,38 +636,6 @@ func (s *shard) registerSubhandler(L *lua.LState, cs *callState) int {
 		cs.subFilters[spec.ID] = filters
 	}
 	return 0
-}
-
-// indexesTable is ctx.indexes: ctx.indexes.<name>[key] is the list of values the
-// objects put under key. Each index is read when first touched in the call.
-func (s *shard) indexesTable(L *lua.LState, call *causes.Call) lua.LValue {
-	t := L.NewTable()
-	mt := L.NewTable()
-	mt.RawSetString("__index", L.NewFunction(func(L *lua.LState) int {
-		name := L.CheckString(2)
-		if call.Indexes == nil {
-			L.RaiseError("index %q: no indexes are registered", name)
-		}
-		// The indexes belong to the processing core: read with the shard released
-		// (no lock held while calling out of the package).
-		var entries map[string][]any
-		var ok bool
-		s.blocking(L, func(context.Context) { entries, ok = call.Indexes.Lookup(name) })
-		if !ok {
-			L.RaiseError("index %q is not registered (luaop.index(resource, fn, {id = %q}))", name, name)
-		}
-		m := make(map[string]any, len(entries))
-		for k, v := range entries {
-			list := make([]any, len(v))
-			copy(list, v)
-			m[k] = list
-		}
-		v := luavalue.NewProxy(L, m)
-		L.Push(v)
-		return 1
-	}))
-	L.SetMetatable(t, mt)
-	return t
 }
 
 // reservedLogKeys are the fields luaop's log lines carry themselves: a script's

@@ -238,7 +238,7 @@ func (o *Operator) runHooks(ctx context.Context, kind causes.Kind) error {
 			}
 			o.log.Info("running "+string(kind)+" handler", "handler", h.spec.ID, "retry", h.retries)
 			_, err := o.runtime.Invoke(ctx, causes.Call{Handler: h.spec, Retry: h.retries, Started: h.started,
-				Runtime: now.Sub(h.started), Logger: o.log.With("handler", h.spec.ID)})
+				Runtime: now.Sub(h.started), Logger: o.log.With("handler", h.spec.ID), Indexes: o.reactor.Indexes()})
 			if ctx.Err() != nil {
 				return fmt.Errorf("%s handler %s: %w", kind, h.spec.ID, ctx.Err())
 			}
@@ -387,7 +387,10 @@ func (o *Operator) probe(ctx context.Context) (map[string]any, bool) {
 		}
 		done := make(chan outcome, 1)
 		go func() {
-			res, err := o.runtime.Invoke(ctx, causes.Call{Handler: h, Started: time.Now(), Logger: o.log.With("handler", h.ID)})
+			// kopf gives probes (all activities) the indexes: a probe can report
+			// what the index handlers collected.
+			res, err := o.runtime.Invoke(ctx, causes.Call{Handler: h, Started: time.Now(), Logger: o.log.With("handler", h.ID),
+				Indexes: o.reactor.Indexes()})
 			done <- outcome{res, err}
 		}()
 		select {

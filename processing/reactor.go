@@ -274,6 +274,10 @@ func engineSignature(specs []causes.Spec) string {
 	return strings.Join(lines, "\n")
 }
 
+// Indexes are the operator-wide indexes the index handlers build: operator-level
+// hooks (startup, cleanup, probes) read them too, as kopf's activities do.
+func (o *Reactor) Indexes() *state.Indexes { return o.indexes }
+
 // Synced tells whether every watched resource finished its initial listing and the
 // objects found there went through one cycle at least.
 func (o *Reactor) Synced() bool {

@@ -1,0 +1,125 @@
+package luabind
+
+import (
+	"testing"
+
+	"github.com/luaop/luaop/processing/causes"
+	"github.com/luaop/luaop/state"
+)
+
+// kopf's index functions may key their results by tuples ({(namespace, name): ...}),
+// compared by value. In Lua a table key is compared by identity, so luaop compares
+// index keys that are tables by value: what one object's index function returned
+// under {ns, name} is found by another handler under a new table {ns, name}, and
+// pairs gives the keys back as tables.
+func TestIndexKeysThatAreTablesAreComparedByValue(t *testing.T) {
+	rt := loadedRuntime(t, Options{}, "idx.lua", `
+local luaop = require("luaop")
+luaop.index("`+widgetsResource+`", function(ctx)
+  return { [{ctx.namespace, ctx.name}] = ctx.status.phase == "Running", [7] = "seven", plain = ctx.name }
+end, { id = "is_running" })
+luaop.index("`+widgetsResource+`", function(ctx) return { [1] = ctx.name } end, { id = "listed" })
+luaop.on.create("`+widgetsResource+`", function(ctx)
+  local idx = ctx.indexes.is_running
+  local found = idx[{"ns1", "w1"}]
+  local keys = {}
+  for k, v in pairs(idx) do
+    if type(k) == "table" then table.insert(keys, k[1] .. "/" .. k[2] .. "=" .. tostring(v[1])) else table.insert(keys, tostring(k)) end
+  end
+  table.sort(keys)
+  return { found = found and found[1], count = #idx, keys = table.concat(keys, ","),
+           seven = idx[7][1], missing = idx[{"ns1", "nope"}] == nil, listed = ctx.indexes.listed[""][1] }
+end, { id = "reader" })
+`)
+	indexes := state.NewIndexes()
+	for _, o := range []struct{ name, phase string }{{"w1", "Running"}, {"w2", "Pending"}} {
+		body := widgetObject("u-" + o.name)
+		body["metadata"].(map[string]any)["name"] = o.name
+		body["status"] = map[string]any{"phase": o.phase}
+		for _, id := range []string{"is_running", "listed"} {
+			res, err := rt.Invoke(t.Context(), causes.Call{Handler: specOf(t, rt, id), Cause: causes.Cause{Body: body}, Patch: state.NewPatch()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			entries, ok := res.Value.(map[string]any)
+			if !ok {
+				entries = map[string]any{"": res.Value} // as the core keeps a non-table result
+			}
+			indexes.Set(id, "ns1/"+o.name, entries)
+		}
+	}
+	res, err := rt.Invoke(t.Context(), causes.Call{Handler: specOf(t, rt, "reader"), Cause: createCause("u-r"), Patch: state.NewPatch(), Indexes: indexes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := res.Value.(map[string]any)
+	want := map[string]any{"found": true, "count": int64(4), "keys": "7,ns1/w1=true,ns1/w2=false,plain",
+		"seven": "seven", "missing": true, "listed": []any{"w1"}}
+	for k, v := range want {
+		if gv := got[k]; !equalJSON(gv, v) {
+			t.Errorf("%s = %#v, want %#v (all: %v)", k, gv, v, got)
+		}
+	}
+}
+
+// An index that no object fed yet (a probe or a startup handler before the first
+// listing) reads as empty, not as an unknown index; an unknown one is an error.
+func TestIndexRegisteredButNotYetFedIsEmpty(t *testing.T) {
+	rt := loadedRuntime(t, Options{}, "idx.lua", `
+local luaop = require("luaop")
+luaop.index("`+widgetsResource+`", function(ctx) return { [ctx.name] = true } end, { id = "names" })
+luaop.on.probe(function(ctx) local n = 0; for _ in pairs(ctx.indexes.names) do n = n + 1 end; return n end, { id = "count" })
+luaop.on.probe(function(ctx) return ctx.indexes.other end, { id = "unknown" })
+`)
+	res, err := rt.Invoke(t.Context(), causes.Call{Handler: specOf(t, rt, "count")})
+	if err != nil || !equalJSON(res.Value, int64(0)) {
+		t.Fatalf("count = %v, %v; want 0", res.Value, err)
+	}
+	if _, err := rt.Invoke(t.Context(), causes.Call{Handler: specOf(t, rt, "unknown"), Indexes: state.NewIndexes()}); err == nil {
+		t.Fatal("reading an index nobody registers: no error")
+	}
+}
+
+// equalJSON compares two JSON-like Go values, numbers by value whatever their Go
+// type (int64 or float64).
+func equalJSON(a, b any) bool {
+	switch x := a.(type) {
+	case int64:
+		switch y := b.(type) {
+		case int64:
+			return x == y
+		case float64:
+			return float64(x) == y
+		}
+	case float64:
+		switch y := b.(type) {
+		case int64:
+			return x == float64(y)
+		case float64:
+			return x == y
+		}
+	case []any:
+		y, ok := b.([]any)
+		if !ok || len(x) != len(y) {
+			return false
+		}
+		for i := range x {
+			if !equalJSON(x[i], y[i]) {
+				return false
+			}
+		}
+		return true
+	case map[string]any:
+		y, ok := b.(map[string]any)
+		if !ok || len(x) != len(y) {
+			return false
+		}
+		for k := range x {
+			if !equalJSON(x[k], y[k]) {
+				return false
+			}
+		}
+		return true
+	}
+	return a == b
+}
