@@ -81,6 +81,9 @@ func (r *Runtime) Admit(ctx context.Context, req AdmissionRequest) (AdmissionRes
 	if !req.Handler.Kind.IsAdmission() {
 		return AdmissionResponse{}, fmt.Errorf("handler %s is a %s handler, not an admission handler", req.Handler.ID, req.Handler.Kind)
 	}
+	if skippedOnDeletion(req.Handler, req.Operation) {
+		return AdmissionResponse{Skipped: true, Allowed: true}, nil
+	}
 	body := req.Object
 	if body == nil {
 		body = req.OldObject // kopf: the body of a deletion is the old object
@@ -97,6 +100,23 @@ func (r *Runtime) Admit(ctx context.Context, req AdmissionRequest) (AdmissionRes
 		return AdmissionResponse{Skipped: true, Allowed: true}, nil
 	}
 	return r.admissionShard(body).admit(ctx, &req, cause, f)
+}
+
+// skippedOnDeletion: a mutating handler does not run on a DELETE unless its
+// operations are exactly DELETE (kopf's WebhooksRegistry.iter_handlers): there is
+// nothing to mutate in an object being deleted, and a handler written for creations
+// and updates (operations all, the default, or CREATE and DELETE) would otherwise
+// patch it. The request is allowed untouched.
+func skippedOnDeletion(spec causes.Spec, operation string) bool {
+	if spec.Kind != causes.KindMutate || operation != "DELETE" {
+		return false
+	}
+	for _, op := range spec.Operations {
+		if op != "DELETE" {
+			return true
+		}
+	}
+	return len(spec.Operations) == 0
 }
 
 // admissionShard is the object's shard when it has a uid (ctx.memo is then the
