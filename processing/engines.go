@@ -3,6 +3,7 @@ package processing
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -38,34 +39,68 @@ type daemonRun struct {
 	key  objectKey
 	// stopped ends when the daemon is asked to stop (endStop): a context, so that a
 	// sleeping daemon is woken by a callback rather than a waiting goroutine.
+	// cancelled ends when it is cancelled, its cancellation backoff after the stop
+	// (causes.DaemonLink.Cancelled); cancel ends its context, its cancellation
+	// timeout after that (or at once: its object is gone, the operator stops).
 	stopped   context.Context
 	endStop   context.CancelFunc
+	cancelled context.Context
+	endCancel context.CancelFunc
 	stopOnce  sync.Once
 	cancel    context.CancelFunc
 	done      chan struct{}
 	returned  atomic.Bool // it returned by itself (or failed for good): not restarted
 	startedAt time.Time
-	clock     clock.WithTicker
+	clock     clock.WithTickerAndDelayedExecution
+
+	// mu orders the stop and the start of an attempt (begin): a daemon stopped
+	// before an attempt begins never begins it, whichever goroutine gets there first
+	// (kopf checks the stop after each wait). Leaf lock.
+	mu            sync.Mutex
+	stopRequested bool
+	// begun: an attempt began; stoppedBeforeStart: the stop came before any did.
+	begun, stoppedBeforeStart bool
 }
 
-// stop asks the daemon to stop, then cancels it after timeout (0: at once).
-func (d *daemonRun) stop(timeout time.Duration) {
+// stop asks the daemon to stop, as kopf terminates a daemon: at once its stop flag
+// (ctx.stopped(), a sleep returning false); after backoff its cancellation (its
+// blocking calls end it); timeout after that, its context (its Lua is interrupted
+// wherever it is). Zero durations mean at once.
+func (d *daemonRun) stop(backoff, timeout time.Duration) {
 	d.stopOnce.Do(func() {
+		d.mu.Lock()
+		d.stopRequested = true
+		d.stoppedBeforeStart = !d.begun
+		d.mu.Unlock()
 		d.endStop()
-		if timeout <= 0 {
+		if backoff <= 0 {
+			d.endCancel()
+		} else {
+			t := d.clock.AfterFunc(backoff, d.endCancel)
+			context.AfterFunc(d.cancelled, func() { t.Stop() })
+		}
+		if backoff+timeout <= 0 {
 			d.cancel()
 			return
 		}
-		t := d.clock.NewTimer(timeout)
+		t := d.clock.AfterFunc(backoff+timeout, d.cancel)
 		go func() {
-			defer t.Stop()
-			select {
-			case <-t.C():
-				d.cancel()
-			case <-d.done:
-			}
+			<-d.done
+			t.Stop()
 		}()
 	})
+}
+
+// begin tells whether an attempt may begin, and marks the daemon as begun: false
+// once the daemon was asked to stop (or its context ended).
+func (d *daemonRun) begin(ctx context.Context) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stopRequested || ctx.Err() != nil {
+		return false
+	}
+	d.begun = true
+	return true
 }
 
 // objectDaemons are the daemons of one object, at most one per handler id: a
@@ -141,11 +176,10 @@ func (r *daemonRegistry) stopAll(grace time.Duration) {
 	}
 	r.mu.Unlock()
 	for _, d := range all {
-		timeout := d.spec.CancellationTimeout
-		if timeout <= 0 || timeout > grace {
-			timeout = grace
-		}
-		d.stop(timeout)
+		// Both within the grace period: the backoff first, the timeout in what is left.
+		backoff := min(d.spec.CancellationBackoff, grace)
+		timeout := min(cancellationTimeout(*d.spec), grace-backoff)
+		d.stop(backoff, timeout)
 	}
 }
 
@@ -198,12 +232,12 @@ func (c *cycle) adjustDaemons(ctx context.Context) {
 			c.startDaemon(runner, spec)
 		case !wanted && d != nil && !d.stopping() && !d.exited():
 			c.log.Info("stopping daemon", "handler", spec.ID, "deleting", deleting)
-			d.stop(cancellationTimeout(*spec))
+			d.stop(spec.CancellationBackoff, cancellationTimeout(*spec))
 		case wanted && d != nil && d.spec.CodeHash != spec.CodeHash && !d.stopping() && !d.exited():
 			// Its code changed in a reload: stop it gracefully; the next cycle
 			// (its exit wakes one) starts the new code, with the same memo.
 			c.log.Info("restarting daemon with its new code", "handler", spec.ID)
-			d.stop(cancellationTimeout(*spec))
+			d.stop(spec.CancellationBackoff, cancellationTimeout(*spec))
 		case wanted && d != nil && d.returned.Load() && d.spec.CodeHash != spec.CodeHash:
 			// A daemon that had returned runs again when its code changed.
 			c.mem.daemons.remove(spec.ID)
@@ -213,7 +247,7 @@ func (c *cycle) adjustDaemons(ctx context.Context) {
 	// Daemons whose handler no longer exists (a reload removed it) stop too.
 	for _, d := range c.mem.daemons {
 		if !hasSpec(c.specs, d.spec.ID) && !d.stopping() {
-			d.stop(defaultCancellationTimeout)
+			d.stop(d.spec.CancellationBackoff, cancellationTimeout(*d.spec))
 		}
 	}
 }
@@ -243,9 +277,11 @@ func (c *cycle) startDaemon(runner DaemonRunner, spec *causes.Spec) {
 	d := &daemonRun{spec: spec, key: key, done: make(chan struct{}), startedAt: c.now, clock: o.clock}
 	// Set before add: stopAll may stop d as soon as it is registered.
 	d.stopped, d.endStop = context.WithCancel(context.Background())
+	d.cancelled, d.endCancel = context.WithCancel(context.Background())
 	ctx, ok := o.daemons.add(d)
 	if !ok {
 		d.endStop()
+		d.endCancel()
 		return // the operator is stopping
 	}
 	c.mem.daemons.put(d)
@@ -270,7 +306,7 @@ func (c *cycle) startDaemon(runner DaemonRunner, spec *causes.Spec) {
 		in.mu.Unlock()
 		o.queue.Add(key)
 	}
-	link := &causes.DaemonLink{Stopped: d.stopped, Latest: latest, Flush: flush, UID: uid, Name: key.name, Namespace: key.namespace}
+	link := &causes.DaemonLink{Stopped: d.stopped, Cancelled: d.cancelled, Latest: latest, Flush: flush, UID: uid, Name: key.name, Namespace: key.namespace}
 	go (&daemonLoop{op: o, runner: runner, d: d, ctx: ctx, log: log, link: link}).run()
 }
 
@@ -321,6 +357,10 @@ func (l *daemonLoop) run() {
 //
 //go:noinline
 func (l *daemonLoop) attempt(n int) {
+	if !l.d.begin(l.ctx) {
+		l.finish() // stopped before this attempt began: it never does
+		return
+	}
 	call := l.callFor(n, l.first)
 	if call == nil {
 		l.finish()
@@ -372,7 +412,8 @@ func (l *daemonLoop) after(d time.Duration, then func()) {
 				w.stopCtx()
 				w.mu.Unlock()
 				// kopf checks the stop again after every wait: a daemon stopped while
-				// its timer was firing does not start.
+				// its timer was firing does not start (attempt checks it again, in
+				// order with the stop: daemonRun.begin).
 				if ok && !l.d.stopping() && l.ctx.Err() == nil {
 					then()
 				} else {
@@ -440,6 +481,12 @@ func (l *daemonLoop) judge(err error, attempt int, first, t0 time.Time) (delay t
 		d.returned.Store(!d.stopping())
 		l.log.Info("daemon exited", "took_ms", tookMs(time.Since(t0)))
 		o.observe(d.key, spec.ID, "daemon", OutcomeSuccess, time.Since(t0), nil)
+		return 0, false
+	}
+	if errors.Is(err, causes.ErrDaemonCancelled) {
+		// kopf: "is cancelled. Will escalate." A daemon that went on after its stop
+		// (a loop relying on cancellation, as kopf's async daemons do) ends here.
+		l.log.Info("daemon cancelled: it went on after its stop", "took_ms", tookMs(time.Since(t0)))
 		return 0, false
 	}
 	if d.stopping() || l.ctx.Err() != nil {

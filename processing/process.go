@@ -218,7 +218,7 @@ func soonest(a, b time.Duration) time.Duration {
 func (o *Reactor) forgetIncarnation(key objectKey, mem *objectMemory) {
 	var exiting []*daemonRun
 	for _, d := range mem.daemons {
-		d.stop(0)
+		d.stop(0, 0)
 		exiting = append(exiting, d)
 	}
 	o.indexes.Remove(key.String())
