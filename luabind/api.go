@@ -231,14 +231,14 @@ var knownOptions = map[string]bool{
 	"id": true, "retries": true, "backoff": true, "timeout": true, "errors": true, "param": true,
 	"labels": true, "annotations": true, "field": true, "value": true, "when": true, "old": true, "new": true,
 	"optional": true, "deleted": true, "interval": true, "initial_delay": true, "idle": true, "sharp": true,
-	"cancellation_timeout": true, "operations": true, "side_effects": true, "failure_policy": true, "subresource": true,
+	"cancellation_timeout": true, "cancellation_backoff": true, "operations": true, "side_effects": true, "failure_policy": true, "subresource": true,
 }
 
 func (s *shard) applyOptions(L *lua.LState, spec *causes.Spec, fns *handlerFns, f *dataFilters, opts *lua.LTable) {
 	opts.ForEach(func(k, v lua.LValue) {
 		key, ok := k.(lua.LString)
 		if !ok || !knownOptions[string(key)] {
-			L.RaiseError("unknown handler option %s; known options: id, retries, backoff, timeout, errors, param, labels, annotations, field, value, when, old, new, optional, deleted, interval, initial_delay, idle, sharp, cancellation_timeout, operations, side_effects, failure_policy, subresource", k.String())
+			L.RaiseError("unknown handler option %s; known options: id, retries, backoff, timeout, errors, param, labels, annotations, field, value, when, old, new, optional, deleted, interval, initial_delay, idle, sharp, cancellation_backoff, cancellation_timeout, operations, side_effects, failure_policy, subresource", k.String())
 		}
 		name := string(key)
 		switch name {
@@ -302,6 +302,8 @@ func (s *shard) applyOptions(L *lua.LState, spec *causes.Spec, fns *handlerFns, 
 			spec.Sharp = lua.LVAsBool(v)
 		case "cancellation_timeout":
 			spec.CancellationTimeout = s.optSeconds(L, name, v)
+		case "cancellation_backoff":
+			spec.CancellationBackoff = s.optSeconds(L, name, v)
 		case "operations", "side_effects", "failure_policy", "subresource":
 			if !spec.Kind.IsAdmission() {
 				L.RaiseError("option %s applies to admission handlers only (luaop.on.validate, luaop.on.mutate)", name)

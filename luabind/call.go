@@ -37,6 +37,12 @@ type callState struct {
 	ctx context.Context
 	// sleep is what luaop.sleep asked for when it yielded; taken by the daemon.
 	sleep *daemonSleep
+	// A daemon's stop (daemon.go, cancellationPoint): notified once a luaop.sleep
+	// returned false to tell it of its stop; cancelled once its cancellation was
+	// raised, when cancelLua cancelled ctx (ctx is then the daemon's own, made by
+	// StartDaemon) so that no instruction runs after it. Shard lock held for all.
+	notified, cancelled bool
+	cancelLua           context.CancelFunc
 	// raised is the last error value a daemon's Lua raised, and raisedTrace where:
 	// its coroutine ends with the value alone (daemon.go, newDaemonEntry).
 	raised      lua.LValue

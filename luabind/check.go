@@ -315,7 +315,7 @@ func optionApplies(opt, fn string) (bool, string) {
 		return kind == regTimer, "timers"
 	case "initial_delay":
 		return kind == regTimer || kind == regDaemon, "timers and daemons"
-	case "cancellation_timeout":
+	case "cancellation_timeout", "cancellation_backoff":
 		return kind == regDaemon, "daemons"
 	}
 	return true, ""

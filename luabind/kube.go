@@ -41,7 +41,7 @@ func (s *shard) installKube(mod *lua.LTable) {
 			apiVersion, kind, ns, name := L.CheckString(1), L.CheckString(2), L.OptString(3, ""), L.CheckString(4)
 			var obj map[string]any
 			var err error
-			s.blocking(L, func(ctx context.Context) { obj, err = k.Get(ctx, apiVersion, kind, ns, name) })
+			s.blockingPoint(L, func(ctx context.Context) { obj, err = k.Get(ctx, apiVersion, kind, ns, name) })
 			return s.pushObject(L, obj, err)
 		},
 		"list": func(L *lua.LState) int {
@@ -56,7 +56,7 @@ func (s *shard) installKube(mod *lua.LTable) {
 			apiVersion, kind, ns := L.CheckString(1), L.CheckString(2), L.OptString(3, "")
 			var items []map[string]any
 			var err error
-			s.blocking(L, func(ctx context.Context) { items, err = k.List(ctx, apiVersion, kind, ns, selector) })
+			s.blockingPoint(L, func(ctx context.Context) { items, err = k.List(ctx, apiVersion, kind, ns, selector) })
 			if err != nil {
 				return s.pushError(L, err)
 			}
@@ -74,7 +74,7 @@ func (s *shard) installKube(mod *lua.LTable) {
 			obj := s.checkObject(L, 1)
 			var created map[string]any
 			var err error
-			s.blocking(L, func(ctx context.Context) { created, err = k.Create(ctx, obj) })
+			s.blockingPoint(L, func(ctx context.Context) { created, err = k.Create(ctx, obj) })
 			return s.pushObject(L, created, err)
 		},
 		"patch": func(L *lua.LState) int {
@@ -85,14 +85,14 @@ func (s *shard) installKube(mod *lua.LTable) {
 			k := s.kube(L)
 			apiVersion, kind, ns, name, patchType := L.CheckString(1), L.CheckString(2), L.OptString(3, ""), L.CheckString(4), L.OptString(6, "merge")
 			var out map[string]any
-			s.blocking(L, func(ctx context.Context) { out, err = k.Patch(ctx, apiVersion, kind, ns, name, patch, patchType) })
+			s.blockingPoint(L, func(ctx context.Context) { out, err = k.Patch(ctx, apiVersion, kind, ns, name, patch, patchType) })
 			return s.pushObject(L, out, err)
 		},
 		"delete": func(L *lua.LState) int {
 			k := s.kube(L)
 			apiVersion, kind, ns, name := L.CheckString(1), L.CheckString(2), L.OptString(3, ""), L.CheckString(4)
 			var err error
-			s.blocking(L, func(ctx context.Context) { err = k.Delete(ctx, apiVersion, kind, ns, name) })
+			s.blockingPoint(L, func(ctx context.Context) { err = k.Delete(ctx, apiVersion, kind, ns, name) })
 			if err != nil {
 				return s.pushError(L, err)
 			}
@@ -110,7 +110,7 @@ func (s *shard) installKube(mod *lua.LTable) {
 			k := s.kube(L)
 			var out map[string]any
 			var err error
-			s.blocking(L, func(ctx context.Context) { out, err = k.Apply(ctx, obj, force) })
+			s.blockingPoint(L, func(ctx context.Context) { out, err = k.Apply(ctx, obj, force) })
 			return s.pushObject(L, out, err)
 		},
 	}
@@ -126,7 +126,7 @@ func (s *shard) installKube(mod *lua.LTable) {
 			obj := s.checkObject(L, 1)
 			reason, message := L.CheckString(2), L.OptString(3, "")
 			var err error
-			s.blocking(L, func(ctx context.Context) { err = k.Event(ctx, obj, eventType, reason, message) })
+			s.blockingPoint(L, func(ctx context.Context) { err = k.Event(ctx, obj, eventType, reason, message) })
 			if err != nil {
 				return s.pushError(L, err)
 			}
@@ -197,27 +197,47 @@ func (s *shard) installKube(mod *lua.LTable) {
 	// rather than the handler deadline (which restarts after the sleep). A daemon
 	// sleeping at the top level of its Lua (not inside pcall, an iterator or a
 	// metamethod) yields its coroutine: it then waits without a goroutine (daemon.go).
+	//
+	// A stopped daemon is told so once: the sleep it is in when stopped, or its next
+	// one, returns false (at once). After that its sleeps sleep, as kopf's do, until
+	// its cancellation (cancellation_backoff after the stop), which ends the daemon
+	// there (cancellationPoint): a loop that relies on cancellation, as kopf's async
+	// daemons do, does not spin.
 	sleep := L.NewFunction(func(L *lua.LState) int {
 		d := time.Duration(float64(L.CheckNumber(1)) * float64(time.Second)) // sleepWrapper checked it
 		var patch map[string]any
 		var flush func(map[string]any)
-		var stopped <-chan struct{}
+		var stopped, cancelled <-chan struct{}
 		var daemonCtx context.Context
+		notified := false
 		if cs := s.callOf(L); cs != nil && cs.daemon {
+			s.cancellationPoint(L)
 			patch, daemonCtx = s.takeDaemonPatch(L, cs), cs.ctx // patch is nil without a link
 			if link := cs.call.Daemon; link != nil {
 				flush = link.Flush
-				if link.Stopped != nil {
+				switch {
+				case !cs.notified && link.Stopped != nil && link.Stopped.Err() != nil:
+					// Stopped since its last sleep: told so, at once.
+					cs.notified = true
+					if patch != nil {
+						s.blocking(L, func(context.Context) { flush(patch) })
+					}
+					L.Push(lua.LFalse)
+					return 1
+				case !cs.notified && link.Stopped != nil:
 					stopped = link.Stopped.Done()
+				case cs.notified && link.Cancelled != nil:
+					cancelled = link.Cancelled.Done()
 				}
 			}
+			notified = cs.notified
 			s.endStretch(L, cs)
 			if s.canYield(L) { // a daemon is a coroutine (daemon.go)
-				cs.sleep = &daemonSleep{d: d, patch: patch}
+				cs.sleep = &daemonSleep{d: d, patch: patch, notified: notified}
 				return L.Yield()
 			}
 		}
-		slept := false
+		var by wokeBy
 		s.blocking(L, func(ctx context.Context) {
 			if daemonCtx != nil {
 				ctx = daemonCtx
@@ -229,12 +249,24 @@ func (s *shard) installKube(mod *lua.LTable) {
 			defer t.Stop()
 			select {
 			case <-t.C:
-				slept = true
+				by = wokeSlept
 			case <-stopped:
+				by = wokeStopped
+			case <-cancelled:
+				by = wokeCancelled
 			case <-ctx.Done():
+				by = wokeEnded
 			}
 		})
-		L.Push(lua.LBool(slept))
+		if cs := s.callOf(L); cs != nil && cs.daemon {
+			switch by {
+			case wokeStopped:
+				cs.notified = true
+			case wokeCancelled:
+				s.raiseCancellation(L, cs)
+			}
+		}
+		L.Push(lua.LBool(by == wokeSlept))
 		return 1
 	})
 	// The scripts get sleep through a Lua function that returns exactly one value.

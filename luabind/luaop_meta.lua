@@ -154,7 +154,8 @@
 ---@field initial_delay? number Timers and daemons: seconds to wait before the first run.
 ---@field idle? number Timers: run only after the object has been unchanged for this many seconds.
 ---@field sharp? boolean Timers: keep to the schedule (every `interval` from the first run) instead of waiting `interval` after each run ends.
----@field cancellation_timeout? number Daemons: seconds a stopped daemon may take to exit before it is cancelled (default 60).
+---@field cancellation_backoff? number Daemons: seconds after its stop during which a stopped daemon's blocking calls keep working (kopf's graceful termination; default 0). After the luaop.sleep that tells it of its stop (it returns false, once), its sleeps sleep until this backoff is over; then its next blocking call (luaop.sleep, luaop.kube.*, luaop.event/info/warn/exception) ends it, and pcall cannot catch that.
+---@field cancellation_timeout? number Daemons: seconds a cancelled daemon may take to exit before its Lua is interrupted wherever it is (default 60), counted from the end of cancellation_backoff.
 ---@field operations? LuaopAdmissionOperation|LuaopAdmissionOperation[] Admission handlers: the operations served (default: all of them, "*").
 ---@field side_effects? boolean Admission handlers: the handler writes elsewhere (sideEffects NoneOnDryRun instead of None). On dry runs its luaop.kube writes and Events are never sent either way.
 ---@field failure_policy? "Fail"|"Ignore" Admission handlers: what a failing or late handler means: "Fail" (the default) rejects with the reason, "Ignore" allows with a warning. Also the webhook's failurePolicy (when the operator cannot be reached).
@@ -340,7 +341,7 @@ function luaop.on.probe(fn, opts) end
 ---that returns is not restarted, one that fails is, after its backoff.
 ---@param resource LuaopResource "group/version/plural" ("example.com/v1/widgets") or "v1/plural".
 ---@param fn LuaopHandler The daemon.
----@param opts? HandlerOptions Id, backoff, param, filters, initial_delay, cancellation_timeout.
+---@param opts? HandlerOptions Id, backoff, param, filters, initial_delay, cancellation_backoff, cancellation_timeout.
 function luaop.daemon(resource, fn, opts) end
 
 ---Registers a timer (kopf: timer): runs fn every opts.interval seconds for each object

@@ -72,21 +72,29 @@ func (d *daemonRun) stop(backoff, timeout time.Duration) {
 		d.stopRequested = true
 		d.stoppedBeforeStart = !d.begun
 		d.mu.Unlock()
+		// The timers are set before the stop is seen: whoever sees it sees them.
+		var soft clock.Timer
+		if backoff > 0 {
+			soft = d.clock.AfterFunc(backoff, d.endCancel)
+		}
+		var hard clock.Timer
+		if backoff+timeout > 0 {
+			hard = d.clock.AfterFunc(backoff+timeout, d.cancel)
+		}
 		d.endStop()
 		if backoff <= 0 {
 			d.endCancel()
-		} else {
-			t := d.clock.AfterFunc(backoff, d.endCancel)
-			context.AfterFunc(d.cancelled, func() { t.Stop() })
 		}
-		if backoff+timeout <= 0 {
-			d.cancel()
+		if hard == nil {
+			d.cancel() // (backoff and timeout 0: nothing to stop later)
 			return
 		}
-		t := d.clock.AfterFunc(backoff+timeout, d.cancel)
 		go func() {
 			<-d.done
-			t.Stop()
+			hard.Stop()
+			if soft != nil {
+				soft.Stop()
+			}
 		}()
 	})
 }

@@ -501,15 +501,19 @@ func runHandler(ctx context.Context, rt *luabind.Runtime, spec causes.Spec, c Ca
 	}
 	if spec.Kind == causes.KindDaemon {
 		// One iteration: the first luaop.sleep hands the patch over and stops the
-		// daemon (sleep returns false, ctx.stopped() is true).
+		// daemon (sleep returns false, ctx.stopped() is true); a daemon that goes on
+		// is cancelled at its next blocking call, as the operator cancels it.
 		stopped, stop := context.WithCancel(ctx)
 		defer stop()
-		call.Daemon = &causes.DaemonLink{Stopped: stopped, Latest: func() map[string]any { return obj }}
+		call.Daemon = &causes.DaemonLink{Stopped: stopped, Cancelled: stopped, Latest: func() map[string]any { return obj }}
 		call.Daemon.Flush = func(p map[string]any) {
 			patch.Merge(p)
 			stop()
 		}
 		err := rt.RunDaemon(ctx, &call)
+		if errors.Is(err, causes.ErrDaemonCancelled) {
+			err = nil
+		}
 		return outcome{patch: patch, err: err}
 	}
 	res, err := rt.Invoke(ctx, call)
