@@ -1,6 +1,7 @@
 package processing
 
 import (
+	"slices"
 	"sort"
 	"time"
 
@@ -25,7 +26,29 @@ const (
 type handlerState struct {
 	spec   causes.Spec
 	record state.HandlerRecord
-	found  bool
+	found  bool // the object holds a record of this handler for this cause
+	// stored is the record the object holds, of this cause or another: kopf writes
+	// a record only when it changed (progression.State.store, its _origin).
+	stored state.HandlerRecord
+}
+
+// changed tells whether the record must be written: it differs from what the
+// object holds for this cause, or the object holds none and the handler started.
+func (h handlerState) changed() bool {
+	if !h.found {
+		return h.record.Started != nil
+	}
+	return !sameRecord(h.record, h.stored)
+}
+
+// sameRecord compares two records field by field, times by instant.
+func sameRecord(a, b state.HandlerRecord) bool {
+	sameTime := func(x, y *time.Time) bool {
+		return x == nil && y == nil || x != nil && y != nil && x.Equal(*y)
+	}
+	return sameTime(a.Started, b.Started) && sameTime(a.Stopped, b.Stopped) && sameTime(a.Delayed, b.Delayed) &&
+		a.Purpose == b.Purpose && a.Retries == b.Retries && a.Success == b.Success && a.Failure == b.Failure &&
+		a.Message == b.Message && slices.Equal(a.Subrefs, b.Subrefs)
 }
 
 // selectToRun returns the handlers to run now: awake (not finished, not delayed into

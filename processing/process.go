@@ -579,12 +579,13 @@ func (c *cycle) handle(ctx context.Context, cause causes.Cause, facts objectFact
 	states := make([]handlerState, len(specs))
 	for i, spec := range specs {
 		rec, found := c.store.progress.Fetch(body, spec.ID)
+		stored := rec
 		if found && rec.Purpose != "" && rec.Purpose != string(cause.Reason) {
 			// A record left by another cause (an update arrived while a create
 			// was retrying): this cause starts fresh.
 			rec, found = state.HandlerRecord{}, false
 		}
-		states[i] = handlerState{spec: spec, record: rec, found: found}
+		states[i] = handlerState{spec: spec, record: rec, found: found, stored: stored}
 	}
 
 	for _, h := range selectToRun(o.opts.Lifecycle, states, c.now) {
@@ -632,7 +633,7 @@ func (c *cycle) handle(ctx context.Context, cause causes.Cause, facts objectFact
 		c.mem.pinned = &pinnedCause{reason: cause.Reason, old: cause.Old, new: cause.New, diff: cause.Diff}
 	}
 	for _, h := range states {
-		if h.found || h.record.Started != nil {
+		if h.changed() {
 			c.store.progress.Store(body, c.patch, h.spec.ID, h.record)
 		}
 	}
@@ -804,10 +805,11 @@ func (c *cycle) runSubhandlers(ctx context.Context, parent causes.Spec, rec stat
 	for i, sub := range subs {
 		c.topIDs[sub.ID] = c.topID(parent.ID)
 		child, found := c.store.progress.Fetch(body, sub.ID)
+		stored := child
 		if found && child.Purpose != "" && child.Purpose != string(reason) {
 			child, found = state.HandlerRecord{}, false
 		}
-		children[i] = handlerState{spec: sub, record: child, found: found}
+		children[i] = handlerState{spec: sub, record: child, found: found, stored: stored}
 		rec.Subrefs = append(rec.Subrefs, sub.ID)
 	}
 	for _, id := range registeredBefore {
@@ -820,7 +822,7 @@ func (c *cycle) runSubhandlers(ctx context.Context, parent causes.Spec, rec stat
 		children[i].record = c.runChangeHandler(ctx, h, cause, reason)
 	}
 	for _, ch := range children {
-		if ch.found || ch.record.Started != nil {
+		if ch.changed() {
 			c.store.progress.Store(body, c.patch, ch.spec.ID, ch.record)
 		}
 		c.subhandlerIDs = append(c.subhandlerIDs, ch.spec.ID)
