@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/luaop/luaop/processing/causes"
+	"github.com/luaop/luaop/state"
 )
 
 // patchCounter counts the patches the operator sends (Observer).
@@ -48,4 +49,100 @@ func TestRecordsOfHandlersWaitingForTheirDelayAreNotWrittenAgain(t *testing.T) {
 	if n := len(h.callsOf("slow", "w1")); n != 1 {
 		t.Errorf("the waiting handler ran %d times before its delay, want 1", n)
 	}
+}
+
+// kopf, issue 33 7a: a resume half done (one resume handler succeeded, another
+// retrying) when the object changes is superseded by the update. The resume handlers
+// join it keeping their progress: the one that succeeded does not run again, the
+// retrying one keeps its retries and delay; the update handler runs once, and the
+// diff-base stored at the end is the new state (no second update on the same change).
+func TestResumeHalfDoneIsSupersededByAnUpdateKeepingItsProgress(t *testing.T) {
+	h := newFakeHandlers()
+	h.add(changeSpec("resume_1", causes.Resume), nil)
+	failures := 0
+	h.add(changeSpec("resume_2", causes.Resume), func(context.Context, causes.Call) (causes.Result, error) {
+		if failures++; failures == 1 {
+			return causes.Result{}, &causes.TemporaryError{Message: "not yet", Delay: time.Minute}
+		}
+		return causes.Result{}, nil
+	})
+	h.add(changeSpec("update_fn", causes.Update), nil)
+	obj := handledInAnnotations(t, widgetObject("w1", "uid-w1", map[string]any{"size": int64(1)}), nil)
+	e := startEnv(t, h, Options{}, obj)
+	e.eventually("resume_1 succeeded and resume_2 failed once", func() bool {
+		return len(h.callsOf("resume_1", "w1")) == 1 && len(h.callsOf("resume_2", "w1")) == 1
+	})
+	e.settleIn(widgetsGVR, "w1")
+	e.patch("w1", `{"spec":{"size":2}}`)
+	e.eventually("the update handled", func() bool { return len(h.callsOf("update_fn", "w1")) == 1 })
+	e.settleIn(widgetsGVR, "w1")
+	if n := len(h.callsOf("resume_2", "w1")); n != 1 {
+		t.Fatalf("resume_2 ran %d times before its delay was over, want 1 (its retry delay kept)", n)
+	}
+	e.clock.Step(time.Minute)
+	e.eventually("resume_2 retried", func() bool { return len(h.callsOf("resume_2", "w1")) == 2 })
+	e.stays("w1", "a handler running again", func() bool {
+		return len(h.callsOf("update_fn", "w1")) != 1 || len(h.callsOf("resume_1", "w1")) != 1 || len(h.callsOf("resume_2", "w1")) != 2
+	})
+	if calls := h.callsOf("resume_2", "w1"); calls[1].retry != 1 {
+		t.Errorf("resume_2's retry after the update is attempt %d, want 1 (its progress kept)", calls[1].retry)
+	}
+	base, _, _ := state.NewAnnotationsDiffBase("luaop.dev").Fetch(e.get("w1").Object)
+	if size := base["spec"].(map[string]any)["size"]; size != int64(2) {
+		t.Errorf("the diff-base holds size %v, want the new state's 2", size)
+	}
+	for _, id := range []string{"resume_1", "resume_2", "update_fn"} {
+		if _, left := state.NewAnnotationsProgress("luaop.dev").Fetch(e.get("w1").Object, id); left {
+			t.Errorf("the record of %s is left after the cause", id)
+		}
+	}
+}
+
+// kopf, issue 33 7f: a parent whose record is started afresh because its purpose
+// changed (a handler of resume and update, its resume superseded by an update) keeps
+// the subhandlers its earlier call registered: the cause's end purges their records
+// too, even those the new call does not register.
+func TestParentStartedAfreshKeepsItsEarlierSubhandlersForThePurge(t *testing.T) {
+	h := newFakeHandlers()
+	sub := func(id string) causes.Spec { return changeSpec("parent/"+id, causes.Resume, causes.Update) }
+	h.add(changeSpec("parent", causes.Resume, causes.Update), func(_ context.Context, call causes.Call) (causes.Result, error) {
+		if call.Cause.Reason == causes.Resume {
+			return causes.Result{Subhandlers: []causes.Spec{sub("a"), sub("b")}}, nil
+		}
+		return causes.Result{Subhandlers: []causes.Spec{sub("c")}}, nil
+	})
+	h.mu.Lock()
+	h.fns["parent/b"] = func(context.Context, causes.Call) (causes.Result, error) {
+		return causes.Result{}, &causes.TemporaryError{Message: "not yet", Delay: time.Hour}
+	}
+	cTries := 0
+	h.fns["parent/c"] = func(context.Context, causes.Call) (causes.Result, error) {
+		if cTries++; cTries == 1 { // the update takes two cycles: the parent's new record is stored between
+			return causes.Result{}, &causes.TemporaryError{Message: "not yet", Delay: time.Minute}
+		}
+		return causes.Result{}, nil
+	}
+	h.mu.Unlock()
+	obj := handledInAnnotations(t, widgetObject("w1", "uid-w1", map[string]any{"size": int64(1)}), nil)
+	e := startEnv(t, h, Options{Lifecycle: LifecycleAllAtOnce}, obj)
+	progress := state.NewAnnotationsProgress("luaop.dev")
+	e.eventually("the resume's children recorded, b retrying", func() bool {
+		_, a := progress.Fetch(e.get("w1").Object, "parent/a")
+		_, b := progress.Fetch(e.get("w1").Object, "parent/b")
+		return a && b
+	})
+	e.patch("w1", `{"spec":{"size":2}}`)
+	e.eventually("c failed once", func() bool { _, c := progress.Fetch(e.get("w1").Object, "parent/c"); return c })
+	e.settleIn(widgetsGVR, "w1")
+	e.clock.Step(time.Minute)
+	e.eventually("the update handled, every record purged", func() bool {
+		obj := e.get("w1").Object
+		for _, id := range []string{"parent", "parent/a", "parent/b", "parent/c"} {
+			if _, left := progress.Fetch(obj, id); left {
+				return false
+			}
+		}
+		base, _, _ := state.NewAnnotationsDiffBase("luaop.dev").Fetch(obj)
+		return base["spec"].(map[string]any)["size"] == int64(2)
+	})
 }

@@ -577,15 +577,31 @@ func (c *cycle) handle(ctx context.Context, cause causes.Cause, facts objectFact
 	body := c.body.Object
 	specs, perHandler := c.selectHandlers(ctx, cause, facts)
 	states := make([]handlerState, len(specs))
+	var superseded superseding
 	for i, spec := range specs {
 		rec, found := c.store.progress.Fetch(body, spec.ID)
 		stored := rec
-		if found && rec.Purpose != "" && rec.Purpose != string(cause.Reason) {
-			// A record left by another cause (an update arrived while a create
-			// was retrying): this cause starts fresh.
-			rec, found = state.HandlerRecord{}, false
+		switch {
+		case !found || rec.Purpose == "" || rec.Purpose == string(cause.Reason):
+		case rec.Purpose == string(causes.Resume) && !spec.Serves(cause.Reason):
+			// A resume handler that joins the update superseding a resume keeps its
+			// progress (kopf re-purposes it): one that succeeded does not run again.
+			superseded.count(rec)
+			rec.Purpose = string(cause.Reason)
+		default:
+			// A record left by another cause (a resume superseded by an update, for
+			// a handler of both): this cause starts it afresh. The subhandlers its
+			// earlier calls registered stay listed, so that the cause's end purges
+			// their records too (kopf keeps the union of subrefs).
+			superseded.count(rec)
+			rec, found = state.HandlerRecord{Subrefs: rec.Subrefs}, false
 		}
 		states[i] = handlerState{spec: spec, record: rec, found: found, stored: stored}
+	}
+	if superseded.any() {
+		// kopf: "Resuming is superseded by updating: 1 succeeded; 0 failed; 1 left."
+		c.log.Info("a cause in progress is superseded by "+string(cause.Reason), "reason", string(cause.Reason),
+			"succeeded", superseded.succeeded, "failed", superseded.failed, "left", superseded.left)
 	}
 
 	for _, h := range selectToRun(o.opts.Lifecycle, states, c.now) {
@@ -629,7 +645,9 @@ func (c *cycle) handle(ctx context.Context, cause causes.Cause, facts objectFact
 		}
 		return 0, nil
 	}
-	if cause.Reason != causes.Delete && c.mem.pinned == nil && anyFinished(states) {
+	// A resume is not pinned: it changes nothing, and a change made meanwhile
+	// supersedes it (kopf), with the resume handlers' progress kept (above).
+	if cause.Reason != causes.Delete && cause.Reason != causes.Resume && c.mem.pinned == nil && anyFinished(states) {
 		c.mem.pinned = &pinnedCause{reason: cause.Reason, old: cause.Old, new: cause.New, diff: cause.Diff}
 	}
 	for _, h := range states {
@@ -652,6 +670,22 @@ func (c *cycle) handle(ctx context.Context, cause causes.Cause, facts objectFact
 	}
 	return 0, nil
 }
+
+// superseding counts the records of the cause a new one supersedes, for the log.
+type superseding struct{ succeeded, failed, left int }
+
+func (s *superseding) count(rec state.HandlerRecord) {
+	switch {
+	case rec.Success:
+		s.succeeded++
+	case rec.Failure:
+		s.failed++
+	default:
+		s.left++
+	}
+}
+
+func (s superseding) any() bool { return s.succeeded+s.failed+s.left > 0 }
 
 // finishCause stores the diff-base (the essence now handled), purges progress records
 // (of every handler of the resource, kopf: not only those that ran in this cause),
