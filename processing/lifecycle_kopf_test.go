@@ -146,3 +146,32 @@ func TestParentStartedAfreshKeepsItsEarlierSubhandlersForThePurge(t *testing.T) 
 		return base["spec"].(map[string]any)["size"] == int64(2)
 	})
 }
+
+// kopf, issue 33 7c: a parent invoked while its subhandlers are pending has made an
+// attempt (kopf's HandlerChildrenRetry is an outcome like any other): its ctx.retry
+// counts up, and its retries bound how long its subhandlers may take.
+func TestParentRetriesCountWhileItsSubhandlersArePending(t *testing.T) {
+	h := newFakeHandlers()
+	parent := changeSpec("parent", causes.Create)
+	parent.Retries = 2
+	h.add(parent, func(context.Context, causes.Call) (causes.Result, error) {
+		return causes.Result{Subhandlers: []causes.Spec{changeSpec("parent/a", causes.Create)}}, nil
+	})
+	h.mu.Lock()
+	h.fns["parent/a"] = temporaryFailure(time.Second)
+	h.mu.Unlock()
+	e := startEnv(t, h, Options{})
+	e.create("w1", nil)
+	e.eventually("the parent failed for good (the cause is done)", func() bool {
+		e.clock.Step(time.Second) // the child's retries
+		_, done := e.annotations("w1")[state.LastHandledKey("luaop.dev")]
+		return done
+	})
+	var retries []int
+	for _, c := range h.callsOf("parent", "w1") {
+		retries = append(retries, c.retry)
+	}
+	if len(retries) != 2 || retries[0] != 0 || retries[1] != 1 {
+		t.Errorf("the parent ran with ctx.retry %v, want [0 1]: two attempts, then its retries were spent", retries)
+	}
+}

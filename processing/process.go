@@ -862,6 +862,11 @@ func (c *cycle) runSubhandlers(ctx context.Context, parent causes.Spec, rec stat
 		c.subhandlerIDs = append(c.subhandlerIDs, ch.spec.ID)
 	}
 	if !allFinished(children) {
+		// kopf counts the attempt (HandlerChildrenRetry is an outcome like any):
+		// the parent's ctx.retry goes up, and its retries and timeout bound how
+		// long its subhandlers may take.
+		rec.Retries++
+		rec.Message = "subhandlers pending: " + strings.Join(pendingIDs(children), ", ")
 		rec.Delayed = nil
 		if !anyAwake(children, c.now) {
 			if at, ok := earliestWakeup(children, c.now); ok {
@@ -881,6 +886,17 @@ func (c *cycle) runSubhandlers(ctx context.Context, parent causes.Spec, rec stat
 	rec.Success, rec.Message = true, ""
 	c.report(parent.ID, reason, rec, OutcomeSuccess, 0, nil)
 	return rec
+}
+
+// pendingIDs are the ids of the handlers not finished yet.
+func pendingIDs(states []handlerState) []string {
+	var ids []string
+	for _, h := range states {
+		if !h.record.Finished() {
+			ids = append(ids, h.spec.ID)
+		}
+	}
+	return ids
 }
 
 func anyAwake(states []handlerState, now time.Time) bool {
