@@ -2,6 +2,7 @@ package processing
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -173,5 +174,40 @@ func TestParentRetriesCountWhileItsSubhandlersArePending(t *testing.T) {
 	}
 	if len(retries) != 2 || retries[0] != 0 || retries[1] != 1 {
 		t.Errorf("the parent ran with ctx.retry %v, want [0 1]: two attempts, then its retries were spent", retries)
+	}
+}
+
+// kopf's randomized lifecycle (issue 33 7d): one handler per cycle, chosen at random;
+// each runs once, every one on a body of its own (the previous one's write).
+func TestRandomizedLifecycleRunsOneHandlerPerCycle(t *testing.T) {
+	h := newFakeHandlers()
+	var mu sync.Mutex
+	seenVersions := map[string]string{}
+	for _, id := range []string{"a", "b", "c", "d"} {
+		h.add(changeSpec(id, causes.Create), func(_ context.Context, call causes.Call) (causes.Result, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			seenVersions[call.Handler.ID] = call.Cause.Body["metadata"].(map[string]any)["resourceVersion"].(string)
+			return causes.Result{Value: "done"}, nil
+		})
+	}
+	e := startEnv(t, h, Options{Lifecycle: LifecycleRandomized})
+	e.create("w1", nil)
+	e.eventually("the creation handled", func() bool {
+		_, done := e.annotations("w1")[state.LastHandledKey("luaop.dev")]
+		return done
+	})
+	e.settleIn(widgetsGVR, "w1")
+	versions := map[string]bool{}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, id := range []string{"a", "b", "c", "d"} {
+		if n := len(h.callsOf(id, "w1")); n != 1 {
+			t.Errorf("%s ran %d times, want 1", id, n)
+		}
+		versions[seenVersions[id]] = true
+	}
+	if len(versions) != 4 {
+		t.Errorf("the handlers ran on %d bodies, want 4 (one per cycle): %v", len(versions), seenVersions)
 	}
 }
