@@ -166,6 +166,10 @@ func (s *shard) add(L *lua.LState, col *collected, spec causes.Spec, fn *lua.LFu
 	if opts != nil {
 		s.applyOptions(L, &spec, fns, filters, opts)
 	}
+	spec.NamedField = filters.field
+	if spec.NamedField == nil {
+		spec.NamedField = spec.Field
+	}
 	if spec.ID == "" {
 		spec.ID = defaultID(col, spec.Source, suffix)
 	}

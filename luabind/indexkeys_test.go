@@ -1,6 +1,7 @@
 package luabind
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/luaop/luaop/processing/causes"
@@ -122,4 +123,32 @@ func equalJSON(a, b any) bool {
 		return true
 	}
 	return a == b
+}
+
+// Every kind of handler says which field its field option names (Spec.NamedField):
+// the core adds those fields to the essence its idle timers watch (kopf adds every
+// handler's field to the essence). Only change handlers get Field (it reduces their
+// cause to the field).
+func TestNamedFieldOfEveryKind(t *testing.T) {
+	rt := loadedRuntime(t, Options{}, "f.lua", `
+local luaop = require("luaop")
+local r = "`+widgetsResource+`"
+luaop.timer(r, function() end, { id = "timer", idle = 5, field = "status.phase" })
+luaop.daemon(r, function() end, { id = "daemon", field = "spec.size", value = 3 })
+luaop.on.event(r, function() end, { id = "event", field = "metadata.labels.app" })
+luaop.on.field(r, "spec.mode", function() end, { id = "field" })
+luaop.on.update(r, function() end, { id = "update", field = "spec.items" })
+luaop.on.create(r, function() end, { id = "plain" })
+`)
+	for id, want := range map[string]string{"timer": "status.phase", "daemon": "spec.size", "event": "metadata.labels.app",
+		"field": "spec.mode", "update": "spec.items", "plain": ""} {
+		spec := specOf(t, rt, id)
+		if got := strings.Join(spec.NamedField, "."); got != want {
+			t.Errorf("%s: NamedField %q, want %q", id, got, want)
+		}
+		changeOrNot := spec.Kind == causes.KindChange
+		if gotField := strings.Join(spec.Field, "."); changeOrNot && gotField != want || !changeOrNot && gotField != "" {
+			t.Errorf("%s (%s): Field %q", id, spec.Kind, gotField)
+		}
+	}
 }

@@ -802,9 +802,22 @@ func (o *Reactor) indexesReady(idx *specIndex) bool {
 }
 
 // noteEssentialChange remembers when the object's essence (what users change, not
-// status or the operator's annotations) last changed, for idle timers.
+// status or the operator's annotations) last changed, for idle timers. The fields
+// the resource's handlers name (a timer's field = "status.phase" included) are part
+// of it, as kopf adds them to the essence; they are read without luaop's own
+// bookkeeping.
 func (c *cycle) noteEssentialChange() {
-	encoded, err := state.EncodeEssence(state.Essence(c.body.Object, c.op.opts.Prefix))
+	essence := state.Essence(c.body.Object, c.op.opts.Prefix)
+	var named [][]string
+	for _, s := range c.specs {
+		if len(s.NamedField) > 0 {
+			named = append(named, s.NamedField)
+		}
+	}
+	if len(named) > 0 {
+		essence = withFields(essence, state.WithoutBookkeeping(c.body.Object, c.op.opts.Prefix, c.op.opts.StatusField), named)
+	}
+	encoded, err := state.EncodeEssence(essence)
 	if err != nil {
 		return
 	}

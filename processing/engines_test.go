@@ -340,3 +340,24 @@ func TestDaemonStoppedAsItsDelayEndsDoesNotStart(t *testing.T) {
 	}
 	t.Logf("%d of %d daemons were stopped before their first attempt began", stoppedFirst, rounds*n)
 }
+
+// A change of the field a timer names (its field option), outside the essence
+// (status.phase), resets its idle time as any essential change does: kopf adds the
+// fields handlers name to the essence. (luabind sets NamedField for timers: its
+// TestNamedFieldOfEveryKind.)
+func TestIdleTimerIsResetByTheFieldItNames(t *testing.T) {
+	h := newFakeHandlers()
+	h.add(causes.Spec{ID: "quiet", Kind: causes.KindTimer, Resource: widgets, Idle: 5 * time.Second,
+		NamedField: []string{"status", "phase"}}, nil)
+	e := startEnv(t, h, Options{})
+	e.create("w1", map[string]any{"size": int64(1)})
+	e.patch("w1", `{"status":{"phase":"starting"}}`)
+	e.settleIn(widgetsGVR, "w1")
+	e.clock.Step(3 * time.Second)
+	e.patch("w1", `{"status":{"phase":"running"}}`)
+	e.settleIn(widgetsGVR, "w1")
+	e.clock.Step(3 * time.Second) // 6 s since the object appeared, 3 s since its phase changed
+	e.stays("w1", "a run 3 s after its field changed", func() bool { return len(h.callsOf("quiet", "w1")) > 0 })
+	e.clock.Step(2 * time.Second)
+	e.eventually("the run idle seconds after the field changed", func() bool { return len(h.callsOf("quiet", "w1")) == 1 })
+}

@@ -91,6 +91,12 @@ type Spec struct {
 	// receives old/new/diff of that field only. FieldValue, when non-nil, requires the
 	// field's new value to equal it.
 	Field []string
+	// NamedField is the field the handler's field option (or on.field's path) names,
+	// for every kind: for a change handler it is Field; for a daemon, a timer, an
+	// event handler or an index it is a filter (evaluated by the binding). kopf adds
+	// the fields every handler names to the essence: a change of one resets the
+	// object's idle timers.
+	NamedField []string
 	// Retries is the maximum number of attempts; 0 means unlimited.
 	Retries int
 	// Backoff is the delay after an arbitrary error. Defaults to 60s (kopf).
