@@ -129,6 +129,14 @@ func (o *Reactor) process(ctx context.Context, key objectKey) (time.Duration, er
 	// consistency (daemons read theirs through the inbox, as the watch delivers it).
 	c.updateIndexes(ctx)
 	c.adjustDaemons(ctx)
+	newEvent := in.lastSeenVersion != mem.seenVersion
+	mem.seenVersion = in.lastSeenVersion
+	if mem.retryAt.After(now) && !newEvent && !st.inbox.hasDaemonPatch(mem.uid) && mem.eventPatch == nil {
+		// The change handling failed on a framework error and waits for its
+		// backoff; nothing new arrived: this wake-up is for the timers, which keep
+		// their schedule (kopf's timers are tasks of their own).
+		return soonest(c.runTimersAlone(ctx), mem.retryAt.Sub(now)), errBackingOff
+	}
 	if waitForConsistency > 0 {
 		return waitForConsistency, nil
 	}
@@ -184,18 +192,46 @@ func (o *Reactor) process(ctx context.Context, key objectKey) (time.Duration, er
 	o.ready.processed(key)
 	if err != nil {
 		keepTheirs(err)
-		return 0, err
+		// The timers run all the same, in a write of their own.
+		return c.frameworkFailed(ctx, c.runTimersAlone(ctx), err)
 	}
 	timersWake := c.runTimers(ctx)
 	o.board.setTimers(key, mem.timers)
 	if err := c.apply(ctx); err != nil { // what timers (or daemons) wrote
 		keepTheirs(err)
-		return 0, err
+		return c.frameworkFailed(ctx, timersWake, err)
 	}
+	mem.retryAt = time.Time{}
 	if c.resumeIsHandled {
 		mem.resumeIsHandled = true
 	}
 	return soonest(requeue, timersWake), nil
+}
+
+// errBackingOff: a cycle ran only the object's timers, while the change handling
+// waits for the backoff of a framework error (processNext keeps that backoff).
+var errBackingOff = errors.New("backing off after a framework error; only the timers ran")
+
+// frameworkFailed is the end of a cycle that failed on a framework error: the
+// change handling is tried again after the object's failure backoff, or on a new
+// event; the timers' next run may come sooner.
+func (c *cycle) frameworkFailed(ctx context.Context, timersWake time.Duration, err error) (time.Duration, error) {
+	retryIn := c.op.failures.When(c.key)
+	c.mem.retryAt = c.now.Add(retryIn)
+	return soonest(retryIn, timersWake), err
+}
+
+// runTimersAlone runs the timers that are due, in a write of their own: in a cycle
+// whose change handling failed or is backing off (its patch is not theirs to lose).
+func (c *cycle) runTimersAlone(ctx context.Context) time.Duration {
+	c.patch = state.NewPatch()
+	c.carried, c.endsCause = false, false
+	wake := c.runTimers(ctx)
+	c.op.board.setTimers(c.key, c.mem.timers)
+	if err := c.apply(ctx); err != nil {
+		c.log.Error("the timers' patch failed; their results are lost, they run again at their next time", "error", err)
+	}
+	return wake
 }
 
 // soonest returns the smaller positive duration (0 means none).
