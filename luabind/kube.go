@@ -119,21 +119,28 @@ func (s *shard) installKube(mod *lua.LTable) {
 	}
 	mod.RawSetString("kube", kube)
 
-	for name, eventType := range map[string]string{"info": "Normal", "warn": "Warning", "exception": "Warning"} {
+	// Events (kopf's posting): luaop.event(objs, type, reason, message) with any
+	// type; luaop.info / warn(objs, reason, message); luaop.exception(objs, reason,
+	// message, err) or luaop.exception(objs, err). objs is an object or a list of
+	// objects: one Event each.
+	mod.RawSetString("event", L.NewFunction(func(L *lua.LState) int {
+		objs := s.checkObjects(L, 1)
+		eventType, reason, message := L.CheckString(2), L.CheckString(3), L.OptString(4, "")
+		return s.postEvents(L, objs, eventType, reason, message)
+	}))
+	for name, eventType := range map[string]string{"info": "Normal", "warn": "Warning"} {
 		eventType := eventType
 		mod.RawSetString(name, L.NewFunction(func(L *lua.LState) int {
-			k := s.kube(L)
-			obj := s.checkObject(L, 1)
+			objs := s.checkObjects(L, 1)
 			reason, message := L.CheckString(2), L.OptString(3, "")
-			var err error
-			s.blockingPoint(L, func(ctx context.Context) { err = k.Event(ctx, obj, eventType, reason, message) })
-			if err != nil {
-				return s.pushError(L, err)
-			}
-			L.Push(lua.LTrue)
-			return 1
+			return s.postEvents(L, objs, eventType, reason, message)
 		}))
 	}
+	mod.RawSetString("exception", L.NewFunction(func(L *lua.LState) int {
+		objs := s.checkObjects(L, 1)
+		reason, message, err := exceptionArgs(L)
+		return s.postEvents(L, objs, "Warning", reason, message+err)
+	}))
 
 	jsonMod := L.NewTable()
 	jsonMod.RawSetString("encode", L.NewFunction(func(L *lua.LState) int {
@@ -302,6 +309,88 @@ return function(seconds)
   return slept
 end
 `
+
+// exceptionArgs reads luaop.exception's arguments after the objects, as kopf's
+// exception(objs, reason, message, exc): (reason, message, err), or (err) alone when
+// err is a luaop error value (luaop.temporary_error(...), or one pcall caught). The
+// reason defaults to the kind of the error (TemporaryError, PermanentError,
+// AdmissionError, Error); the message is "message err" (kopf's f'{message} {exc}'),
+// returned as message and the " err" part.
+func exceptionArgs(L *lua.LState) (reason, message, errText string) {
+	var errValue lua.LValue = lua.LNil
+	if ud, ok := L.Get(2).(*lua.LUserData); ok && L.GetTop() == 2 {
+		errValue = ud
+	} else {
+		reason, message = L.OptString(2, ""), L.OptString(3, "")
+		errValue = L.Get(4)
+	}
+	if errValue != lua.LNil {
+		text := L.ToStringMeta(errValue).String()
+		kind := ""
+		if ud, ok := errValue.(*lua.LUserData); ok && ud.Metatable != lua.LNil && L.GetMetaField(ud, "__metatable") == lua.LString("luaop.error") {
+			kind = L.GetField(ud, "kind").String()
+			text = L.GetField(ud, "message").String()
+		}
+		if reason == "" {
+			reason = map[string]string{"temporary": "TemporaryError", "permanent": "PermanentError", "admission": "AdmissionError"}[kind]
+			if reason == "" {
+				reason = "Error"
+			}
+		}
+		if message != "" {
+			errText = " " + text
+		} else {
+			errText = text
+		}
+	}
+	if reason == "" {
+		L.ArgError(2, "a reason or an error expected")
+	}
+	return reason, message, errText
+}
+
+// checkObjects reads an object, or a list of objects, to post Events about.
+func (s *shard) checkObjects(L *lua.LState, n int) []map[string]any {
+	v, err := luavalue.FromLua(L.CheckAny(n))
+	if err != nil {
+		L.ArgError(n, err.Error())
+	}
+	switch x := v.(type) {
+	case map[string]any:
+		return []map[string]any{x}
+	case []any:
+		out := make([]map[string]any, 0, len(x))
+		for i, item := range x {
+			obj, ok := item.(map[string]any)
+			if !ok {
+				L.ArgError(n, fmt.Sprintf("item %d of the list is not a Kubernetes object", i+1))
+			}
+			out = append(out, obj)
+		}
+		return out
+	}
+	L.ArgError(n, "a Kubernetes object (a table with apiVersion, kind and metadata), or a list of them, expected")
+	return nil
+}
+
+// postEvents posts one Event per object and returns true, or nil, message, reason
+// of the first failure (the others are posted all the same).
+func (s *shard) postEvents(L *lua.LState, objs []map[string]any, eventType, reason, message string) int {
+	k := s.kube(L)
+	var first error
+	s.blockingPoint(L, func(ctx context.Context) {
+		for _, obj := range objs {
+			if err := k.Event(ctx, obj, eventType, reason, message); err != nil && first == nil {
+				first = err
+			}
+		}
+	})
+	if first != nil {
+		return s.pushError(L, first)
+	}
+	L.Push(lua.LTrue)
+	return 1
+}
 
 func (s *shard) kube(L *lua.LState) Kube {
 	if s.rt.opts.Kube == nil {

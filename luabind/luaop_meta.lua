@@ -448,32 +448,51 @@ function luaop.adopt(obj, owner, opts) end
 
 -- Events ---------------------------------------------------------------------
 
----Posts a Normal Kubernetes event about obj (kopf: info).
----@param obj KubeObject The object the event is about (ctx.body).
+---Posts a Kubernetes event of any type about obj, or about each object of a list
+---(kopf: event). Normal and Warning events go through the operator's recorder
+---(rate-limited and aggregated per object); other types are written at once.
+---@param objs KubeObject|KubeObject[] The object the event is about (ctx.body), or a list of them.
+---@param type string "Normal", "Warning", or any other type: "SomeType".
 ---@param reason string Short CamelCase reason: "Scaled".
 ---@param message? string Human-readable message.
 ---@return true|nil ok
----@return string? err The error message when the event was not posted.
+---@return string? err The error message when an event was not posted (the others are).
 ---@return string? reason The API reason of the failure.
-function luaop.info(obj, reason, message) end
+function luaop.event(objs, type, reason, message) end
 
----Posts a Warning Kubernetes event about obj (kopf: warn).
----@param obj KubeObject The object the event is about (ctx.body).
+---Posts a Normal Kubernetes event about obj, or each object of a list (kopf: info).
+---@param objs KubeObject|KubeObject[] The object the event is about (ctx.body), or a list of them.
+---@param reason string Short CamelCase reason: "Scaled".
+---@param message? string Human-readable message.
+---@return true|nil ok
+---@return string? err The error message when an event was not posted.
+---@return string? reason The API reason of the failure.
+function luaop.info(objs, reason, message) end
+
+---Posts a Warning Kubernetes event about obj, or each object of a list (kopf: warn).
+---@param objs KubeObject|KubeObject[] The object the event is about (ctx.body), or a list of them.
 ---@param reason string Short CamelCase reason.
 ---@param message? string Human-readable message.
 ---@return true|nil ok
----@return string? err The error message when the event was not posted.
+---@return string? err The error message when an event was not posted.
 ---@return string? reason The API reason of the failure.
-function luaop.warn(obj, reason, message) end
+function luaop.warn(objs, reason, message) end
 
----Posts a Warning Kubernetes event about a failure concerning obj (kopf: exception).
----@param obj KubeObject The object the event is about (ctx.body).
----@param reason string Short CamelCase reason.
+---Posts a Warning Kubernetes event about a failure concerning obj, or each object of
+---a list (kopf: exception). Give the error itself (what pcall caught, or a
+---luaop.temporary_error/permanent_error value): the message becomes
+---"<message> <error>", and the reason defaults to the error's kind (TemporaryError,
+---PermanentError, AdmissionError, Error). luaop.exception(ctx.body, err) alone works
+---for a luaop error value; a plain error string goes fourth:
+---luaop.exception(ctx.body, "SyncFailed", "could not sync:", err).
+---@param objs KubeObject|KubeObject[] The object the event is about (ctx.body), or a list of them.
+---@param reason? string|LuaopError Short CamelCase reason, or the luaop error value alone.
 ---@param message? string Human-readable message.
+---@param err? any The error: a string or a luaop error value.
 ---@return true|nil ok
----@return string? err The error message when the event was not posted.
+---@return string? err The error message when an event was not posted.
 ---@return string? reason The API reason of the failure.
-function luaop.exception(obj, reason, message) end
+function luaop.exception(objs, reason, message, err) end
 
 -- Time -----------------------------------------------------------------------
 
