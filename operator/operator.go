@@ -242,7 +242,11 @@ func (o *Operator) runHooks(ctx context.Context, kind causes.Kind) error {
 			if ctx.Err() != nil {
 				return fmt.Errorf("%s handler %s: %w", kind, h.spec.ID, ctx.Err())
 			}
-			retryIn, final := hookOutcome(h.spec, err)
+			spec := h.spec
+			if spec.Backoff <= 0 {
+				spec.Backoff = o.opts.Processing.DefaultBackoff // 0: kopf's 60 s
+			}
+			retryIn, final := hookOutcome(spec, err)
 			if err == nil || (final && h.spec.Errors == causes.ErrorsIgnored && !causes.IsPermanent(err)) {
 				if err != nil {
 					o.log.Warn(string(kind)+" handler failed; ignored as configured (errors=ignored)", "handler", h.spec.ID, "error", err)

@@ -501,7 +501,7 @@ func (l *daemonLoop) judge(err error, attempt int, first, t0 time.Time) (delay t
 		l.log.Info("daemon stopped", "took_ms", tookMs(time.Since(t0)))
 		return 0, false
 	}
-	outcome, delay, msg := judgeEngineAttempt(*spec, attempt, o.clock.Now().Sub(first), err)
+	outcome, delay, msg := judgeEngineAttempt(o.opts.withBackoff(*spec), attempt, o.clock.Now().Sub(first), err)
 	o.observe(d.key, spec.ID, "daemon", outcome, time.Since(t0), err)
 	switch outcome {
 	case OutcomeIgnored:
@@ -650,7 +650,7 @@ func (c *cycle) runTimer(ctx context.Context, spec causes.Spec, ts *timerState, 
 			c.patch.Set([]string{"status", spec.ID}, result.Value)
 		}
 		var msg string
-		outcome, delay, msg = judgeEngineAttempt(spec, ts.retries, o.clock.Now().Sub(ts.started), err)
+		outcome, delay, msg = judgeEngineAttempt(o.opts.withBackoff(spec), ts.retries, o.clock.Now().Sub(ts.started), err)
 		switch outcome {
 		case OutcomeRetry:
 			c.log.Error("timer failed; retrying after its backoff", "handler", spec.ID, "error", err, "backoff", delay, "retry", ts.retries+1)

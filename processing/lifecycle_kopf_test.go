@@ -211,3 +211,23 @@ func TestRandomizedLifecycleRunsOneHandlerPerCycle(t *testing.T) {
 		t.Errorf("the handlers ran on %d bodies, want 4 (one per cycle): %v", len(versions), seenVersions)
 	}
 }
+
+// kopf's settings.execution.default_backoff (issue 33, 5): the delay after an
+// arbitrary error for handlers that set no backoff of their own; one that sets its
+// own keeps it.
+func TestDefaultBackoffIsTheOperatorsSetting(t *testing.T) {
+	h := newFakeHandlers()
+	failing := func(context.Context, causes.Call) (causes.Result, error) { return causes.Result{}, errBoom }
+	h.add(changeSpec("own", causes.Create), failing) // the harness gives it a backoff of 1 minute
+	h.mu.Lock()
+	h.specs = append(h.specs, changeSpec("default", causes.Create)) // no backoff: the operator's
+	h.fns["default"] = failing
+	h.mu.Unlock()
+	e := startEnv(t, h, Options{DefaultBackoff: 5 * time.Second, Lifecycle: LifecycleAllAtOnce})
+	e.create("w1", nil)
+	e.eventually("both failed once", func() bool { return len(h.callsOf("own", "w1")) == 1 && len(h.callsOf("default", "w1")) == 1 })
+	e.settleIn(widgetsGVR, "w1")
+	e.clock.Step(5 * time.Second)
+	e.eventually("the handler without a backoff retried after the default, 5 s", func() bool { return len(h.callsOf("default", "w1")) == 2 })
+	e.stays("w1", "the handler with its own backoff retried before it", func() bool { return len(h.callsOf("own", "w1")) != 1 })
+}

@@ -843,7 +843,7 @@ func (c *cycle) runChangeHandler(ctx context.Context, h handlerState, cause caus
 	if err == nil && len(result.Subhandlers) > 0 {
 		return c.runSubhandlers(ctx, h.spec, rec, result.Subhandlers, cause, reason)
 	}
-	rec, outcome := foldOutcome(h.spec, rec, c.now, err)
+	rec, outcome := foldOutcome(o.opts.withBackoff(h.spec), rec, c.now, err)
 	if outcome == OutcomeFailure && err != nil && rec.Message != err.Error() {
 		err = errors.New(rec.Message) // "exceeded its N retries (last error: ...)"
 	}

@@ -166,6 +166,7 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 		Prefix:              s.Prefix,
 		Lifecycle:           processing.Lifecycle(s.Lifecycle),
 		ConsistencyTimeout:  s.ConsistencyTimeout,
+		DefaultBackoff:      s.DefaultBackoff,
 		PostEvents:          &s.PostEvents,
 		ShutdownGracePeriod: s.ShutdownGrace,
 		Logger:              log,

@@ -39,6 +39,7 @@ type settings struct {
 	HandlerTimeout     time.Duration
 	LuaMemoryBudget    int64 // bytes; 0: luabind's default; -1: off
 	ConsistencyTimeout time.Duration
+	DefaultBackoff     time.Duration
 	LogFormat          string
 	LogLevel           string
 	HealthAddress      string
@@ -94,6 +95,7 @@ func addOperatorFlags(fs *pflag.FlagSet, logFormat string) {
 	fs.Duration("handler-timeout", 30*time.Second, "deadline of one Lua handler call (> 0)")
 	fs.String("lua-memory-budget", "auto", "heap the operator may reach while Lua runs; the Lua call running longest when it is passed fails with \"memory budget exceeded\" and is retried: auto (half of GOMEMLIMIT, else half of the container's memory limit, else 1Gi), a size (512Mi, 1G) or off")
 	fs.Duration("consistency-timeout", 5*time.Second, "how long change handlers wait for the operator's own last patch to come back through the watch (> 0)")
+	fs.Duration("default-backoff", 60*time.Second, "how long a handler that failed with an arbitrary error waits before its retry, unless it sets its own backoff (> 0; kopf's settings.execution.default_backoff)")
 	fs.String("log-format", logFormat, "log format: plain or json")
 	fs.String("log-level", "info", "log level: debug, info, warn, error")
 	fs.BoolP("verbose", "v", false, "log at debug level (--log-level=debug)")
@@ -177,6 +179,7 @@ func readSettings(cmd *cobra.Command, v *viper.Viper, subset bool) (settings, er
 	s.HandlerTimeout = r.duration("handler-timeout", false)
 	s.LuaMemoryBudget = r.memoryBudget("lua-memory-budget")
 	s.ConsistencyTimeout = r.duration("consistency-timeout", false)
+	s.DefaultBackoff = r.duration("default-backoff", false)
 	s.LogFormat = r.oneOf("log-format", "plain", "json")
 	s.LogLevel = r.logLevel()
 	s.HealthAddress = r.address("health-address")
