@@ -40,6 +40,11 @@ type AdmissionRequest struct {
 	// Events are logged, not sent.
 	DryRun      bool
 	Subresource string
+	// Headers are the HTTP headers of the request (kopf's headers: ctx.headers);
+	// SSLPeer the verified client certificate, nil without one (kopf's sslpeer:
+	// ctx.sslpeer). See admission.Request.
+	Headers map[string]string
+	SSLPeer map[string]any
 	// Logger receives ctx.logger and print output (defaults to the runtime's).
 	Logger *slog.Logger
 }
@@ -241,6 +246,17 @@ func (s *shard) admissionField(L *lua.LState, cs *callState, key string) lua.LVa
 			adm.warnings = L.CreateTable(2, 0)
 		}
 		return adm.warnings
+	case "headers":
+		headers := make(map[string]any, len(adm.req.Headers))
+		for k, v := range adm.req.Headers {
+			headers[k] = v
+		}
+		return luavalue.NewProxyNamed(L, headers, "ctx.headers")
+	case "sslpeer":
+		if adm.req.SSLPeer == nil {
+			return lua.LNil
+		}
+		return luavalue.NewProxyNamed(L, adm.req.SSLPeer, "ctx.sslpeer")
 	}
 	return lua.LNil
 }

@@ -491,7 +491,7 @@ func (s *shard) ctxField(L *lua.LState, cs *callState, key string) lua.LValue {
 		}
 	case "resource":
 		return lua.LString(call.Handler.Resource.String())
-	case "operation", "userinfo", "dryrun", "subresource", "warnings":
+	case "operation", "userinfo", "dryrun", "subresource", "warnings", "headers", "sslpeer":
 		return s.admissionField(L, cs, key)
 	case "subhandler":
 		if call.Handler.Kind != causes.KindChange {

@@ -161,6 +161,30 @@
 ---@field failure_policy? "Fail"|"Ignore" Admission handlers: what a failing or late handler means: "Fail" (the default) rejects with the reason, "Ignore" allows with a warning. Also the webhook's failurePolicy (when the operator cannot be reached).
 ---@field subresource? string Admission handlers: serve requests of this subresource ("status", "scale") instead of the resource itself.
 
+---A verified client certificate of an admission request (ctx.sslpeer), named as
+---Python's ssl.getpeercert() names it (kopf's sslpeer).
+---@class SSLPeer
+---@field subject SSLName The certificate's subject.
+---@field issuer SSLName Who signed it.
+---@field serialNumber string The serial number, upper-case hexadecimal.
+---@field notBefore string Valid from (RFC 3339).
+---@field notAfter string Valid until (RFC 3339).
+---@field version integer The X.509 version (3).
+---@field subjectAltName? string[][] The alternative names as {type, value} pairs: {"DNS", "host"}, {"IP Address", "10.0.0.1"}, {"email", "a@b"}, {"URI", "spiffe://..."}.
+
+---A certificate's subject or issuer: commonName and serialNumber are strings, the
+---others lists (a name may hold several).
+---@class SSLName
+---@field commonName? string
+---@field serialNumber? string
+---@field organizationName? string[]
+---@field organizationalUnitName? string[]
+---@field countryName? string[]
+---@field localityName? string[]
+---@field stateOrProvinceName? string[]
+---@field streetAddress? string[]
+---@field postalCode? string[]
+
 ---The argument of every handler and filter function: the object, the cause and the
 ---handler's tools. Fields are read on first use; body, spec, status, meta, labels,
 ---annotations, old and new are read-only views (write through ctx.patch).
@@ -183,6 +207,8 @@
 ---@field dryrun boolean|nil Admission handlers: true when the request will not be persisted (its luaop.kube writes are then logged, not sent).
 ---@field subresource string|nil Admission handlers: the subresource of the request ("status", "scale"), nil for the resource itself.
 ---@field warnings string[]|nil Admission handlers: append strings to send them to the client as warnings.
+---@field headers table<string, string>|nil Admission handlers: the HTTP headers of the request (kopf's headers), by canonical name ("User-Agent", "Authorization"); repeated ones joined with ", " (read-only).
+---@field sslpeer SSLPeer|nil Admission handlers: the client's TLS certificate when it gave one the --webhook-client-ca CAs verify (kopf's sslpeer); nil otherwise (read-only).
 ---@field old any Value before the change: the old object, or the old field value for field handlers (nil on creation).
 ---@field new any Value after the change: the new object, or the new field value for field handlers (nil when removed).
 ---@field diff DiffItem[] The changes between old and new (empty when none).

@@ -201,7 +201,7 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	}
 	var webhooks *admission.Webhooks
 	if s.WebhookAddress != "" {
-		webhooks, err = admission.New(cfg, op.Runtime(), admission.Options{Address: s.WebhookAddress, CertDir: s.WebhookCertDir,
+		webhooks, err = admission.New(cfg, op.Runtime(), admission.Options{Address: s.WebhookAddress, CertDir: s.WebhookCertDir, ClientCA: s.WebhookClientCA,
 			Service: s.WebhookService, URL: s.WebhookURL, Prefix: s.Prefix, RemoveOnExit: s.WebhookCleanup, DryRun: s.DryRun, Namespaces: s.Namespaces, Logger: log})
 		if err != nil {
 			return err

@@ -57,6 +57,7 @@ type settings struct {
 	Apply              []string
 	WebhookAddress     string
 	WebhookCertDir     string
+	WebhookClientCA    string
 	WebhookService     string
 	WebhookURL         string
 	WebhookCleanup     bool
@@ -113,6 +114,7 @@ func addOperatorFlags(fs *pflag.FlagSet, logFormat string) {
 	fs.Duration("shutdown-grace-period", 20*time.Second, "on SIGTERM, how long running handlers and daemons may take to finish before they are cancelled (> 0)")
 	fs.String("webhook-address", "", "address of the HTTPS server of the validate and mutate handlers, host:port (\":9443\"; empty: off)")
 	fs.String("webhook-cert-dir", "", "folder with tls.crt, tls.key and optionally ca.crt (cert-manager, a mounted Secret); empty: a CA and a certificate are generated at start")
+	fs.String("webhook-client-ca", "", "PEM file of the CAs of the client certificates the API server may present; a verified one reaches admission handlers as ctx.sslpeer (kopf's cafile); empty: none is asked for")
 	fs.String("webhook-service", "", "namespace/name of the Service the API server calls the webhooks through (in-cluster); empty: --webhook-url")
 	fs.String("webhook-url", "", "https base URL the API server calls the webhooks at; empty: https://127.0.0.1:<port> (a control plane on this machine)")
 	fs.Bool("webhook-cleanup", false, "delete the webhook configurations when the operator stops")
@@ -197,6 +199,7 @@ func readSettings(cmd *cobra.Command, v *viper.Viper, subset bool) (settings, er
 	s.Apply = r.list("apply")
 	s.WebhookAddress = r.address("webhook-address")
 	s.WebhookCertDir = r.str("webhook-cert-dir")
+	s.WebhookClientCA = r.str("webhook-client-ca")
 	s.WebhookService = r.str("webhook-service")
 	if ns, name, ok := strings.Cut(s.WebhookService, "/"); s.WebhookService != "" && (!ok || ns == "" || name == "") {
 		r.invalid("webhook-service", s.WebhookService, "namespace/name of a Service")
