@@ -321,6 +321,14 @@ func optionApplies(opt, fn string) (bool, string) {
 	return true, ""
 }
 
+// literalID is the first registration of a literal handler id: where, whether a
+// change handler, and the local its function is (nil when not one).
+type literalID struct {
+	where  string
+	change bool
+	fn     *binding
+}
+
 // binding is what a local name is bound to.
 type binding struct {
 	init   ast.Expr // its initializer (nil: unknown)
@@ -349,7 +357,7 @@ type analyzer struct {
 	file     string
 	globals  map[string][]string        // the sandbox's
 	defined  map[string]map[string]bool // per file, the globals it assigns
-	ids      map[string]string          // literal handler ids -> where
+	ids      map[string]literalID       // literal handler ids -> their first registration
 	reported map[string]bool
 	quiet    bool // evaluating, not reporting
 }
@@ -376,7 +384,7 @@ func Analyze(scripts []Script) *Analysis {
 		}
 		chunks[s.Name] = chunk
 	}
-	z := &analyzer{a: a, globals: SandboxGlobals(), defined: map[string]map[string]bool{}, ids: map[string]string{}, reported: map[string]bool{}}
+	z := &analyzer{a: a, globals: SandboxGlobals(), defined: map[string]map[string]bool{}, ids: map[string]literalID{}, reported: map[string]bool{}}
 	names := make([]string, 0, len(chunks))
 	for n := range chunks {
 		names = append(names, n)
@@ -815,11 +823,16 @@ func (z *analyzer) call(c *ast.FuncCallExpr, sc *scope) {
 		}
 		if k.Value == "id" {
 			if id, ok := f.Value.(*ast.StringExpr); ok {
-				where := fmt.Sprintf("%s:%d", z.file, c.Line())
-				if prev, dup := z.ids[id.Value]; dup {
-					z.problem(line, span, "duplicate handler id %q (first registered at %s); give one of them another id = \"...\"", id.Value, prev)
-				} else {
-					z.ids[id.Value] = where
+				this := literalID{where: fmt.Sprintf("%s:%d", z.file, c.Line()), change: kind == regChange}
+				if fn, ok := c.Args[optArg-1].(*ast.IdentExpr); ok && kind == regChange {
+					this.fn = sc.lookup(fn.Value)
+				}
+				if prev, dup := z.ids[id.Value]; !dup {
+					z.ids[id.Value] = this
+				} else if !prev.change || !this.change || prev.fn == nil || prev.fn != this.fn {
+					// The same local function for another cause under one id is one
+					// handler (kopf's two decorators); the load checks the options.
+					z.problem(line, span, "duplicate handler id %q (first registered at %s); give one of them another id = \"...\"", id.Value, prev.where)
 				}
 			}
 		}

@@ -152,3 +152,57 @@ luaop.on.create(r, function() end, { id = "plain" })
 		}
 	}
 }
+
+// kopf's two decorators on one function (@kopf.on.resume and @kopf.on.create, its
+// builtins example) make one handler of both causes: in Lua, the same function
+// registered for two causes under one id, with the same options, is one handler
+// serving both, with one progress record. Another function, or other options,
+// under that id is a duplicate.
+func TestOneFunctionRegisteredForTwoCausesUnderOneID(t *testing.T) {
+	rt := loadedRuntime(t, Options{}, "pods.lua", `
+local luaop = require("luaop")
+local function pod_in_sight(ctx) return ctx.reason end
+luaop.on.resume("v1/pods", pod_in_sight, { id = "pod_in_sight", retries = 3 })
+luaop.on.create("v1/pods", pod_in_sight, { id = "pod_in_sight", retries = 3 })
+`)
+	spec := specOf(t, rt, "pod_in_sight")
+	if len(rt.Specs()) != 1 || !spec.Serves(causes.Resume) || !spec.Serves(causes.Create) || spec.Serves(causes.Update) || spec.Source != "pods.lua:4" {
+		t.Fatalf("specs %v, pod_in_sight %+v: want one handler of resume and create, registered at its first line", specIDs(rt.Specs()), spec)
+	}
+	for _, tc := range []struct{ name, src string }{
+		{"another function", `luaop.on.create("v1/pods", function() end, { id = "x" })
+luaop.on.resume("v1/pods", function() end, { id = "x" })`},
+		{"other options", `local function f() end
+luaop.on.create("v1/pods", f, { id = "x", retries = 1 })
+luaop.on.resume("v1/pods", f, { id = "x", retries = 2 })`},
+		{"another kind", `local function f() end
+luaop.on.create("v1/pods", f, { id = "x" })
+luaop.timer("v1/pods", f, { id = "x", interval = 1 })`},
+	} {
+		_, err := newTestRuntime(t, Options{}).Load(t.Context(), scriptsOf("d.lua", "local luaop = require('luaop')\n"+tc.src))
+		if err == nil || !strings.Contains(err.Error(), `duplicate handler id "x"`) {
+			t.Errorf("%s: err = %v, want a duplicate id", tc.name, err)
+		}
+	}
+}
+
+// luaop check agrees with the load: one local function for two causes under one id
+// is no duplicate; two functions under one id are.
+func TestCheckAcceptsOneFunctionForTwoCauses(t *testing.T) {
+	a := Analyze(scriptsOf("pods.lua", `local luaop = require("luaop")
+local function f(ctx) end
+luaop.on.resume("v1/pods", f, { id = "f" })
+luaop.on.create("v1/pods", f, { id = "f" })
+luaop.on.create("v1/pods", function() end, { id = "g" })
+luaop.on.update("v1/pods", function() end, { id = "g" })
+`))
+	var dups []string
+	for _, p := range a.Problems {
+		if strings.Contains(p.Message, "duplicate handler id") {
+			dups = append(dups, p.Message)
+		}
+	}
+	if len(dups) != 1 || !strings.Contains(dups[0], `"g"`) {
+		t.Errorf("duplicates reported: %q; want only g's", dups)
+	}
+}
