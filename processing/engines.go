@@ -293,7 +293,7 @@ func (c *cycle) startDaemon(runner DaemonRunner, spec *causes.Spec) {
 		return // the operator is stopping
 	}
 	c.mem.daemons.put(d)
-	log := o.log.With(objectAttrs(key, c.info.kind, uid, "handler", spec.ID, "reason", "daemon")...)
+	log := o.log.With(objectAttrs(key, c.info.kind, uid)...)
 	latest := func() map[string]any {
 		if b := in.latestOf(uid); b != nil {
 			return b.Object
@@ -315,7 +315,7 @@ func (c *cycle) startDaemon(runner DaemonRunner, spec *causes.Spec) {
 		o.queue.Add(key)
 	}
 	link := &causes.DaemonLink{Stopped: d.stopped, Cancelled: d.cancelled, Latest: latest, Flush: flush, UID: uid, Name: key.name, Namespace: key.namespace}
-	go (&daemonLoop{op: o, runner: runner, d: d, ctx: ctx, log: log, link: link}).run()
+	go (&daemonLoop{op: o, runner: runner, d: d, ctx: ctx, log: log, callLog: log.With("handler", spec.ID, "reason", "daemon"), link: link}).run()
 }
 
 // daemonLoop runs one daemon: after its initial delay, attempt after attempt until it
@@ -341,8 +341,10 @@ type daemonLoop struct {
 	runner DaemonRunner
 	d      *daemonRun
 	ctx    context.Context // d's context: d.cancel ends it
-	log    *slog.Logger
-	link   *causes.DaemonLink
+	// log is the object's logger (its lines add handler, reason and took_ms, as
+	// every handler's outcome line does); callLog the daemon's ctx.logger.
+	log, callLog *slog.Logger
+	link         *causes.DaemonLink
 	// first is when the first attempt started: retries' timeout counts from it.
 	first time.Time
 }
@@ -465,16 +467,16 @@ func (l *daemonLoop) callFor(attempt int, first time.Time) *causes.Call {
 		return nil
 	}
 	if msg, over := engineExhausted(*spec, attempt, o.clock.Now().Sub(first)); over {
-		l.log.Error("daemon failed for good; not restarted", "error", msg)
+		logOutcome(l.log, o.opts.SuccessLogLevel, spec.ID, "daemon", OutcomeFailure, 0, errors.New(msg), "restarted", false)
 		l.d.returned.Store(true)
 		return nil
 	}
-	l.log.Info("daemon started", "attempt", attempt)
+	l.log.Info("daemon started", "handler", spec.ID, "reason", "daemon", "attempt", attempt)
 	return &causes.Call{
 		// No body: a daemon reads its newest body through Latest, and its identity
 		// from the link; it must not keep its first body alive for its whole life.
 		Handler: *spec, Cause: causes.Cause{Resource: l.d.key.resource},
-		Retry: attempt, Started: l.d.startedAt, Runtime: o.clock.Now().Sub(first), Logger: l.log,
+		Retry: attempt, Started: l.d.startedAt, Runtime: o.clock.Now().Sub(first), Logger: l.callLog,
 		Daemon: l.link, Indexes: o.indexes,
 	}
 }
@@ -485,35 +487,37 @@ func (l *daemonLoop) callFor(attempt int, first time.Time) *causes.Call {
 //go:noinline
 func (l *daemonLoop) judge(err error, attempt int, first, t0 time.Time) (delay time.Duration, again bool) {
 	o, d, spec := l.op, l.d, l.d.spec
+	took := time.Since(t0)
 	if err == nil {
 		d.returned.Store(!d.stopping())
-		l.log.Info("daemon exited", "took_ms", tookMs(time.Since(t0)))
-		o.observe(d.key, spec.ID, "daemon", OutcomeSuccess, time.Since(t0), nil)
+		// kopf: a daemon that returns succeeded; it is not restarted.
+		logOutcome(l.log, o.opts.SuccessLogLevel, spec.ID, "daemon", OutcomeSuccess, took, nil, "restarted", false)
+		o.observe(d.key, spec.ID, "daemon", OutcomeSuccess, took, nil)
 		return 0, false
 	}
 	if errors.Is(err, causes.ErrDaemonCancelled) {
 		// kopf: "is cancelled. Will escalate." A daemon that went on after its stop
 		// (a loop relying on cancellation, as kopf's async daemons do) ends here.
-		l.log.Info("daemon cancelled: it went on after its stop", "took_ms", tookMs(time.Since(t0)))
+		l.log.Info("daemon cancelled: it went on after its stop", "handler", spec.ID, "reason", "daemon", "took_ms", tookMs(took))
 		return 0, false
 	}
 	if d.stopping() || l.ctx.Err() != nil {
-		l.log.Info("daemon stopped", "took_ms", tookMs(time.Since(t0)))
+		l.log.Info("daemon stopped", "handler", spec.ID, "reason", "daemon", "took_ms", tookMs(took))
 		return 0, false
 	}
 	outcome, delay, msg := judgeEngineAttempt(o.opts.withBackoff(*spec), attempt, o.clock.Now().Sub(first), err)
-	o.observe(d.key, spec.ID, "daemon", outcome, time.Since(t0), err)
+	o.observe(d.key, spec.ID, "daemon", outcome, took, err)
 	switch outcome {
 	case OutcomeIgnored:
-		l.log.Warn("daemon failed; the error is ignored and it is not restarted", "error", err)
+		logOutcome(l.log, o.opts.SuccessLogLevel, spec.ID, "daemon", outcome, took, err, "restarted", false)
 		d.returned.Store(true)
 		return 0, false
 	case OutcomeFailure:
-		l.log.Error("daemon failed for good; not restarted", "error", msg)
+		logOutcome(l.log, o.opts.SuccessLogLevel, spec.ID, "daemon", outcome, took, errors.New(msg), "restarted", false)
 		d.returned.Store(true)
 		return 0, false
 	}
-	l.log.Error("daemon failed; restarting after the backoff", "error", err, "backoff", delay, "retry", attempt+1)
+	logOutcome(l.log, o.opts.SuccessLogLevel, spec.ID, "daemon", OutcomeRetry, took, err, "backoff", delay, "retry", attempt+1)
 	return delay, true
 }
 
@@ -638,7 +642,7 @@ func (c *cycle) runTimer(ctx context.Context, spec causes.Spec, ts *timerState, 
 	if msg, over := engineExhausted(spec, ts.retries, now.Sub(ts.started)); over {
 		// Strict check: the time or the tries ran out while the timer waited.
 		err, outcome = &causes.PermanentError{Message: msg}, OutcomeFailure
-		c.log.Error("timer failed for good; it runs again at its next interval", "handler", spec.ID, "error", err)
+		logOutcome(c.log, o.opts.SuccessLogLevel, spec.ID, "timer", outcome, 0, err, "next", "its next interval")
 	} else {
 		var result causes.Result
 		result, err = o.handlers.Invoke(ctx, causes.Call{
@@ -651,13 +655,14 @@ func (c *cycle) runTimer(ctx context.Context, spec causes.Spec, ts *timerState, 
 		}
 		var msg string
 		outcome, delay, msg = judgeEngineAttempt(o.opts.withBackoff(spec), ts.retries, o.clock.Now().Sub(ts.started), err)
+		took := time.Since(t0)
 		switch outcome {
 		case OutcomeRetry:
-			c.log.Error("timer failed; retrying after its backoff", "handler", spec.ID, "error", err, "backoff", delay, "retry", ts.retries+1)
+			logOutcome(c.log, o.opts.SuccessLogLevel, spec.ID, "timer", outcome, took, err, "backoff", delay, "retry", ts.retries+1)
 		case OutcomeFailure:
-			c.log.Error("timer failed for good; it runs again at its next interval", "handler", spec.ID, "error", msg)
-		case OutcomeIgnored:
-			c.log.Warn("timer failed; the error is ignored", "handler", spec.ID, "error", err)
+			logOutcome(c.log, o.opts.SuccessLogLevel, spec.ID, "timer", outcome, took, errors.New(msg), "next", "its next interval")
+		default:
+			logOutcome(c.log, o.opts.SuccessLogLevel, spec.ID, "timer", outcome, took, err)
 		}
 	}
 	o.observe(c.key, spec.ID, "timer", outcome, time.Since(t0), err)
@@ -751,13 +756,18 @@ func (c *cycle) updateIndexes(ctx context.Context) {
 			o.indexes.Set(spec.ID, c.key.String(), nil)
 			continue
 		}
+		t0 := time.Now()
 		result, err := o.handlers.Invoke(ctx, causes.Call{Handler: spec, Cause: cause, Patch: state.NewPatch(),
-			Started: c.now, Logger: c.log.With("handler", spec.ID), Indexes: o.indexes})
+			Started: c.now, Logger: c.log.With("handler", spec.ID, "reason", "index"), Indexes: o.indexes})
+		took := time.Since(t0)
 		if err != nil {
-			c.log.Error("index function failed; the object's entries are left out", "handler", spec.ID, "error", err)
+			c.log.Error("handler failed; the object's index entries are left out", "handler", spec.ID, "reason", "index", "took_ms", tookMs(took), "error", err)
 			o.indexes.Set(spec.ID, c.key.String(), nil)
 			continue
 		}
+		// At debug level whatever the setting, as kopf's terse logger of indexes:
+		// they run on every change of every object of the resource.
+		logOutcome(c.log, slog.LevelDebug, spec.ID, "index", OutcomeSuccess, took, nil)
 		o.indexes.Set(spec.ID, c.key.String(), indexEntries(result.Value))
 	}
 	c.mem.indexedVersion = rv

@@ -53,6 +53,7 @@ func (o *Reactor) process(ctx context.Context, key objectKey) (time.Duration, er
 		}
 	}
 
+	handled := mem.uid != "" && mem.uid == in.uid // a cycle saw this incarnation
 	if mem.uid != "" && (in.gone || mem.uid != in.uid) {
 		// This incarnation is over: deleted, or deleted and re-created under the
 		// same name before this worker ran. Its daemons, index entries and memo go
@@ -62,6 +63,10 @@ func (o *Reactor) process(ctx context.Context, key objectKey) (time.Duration, er
 		*mem = objectMemory{}
 	}
 	if in.gone {
+		if handled {
+			// kopf: "Deleted, really deleted, and we are notified."
+			log.Log(ctx, o.opts.SuccessLogLevel, "deleted, really deleted, and the operator is notified", "reason", string(causes.Gone))
+		}
 		if o.objects.dropIfGone(key, st) && o.ready.forget(key) {
 			o.wakeIndexWaiters()
 		}
@@ -294,14 +299,19 @@ func (o *Reactor) runEventHandlers(ctx context.Context, log *slog.Logger, key ob
 		}
 		start := time.Now()
 		result, err := o.handlers.Invoke(ctx, causes.Call{Handler: spec, Cause: cause, Patch: patch, Started: start, Logger: log.With("handler", spec.ID, "reason", "event"), Indexes: o.indexes})
+		took := time.Since(start)
 		outcome := OutcomeSuccess
 		if err != nil {
+			// kopf: event handlers' errors are ignored (never retried), and logged.
 			outcome = OutcomeIgnored
-			log.Error("event handler failed (event handlers are never retried)", "handler", spec.ID, "event", ev.eventType, "error", err)
-		} else if result.Value != nil {
-			patch.Set([]string{"status", spec.ID}, result.Value)
+			log.Error("handler failed; event handlers are never retried", "handler", spec.ID, "reason", "event", "took_ms", tookMs(took), "error", err, "event", ev.eventType)
+		} else {
+			if result.Value != nil {
+				patch.Set([]string{"status", spec.ID}, result.Value)
+			}
+			logOutcome(log, o.opts.SuccessLogLevel, spec.ID, "event", OutcomeSuccess, took, nil, "event", ev.eventType)
 		}
-		o.observe(key, spec.ID, "event", outcome, time.Since(start), err)
+		o.observe(key, spec.ID, "event", outcome, took, err)
 	}
 	return patch
 }
@@ -820,7 +830,7 @@ func (c *cycle) runChangeHandler(ctx context.Context, h handlerState, cause caus
 	rec.Purpose = string(reason)
 	if msg, ex := exhausted(h.spec, rec, c.now); ex {
 		rec.Failure, rec.Stopped, rec.Delayed, rec.Message = true, &c.now, nil, msg
-		c.log.Error("handler failed for good", "handler", h.spec.ID, "reason", string(reason), "error", msg)
+		logOutcome(c.log, o.opts.SuccessLogLevel, h.spec.ID, string(reason), OutcomeFailure, 0, errors.New(msg))
 		c.post("Warning", "HandlerFailed", msg)
 		o.observeAs(c.key, h.spec.ID, c.topID(h.spec.ID), string(reason), OutcomeFailure, 0, errors.New(msg))
 		return rec
@@ -946,18 +956,18 @@ func anyAwake(states []handlerState, now time.Time) bool {
 
 // report logs, posts and observes one handler outcome.
 func (c *cycle) report(id string, reason causes.Reason, rec state.HandlerRecord, outcome Outcome, took time.Duration, err error) {
+	var more []any
+	if outcome == OutcomeRetry {
+		more = []any{"retry", rec.Retries, "at", rec.Delayed.Format(time.RFC3339)}
+	}
+	logOutcome(c.log, c.op.opts.SuccessLogLevel, id, string(reason), outcome, took, err, more...)
 	switch outcome {
 	case OutcomeSuccess:
-		c.log.Log(context.Background(), c.op.opts.SuccessLogLevel, "handler succeeded", "handler", id, "reason", string(reason), "took_ms", tookMs(took))
 		c.post("Normal", "HandlerSucceeded", fmt.Sprintf("Handler %s succeeded (%s).", id, reason))
 	case OutcomeRetry:
-		c.log.Warn("handler will be retried", "handler", id, "reason", string(reason), "retry", rec.Retries, "at", rec.Delayed.Format(time.RFC3339), "error", err)
 		c.post("Warning", "HandlerRetrying", fmt.Sprintf("Handler %s failed, retry %d: %s", id, rec.Retries, err))
 	case OutcomeFailure:
-		c.log.Error("handler failed for good", "handler", id, "reason", string(reason), "error", err)
 		c.post("Warning", "HandlerFailed", fmt.Sprintf("Handler %s failed permanently: %s", id, err))
-	case OutcomeIgnored:
-		c.log.Warn("handler failed; ignored as configured (errors=ignored)", "handler", id, "reason", string(reason), "error", err)
 	}
 	c.op.observeAs(c.key, id, c.topID(id), string(reason), outcome, took, err)
 }
