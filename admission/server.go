@@ -189,7 +189,7 @@ func (s *Server) Handlers() []Handler {
 	sortHandlers(out)
 	if rt := s.rt.Load(); rt != nil {
 		for _, spec := range rt.AdmissionHandlers() {
-			out = append(out, luaHandler(rt, spec))
+			out = append(out, luaHandler(rt, spec, s.log))
 		}
 	}
 	return out
@@ -205,7 +205,7 @@ func (s *Server) lookup(path string) (Handler, bool) {
 	}
 	if rt := s.rt.Load(); rt != nil {
 		for _, spec := range rt.AdmissionHandlers() {
-			if lh := luaHandler(rt, spec); lh.Path() == path {
+			if lh := luaHandler(rt, spec, s.log); lh.Path() == path {
 				return lh, true
 			}
 		}
@@ -213,15 +213,16 @@ func (s *Server) lookup(path string) (Handler, bool) {
 	return Handler{}, false
 }
 
-// luaHandler makes the Handler of a Lua validate or mutate handler.
-func luaHandler(rt *luabind.Runtime, spec causes.Spec) Handler {
+// luaHandler makes the Handler of a Lua validate or mutate handler; its ctx.logger
+// writes to log (the server's: the operator's log).
+func luaHandler(rt *luabind.Runtime, spec causes.Spec, log *slog.Logger) Handler {
 	return Handler{ID: spec.ID, Kind: spec.Kind, FailurePolicy: spec.FailurePolicy, Timeout: spec.Timeout,
 		SideEffects: spec.SideEffects, Source: spec.Source, Resource: spec.Resource, Operations: spec.Operations,
 		Subresource: spec.Subresource, ObjectSelector: objectSelector(rt.LabelFilters(spec.ID)),
 		Admit: func(ctx context.Context, req Request) (Response, error) {
 			r, err := rt.Admit(ctx, luabind.AdmissionRequest{Handler: spec, Operation: req.Operation,
 				Object: req.Object, OldObject: req.OldObject, UserInfo: req.UserInfo, DryRun: req.DryRun,
-				Subresource: req.Subresource, Headers: req.Headers, SSLPeer: req.SSLPeer, Logger: slog.Default().With("handler", spec.ID,
+				Subresource: req.Subresource, Headers: req.Headers, SSLPeer: req.SSLPeer, Logger: log.With("handler", spec.ID,
 					"object", objectName(req), "operation", req.Operation)})
 			return Response{Allowed: r.Allowed, Message: r.Message, Code: r.Code, Warnings: r.Warnings, Patch: r.Patch}, err
 		}}
