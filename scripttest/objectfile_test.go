@@ -56,3 +56,22 @@ end, { id = "size" })
 		t.Fatalf("%+v\n%s", sum, out.String())
 	}
 }
+
+// The kopf examples' own test cases (scripts/kopf-examples/*/tests) pass.
+func TestKopfExampleCases(t *testing.T) {
+	dirs, _ := filepath.Glob(filepath.Join(repoRoot(t), "scripts", "kopf-examples", "*", "tests"))
+	if len(dirs) == 0 {
+		t.Fatal("no tests folder among the kopf examples")
+	}
+	for _, tests := range dirs {
+		files, err := Files(tests)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		sum, err := Run(t.Context(), Options{Scripts: filepath.Dir(tests), Tests: files, Out: &out, Verbose: true})
+		if err != nil || sum.Failed > 0 || sum.Passed == 0 {
+			t.Errorf("%s: %+v, %v\n%s", tests, sum, err, out.String())
+		}
+	}
+}
