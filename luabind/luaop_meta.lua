@@ -222,8 +222,8 @@
 ---@field param any The `param` option of the handler (nil when not given).
 ---@field resource string The handler's resource, "group/version/plural" ("v1/plural" for the core group).
 ---@field subhandler? fun(fn: LuaopHandler, opts?: HandlerOptions) Change handlers: register a child handler with its own progress; the parent finishes when all children have. Nil in other kinds of handlers.
----@field stopped fun(): boolean Daemons: true once the daemon must exit (object deleted, operator stopping, script reloaded).
----@field indexes table<string, table<string, any[]>> The indexes: ctx.indexes.<index id>[key] is the list of values that objects put under key.
+---@field stopped fun(): boolean Daemons: true once the daemon must exit (object deleted, operator stopping, script reloaded). See luaop.sleep for how a stopped daemon ends.
+---@field indexes table<string, table<any, any[]>> The indexes: ctx.indexes.<index id>[key] is the list of values that objects put under key; a key that is a table is compared by value (ctx.indexes.is_running[{ns, name}]), pairs gives keys back as they were returned (tables too), #ctx.indexes.<id> is the number of keys. Probes and startup/cleanup handlers get them too.
 
 ---The `luaop` module: `local luaop = require("luaop")`.
 ---@class LuaopModule
@@ -276,6 +276,8 @@ luaop.yaml = {}
 -- script, or in a module it requires).
 
 ---Registers a handler for the creation of objects of `resource` (kopf: on.create).
+---The same function registered for several causes under one id (opts.id), with the
+---same options, is one handler of all of them (kopf's two decorators on one function).
 ---@param resource LuaopResource "group/version/plural" ("example.com/v1/widgets") or "v1/plural".
 ---@param fn LuaopHandler The handler.
 ---@param opts? HandlerOptions Id, retries, backoff, timeout, errors, param, filters.
@@ -379,8 +381,10 @@ function luaop.timer(resource, fn, opts) end
 
 ---Registers an index (kopf: index): fn runs for each object of `resource` when it
 ---changes and returns a table of key = value (or a single value, kept under key "",
----or nil to leave the object out). Every handler reads ctx.indexes.<id>[key], the
----list of the values the objects put under key.
+---or nil to leave the object out). Keys may be strings, numbers, booleans or tables
+---(kopf's tuples: {[{ctx.namespace, ctx.name}] = true}), compared by value. Every
+---handler (probes, startup and cleanup handlers too) reads ctx.indexes.<id>[key],
+---the list of the values the objects put under key.
 ---@param resource LuaopResource "group/version/plural" ("example.com/v1/widgets") or "v1/plural".
 ---@param fn fun(ctx: HandlerContext): any The index function.
 ---@param opts? HandlerOptions Id (the index's name), param, filters.
@@ -525,7 +529,9 @@ function luaop.exception(objs, reason, message, err) end
 ---Waits `seconds`. Returns false early when the call must end (deadline, shutdown,
 ---or a daemon asked to stop). It does not hold the Lua state: other handlers run
 ---meanwhile (also when called through pcall). In daemons the daemon's ctx.patch is
----applied first.
+---applied first. A stopped daemon is told once: the sleep it is in (or its next one)
+---returns false at once; later sleeps sleep, and once its cancellation_backoff is over
+---its next blocking call (this one included) ends the daemon, which pcall cannot catch.
 ---@param seconds number Seconds to wait (fractions allowed).
 ---@return boolean slept true when the whole delay passed.
 function luaop.sleep(seconds) end
