@@ -42,6 +42,9 @@ func (o *Reactor) kindOf(key objectKey) string {
 // update, delete, resume, event, timer, daemon, index, startup, cleanup, probe) and
 // took_ms, then error when there is one, then more.
 func logOutcome(log *slog.Logger, successLevel slog.Level, id, reason string, outcome Outcome, took time.Duration, err error, more ...any) {
+	if outcome == OutcomeSuccess && !log.Enabled(context.Background(), successLevel) {
+		return // the common case in production (successes at debug): nothing built
+	}
 	attrs := make([]any, 0, 8+len(more))
 	attrs = append(attrs, "handler", id, "reason", reason, "took_ms", tookMs(took))
 	if err != nil {
