@@ -217,3 +217,32 @@ func (s *shard) indexView(L *lua.LState, name string, entries map[string][]any) 
 	L.SetMetatable(view, mt)
 	return view
 }
+
+// IndexKeyText is how a stored index key reads as text (luaop test's results): a
+// string key as it is, a key that was a table, a number or a boolean as its JSON
+// (["default","p1"], 7, true).
+func IndexKeyText(key string) string {
+	if rest, ok := strings.CutPrefix(key, indexKeyMark); ok {
+		return rest
+	}
+	return key
+}
+
+// IndexKeyFromText is IndexKeyText's inverse for what luaop test's cases give: a text
+// that is a JSON array or object (["default","p1"]) stands for a table key; any other
+// text is a string key.
+func IndexKeyFromText(text string) string {
+	t := strings.TrimSpace(text)
+	if !strings.HasPrefix(t, "[") && !strings.HasPrefix(t, "{") {
+		return text
+	}
+	var v any
+	if json.Unmarshal([]byte(t), &v) != nil {
+		return text
+	}
+	data, err := json.Marshal(v) // canonical: as encodeIndexKey writes it
+	if err != nil {
+		return text
+	}
+	return indexKeyMark + string(data)
+}

@@ -276,7 +276,8 @@ func runCase(ctx context.Context, scripts []luabind.Script, dir, prefix string, 
 		indexes.Declare(name)
 		for key, values := range byKey {
 			for i, v := range values {
-				indexes.Set(name, fmt.Sprintf("test/%s/%d", key, i), map[string]any{key: v})
+				// A key written as JSON (["ns","name"]) is a table key, by value.
+				indexes.Set(name, fmt.Sprintf("test/%s/%d", key, i), map[string]any{luabind.IndexKeyFromText(key): v})
 			}
 		}
 	}
@@ -524,6 +525,14 @@ func runHandler(ctx context.Context, rt *luabind.Runtime, spec causes.Spec, c Ca
 	}
 	if err == nil && len(res.Subhandlers) > 0 {
 		err = runSubhandlers(ctx, rt, call, res.Subhandlers)
+	}
+	if m, ok := res.Value.(map[string]any); ok && spec.Kind == causes.KindIndex {
+		// An index function's table keys read as their JSON (["ns","name"]).
+		keyed := make(map[string]any, len(m))
+		for k, v := range m {
+			keyed[luabind.IndexKeyText(k)] = v
+		}
+		res.Value = keyed
 	}
 	return outcome{patch: patch, result: res.Value, err: err}
 }
