@@ -192,6 +192,7 @@ func (dc *daemonCall) park(sleep *daemonSleep) {
 		// Close ran since the daemon yielded (or the daemon caught the closed
 		// error inside pcall and went on to sleep).
 		s.unlock()
+		dc.cs.cancelLua()
 		dc.done(errClosed)
 		return
 	}
@@ -268,6 +269,7 @@ func (dc *daemonCall) wake(w *daemonWake, by wokeBy) {
 		// Runtime.Close ran while the daemon slept: its Lua state is gone, the
 		// daemon ends where it slept.
 		s.unlock()
+		cs.cancelLua()
 		dc.done(errClosed)
 		return
 	}
