@@ -644,8 +644,10 @@ func (c *cycle) handle(ctx context.Context, cause causes.Cause, facts objectFact
 		}
 		states[i] = handlerState{spec: spec, record: rec, found: found, stored: stored}
 	}
-	if superseded.any() {
+	startedBefore := slices.ContainsFunc(states, func(h handlerState) bool { return h.stored.Purpose == string(cause.Reason) })
+	if superseded.any() && !startedBefore {
 		// kopf: "Resuming is superseded by updating: 1 succeeded; 0 failed; 1 left."
+		// Once, in the new cause's first cycle (no record of it yet).
 		c.log.Info("a cause in progress is superseded by "+string(cause.Reason), "reason", string(cause.Reason),
 			"succeeded", superseded.succeeded, "failed", superseded.failed, "left", superseded.left)
 	}
