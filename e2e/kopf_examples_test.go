@@ -112,7 +112,11 @@ type jsonLines struct {
 	raw strings.Builder
 }
 
-func (l *jsonLines) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.raw.Write(p) }
+func (l *jsonLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.raw.Write(p)
+}
 
 func (l *jsonLines) lines() []map[string]any {
 	l.mu.Lock()

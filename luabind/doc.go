@@ -65,7 +65,6 @@
 //     loops on the Go stack) luaop.sleep blocks as below. G.CurrentThread (which
 //     only Resume reads: scripts have no coroutine library) is gopher-lua's to set;
 //     advance resets it before each Resume.
-//
 //   - A stopped daemon (call.Daemon.Stopped) is told once: a luaop.sleep returns
 //     false (callState.notified); once call.Daemon.Cancelled has ended too, the
 //     API's blocking functions are its cancellation points (shard.cancellationPoint,

@@ -217,4 +217,8 @@ type lockedBuilder struct {
 	b  *strings.Builder
 }
 
-func (w lockedBuilder) Write(p []byte) (int, error) { w.mu.Lock(); defer w.mu.Unlock(); return w.b.Write(p) }
+func (w lockedBuilder) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}

@@ -143,6 +143,8 @@ type daemonRegistry struct {
 	ctx     context.Context
 	running map[*daemonRun]struct{}
 	group   sync.WaitGroup
+	// paused: the Reactor is paused, no daemon starts (pause.go).
+	paused bool
 }
 
 func (r *daemonRegistry) open(ctx context.Context) {
@@ -156,7 +158,7 @@ func (r *daemonRegistry) open(ctx context.Context) {
 func (r *daemonRegistry) add(d *daemonRun) (context.Context, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.ctx == nil {
+	if r.ctx == nil || r.paused {
 		return nil, false
 	}
 	ctx, cancel := context.WithCancel(r.ctx)
@@ -290,7 +292,7 @@ func (c *cycle) startDaemon(runner DaemonRunner, spec *causes.Spec) {
 	if !ok {
 		d.endStop()
 		d.endCancel()
-		return // the operator is stopping
+		return // the operator is stopping or paused (Resume gives the object a cycle)
 	}
 	c.mem.daemons.put(d)
 	log := o.log.With(objectAttrs(key, c.info.kind, uid)...)

@@ -21,7 +21,11 @@ type jsonLog struct {
 	buf bytes.Buffer
 }
 
-func (l *jsonLog) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.buf.Write(p) }
+func (l *jsonLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
 
 func (l *jsonLog) lines() []map[string]any {
 	l.mu.Lock()
