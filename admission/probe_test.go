@@ -29,16 +29,32 @@ type probeWorld struct {
 	reachable atomic.Bool
 	reports   atomic.Int32
 	last      atomic.Pointer[Reachability]
+	// hold, when set before Start, holds every sync after its probe (before it
+	// writes) until it is closed; held is told of each sync so held.
+	hold, held chan struct{}
 }
 
-func startProbeWorld(t *testing.T, reachable bool, opts Options) *probeWorld {
+func startProbeWorld(t *testing.T, reachable bool, opts Options, setup ...func(*probeWorld)) *probeWorld {
 	t.Helper()
 	pw := &probeWorld{}
+	for _, f := range setup {
+		f(pw)
+	}
 	pw.reachable.Store(reachable)
 	opts.Address, opts.Prefix = "127.0.0.1:0", "ops.example.com"
 	opts.detect = noDetection("https://127.0.0.1:6443")
 	opts.ProbeBudget = 300 * time.Millisecond
-	opts.OnReachability = func(r Reachability) { pw.reports.Add(1); pw.last.Store(&r) }
+	opts.OnReachability = func(r Reachability) {
+		pw.reports.Add(1)
+		pw.last.Store(&r)
+		if pw.hold != nil {
+			select {
+			case pw.held <- struct{}{}:
+			default:
+			}
+			<-pw.hold
+		}
+	}
 	w, err := New(&rest.Config{Host: "https://127.0.0.1:6443"}, nil, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -106,10 +122,12 @@ func TestProbeReachedRegisters(t *testing.T) {
 // configuration is removed too, and the error says what to do.
 func TestProbeNotReachedRegistersNothing(t *testing.T) {
 	pw := startProbeWorld(t, false, Options{})
-	waitFor(t, "a failed probe reported", func() bool { return pw.reports.Load() > 0 })
-	if v, p := pw.configurations(t); v || p {
-		t.Errorf("configurations left after a failed probe: validate %v, probe %v", v, p)
-	}
+	// OnReachability is told before the sync withdraws what the probe wrote: the
+	// probe's configuration goes a moment after the report.
+	waitFor(t, "a failed probe reported and no configuration left", func() bool {
+		v, p := pw.configurations(t)
+		return pw.reports.Load() > 0 && !v && !p
+	})
 	r := pw.w.Reachability()
 	if !r.Checked || r.Reachable || !strings.Contains(r.Error, "no route to host") || !strings.Contains(r.Error, "--webhook-url") {
 		t.Errorf("Reachability = %+v", r)
@@ -145,4 +163,62 @@ func TestInactiveWritesNothing(t *testing.T) {
 	}
 	pw.w.SetActive(true)
 	waitFor(t, "the validate configuration once active", func() bool { v, _ := pw.configurations(t); return v })
+}
+
+// A sync under way when the operator stops owning the configurations (peering
+// pauses it) ends before WaitIdle returns: a peer that writes its own as soon as
+// this operator's pause returned keeps them (they were overwritten by the paused
+// operator's sync, the API server then calling an operator that handles nothing).
+func TestNoSyncOfAnInactiveOperatorOutlivesWaitIdle(t *testing.T) {
+	pw := startProbeWorld(t, true, Options{}, func(pw *probeWorld) {
+		pw.hold, pw.held = make(chan struct{}), make(chan struct{}, 1)
+	})
+	select {
+	case <-pw.held: // the first sync has probed and is about to write
+	case <-time.After(10 * time.Second):
+		t.Fatal("no probe")
+	}
+	pw.w.SetActive(false)
+	api := pw.client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	peerURL := "https://peer.example.com:8443/validate"
+	peerDone := make(chan error, 1)
+	go func() {
+		if err := pw.w.WaitIdle(t.Context()); err != nil {
+			peerDone <- err
+			return
+		}
+		// The peer takes over at once: its configuration, created or overwritten.
+		peer := &admissionregistrationv1.ValidatingWebhookConfiguration{
+			ObjectMeta: metav1.ObjectMeta{Name: "ops.example.com.validate"},
+			Webhooks: []admissionregistrationv1.ValidatingWebhook{{Name: "cm.validate.ops.example.com",
+				ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &peerURL}}}}
+		_, err := api.Create(context.Background(), peer, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			var cur *admissionregistrationv1.ValidatingWebhookConfiguration
+			if cur, err = api.Get(context.Background(), peer.Name, metav1.GetOptions{}); err == nil {
+				cur.Webhooks = peer.Webhooks
+				_, err = api.Update(context.Background(), cur, metav1.UpdateOptions{})
+			}
+		}
+		peerDone <- err
+	}()
+	var err error
+	select {
+	case err = <-peerDone:
+		close(pw.hold)
+	case <-time.After(300 * time.Millisecond): // WaitIdle waits for the sync held
+		close(pw.hold)
+		err = <-peerDone
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the sync under way at SetActive(false) ended", pw.w.Synced)
+	vc, err := api.Get(t.Context(), "ops.example.com.validate", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := vc.Webhooks[0].ClientConfig.URL; got == nil || *got != peerURL {
+		t.Errorf("the peer's configuration was overwritten by the paused operator's: %+v", vc.Webhooks[0].ClientConfig)
+	}
 }

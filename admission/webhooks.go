@@ -94,6 +94,10 @@ type Webhooks struct {
 	reach  atomic.Pointer[Reachability]
 	active atomic.Bool
 	owner  atomic.Bool
+	// syncing is closed when the sync under way ends (nil: none; WaitIdle). Set
+	// before the sync reads active, so that a SetActive(false) that sync did not
+	// see is followed by a WaitIdle that sees the sync.
+	syncing atomic.Pointer[chan struct{}]
 
 	trigger chan struct{}
 	// resyncEvery overrides the package's resyncEvery (tests).
@@ -322,6 +326,24 @@ func (w *Webhooks) SetActive(active bool) {
 	w.owner.Store(false)
 }
 
+// WaitIdle returns once no sync is under way (or with ctx's error): after
+// SetActive(false), a sync that began while this operator still owned the
+// configurations may yet write (or, its probe failing, withdraw) them; once
+// WaitIdle returned, a peer can write its own without this operator's overwriting
+// them. Peering's pause waits for it.
+func (w *Webhooks) WaitIdle(ctx context.Context) error {
+	done := w.syncing.Load()
+	if done == nil {
+		return nil
+	}
+	select {
+	case <-*done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // Ready tells whether the server is serving (readiness: the Service's endpoints
 // wait for it).
 func (w *Webhooks) Ready() bool { return w.serving.Load() }
@@ -414,7 +436,12 @@ func (w *Webhooks) Start(ctx context.Context) error {
 		case <-periodic.C:
 		}
 		retry = nil
-		if !w.sync(ctx) {
+		done := make(chan struct{})
+		w.syncing.Store(&done)
+		ok := w.sync(ctx)
+		w.syncing.Store(nil)
+		close(done)
+		if !ok {
 			retry = time.After(retryEvery)
 		}
 	}

@@ -27,6 +27,18 @@
 #     holds that address too. down.sh removes the namespace, the veth and the
 #     forwarder. Needs root and iproute2; exits with status 3 when a network
 #     namespace cannot be made (tests skip on it, saying why).
+#
+# A control plane for a node (localcluster/node-up.sh sets these; see there; host
+# topology only):
+#   LUAOP_APISERVER_ADDRESS  the address kube-apiserver listens on and advertises
+#                            (default 127.0.0.1); not loopback: the `kubernetes`
+#                            Service gets it as its endpoint, so pods reach the server
+#   LUAOP_SERVICE_CIDR       the Services' range (default 10.0.0.0/24)
+#   LUAOP_FOR_NODE=1         what pods need: ServiceAccount admission (their token),
+#                            the Node authorizer and NodeRestriction, a client
+#                            certificate for reaching kubelets, and the controllers of
+#                            Deployments, ReplicaSets, EndpointSlices, PodDisruption-
+#                            Budgets and the kube-root-ca.crt ConfigMaps
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -43,20 +55,25 @@ while IFS='=' read -r name _; do
 done < <(env)
 
 TOPOLOGY="${LUAOP_CLUSTER_TOPOLOGY:-host}"
+ADDR="${LUAOP_APISERVER_ADDRESS:-127.0.0.1}"
+SERVICE_CIDR="${LUAOP_SERVICE_CIDR:-10.0.0.0/24}"
+FOR_NODE="${LUAOP_FOR_NODE:-}"
 case "$TOPOLOGY" in
   host | netns) ;;
   *) die "LUAOP_CLUSTER_TOPOLOGY=$TOPOLOGY: use host (the default) or netns (kind-like)" ;;
 esac
+[ "$TOPOLOGY" = host ] || [ "$ADDR" = 127.0.0.1 ] ||
+  die "LUAOP_APISERVER_ADDRESS is for the host topology (netns publishes the API server on 127.0.0.1)"
 
 ready() { # ready <port>: /readyz answers ok
   [ -f "$STATE/ca.crt" ] && [ -f "$STATE/token" ] || return 1
   curl -fsS --max-time 2 --cacert "$STATE/ca.crt" -H "Authorization: Bearer $(cat "$STATE/token")" \
-    "https://127.0.0.1:$1/readyz" 2>/dev/null | grep -qx ok
+    "https://$ADDR:$1/readyz" 2>/dev/null | grep -qx ok
 }
 
 if [ -f "$STATE/apiserver.port" ] && [ "$(cat "$STATE/topology" 2>/dev/null || echo host)" = "$TOPOLOGY" ] &&
   ready "$(cat "$STATE/apiserver.port")"; then
-  log "already running at https://127.0.0.1:$(cat "$STATE/apiserver.port")"
+  log "already running at https://$ADDR:$(cat "$STATE/apiserver.port")"
   echo "$KUBECONFIG_OUT"
   exit 0
 fi
@@ -108,7 +125,7 @@ if [ "$TOPOLOGY" = netns ]; then
 fi
 echo "$TOPOLOGY" > topology
 
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+port_free() { ! (exec 3<>"/dev/tcp/$ADDR/$1") 2>/dev/null && ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 # Ports outside the kernel's ephemeral range: while a component is down (a test
 # restarts it), a port inside that range can be taken by any outgoing connection on the
 # machine, and the restarted etcd or kube-apiserver then fails with "address already in
@@ -141,11 +158,16 @@ if [ ! -f ca.crt ] || [ ! -f ca.key ] || [ ! -f sa.key ]; then
   openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
   head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > token
   printf '%s,admin,admin,system:masters\n' "$(cat token)" > tokens.csv
-  rm -f apiserver.crt
+  # Certificates of the old CA would not be trusted any more.
+  rm -f apiserver.crt kubelet-client.crt
 fi
 # The serving certificate holds the addresses the API server is reached at (the
-# namespace's too in the netns topology, as kubeadm puts the node's there).
-sans="IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default.svc${NODE_IP:+,IP:$NODE_IP}"
+# namespace's too in the netns topology, as kubeadm puts the node's there; the address
+# it advertises for a node) and the first address of the Services' range: the
+# `kubernetes` Service, which pods dial by IP (KUBERNETES_SERVICE_HOST).
+service_ip() { local net=${1%/*} a b c d; IFS=. read -r a b c d <<< "$net"; echo "$a.$b.$c.$((d + 1))"; }
+sans="IP:127.0.0.1,IP:$(service_ip "$SERVICE_CIDR"),DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc${NODE_IP:+,IP:$NODE_IP}"
+[ "$ADDR" = 127.0.0.1 ] || sans="IP:$ADDR,$sans"
 if [ ! -f apiserver.crt ] || [ "$(cat apiserver.sans 2>/dev/null)" != "$sans" ]; then
   log "generating the API server's serving certificate ($sans)"
   openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" \
@@ -154,6 +176,32 @@ if [ ! -f apiserver.crt ] || [ "$(cat apiserver.sans 2>/dev/null)" != "$sans" ];
   openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
     -extfile apiserver.ext -out apiserver.crt 2>/dev/null
   echo "$sans" > apiserver.sans
+fi
+
+# Loopback cannot be the `kubernetes` Service's endpoint ("cannot use public IP
+# 127.0.0.1 with endpoint reconciler"): that Service then has none. Another address is
+# kept as its endpoint by the server itself (the lease reconciler, the default). The
+# netns topology advertises the namespace's address but runs no node: no endpoint.
+server_flags=()
+{ [ "$ADDR" = 127.0.0.1 ] || [ "$TOPOLOGY" = netns ]; } && server_flags+=(--endpoint-reconciler-type none)
+controllers=garbagecollector,namespace,serviceaccount,serviceaccount-token
+if [ "$FOR_NODE" = 1 ]; then
+  if [ ! -f kubelet-client.crt ]; then
+    # kube-apiserver's identity towards kubelets (logs, exec, port-forward).
+    openssl req -newkey rsa:2048 -nodes -subj "/O=system:masters/CN=kube-apiserver-kubelet-client" \
+      -keyout kubelet-client.key -out kubelet-client.csr 2>/dev/null
+    printf 'extendedKeyUsage=clientAuth\n' > kubelet-client.ext
+    openssl x509 -req -in kubelet-client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+      -extfile kubelet-client.ext -out kubelet-client.crt 2>/dev/null
+  fi
+  # Kubelets are reached at their node IP (their names resolve nowhere).
+  server_flags+=(--authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction --kubelet-preferred-address-types InternalIP
+    --kubelet-client-certificate "$STATE/kubelet-client.crt" --kubelet-client-key "$STATE/kubelet-client.key")
+  controllers=$controllers,deployment,replicaset,endpointslice,endpointslicemirroring,disruption,root-ca-cert-publisher,podgc,nodelifecycle
+else
+  # No pods run: the ServiceAccount admission would refuse objects of namespaces
+  # whose default ServiceAccount does not exist yet.
+  server_flags+=(--authorization-mode RBAC --disable-admission-plugins ServiceAccount)
 fi
 
 start() { # start <name> <cmd...>: in its own session, pid recorded
@@ -195,7 +243,7 @@ done
 log "etcd up on 127.0.0.1:$etcd_port"
 
 read -r -a extra_apiserver_flags <<< "${LUAOP_APISERVER_FLAGS:-}"
-api_bind=127.0.0.1 api_advertise=127.0.0.1
+api_bind=$ADDR api_advertise=$ADDR
 [ "$TOPOLOGY" = netns ] && api_bind=0.0.0.0 api_advertise=$NODE_IP
 for attempt in 1 2 3; do
   api_port=$(pick_port) secure_port=$api_port
@@ -206,14 +254,13 @@ for attempt in 1 2 3; do
   fi
   start_cp kube-apiserver "$BIN/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$etcd_port" \
-    --bind-address "$api_bind" --advertise-address "$api_advertise" --endpoint-reconciler-type none \
+    --bind-address "$api_bind" --advertise-address "$api_advertise" "${server_flags[@]}" \
     --secure-port "$secure_port" \
     --tls-cert-file "$STATE/apiserver.crt" --tls-private-key-file "$STATE/apiserver.key" \
     --client-ca-file "$STATE/ca.crt" --token-auth-file "$STATE/tokens.csv" \
     --service-account-issuer https://kubernetes.default.svc \
     --service-account-key-file "$STATE/sa.pub" --service-account-signing-key-file "$STATE/sa.key" \
-    --service-cluster-ip-range 10.0.0.0/24 --authorization-mode RBAC \
-    --disable-admission-plugins ServiceAccount \
+    --service-cluster-ip-range "$SERVICE_CIDR" \
     --max-requests-inflight 2000 --max-mutating-requests-inflight 1000 \
     --enable-priority-and-fairness=false ${extra_apiserver_flags[@]+"${extra_apiserver_flags[@]}"}
   for _ in $(seq 1 300); do
@@ -235,7 +282,7 @@ kind: Config
 clusters:
 - name: luaop-local
   cluster:
-    server: https://127.0.0.1:$api_port
+    server: https://$ADDR:$api_port
     certificate-authority: $STATE/ca.crt
 users:
 - name: admin
@@ -263,16 +310,16 @@ if [ "$TOPOLOGY" = netns ]; then
 fi
 
 # The garbage collector cascades owner references; the namespace controller really
-# deletes test namespaces. Nothing else is needed: no nodes run pods here.
+# deletes test namespaces. Nothing else is needed unless a node runs pods (LUAOP_FOR_NODE).
 start_cp kube-controller-manager "$BIN/kube-controller-manager" \
   --kubeconfig "$cm_kubeconfig" --authentication-kubeconfig "$cm_kubeconfig" --authorization-kubeconfig "$cm_kubeconfig" \
-  --controllers=garbagecollector,namespace,serviceaccount,serviceaccount-token \
+  --controllers="$controllers" \
   --leader-elect=false --secure-port=0 \
   --service-account-private-key-file "$STATE/sa.key" --root-ca-file "$STATE/ca.crt" \
   --concurrent-gc-syncs 5 --concurrent-namespace-syncs 5
 
 where=""
 [ "$TOPOLOGY" = netns ] && where=" (published from $NODE_IP:6443 in network namespace $NETNS)"
-log "kube-apiserver ready at https://127.0.0.1:$api_port$where in $(( $(date +%s) - t0 ))s"
+log "kube-apiserver ready at https://$ADDR:$api_port$where in $(( $(date +%s) - t0 ))s"
 log "use it with: export KUBECONFIG=$KUBECONFIG_OUT"
 echo "$KUBECONFIG_OUT"

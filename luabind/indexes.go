@@ -3,11 +3,12 @@ package luabind
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
 
-	lua "github.com/yuin/gopher-lua"
+	lua "github.com/luaop/luaop/third_party/gopher-lua"
 
 	"github.com/luaop/luaop/luabind/internal/luavalue"
 	"github.com/luaop/luaop/processing/causes"
@@ -85,10 +86,11 @@ func numbersOf(v any) any {
 // of string keys (kept as they are) or of keys of other types (tables, numbers,
 // booleans: encoded by value, encodeIndexKey), or any other value (a scalar; a list,
 // keys 1..n alone), which the core keeps under the key "" (kopf keeps it under None).
-func indexResult(ret lua.LValue) (any, error) {
-	v, err := luavalue.FromLua(ret)
+// Each converted part is bound by limits.
+func indexResult(ret lua.LValue, limits luavalue.Limits) (any, error) {
+	v, err := luavalue.FromLuaLimited(ret, limits)
 	t, isTable := ret.(*lua.LTable)
-	if err == nil || !isTable {
+	if err == nil || !isTable || errors.Is(err, luavalue.ErrTooLarge) {
 		return v, err
 	}
 	// Not a JSON value: keys that are not strings, as kopf's tuple keys.
@@ -102,7 +104,7 @@ func indexResult(ret lua.LValue) (any, error) {
 			err = fmt.Errorf("index key %s: %w", k.String(), kerr)
 			return
 		}
-		val, verr := luavalue.FromLua(v)
+		val, verr := luavalue.FromLuaLimited(v, limits)
 		if verr != nil {
 			err = fmt.Errorf("the value under index key %s: %w", k.String(), verr)
 			return

@@ -40,6 +40,8 @@
 // the operator's Lease. The Worker's Pause runs on a goroutine of its own (it waits
 // for the work in flight, which may take long), so renewals never stop while an
 // operator pauses; its end is reported back to the loop, which then publishes
-// "paused". State is published through an atomic pointer (State), read by /debug,
+// "paused". Before it resumes the Worker (or pauses it anew) the loop calls off
+// that goroutine's Pause and waits for it to return, so the Worker sees its calls
+// in the loop's order. State is published through an atomic pointer (State), read by /debug,
 // the metrics and the dev view without a lock.
 package peering

@@ -53,7 +53,9 @@ const (
 
 // Worker is the work peering pauses and resumes (processing.Reactor, through the
 // operator). Pause stops new work at once and returns once the work in flight has
-// ended (or ctx ended); Resume lets it work again. The Worker starts paused: Run
+// ended, or promptly once ctx ends (peering calls off a pause that way, and waits
+// for that return before it calls Resume, so that the calls take effect in their
+// order); Resume lets it work again. The Worker starts paused: Run
 // resumes it once it knows that no peer blocks it.
 type Worker interface {
 	Pause(ctx context.Context, reason string) error
@@ -234,13 +236,16 @@ type loop struct {
 	// for the current pause (published as the paused annotation).
 	wantPaused, pausedAck bool
 	pauseGen              int
-	stopPause             context.CancelFunc
-	reason                string
-	drained               chan int
-	waitingSince          time.Time
-	lastWarning           string
-	alone                 string
-	peers                 []Peer
+	// stopPause calls off the pause under way (nil: none); pauseDone is closed
+	// when its goroutine has ended (cancelPause).
+	stopPause    context.CancelFunc
+	pauseDone    chan struct{}
+	reason       string
+	drained      chan int
+	waitingSince time.Time
+	lastWarning  string
+	alone        string
+	peers        []Peer
 	// listing: the informer of the Leases runs (started after the first write);
 	// synced tells whether it has listed them; unlisted says why it has not (the
 	// operator then works alone too).
@@ -480,15 +485,19 @@ func (l *loop) evaluate(ctx context.Context) time.Time {
 		l.pause(ctx, d.Reason)
 	case !d.Pause && l.wantPaused:
 		// Say so on the Lease before working: a higher-priority operator arriving
-		// meanwhile must not read "paused" from this one while it works.
+		// meanwhile must not read "paused" from this one while it works. When that
+		// write fails for a passing reason, stay paused (the pause under way goes
+		// on): the next renewal writes and decides again.
+		wasAck := l.pausedAck
 		l.wantPaused, l.pausedAck, l.reason = false, false, ""
-		if l.stopPause != nil {
-			l.stopPause()
-			l.stopPause = nil
+		if l.alone == "" && !l.write(ctx) && l.alone == "" {
+			l.wantPaused, l.pausedAck = true, wasAck
+			l.reason = "about to work, once this operator's Lease says so (writing it failed; tried again every " + l.opts.RenewEvery.String() + ")"
+			l.peers = append(append(append([]Peer{}, d.Higher...), d.Same...), d.Lower...)
+			l.publish()
+			return d.Recheck
 		}
-		if l.alone == "" {
-			l.write(ctx)
-		}
+		l.cancelPause()
 		l.worker.Resume()
 		switch {
 		case l.alone != "" || l.unlisted != "":
@@ -507,9 +516,7 @@ func (l *loop) evaluate(ctx context.Context) time.Time {
 // pause asks the Worker to pause, on a goroutine of its own: its end is reported
 // on drained, and the Lease then says "paused".
 func (l *loop) pause(ctx context.Context, reason string) {
-	if l.stopPause != nil {
-		l.stopPause()
-	}
+	l.cancelPause()
 	if !l.wantPaused {
 		l.pausedAck = false
 	}
@@ -517,9 +524,11 @@ func (l *loop) pause(ctx context.Context, reason string) {
 	l.pauseGen++
 	gen := l.pauseGen
 	pctx, cancel := context.WithCancel(ctx)
-	l.stopPause = cancel
+	done := make(chan struct{})
+	l.stopPause, l.pauseDone = cancel, done
 	worker, drained := l.worker, l.drained
 	go func() {
+		defer close(done)
 		if err := worker.Pause(pctx, reason); err != nil {
 			return // resumed or stopped meanwhile
 		}
@@ -537,6 +546,21 @@ func (l *loop) pause(ctx context.Context, reason string) {
 			}
 		}
 	}()
+}
+
+// cancelPause calls off the pause under way, if any, and waits for its goroutine to
+// end, so that the Worker's calls keep the loop's order: a Pause that had not yet
+// taken effect (its goroutine scheduled late) would otherwise take effect after
+// the Resume that follows, leaving the Worker paused, handling nothing, while the
+// Lease, /debug and the view say it works. Worker.Pause returns promptly once its
+// context ends, so this wait is short.
+func (l *loop) cancelPause() {
+	if l.stopPause == nil {
+		return
+	}
+	l.stopPause()
+	<-l.pauseDone
+	l.stopPause, l.pauseDone = nil, nil
 }
 
 // readPeers parses the Leases of the prefix, tracking when each was seen renewed.
@@ -654,9 +678,7 @@ func sameState(a, b *State) bool {
 
 // leave deletes the operator's Lease (a clean exit: peers resume at once).
 func (l *loop) leave() {
-	if l.stopPause != nil {
-		l.stopPause()
-	}
+	l.cancelPause()
 	defer l.running.Store(false)
 	if l.own == nil {
 		return

@@ -2,8 +2,10 @@ package peering
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,6 +32,13 @@ type fakeWorker struct {
 	resumes int
 	working *atomic.Int32
 	overlap *atomic.Bool
+	// late, when set, holds each Pause before it takes effect until it is closed
+	// (the goroutine calling Pause scheduled late); pausing receives the context
+	// of each Pause so held.
+	late    chan struct{}
+	pausing chan context.Context
+	// returned counts the Pause calls that returned.
+	returned int
 }
 
 func newWorker(working *atomic.Int32, overlap *atomic.Bool) *fakeWorker {
@@ -38,7 +47,15 @@ func newWorker(working *atomic.Int32, overlap *atomic.Bool) *fakeWorker {
 
 func (w *fakeWorker) Pause(ctx context.Context, reason string) error {
 	w.mu.Lock()
+	late, pausing := w.late, w.pausing
+	w.mu.Unlock()
+	if late != nil {
+		pausing <- ctx
+		<-late
+	}
+	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.returned++
 	w.reason = reason
 	if !w.paused {
 		w.paused = true
@@ -105,7 +122,11 @@ var widgetsScope = Scope{Resources: []string{"widgets.example.com"}}
 
 func (w *world) start(identity, mode string, priority int, scope Scope) *running {
 	w.t.Helper()
-	worker := newWorker(&w.working, &w.overlap)
+	return w.startWorker(identity, mode, priority, scope, newWorker(&w.working, &w.overlap))
+}
+
+func (w *world) startWorker(identity, mode string, priority int, scope Scope, worker *fakeWorker) *running {
+	w.t.Helper()
 	p, err := New(w.client, worker, scope, Options{Namespace: "luaop-system", Prefix: "luaop.dev", Identity: identity, Mode: mode,
 		Priority: priority, Clock: w.clock, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
@@ -116,6 +137,22 @@ func (w *world) start(identity, mode string, priority int, scope Scope) *running
 	go func() { defer close(r.done); _ = p.Run(ctx) }()
 	w.t.Cleanup(func() { cancel(); <-r.done })
 	return r
+}
+
+// peerLease writes the Lease of a peer of prefix luaop.dev on widgets, renewed now
+// (on the fake clock), that no Peering of the test runs.
+func (w *world) peerLease(holder string, priority int) *coordinationv1.Lease {
+	w.t.Helper()
+	l := &coordinationv1.Lease{}
+	secs, renew := int32(15), metav1.NewMicroTime(w.clock.Now())
+	l.Name, l.Namespace = LeaseName("luaop.dev", holder), "luaop-system"
+	l.Labels = map[string]string{PrefixLabel: "luaop.dev"}
+	l.Annotations = map[string]string{priorityAnnotation: strconv.Itoa(priority), resourcesAnnotation: "widgets.example.com", prefixAnnotation: "luaop.dev", modeAnnotation: "dev"}
+	l.Spec = coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &secs, RenewTime: &renew}
+	if _, err := w.client.CoordinationV1().Leases("luaop-system").Create(context.Background(), l, metav1.CreateOptions{}); err != nil {
+		w.t.Fatal(err)
+	}
+	return l
 }
 
 func eventually(t *testing.T, what string, cond func() bool) {
@@ -177,15 +214,7 @@ func TestDevPausesRunAndRunResumesAfterACleanExit(t *testing.T) {
 // its lease expires; one lease duration later its Lease is deleted.
 func TestAKilledPeerBlocksUntilItsLeaseExpires(t *testing.T) {
 	w := newWorld(t)
-	dead := &coordinationv1.Lease{}
-	holder, secs, renew := "dev-killed", int32(15), metav1.NewMicroTime(w.clock.Now())
-	dead.Name, dead.Namespace = LeaseName("luaop.dev", holder), "luaop-system"
-	dead.Labels = map[string]string{PrefixLabel: "luaop.dev"}
-	dead.Annotations = map[string]string{priorityAnnotation: "666", resourcesAnnotation: "widgets.example.com", prefixAnnotation: "luaop.dev", modeAnnotation: "dev"}
-	dead.Spec = coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &secs, RenewTime: &renew}
-	if _, err := w.client.CoordinationV1().Leases("luaop-system").Create(context.Background(), dead, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	dead := w.peerLease("dev-killed", 666)
 	run := w.start("run-1", "run", RunPriority, widgetsScope)
 	eventually(t, "run paused in favour of the dead dev", func() bool {
 		st := run.p.State()
@@ -243,4 +272,85 @@ func TestForbiddenLeasesWorkAlone(t *testing.T) {
 	if st := r.p.State(); !st.Alone || !strings.Contains(st.AloneReason, "grant get, list, watch, create, update and delete of leases") {
 		t.Errorf("state = %+v", st)
 	}
+}
+
+// A pause whose Worker.Pause had not yet taken effect when the decision turned to
+// work again (its goroutine scheduled late) must not take effect after the
+// Resume: the operator would stay paused, handling nothing, while peering (the
+// Lease, /debug, the view) says it works.
+func TestAPauseThatBeginsLateDoesNotOutliveTheResume(t *testing.T) {
+	w := newWorld(t)
+	worker := newWorker(&w.working, &w.overlap)
+	run := w.startWorker("run-1", "run", RunPriority, widgetsScope, worker)
+	eventually(t, "run working", func() bool { return !worker.isPaused() })
+	worker.mu.Lock()
+	worker.late, worker.pausing = make(chan struct{}), make(chan context.Context, 8)
+	worker.mu.Unlock()
+
+	dev := w.peerLease("dev-1", DevPriority)
+	var pauseCtx context.Context
+	select {
+	case pauseCtx = <-worker.pausing:
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not start pausing for dev-1")
+	}
+	// dev-1 goes before run's Pause took effect: run is to work again.
+	if err := w.client.CoordinationV1().Leases("luaop-system").Delete(t.Context(), dev.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the pause called off", func() bool { return pauseCtx.Err() != nil })
+	// Time for a loop that does not wait for the late Pause to resume meanwhile.
+	deadline := time.Now().Add(300 * time.Millisecond)
+	for time.Now().Before(deadline) && run.p.State().Paused {
+		time.Sleep(2 * time.Millisecond)
+	}
+	close(worker.late)
+	eventually(t, "the late Pause returned and peering says run works", func() bool {
+		worker.mu.Lock()
+		returned := worker.returned
+		worker.mu.Unlock()
+		return returned >= 1 && !run.p.State().Paused
+	})
+	if worker.isPaused() {
+		t.Fatal("the worker is paused while peering says run works: the late Pause landed after the Resume")
+	}
+}
+
+// The Lease says "not paused" before the operator works: when that write fails (a
+// passing API error), the operator stays paused and tries again at the next
+// renewal; working while its Lease still says "paused", a higher-priority peer
+// arriving meanwhile would start at once, and both would handle the same objects.
+func TestNoWorkWhileTheLeaseStillSaysPaused(t *testing.T) {
+	w := newWorld(t)
+	var failUpdates atomic.Bool
+	var failed atomic.Int32
+	w.client.PrependReactor("update", "leases", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if failUpdates.Load() {
+			failed.Add(1)
+			return true, nil, apierrors.NewInternalError(errors.New("etcd leader changed"))
+		}
+		return false, nil, nil
+	})
+	dev := w.peerLease("dev-1", DevPriority)
+	run := w.start("run-1", "run", RunPriority, widgetsScope)
+	eventually(t, "run paused in favour of dev-1, its Lease saying so", func() bool {
+		l := w.lease(run.p.lease)
+		return run.p.State().Paused && strings.Contains(run.p.State().Reason, "dev-1") && l != nil && l.Annotations[pausedAnnotation] == "true"
+	})
+
+	failUpdates.Store(true)
+	if err := w.client.CoordinationV1().Leases("luaop-system").Delete(t.Context(), dev.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "run trying to say it works", func() bool { return failed.Load() > 0 })
+	time.Sleep(100 * time.Millisecond) // time to resume wrongly
+	if !run.w.isPaused() {
+		t.Fatalf("run works while its Lease says paused=%q", w.lease(run.p.lease).Annotations[pausedAnnotation])
+	}
+
+	failUpdates.Store(false)
+	w.clock.Step(5 * time.Second) // the next renewal
+	eventually(t, "run working once its Lease says so", func() bool {
+		return !run.w.isPaused() && w.lease(run.p.lease).Annotations[pausedAnnotation] == "false"
+	})
 }

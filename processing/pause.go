@@ -3,6 +3,7 @@ package processing
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 )
 
 // Pausing (kopf's operator pause, which its peering drives): a paused Reactor takes
@@ -11,17 +12,33 @@ import (
 // started, and no timer runs (timers run in cycles). Everything else is kept: the
 // objects' memories, memos, handler progress on the objects. Resume gives every
 // known object a cycle, which starts their daemons again and runs the timers due.
+// The raw events of a pause are not kept for the event handlers: they are the
+// working peer's (kopf stops its watch streams while paused), and replaying them
+// at Resume would run those handlers again for what the peer handled (and hold
+// every body of a long pause in memory).
 //
 // Pause returns once the work in flight has ended: the cycles that had started
 // finished (their patches written) and the daemons exited. Only then may another
 // operator start handling the same objects (the peering package waits for it).
+// Known limit: what a daemon handed over since its object's last cycle (daemons'
+// patches are written by cycles, and a paused Reactor runs none) is written at
+// Resume, after the peer's session, where it may overwrite the peer's daemon's
+// newer values until this daemon, restarted, writes again.
 
 // pauseGate lets workers through while the Reactor is not paused and counts the
-// cycles in flight. Its lock is a leaf.
+// cycles in flight. Its lock mu is a leaf.
 type pauseGate struct {
+	// order makes Pause's taking effect (the gate, then the daemon registry) and
+	// Resume one after the other: a Resume between the two would leave the
+	// registry paused, starting no daemon, while the Reactor works. Held only
+	// around those in-memory steps (never while waiting or logging).
+	order  sync.Mutex
 	mu     sync.Mutex
 	paused bool
-	reason string
+	// pausedNow mirrors paused for the watch side, which reads it on every event
+	// without the lock (raw events are not kept while paused).
+	pausedNow atomic.Bool
+	reason    string
 	// resumed is closed by Resume (and by shutdown): workers waiting on it go on.
 	resumed chan struct{}
 	// active counts the cycles in flight; idle is closed when it drops to 0 while
@@ -82,6 +99,7 @@ func (g *pauseGate) shutdown() {
 	if g.paused {
 		close(g.resumed)
 		g.paused = false
+		g.pausedNow.Store(false)
 	}
 }
 
@@ -93,21 +111,23 @@ func (g *pauseGate) shutdown() {
 // paused. Calling it again while paused only updates the reason.
 func (o *Reactor) Pause(ctx context.Context, reason string) error {
 	g := &o.pause
+	g.order.Lock()
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
+		g.order.Unlock()
 		return nil
 	}
-	if !g.paused {
+	began := !g.paused
+	if began {
 		g.paused = true
+		g.pausedNow.Store(true)
 		g.resumed = make(chan struct{})
 		o.startMu.Lock()
 		g.quiet = o.ctx == nil
 		o.startMu.Unlock()
-		if !g.quiet {
-			o.log.Info("pausing: no new work, daemons stopped", "reason", reason)
-		}
 	}
+	quiet := g.quiet
 	g.reason = reason
 	resumed := g.resumed
 	var idle chan struct{}
@@ -122,6 +142,10 @@ func (o *Reactor) Pause(ctx context.Context, reason string) error {
 	// From here on no daemon starts (an in-flight cycle's adjustDaemons finds the
 	// registry paused); those running are asked to stop.
 	running := o.daemons.pause()
+	g.order.Unlock()
+	if began && !quiet {
+		o.log.Info("pausing: no new work, daemons stopped", "reason", reason)
+	}
 	if idle != nil {
 		select {
 		case <-idle:
@@ -147,16 +171,20 @@ func (o *Reactor) Pause(ctx context.Context, reason string) error {
 // (their daemons start again, their timers run). A no-op when not paused.
 func (o *Reactor) Resume() {
 	g := &o.pause
+	g.order.Lock()
 	g.mu.Lock()
 	if !g.paused || g.closed {
 		g.mu.Unlock()
+		g.order.Unlock()
 		return
 	}
 	g.paused, g.reason = false, ""
+	g.pausedNow.Store(false)
 	close(g.resumed)
 	quiet := g.quiet
 	g.mu.Unlock()
 	o.daemons.resume()
+	g.order.Unlock()
 	if !quiet {
 		o.log.Info("resuming: taking work again")
 	}

@@ -227,7 +227,7 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	}
 	guardNS, guardName, guarded := strings.Cut(s.ScriptsConfigMap, "/")
 	if guarded && webhooks != nil && s.ScriptsWebhook && !dev {
-		if err := webhooks.Register(scriptsGuard(guardNS, guardName, log)); err != nil {
+		if err := webhooks.Register(scriptsGuard(guardNS, guardName, log, luabindOptions(s, log))); err != nil {
 			return fmt.Errorf("the webhook of --scripts-configmap: %w", err)
 		}
 	}
@@ -438,6 +438,30 @@ func healthz(probe func(context.Context) (map[string]any, bool)) http.HandlerFun
 	}
 }
 
+// withStuckStates adds to the probes' results the Lua calls holding their state past
+// their deadline (luabind.Runtime.Stuck): while there is one, /healthz answers 500
+// (a goroutine nothing can stop: only a restart gets its CPU and memory back; the
+// runtime replaced its state meanwhile, so the other objects are served).
+func withStuckStates(probe func(context.Context) (map[string]any, bool), stuck func() []luabind.StuckCall) func(context.Context) (map[string]any, bool) {
+	return func(ctx context.Context) (map[string]any, bool) {
+		results, healthy := probe(ctx)
+		calls := stuck()
+		if len(calls) == 0 {
+			return results, healthy
+		}
+		out := make(map[string]any, len(results)+1)
+		for k, v := range results {
+			out[k] = v
+		}
+		msgs := make([]string, len(calls))
+		for i, c := range calls {
+			msgs[i] = c.String()
+		}
+		out["luaop.lua"] = map[string]any{"error": strings.Join(msgs, "; ")}
+		return out, false
+	}
+}
+
 // serveEndpoints serves /healthz, /readyz and /debug on --health-address and
 // /metrics on --metrics-address (kubebuilder's split: probes and metrics apart, so
 // that each can be exposed on its own); one server when both are the same. It
@@ -511,7 +535,7 @@ func healthMux(op *operator.Operator, elector *leader.Elector, webhooks *admissi
 	// under the request's context: a probe that does not finish in time is reported
 	// as failed, and the answer never waits behind object handlers. A failed probe
 	// answers 500: the kubelet reads the status code, not the body.
-	mux.HandleFunc("/healthz", healthz(op.Probe))
+	mux.HandleFunc("/healthz", healthz(withStuckStates(op.Probe, op.Runtime().Stuck)))
 	mux.HandleFunc("/readyz", readyz(op, elector, webhooks, peer))
 	return mux
 }

@@ -57,11 +57,20 @@ type operatorWork struct {
 	webhooks *admission.Webhooks // nil without webhooks
 }
 
+// Pause stops the operator's work and its ownership of the webhook configurations
+// at once, and returns once both have ended: the cycles in flight, the daemons, and
+// a sync of the configurations under way (it would write over the peer's).
 func (w operatorWork) Pause(ctx context.Context, reason string) error {
 	if w.webhooks != nil {
 		w.webhooks.SetActive(false)
 	}
-	return w.op.Pause(ctx, reason)
+	if err := w.op.Pause(ctx, reason); err != nil {
+		return err
+	}
+	if w.webhooks != nil {
+		return w.webhooks.WaitIdle(ctx)
+	}
+	return nil
 }
 
 func (w operatorWork) Resume() {

@@ -229,11 +229,11 @@ func generateRBAC(cmd *cobra.Command, dir string, o rbacOptions) (string, []stri
 		// Webhook configurations are cluster-scoped: a ClusterRole of their own,
 		// whether the rest is a ClusterRole or Roles.
 		name := o.Name + "-webhooks"
-		fmt.Fprintf(&b, "---\n# Admission webhooks (luaop.on.validate, luaop.on.mutate in %s): the operator writes\n# the configurations \"<prefix>.validate\" and \"<prefix>.mutate\" (--webhook-address).\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: %s\nrules:\n- apiGroups: [admissionregistration.k8s.io]\n  resources: [mutatingwebhookconfigurations, validatingwebhookconfigurations]\n  verbs: [get, create, update, delete]\n",
+		fmt.Fprintf(&b, "---\n# Admission webhooks (luaop.on.validate, luaop.on.mutate in %s): the operator writes\n# the configurations \"<prefix>.validate\", \"<prefix>.mutate\" and \"<prefix>.probe\" (--webhook-address).\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: %s\nrules:\n- apiGroups: [admissionregistration.k8s.io]\n  resources: [mutatingwebhookconfigurations, validatingwebhookconfigurations]\n  verbs: [get, create, update, delete]\n",
 			strings.Join(admissionSources, ", "), name)
 		fmt.Fprintf(&b, "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: %s\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: %s\nsubjects:\n- kind: ServiceAccount\n  name: %s\n  namespace: %s\n",
 			name, name, saName, saNS)
-		fmt.Fprintf(&b, "---\n# The webhook's certificate: generated once and kept in the Secret \"<service>-tls\" of the\n# operator's namespace (--webhook-service without --webhook-cert-dir), shared by the replicas.\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: %s\n  namespace: %s\nrules:\n- apiGroups: [\"\"]\n  resources: [secrets]\n  verbs: [get, create]\n", name, saNS)
+		fmt.Fprintf(&b, "---\n# The webhook's certificate: generated once and kept in the Secret \"<service>-tls\" of the\n# operator's namespace (--webhook-service without --webhook-cert-dir), shared by the replicas;\n# the reachability probe: a dry run of a Lease created there (--standalone too).\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: %s\n  namespace: %s\nrules:\n- apiGroups: [\"\"]\n  resources: [secrets]\n  verbs: [get, create]\n- apiGroups: [coordination.k8s.io]\n  resources: [leases]\n  verbs: [create]\n", name, saNS)
 		fmt.Fprintf(&b, "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: %s\n  namespace: %s\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: %s\nsubjects:\n- kind: ServiceAccount\n  name: %s\n  namespace: %s\n",
 			name, saNS, name, saName, saNS)
 	}
@@ -267,7 +267,7 @@ func generateRBAC(cmd *cobra.Command, dir string, o rbacOptions) (string, []stri
 			ns = saNS
 		}
 		name := o.Name + "-leader-election"
-		fmt.Fprintf(&b, "---\n# Leader election: the Lease lives in the operator's own namespace only.\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: %s\n  namespace: %s\nrules:\n- apiGroups: [coordination.k8s.io]\n  resources: [leases]\n  verbs: [get, create, update]\n", name, ns)
+		fmt.Fprintf(&b, "---\n# Leader election: the Lease lives in the operator's own namespace only (watch: a\n# standby sees a release at once and takes over without waiting for its next try).\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: %s\n  namespace: %s\nrules:\n- apiGroups: [coordination.k8s.io]\n  resources: [leases]\n  verbs: [get, watch, create, update]\n", name, ns)
 		fmt.Fprintf(&b, "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: %s\n  namespace: %s\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: %s\nsubjects:\n- kind: ServiceAccount\n  name: %s\n  namespace: %s\n",
 			name, ns, name, saName, saNS)
 	}

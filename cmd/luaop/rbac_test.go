@@ -118,19 +118,24 @@ luaop.on.mutate("example.com/v1/gizmos", function(ctx) end)
 	if err := os.WriteFile(filepath.Join(dir, "a.lua"), []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, _, err := runCLI(t, "rbac", "--namespaces", "team-a", dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.Contains(out, "gizmos") {
-		t.Errorf("admission handlers' resource granted as watched:\n%s", out)
-	}
-	for _, want := range []string{
-		"kind: ClusterRole\nmetadata:\n  name: luaop-webhooks\nrules:\n- apiGroups: [admissionregistration.k8s.io]\n  resources: [mutatingwebhookconfigurations, validatingwebhookconfigurations]\n  verbs: [get, create, update, delete]\n",
-		"kind: ClusterRoleBinding\nmetadata:\n  name: luaop-webhooks\n",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("output lacks\n%s\n---\n%s", want, out)
+	// The reachability probe dry-runs a Lease in the operator's namespace: granted
+	// with --standalone (no peering Role) and another --peering-namespace too.
+	for _, args := range [][]string{nil, {"--standalone"}, {"--peering-namespace", "elsewhere"}} {
+		out, _, err := runCLI(t, append(append([]string{"rbac", "--namespaces", "team-a", "--service-account", "ops/op"}, args...), dir)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(out, "gizmos") {
+			t.Errorf("admission handlers' resource granted as watched:\n%s", out)
+		}
+		for _, want := range []string{
+			"kind: ClusterRole\nmetadata:\n  name: luaop-webhooks\nrules:\n- apiGroups: [admissionregistration.k8s.io]\n  resources: [mutatingwebhookconfigurations, validatingwebhookconfigurations]\n  verbs: [get, create, update, delete]\n",
+			"kind: ClusterRoleBinding\nmetadata:\n  name: luaop-webhooks\n",
+			"kind: Role\nmetadata:\n  name: luaop-webhooks\n  namespace: ops\nrules:\n- apiGroups: [\"\"]\n  resources: [secrets]\n  verbs: [get, create]\n- apiGroups: [coordination.k8s.io]\n  resources: [leases]\n  verbs: [create]\n",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("luaop rbac %v: output lacks\n%s\n---\n%s", args, want, out)
+			}
 		}
 	}
 }
