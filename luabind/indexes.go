@@ -27,10 +27,16 @@ const indexKeyMark = "\x00luaop.key:"
 
 // encodeIndexKey is the stored form of a key of an index function's result.
 func encodeIndexKey(k lua.LValue) (string, error) {
+	return encodeIndexKeyWithin(k, luavalue.NewBudget(luavalue.Limits{}))
+}
+
+// encodeIndexKeyWithin is encodeIndexKey counting the key against budget.
+func encodeIndexKeyWithin(k lua.LValue, budget *luavalue.Budget) (string, error) {
 	if s, ok := k.(lua.LString); ok {
-		return string(s), nil
+		_, err := budget.FromLua(s) // counts its bytes
+		return string(s), err
 	}
-	v, err := luavalue.FromLua(k)
+	v, err := budget.FromLua(k)
 	if err != nil {
 		return "", err
 	}
@@ -86,25 +92,28 @@ func numbersOf(v any) any {
 // of string keys (kept as they are) or of keys of other types (tables, numbers,
 // booleans: encoded by value, encodeIndexKey), or any other value (a scalar; a list,
 // keys 1..n alone), which the core keeps under the key "" (kopf keeps it under None).
-// Each converted part is bound by limits.
+// The whole result, its keys included, is bound by limits.
 func indexResult(ret lua.LValue, limits luavalue.Limits) (any, error) {
 	v, err := luavalue.FromLuaLimited(ret, limits)
 	t, isTable := ret.(*lua.LTable)
 	if err == nil || !isTable || errors.Is(err, luavalue.ErrTooLarge) {
 		return v, err
 	}
-	// Not a JSON value: keys that are not strings, as kopf's tuple keys.
-	out, err := map[string]any{}, error(nil)
+	// Not a JSON value: keys that are not strings, as kopf's tuple keys. The entries
+	// are converted one by one, against one budget: what the failed conversion above
+	// stopped at (the first key that is not a string) must not free the rest from it.
+	budget, out := luavalue.NewBudget(limits), map[string]any{}
+	err = nil
 	t.ForEach(func(k, v lua.LValue) {
 		if err != nil {
 			return
 		}
-		key, kerr := encodeIndexKey(k)
+		key, kerr := encodeIndexKeyWithin(k, budget)
 		if kerr != nil {
 			err = fmt.Errorf("index key %s: %w", k.String(), kerr)
 			return
 		}
-		val, verr := luavalue.FromLuaLimited(v, limits)
+		val, verr := budget.FromLua(v)
 		if verr != nil {
 			err = fmt.Errorf("the value under index key %s: %w", k.String(), verr)
 			return

@@ -1,6 +1,7 @@
 package luabind
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -204,5 +205,52 @@ luaop.on.update("v1/pods", function() end, { id = "g" })
 	}
 	if len(dups) != 1 || !strings.Contains(dups[0], `"g"`) {
 		t.Errorf("duplicates reported: %q; want only g's", dups)
+	}
+}
+
+// What one object's index function returns stays in the operator's memory while the
+// object exists, so it is bound as a handler's result is (1.5 MiB as JSON), in all:
+// entries under keys that are tables are converted one by one, against one budget,
+// not each against its own. Within the bound, both kinds of keys are kept.
+func TestIndexResultIsBoundAsAWhole(t *testing.T) {
+	rt := loadedRuntime(t, Options{}, "idx.lua", `
+local luaop = require("luaop")
+local function big(n) return string.rep("x", n * 1024) end
+luaop.index("`+widgetsResource+`", function(ctx) return { [{ctx.namespace, ctx.name}] = big(2048) } end, { id = "one_large" })
+luaop.index("`+widgetsResource+`", function(ctx)
+  local out = {}
+  for i = 1, 4 do out[{ctx.name, i}] = big(512) end -- 2 MiB in all, 512 KiB each
+  return out
+end, { id = "many_tuples" })
+luaop.index("`+widgetsResource+`", function(ctx)
+  local out = { plain = big(256) }
+  for i = 1, 4 do out[i * 10] = big(256) end -- 1.25 MiB; numbers: keys that are not strings
+  return out
+end, { id = "mixed_within" })
+luaop.index("`+widgetsResource+`", function(ctx) return { plain = big(2048) } end, { id = "strings_large" })
+`)
+	for _, tt := range []struct {
+		id      string
+		wantErr bool
+	}{
+		{"one_large", true},
+		{"many_tuples", true},
+		{"mixed_within", false},
+		{"strings_large", true},
+	} {
+		t.Run(tt.id, func(t *testing.T) {
+			res, err := rt.Invoke(t.Context(), causes.Call{Handler: specOf(t, rt, tt.id), Cause: createCause("u-" + tt.id), Patch: state.NewPatch()})
+			if !tt.wantErr {
+				entries, ok := res.Value.(map[string]any)
+				if err != nil || !ok || len(entries) != 5 {
+					t.Fatalf("within the bound: %d entries, %v; want 5, no error", len(entries), err)
+				}
+				return
+			}
+			var pe *causes.PermanentError
+			if !errors.As(err, &pe) || !strings.Contains(err.Error(), "value too large") || !strings.Contains(err.Error(), "index entries stay in the operator's memory") {
+				t.Fatalf("error = %v (%T), want a permanent error: value too large, naming the operator's memory", err, err)
+			}
+		})
 	}
 }

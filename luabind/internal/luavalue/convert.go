@@ -313,13 +313,28 @@ const (
 
 // FromLuaLimited is FromLua within limits (zero fields: the defaults).
 func FromLuaLimited(lv lua.LValue, limits Limits) (any, error) {
+	return NewBudget(limits).FromLua(lv)
+}
+
+// Budget is one set of Limits shared by several conversions: what a value built
+// in parts (an index function's entries, each converted on its own) may build in
+// all is bound as one value is.
+type Budget struct{ count *counter }
+
+// NewBudget starts a Budget of limits (zero fields: the defaults).
+func NewBudget(limits Limits) *Budget {
 	if limits.MaxValues <= 0 {
 		limits.MaxValues = DefaultMaxValues
 	}
 	if limits.MaxBytes <= 0 {
 		limits.MaxBytes = DefaultMaxBytes
 	}
-	w := walker{count: &counter{limits: limits}}
+	return &Budget{count: &counter{limits: limits}}
+}
+
+// FromLua is FromLua counting against the budget what earlier conversions left.
+func (b *Budget) FromLua(lv lua.LValue) (any, error) {
+	w := walker{count: b.count}
 	return w.from(lv, 0)
 }
 
