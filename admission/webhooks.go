@@ -3,12 +3,14 @@ package admission
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -46,6 +48,11 @@ type Options struct {
 	DryRun bool
 	// Namespaces are the operator's --namespaces (see Syncer.Namespaces).
 	Namespaces []string
+	// ClientCA is a PEM file of the CAs that sign the client certificates the API
+	// server may present (kopf's WebhookServer cafile; the API server's webhook
+	// client credentials, in its AdmissionConfiguration): a certificate they verify
+	// reaches the handlers as ctx.sslpeer. Empty: none is asked for.
+	ClientCA string
 	// ProbeNamespace is where the reachability probe dry-runs its Lease (probe.go):
 	// an existing namespace the operator may create Leases in. Defaults to
 	// "default".
@@ -70,9 +77,11 @@ type Webhooks struct {
 	cfg    *rest.Config
 	server *Server
 	certs  *Certificates
-	syncer *Syncer
-	ln     net.Listener
-	log    *slog.Logger
+	// clientCAs verify the client certificates (Options.ClientCA); nil: none asked.
+	clientCAs *x509.CertPool
+	syncer    *Syncer
+	ln        net.Listener
+	log       *slog.Logger
 	// unreachable explains why the API server cannot call this operator (a remote
 	// cluster and a loopback URL): configurations are then not written.
 	unreachable string
@@ -193,6 +202,16 @@ func New(cfg *rest.Config, rt *luabind.Runtime, opts Options) (*Webhooks, error)
 	default:
 		if w.certs, err = GenerateCertificates(hosts); err != nil {
 			return nil, fmt.Errorf("generating the webhook certificate: %w", err)
+		}
+	}
+	if opts.ClientCA != "" {
+		pem, err := os.ReadFile(opts.ClientCA)
+		if err != nil {
+			return nil, fmt.Errorf("--webhook-client-ca: %w", err)
+		}
+		w.clientCAs = x509.NewCertPool()
+		if !w.clientCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--webhook-client-ca=%s: no PEM certificate in it", opts.ClientCA)
 		}
 	}
 	listenAt := net.JoinHostPort(listenHost, port)
@@ -353,6 +372,17 @@ const retryEvery = 10 * time.Second
 // the caBundle; a sync that finds them equal writes nothing.
 const resyncEvery = time.Minute
 
+// tlsConfig is the server's TLS: its certificate, and with Options.ClientCA the
+// client certificates it verifies when given (ctx.sslpeer); a client without one
+// is served all the same (the API server's default).
+func (w *Webhooks) tlsConfig() *tls.Config {
+	cfg := &tls.Config{GetCertificate: w.certs.GetCertificate, MinVersion: tls.VersionTLS12}
+	if w.clientCAs != nil {
+		cfg.ClientAuth, cfg.ClientCAs = tls.VerifyClientCertIfGiven, w.clientCAs
+	}
+	return cfg
+}
+
 // Start serves until ctx ends, syncing the configurations at start, on Resync,
 // when the certificate changes, every resyncEvery and while some are not
 // written; with RemoveOnExit it deletes them before returning.
@@ -361,8 +391,7 @@ func (w *Webhooks) Start(ctx context.Context) error {
 	mux.Handle("/", w.server)
 	mux.HandleFunc(probePath, answerProbe)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second,
-		TLSConfig: &tls.Config{GetCertificate: w.certs.GetCertificate, MinVersion: tls.VersionTLS12},
-		ErrorLog:  nil}
+		TLSConfig: w.tlsConfig(), ErrorLog: nil}
 	errc := make(chan error, 1)
 	go func() {
 		w.serving.Store(true)

@@ -328,10 +328,18 @@ func optionApplies(opt, fn string) (bool, string) {
 		return kind == regTimer, "timers"
 	case "initial_delay":
 		return kind == regTimer || kind == regDaemon, "timers and daemons"
-	case "cancellation_timeout":
+	case "cancellation_timeout", "cancellation_backoff":
 		return kind == regDaemon, "daemons"
 	}
 	return true, ""
+}
+
+// literalID is the first registration of a literal handler id: where, whether a
+// change handler, and the local its function is (nil when not one).
+type literalID struct {
+	where  string
+	change bool
+	fn     *binding
 }
 
 // binding is what a local name is bound to.
@@ -362,7 +370,7 @@ type analyzer struct {
 	file     string
 	globals  map[string][]string        // the sandbox's
 	defined  map[string]map[string]bool // per file, the globals it assigns
-	ids      map[string]string          // literal handler ids -> where
+	ids      map[string]literalID       // literal handler ids -> their first registration
 	reported map[string]bool
 	quiet    bool // evaluating, not reporting
 }
@@ -398,7 +406,7 @@ func analyze(ctx context.Context, scripts []Script, timeout time.Duration) *Anal
 		}
 		chunks[s.Name] = chunk
 	}
-	z := &analyzer{a: a, globals: SandboxGlobals(), defined: map[string]map[string]bool{}, ids: map[string]string{}, reported: map[string]bool{}}
+	z := &analyzer{a: a, globals: SandboxGlobals(), defined: map[string]map[string]bool{}, ids: map[string]literalID{}, reported: map[string]bool{}}
 	names := make([]string, 0, len(chunks))
 	for n := range chunks {
 		names = append(names, n)
@@ -837,11 +845,16 @@ func (z *analyzer) call(c *ast.FuncCallExpr, sc *scope) {
 		}
 		if k.Value == "id" {
 			if id, ok := f.Value.(*ast.StringExpr); ok {
-				where := fmt.Sprintf("%s:%d", z.file, c.Line())
-				if prev, dup := z.ids[id.Value]; dup {
-					z.problem(line, span, "duplicate handler id %q (first registered at %s); give one of them another id = \"...\"", id.Value, prev)
-				} else {
-					z.ids[id.Value] = where
+				this := literalID{where: fmt.Sprintf("%s:%d", z.file, c.Line()), change: kind == regChange}
+				if fn, ok := c.Args[optArg-1].(*ast.IdentExpr); ok && kind == regChange {
+					this.fn = sc.lookup(fn.Value)
+				}
+				if prev, dup := z.ids[id.Value]; !dup {
+					z.ids[id.Value] = this
+				} else if !prev.change || !this.change || prev.fn == nil || prev.fn != this.fn {
+					// The same local function for another cause under one id is one
+					// handler (kopf's two decorators); the load checks the options.
+					z.problem(line, span, "duplicate handler id %q (first registered at %s); give one of them another id = \"...\"", id.Value, prev.where)
 				}
 			}
 		}

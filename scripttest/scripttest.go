@@ -46,8 +46,8 @@ type Case struct {
 	// filters match, in registration order. One of them is required.
 	Handler string `json:"handler,omitempty"`
 	Cause   string `json:"cause,omitempty"`
-	// Object is the object, inline; ObjectFile a YAML file holding it (relative to
-	// the test file). Old is the previous version (updates, field handlers).
+	// Object is the object, inline; ObjectFile a YAML file holding it (a relative
+	// path is relative to the test file, an absolute one is used as it is). Old is the previous version (updates, field handlers).
 	Object     map[string]any `json:"object,omitempty"`
 	ObjectFile string         `json:"objectFile,omitempty"`
 	Old        map[string]any `json:"old,omitempty"`
@@ -249,7 +249,11 @@ func (o Options) handlerTimeout() time.Duration {
 func runCase(ctx context.Context, scripts []luabind.Script, dir, prefix string, timeout time.Duration, c Case) []string {
 	obj := c.Object
 	if c.ObjectFile != "" {
-		data, err := os.ReadFile(filepath.Join(dir, c.ObjectFile))
+		path := c.ObjectFile
+		if !filepath.IsAbs(path) {
+			path = filepath.Join(dir, path) // relative to the test file
+		}
+		data, err := os.ReadFile(path)
 		if err != nil {
 			return []string{err.Error()}
 		}
@@ -285,7 +289,8 @@ func runCase(ctx context.Context, scripts []luabind.Script, dir, prefix string, 
 		indexes.Declare(name)
 		for key, values := range byKey {
 			for i, v := range values {
-				indexes.Set(name, fmt.Sprintf("test/%s/%d", key, i), map[string]any{key: v})
+				// A key written as JSON (["ns","name"]) is a table key, by value.
+				indexes.Set(name, fmt.Sprintf("test/%s/%d", key, i), map[string]any{luabind.IndexKeyFromText(key): v})
 			}
 		}
 	}
@@ -510,15 +515,19 @@ func runHandler(ctx context.Context, rt *luabind.Runtime, spec causes.Spec, c Ca
 	}
 	if spec.Kind == causes.KindDaemon {
 		// One iteration: the first luaop.sleep hands the patch over and stops the
-		// daemon (sleep returns false, ctx.stopped() is true).
+		// daemon (sleep returns false, ctx.stopped() is true); a daemon that goes on
+		// is cancelled at its next blocking call, as the operator cancels it.
 		stopped, stop := context.WithCancel(ctx)
 		defer stop()
-		call.Daemon = &causes.DaemonLink{Stopped: stopped, Latest: func() map[string]any { return obj }}
+		call.Daemon = &causes.DaemonLink{Stopped: stopped, Cancelled: stopped, Latest: func() map[string]any { return obj }}
 		call.Daemon.Flush = func(p map[string]any) {
 			patch.Merge(p)
 			stop()
 		}
 		err := rt.RunDaemon(ctx, &call)
+		if errors.Is(err, causes.ErrDaemonCancelled) {
+			err = nil
+		}
 		return outcome{patch: patch, err: err}
 	}
 	res, err := rt.Invoke(ctx, call)
@@ -529,6 +538,14 @@ func runHandler(ctx context.Context, rt *luabind.Runtime, spec causes.Spec, c Ca
 	}
 	if err == nil && len(res.Subhandlers) > 0 {
 		err = runSubhandlers(ctx, rt, call, res.Subhandlers)
+	}
+	if m, ok := res.Value.(map[string]any); ok && spec.Kind == causes.KindIndex {
+		// An index function's table keys read as their JSON (["ns","name"]).
+		keyed := make(map[string]any, len(m))
+		for k, v := range m {
+			keyed[luabind.IndexKeyText(k)] = v
+		}
+		res.Value = keyed
 	}
 	return outcome{patch: patch, result: res.Value, err: err}
 }

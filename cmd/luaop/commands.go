@@ -182,6 +182,7 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 		Prefix:              s.Prefix,
 		Lifecycle:           processing.Lifecycle(s.Lifecycle),
 		ConsistencyTimeout:  s.ConsistencyTimeout,
+		DefaultBackoff:      s.DefaultBackoff,
 		PostEvents:          &s.PostEvents,
 		ShutdownGracePeriod: s.ShutdownGrace,
 		Logger:              log,
@@ -216,7 +217,7 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	}
 	var webhooks *admission.Webhooks
 	if s.WebhookAddress != "" {
-		webhooks, err = admission.New(cfg, op.Runtime(), admission.Options{Address: s.WebhookAddress, CertDir: s.WebhookCertDir,
+		webhooks, err = admission.New(cfg, op.Runtime(), admission.Options{Address: s.WebhookAddress, CertDir: s.WebhookCertDir, ClientCA: s.WebhookClientCA,
 			Service: s.WebhookService, URL: s.WebhookURL, Prefix: s.Prefix, RemoveOnExit: s.WebhookCleanup, DryRun: s.DryRun, Namespaces: s.Namespaces,
 			ProbeNamespace: probeNamespace(s), OnReachability: reachabilityReport(m, view, op.Runtime),
 			Inactive: !s.Standalone && !s.DryRun, Logger: log})

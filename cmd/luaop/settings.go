@@ -40,6 +40,7 @@ type settings struct {
 	HandlerTimeout     time.Duration
 	LuaMemoryBudget    int64 // bytes; 0: luabind's default; -1: off
 	ConsistencyTimeout time.Duration
+	DefaultBackoff     time.Duration
 	LogFormat          string
 	LogLevel           string
 	HealthAddress      string
@@ -57,6 +58,7 @@ type settings struct {
 	Apply              []string
 	WebhookAddress     string
 	WebhookCertDir     string
+	WebhookClientCA    string
 	WebhookService     string
 	WebhookURL         string
 	WebhookCleanup     bool
@@ -99,10 +101,11 @@ func addOperatorFlags(fs *pflag.FlagSet, logFormat string) {
 	fs.String("prefix", "luaop.dev", "prefix of the annotations and the finalizer this operator writes (a DNS subdomain; two operators on the same objects need different ones)")
 	fs.String("progress-storage", "auto", "where handler progress is kept: auto (per resource: status when the CRD has a status subresource whose schema keeps unknown fields, else annotations), annotations or status")
 	fs.String("diffbase-storage", "auto", "where the last handled state is kept: auto, annotations or status (status for both makes one /status patch per handled change)")
-	fs.String("lifecycle", "asap", "handlers run per cycle: asap (one, fewest retries first), one-by-one, all-at-once")
+	fs.String("lifecycle", "asap", "handlers run per cycle: asap (one, fewest retries first), one-by-one, all-at-once, randomized (one, at random), shuffled (all, in a random order)")
 	fs.Duration("handler-timeout", 30*time.Second, "deadline of one Lua handler call (> 0)")
 	fs.String("lua-memory-budget", "auto", "heap the operator may reach while Lua runs; the Lua call running longest when it is passed fails with \"memory budget exceeded\" and is retried: auto (half of GOMEMLIMIT, else half of the container's memory limit, else 1Gi), a size (512Mi, 1G) or off")
 	fs.Duration("consistency-timeout", 5*time.Second, "how long change handlers wait for the operator's own last patch to come back through the watch (> 0)")
+	fs.Duration("default-backoff", 60*time.Second, "how long a handler that failed with an arbitrary error waits before its retry, unless it sets its own backoff (> 0; kopf's settings.execution.default_backoff)")
 	fs.String("log-format", logFormat, "log format: plain or json")
 	fs.String("log-level", "info", "log level: debug, info, warn, error")
 	fs.BoolP("verbose", "v", false, "log at debug level (--log-level=debug)")
@@ -120,6 +123,7 @@ func addOperatorFlags(fs *pflag.FlagSet, logFormat string) {
 	fs.Duration("shutdown-grace-period", 20*time.Second, "on SIGTERM, how long running handlers and daemons may take to finish before they are cancelled (> 0)")
 	fs.String("webhook-address", "", "address of the HTTPS server of the validate and mutate handlers, host:port (\":9443\"; empty: off)")
 	fs.String("webhook-cert-dir", "", "folder with tls.crt, tls.key and optionally ca.crt (cert-manager, a mounted Secret); empty: a CA and a certificate are generated at start")
+	fs.String("webhook-client-ca", "", "PEM file of the CAs of the client certificates the API server may present; a verified one reaches admission handlers as ctx.sslpeer (kopf's cafile); empty: none is asked for")
 	fs.String("webhook-service", "", "namespace/name of the Service the API server calls the webhooks through (in-cluster); empty: --webhook-url")
 	fs.String("webhook-url", "", "https base URL the API server calls the webhooks at; empty: https://127.0.0.1:<port> (a control plane on this machine)")
 	fs.Bool("webhook-cleanup", false, "delete the webhook configurations when the operator stops")
@@ -187,10 +191,11 @@ func readSettings(cmd *cobra.Command, v *viper.Viper, subset bool) (settings, er
 	s.Prefix = r.prefix("prefix")
 	s.ProgressStorage = r.storage("progress-storage")
 	s.DiffBaseStorage = r.storage("diffbase-storage")
-	s.Lifecycle = r.oneOf("lifecycle", "asap", "one-by-one", "all-at-once")
+	s.Lifecycle = r.oneOf("lifecycle", "asap", "one-by-one", "all-at-once", "randomized", "shuffled")
 	s.HandlerTimeout = r.duration("handler-timeout", false)
 	s.LuaMemoryBudget = r.memoryBudget("lua-memory-budget")
 	s.ConsistencyTimeout = r.duration("consistency-timeout", false)
+	s.DefaultBackoff = r.duration("default-backoff", false)
 	s.LogFormat = r.oneOf("log-format", "plain", "json")
 	s.LogLevel = r.logLevel()
 	s.HealthAddress = r.address("health-address")
@@ -208,6 +213,7 @@ func readSettings(cmd *cobra.Command, v *viper.Viper, subset bool) (settings, er
 	s.Apply = r.list("apply")
 	s.WebhookAddress = r.address("webhook-address")
 	s.WebhookCertDir = r.str("webhook-cert-dir")
+	s.WebhookClientCA = r.str("webhook-client-ca")
 	s.WebhookService = r.str("webhook-service")
 	if ns, name, ok := strings.Cut(s.WebhookService, "/"); s.WebhookService != "" && (!ok || ns == "" || name == "") {
 		r.invalid("webhook-service", s.WebhookService, "namespace/name of a Service")

@@ -199,7 +199,7 @@ func TestSettingsRejectBadValues(t *testing.T) {
 		{[]string{"--log-events-level", "loud"}, nil, []string{"--log-events-level", "debug, info, warning, error or none"}},
 		{[]string{"--progress-storage", "etcd"}, nil, []string{`--progress-storage="etcd"`, "auto, annotations or status"}},
 		{nil, map[string]string{"LUAOP_DIFFBASE_STORAGE": "disk"}, []string{`LUAOP_DIFFBASE_STORAGE="disk"`, "auto, annotations or status"}},
-		{[]string{"--lifecycle", "random"}, nil, []string{`--lifecycle="random"`, "asap, one-by-one or all-at-once"}},
+		{[]string{"--lifecycle", "random"}, nil, []string{`--lifecycle="random"`, "asap, one-by-one, all-at-once, randomized or shuffled"}},
 		{[]string{"--prefix", "My_Prefix"}, nil, []string{`--prefix="My_Prefix"`, "DNS subdomain"}},
 		{[]string{"--prefix", ""}, nil, []string{`--prefix=""`, "DNS subdomain"}},
 		{[]string{"--health-address", "8080"}, nil, []string{`--health-address="8080"`, "host:port"}},
