@@ -11,10 +11,10 @@ import (
 	lua "github.com/yuin/gopher-lua"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
-	"sigs.k8s.io/yaml"
 
 	"github.com/luaop/luaop/luabind/internal/luaerr"
 	"github.com/luaop/luaop/luabind/internal/luavalue"
+	"github.com/luaop/luaop/yaml12"
 )
 
 // Kube is the cluster access that scripts get as luaop.kube and the event helpers.
@@ -168,18 +168,16 @@ func (s *shard) installKube(mod *lua.LTable) {
 
 	yamlMod := L.NewTable()
 	yamlMod.RawSetString("decode", L.NewFunction(func(L *lua.LState) int {
+		// YAML 1.2 (the core schema): `n:` and `NO` stay strings, 014 is 14. The
+		// value budget bounds what aliases expand to as well.
 		src := []byte(L.CheckString(1))
 		err := s.checkDecodeSize(src)
-		var data []byte
-		if err == nil {
-			data, err = yaml.YAMLToJSON(src)
-		}
-		if err == nil {
-			err = s.checkDecodeSize(data)
-		}
 		var v any
 		if err == nil {
-			err = utiljson.Unmarshal(data, &v)
+			var node *yaml12.Node
+			if node, err = yaml12.Parse(src); err == nil && node != nil {
+				v, err = yaml12.Value(node, maxDecodeValues)
+			}
 		}
 		if err != nil {
 			L.Push(lua.LNil)
