@@ -335,3 +335,12 @@ func coreFloat(s string) (float64, bool) {
 	}
 	return 0, false
 }
+
+// The kinds of nodes.
+const (
+	DocumentNode = yaml.DocumentNode
+	SequenceNode = yaml.SequenceNode
+	MappingNode  = yaml.MappingNode
+	ScalarNode   = yaml.ScalarNode
+	AliasNode    = yaml.AliasNode
+)

@@ -29,6 +29,7 @@ import (
 	"github.com/luaop/luaop/metrics"
 	"github.com/luaop/luaop/operator"
 	"github.com/luaop/luaop/processing"
+	"github.com/luaop/luaop/scripttest"
 	"github.com/luaop/luaop/scriptwatch"
 )
 
@@ -44,7 +45,7 @@ server-side apply, CustomResourceDefinitions first (waiting until they are
 Established), so that no kubectl is needed:
 
   luaop dev --apply examples/crds --apply examples/objects examples`,
-		Args: cobra.ExactArgs(1),
+		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			s, err := loadSettings(cmd, v)
 			if err != nil {
@@ -87,7 +88,7 @@ func newRunCommand(v *viper.Viper) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run DIR",
 		Short: "Run the scripts of DIR as a production operator (JSON logs, health endpoint)",
-		Args:  cobra.ExactArgs(1),
+		Args:  usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			s, err := loadSettings(cmd, v)
 			if err != nil {
@@ -101,9 +102,7 @@ func newRunCommand(v *viper.Viper) *cobra.Command {
 }
 
 func newLogger(s settings) *slog.Logger {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(s.LogLevel))
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: logLevel(s)}
 	if s.LogFormat == "json" {
 		return slog.New(slog.NewJSONHandler(logOutput, opts))
 	}
@@ -122,16 +121,21 @@ func clientConfig(s settings) clientcmd.ClientConfig {
 func restConfig(s settings) (*rest.Config, error) {
 	cfg, err := clientConfig(s).ClientConfig()
 	if err != nil {
-		return nil, fmt.Errorf("no usable kubeconfig (%w); give --kubeconfig, set KUBECONFIG, or start a local cluster with `make cluster`", err)
+		return nil, unreachableError(fmt.Errorf("no usable kubeconfig (%w); give --kubeconfig, set KUBECONFIG, or start a local cluster with `make cluster`", err))
 	}
 	cfg.QPS, cfg.Burst = 500, 1000
+	if s.QPS > 0 {
+		cfg.QPS = float32(s.QPS)
+	}
+	if s.Burst > 0 {
+		cfg.Burst = s.Burst
+	}
 	cfg.UserAgent = "luaop"
 	return cfg, nil
 }
 
 func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(s.LogLevel))
+	level := logLevel(s)
 	log := newLogger(s)
 	var view *devloop.View
 	if dev {
@@ -139,12 +143,13 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 		log = slog.New(view.Handler())
 	}
 	slog.SetDefault(log)
+	routeKlog(log, s.Verbosity)
 	log.Info("luaop starting", "version", luaopVersion(), "go", runtime.Version())
 	for _, w := range s.Warnings {
 		log.Warn(w)
 	}
 	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-		return fmt.Errorf("%s is not a folder of Lua scripts", dir)
+		return usageError(fmt.Errorf("%s is not a folder of Lua scripts", dir))
 	}
 	cfg, err := restConfig(s)
 	if err != nil {
@@ -184,9 +189,11 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 		Runtime:    luabindOptions(s, log),
 		Logger:     log,
 		ProbeCache: probeCache(s),
+		// Two operators (two prefixes) own their applied fields apart.
+		FieldManager: operator.FieldManagerFor(s.Prefix),
 	}
 	if s.DryRun {
-		if err := applyDryRun(cfg, &oopts, log); err != nil {
+		if err := applyDryRun(cfg, &oopts, log, oopts.FieldManager); err != nil {
 			return err
 		}
 		log.Warn("dry run: nothing is written to the cluster; every write is logged instead")
@@ -225,7 +232,8 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	if s.LeaderElect && s.DryRun {
 		log.Warn("dry run: --leader-elect ignored (a dry run takes no Lease)")
 	} else if s.LeaderElect {
-		if elector, err = leader.New(cfg, leader.Options{Namespace: s.LeaderNamespace, Name: s.LeaderName, Logger: log}); err != nil {
+		if elector, err = leader.New(cfg, leader.Options{Namespace: s.LeaderNamespace, Name: s.LeaderName, Logger: log,
+			LeaseDuration: s.LeaseDuration, RenewDeadline: s.RenewDeadline, RetryPeriod: s.RetryPeriod}); err != nil {
 			return fmt.Errorf("leader election: %w; give --leader-election-namespace when running outside a pod", err)
 		}
 	}
@@ -385,7 +393,7 @@ func checkReachable(cfg *rest.Config) error {
 		return err
 	}
 	if err := client.Get().AbsPath("/version").Do(context.Background()).Error(); err != nil {
-		return fmt.Errorf("the cluster at %s cannot be reached: %w; is it running? (a local one: `make cluster`)", cfg.Host, err)
+		return unreachableError(fmt.Errorf("the cluster at %s cannot be reached: %w; is it running? (a local one: `make cluster`)", cfg.Host, err))
 	}
 	return nil
 }
@@ -561,7 +569,7 @@ func serve(ctx context.Context, log *slog.Logger, what string, ln net.Listener, 
 func statusField(prefix string) string { return strings.ReplaceAll(prefix, ".", "_") }
 
 func newStubsCommand() *cobra.Command {
-	var output, luacheckrc string
+	var output, luacheckrc, luarc, schemaFile string
 	cmd := &cobra.Command{
 		Use:   "stubs",
 		Short: "Write the Lua Language Server definitions of the luaop API (completion and types in editors)",
@@ -569,25 +577,57 @@ func newStubsCommand() *cobra.Command {
 scripts folder (a .lua file there would be loaded as a handler script) and list its
 folder in your editor's Lua.workspace.library setting.
 
+With --luarc FILE it also writes a .luarc.json for the Lua Language Server: Lua 5.1
+(not its default 5.4, which accepts //, utf8 and integer division), the libraries the
+sandbox lacks disabled (io, debug, coroutine, package; os with only time, date and
+clock, declared in the definitions), and the folder of -o as its workspace library.
+Put it as .luarc.json in the scripts folder.
+
 With --luacheckrc FILE it also writes a luacheck configuration describing the sandbox
 (Lua 5.1, exactly the globals luaop's scripts see), so that luacheck (Debian's
-lua-check) agrees with luaop: put it as .luacheckrc in the scripts folder or above.`,
-		Args: cobra.NoArgs,
+lua-check) agrees with luaop: put it as .luacheckrc in the scripts folder or above.
+
+With --schema FILE it also writes the JSON Schema of luaop test's files: a test file
+whose first line is "# yaml-language-server: $schema=FILE" (relative to it) is then
+completed and checked by yaml-language-server (VS Code's YAML extension).`,
+		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			stubs := luabind.Stubs()
 			if luacheckrc != "" {
 				if err := writeFileMkdir(luacheckrc, luabind.Luacheckrc()); err != nil {
 					return err
 				}
 			}
+			if luarc != "" {
+				stubs = luabind.StubsWithSandbox()
+				library := ""
+				if output != "" && output != "-" {
+					abs, err := filepath.Abs(filepath.Dir(output))
+					if err != nil {
+						return err
+					}
+					library = abs
+				}
+				if err := writeFileMkdir(luarc, luabind.Luarc(library)); err != nil {
+					return err
+				}
+			}
+			if schemaFile != "" {
+				if err := writeFileMkdir(schemaFile, scripttest.Schema()); err != nil {
+					return err
+				}
+			}
 			if output == "" || output == "-" {
-				_, err := fmt.Fprint(cmd.OutOrStdout(), luabind.Stubs())
+				_, err := fmt.Fprint(cmd.OutOrStdout(), stubs)
 				return err
 			}
-			return writeFileMkdir(output, luabind.Stubs())
+			return writeFileMkdir(output, stubs)
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "file to write (default: standard output)")
 	cmd.Flags().StringVar(&luacheckrc, "luacheckrc", "", "also write a .luacheckrc describing the sandbox to this file")
+	cmd.Flags().StringVar(&luarc, "luarc", "", "also write a .luarc.json (Lua Language Server: Lua 5.1, the sandbox's libraries, the stubs' folder as library) to this file")
+	cmd.Flags().StringVar(&schemaFile, "schema", "", "also write the JSON Schema of luaop test's files to this file")
 	return cmd
 }
 

@@ -6,8 +6,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -15,15 +13,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := newRootCommand().ExecuteContext(ctx); err != nil {
-		var quiet silentError
-		if !errors.As(err, &quiet) {
-			fmt.Fprintln(os.Stderr, "luaop:", err)
-		}
-		os.Exit(1)
-	}
+	code := execute(ctx, os.Args[1:])
+	stop()
+	os.Exit(code)
 }
-
-// silentError is an error already shown to the user.
-type silentError struct{ error }

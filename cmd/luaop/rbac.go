@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/luaop/luaop/admission"
 	"github.com/luaop/luaop/luabind"
 )
 
@@ -26,7 +27,16 @@ type rbacOptions struct {
 	// validating webhook even without admission handlers in the scripts.
 	ScriptsConfigMap string
 	ScriptsWebhook   bool
-	command          string // how the output was made, for its header
+	// Prefix is the operator's --prefix: it names the webhook configurations the
+	// operator may write ("<prefix>.validate", "<prefix>.mutate").
+	Prefix string
+	// WebhookService ([namespace/]name) names the Secret of the generated webhook
+	// certificate, "<name>-tls".
+	WebhookService string
+	// MetricsAuth grants what --metrics-secure needs: TokenReviews and
+	// SubjectAccessReviews.
+	MetricsAuth bool
+	command     string // how the output was made, for its header
 }
 
 func newRBACCommand() *cobra.Command {
@@ -49,7 +59,7 @@ Without a cluster, resource names cannot be discovered: the plural of a kind is
 derived by Kubernetes' usual rules (Ingress -> ingresses, Policy -> policies), and a
 few short names of built-in resources (cm, svc, deploy, ...) are known; a kind with an
 irregular plural (e.g. Endpoints) must be checked by hand.`,
-		Args: cobra.ExactArgs(1),
+		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.command = rbacCommandLine(args[0], o)
 			out, warnings, err := generateRBAC(cmd, args[0], o)
@@ -71,6 +81,9 @@ irregular plural (e.g. Endpoints) must be checked by hand.`,
 	fs.StringVar(&o.ScriptsConfigMap, "scripts-configmap", "", "the scripts ConfigMap, [namespace/]name (default namespace: the ServiceAccount's): add the Role for the ConfigMap <name>-last-good where the operator keeps the last scripts that loaded")
 	fs.BoolVar(&o.ScriptsWebhook, "scripts-webhook", false, "the operator validates the scripts ConfigMap (--scripts-configmap with the webhooks component): grant the webhook configurations even if no script has admission handlers")
 	fs.StringSliceVar(&o.Namespaces, "namespaces", nil, "namespaces the operator serves (plain names): Roles in each instead of a ClusterRole")
+	fs.StringVar(&o.Prefix, "prefix", "luaop.dev", "the operator's --prefix: the webhook configurations it writes are <prefix>.validate and <prefix>.mutate (granted by name)")
+	fs.StringVar(&o.WebhookService, "webhook-service", "luaop-webhook", "the operator's --webhook-service ([namespace/]name): the generated webhook certificate is kept in the Secret <name>-tls (granted by name)")
+	fs.BoolVar(&o.MetricsAuth, "metrics-auth", true, "grant TokenReviews and SubjectAccessReviews, with which --metrics-secure (luaop run's default) authenticates and authorizes the clients of /metrics")
 	return cmd
 }
 
@@ -83,6 +96,37 @@ var builtinShortNames = map[string]string{
 	"cj": "cronjobs", "ep": "endpoints", "endpoints": "endpoints", "Endpoints": "endpoints",
 	"netpol": "networkpolicies", "pdb": "poddisruptionbudgets", "hpa": "horizontalpodautoscalers",
 	"crd": "customresourcedefinitions", "crds": "customresourcedefinitions",
+}
+
+// builtinGroups are the API groups of Kubernetes itself; withStatus their resources
+// that have a status subresource. A custom resource is assumed to have one (a CRD
+// without it answers 404 to the status patch, which luaop does not send then).
+var (
+	builtinGroups = []string{"", "apps", "batch", "autoscaling", "policy", "networking.k8s.io", "rbac.authorization.k8s.io",
+		"storage.k8s.io", "coordination.k8s.io", "discovery.k8s.io", "events.k8s.io", "scheduling.k8s.io", "node.k8s.io",
+		"certificates.k8s.io", "admissionregistration.k8s.io", "apiextensions.k8s.io", "apiregistration.k8s.io", "flowcontrol.apiserver.k8s.io",
+		"resource.k8s.io", "storagemigration.k8s.io", "internal.apiserver.k8s.io"}
+	withStatus = map[string]bool{
+		"/pods": true, "/services": true, "/nodes": true, "/namespaces": true, "/persistentvolumes": true,
+		"/persistentvolumeclaims": true, "/replicationcontrollers": true, "/resourcequotas": true,
+		"apps/deployments": true, "apps/statefulsets": true, "apps/daemonsets": true, "apps/replicasets": true,
+		"batch/jobs": true, "batch/cronjobs": true, "autoscaling/horizontalpodautoscalers": true,
+		"policy/poddisruptionbudgets": true, "networking.k8s.io/ingresses": true, "networking.k8s.io/servicecidrs": true,
+		"storage.k8s.io/volumeattachments": true, "certificates.k8s.io/certificatesigningrequests": true,
+		"apiextensions.k8s.io/customresourcedefinitions": true, "apiregistration.k8s.io/apiservices": true,
+		"flowcontrol.apiserver.k8s.io/flowschemas": true, "flowcontrol.apiserver.k8s.io/prioritylevelconfigurations": true,
+		"admissionregistration.k8s.io/validatingadmissionpolicies": true, "resource.k8s.io/resourceclaims": true,
+		"internal.apiserver.k8s.io/storageversions": true,
+	}
+)
+
+// hasStatus tells whether a resource has a status subresource: configmaps, secrets
+// or events have none, and a rule for "configmaps/status" grants nothing.
+func hasStatus(group, plural string) bool {
+	if !slices.Contains(builtinGroups, group) {
+		return true
+	}
+	return withStatus[group+"/"+plural]
 }
 
 // pluralOf turns a resource string's last part or a kind into a plural resource.
@@ -158,7 +202,9 @@ func generateRBAC(cmd *cobra.Command, dir string, o rbacOptions) (string, []stri
 		plural := pluralOf(gv, h.Resource.Resource)
 		file, _, _ := strings.Cut(h.Source, ":")
 		watched.add(gv.Group, plural, file, "get", "list", "watch", "patch")
-		watched.add(gv.Group, plural+"/status", file, "patch")
+		if hasStatus(gv.Group, plural) {
+			watched.add(gv.Group, plural+"/status", file, "patch")
+		}
 	}
 	var unresolved []string
 	for _, c := range luabind.Analyze(scripts).KubeCalls {
@@ -222,13 +268,25 @@ func generateRBAC(cmd *cobra.Command, dir string, o rbacOptions) (string, []stri
 		// Webhook configurations are cluster-scoped: a ClusterRole of their own,
 		// whether the rest is a ClusterRole or Roles.
 		name := o.Name + "-webhooks"
-		fmt.Fprintf(&b, "---\n# Admission webhooks (luaop.on.validate, luaop.on.mutate in %s): the operator writes\n# the configurations \"<prefix>.validate\" and \"<prefix>.mutate\" (--webhook-address).\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: %s\nrules:\n- apiGroups: [admissionregistration.k8s.io]\n  resources: [mutatingwebhookconfigurations, validatingwebhookconfigurations]\n  verbs: [get, create, update, delete]\n",
-			strings.Join(admissionSources, ", "), name)
+		vname, mname := admission.ConfigurationNames(o.Prefix)
+		fmt.Fprintf(&b, "---\n# Admission webhooks (luaop.on.validate, luaop.on.mutate in %s): the operator writes\n# the configurations %s and %s (--prefix %s) and no other; creating cannot be\n# narrowed to a name (Kubernetes authorizes a create before the object has one).\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: %s\nrules:\n- apiGroups: [admissionregistration.k8s.io]\n  resources: [mutatingwebhookconfigurations, validatingwebhookconfigurations]\n  verbs: [create]\n- apiGroups: [admissionregistration.k8s.io]\n  resources: [validatingwebhookconfigurations]\n  resourceNames: [%s]\n  verbs: [get, update, delete]\n- apiGroups: [admissionregistration.k8s.io]\n  resources: [mutatingwebhookconfigurations]\n  resourceNames: [%s]\n  verbs: [get, update, delete]\n",
+			strings.Join(admissionSources, ", "), vname, mname, o.Prefix, name, vname, mname)
 		fmt.Fprintf(&b, "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: %s\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: %s\nsubjects:\n- kind: ServiceAccount\n  name: %s\n  namespace: %s\n",
 			name, name, saName, saNS)
-		fmt.Fprintf(&b, "---\n# The webhook's certificate: generated once and kept in the Secret \"<service>-tls\" of the\n# operator's namespace (--webhook-service without --webhook-cert-dir), shared by the replicas.\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: %s\n  namespace: %s\nrules:\n- apiGroups: [\"\"]\n  resources: [secrets]\n  verbs: [get, create]\n", name, saNS)
+		secretNS, secret := saNS, o.WebhookService
+		if ns, n, ok := strings.Cut(o.WebhookService, "/"); ok {
+			secretNS, secret = ns, n
+		}
+		secret += "-tls"
+		fmt.Fprintf(&b, "---\n# The webhook's certificate: generated and kept in the Secret %s of the operator's\n# namespace (--webhook-service without --webhook-cert-dir), shared by the replicas, renewed\n# before it expires (update); no other Secret is readable.\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: %s\n  namespace: %s\nrules:\n- apiGroups: [\"\"]\n  resources: [secrets]\n  verbs: [create]\n- apiGroups: [\"\"]\n  resources: [secrets]\n  resourceNames: [%s]\n  verbs: [get, update]\n", secret, name, secretNS, secret)
 		fmt.Fprintf(&b, "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: %s\n  namespace: %s\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: %s\nsubjects:\n- kind: ServiceAccount\n  name: %s\n  namespace: %s\n",
-			name, saNS, name, saName, saNS)
+			name, secretNS, name, saName, saNS)
+	}
+	if o.MetricsAuth {
+		name := o.Name + "-metrics-auth"
+		fmt.Fprintf(&b, "---\n# Secure metrics (--metrics-secure, luaop run's default): the bearer token of a client of\n# /metrics is authenticated with a TokenReview and authorized with a SubjectAccessReview\n# (get on the non-resource URL /metrics), as controller-runtime's secure metrics do.\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: %s\nrules:\n- apiGroups: [authentication.k8s.io]\n  resources: [tokenreviews]\n  verbs: [create]\n- apiGroups: [authorization.k8s.io]\n  resources: [subjectaccessreviews]\n  verbs: [create]\n", name)
+		fmt.Fprintf(&b, "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: %s\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: %s\nsubjects:\n- kind: ServiceAccount\n  name: %s\n  namespace: %s\n",
+			name, name, saName, saNS)
 	}
 	if o.ScriptsConfigMap != "" {
 		ns, cm, ok := strings.Cut(o.ScriptsConfigMap, "/")
@@ -348,6 +406,15 @@ func rbacCommandLine(dir string, o rbacOptions) string {
 	}
 	if o.ScriptsWebhook {
 		args = append(args, "--scripts-webhook")
+	}
+	if o.Prefix != "" && o.Prefix != "luaop.dev" {
+		args = append(args, "--prefix", o.Prefix)
+	}
+	if o.WebhookService != "" && o.WebhookService != "luaop-webhook" {
+		args = append(args, "--webhook-service", o.WebhookService)
+	}
+	if !o.MetricsAuth {
+		args = append(args, "--metrics-auth=false")
 	}
 	return strings.Join(append(args, dir), " ")
 }

@@ -45,7 +45,7 @@ the scripts' hash, the handlers, the objects in flight with their handlers'
 progress, the running daemons and timers, and the last reload's error.
 
 In a cluster: kubectl -n luaop port-forward deploy/luaop 8080, then luaop status.`,
-		Args: cobra.NoArgs,
+		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			doc, body, err := fetchDebug(cmd.Context(), address)
 			if err != nil {

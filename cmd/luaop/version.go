@@ -90,7 +90,7 @@ func newVersionCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
 		Short: "Print the versions of luaop, Go, gopher-lua and client-go",
-		Args:  cobra.NoArgs,
+		Args:  usageArgs(cobra.NoArgs),
 		Run: func(cmd *cobra.Command, _ []string) {
 			for _, c := range components() {
 				fmt.Fprintf(cmd.OutOrStdout(), "%-11s %s\n", c[0], c[1])
