@@ -10,11 +10,14 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
+	"log/slog"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,13 +29,23 @@ import (
 
 // Certificates serve the webhook's TLS: from a folder (tls.crt, tls.key and, when
 // present, ca.crt: what cert-manager or a mounted kubernetes.io/tls Secret
-// provide), read again when the files change, or generated at start.
+// provide), read again when the files change; or generated (a CA and a serving
+// certificate it signs), in memory or shared by the replicas through a Secret, and
+// renewed before they expire. Run watches and rotates them; OnChange learns of
+// every change, so that the caBundle of the configurations follows without a
+// restart.
 type Certificates struct {
 	dir string
+	// gen makes new certificates (generated and Secret sources); secret, when set,
+	// is where they are kept.
+	gen    *generator
+	secret *secretSource
+	log    *slog.Logger
 
 	state     atomic.Pointer[certState]
 	checked   atomic.Int64 // when the folder was last looked at (UnixNano)
 	reloading atomic.Bool  // one reader of the folder at a time
+	rotateMu  sync.Mutex   // one rotation at a time (Run and tests); never held while calling out of the package
 	// onChange is called (without any lock held) after a reload changed the
 	// certificate or the CA; set by OnChange before serving.
 	onChange atomic.Pointer[func()]
@@ -40,48 +53,107 @@ type Certificates struct {
 
 // certState is one certificate and its CA, swapped as a whole.
 type certState struct {
-	cert    *tls.Certificate
-	ca      []byte // PEM of the CA that signed cert (the caBundle)
+	cert *tls.Certificate
+	ca   []byte // PEM of the CAs to trust (the caBundle): the signing one, and the previous one while it is valid
+	// leaf is cert's parsed leaf (its validity decides the renewal).
+	leaf    *x509.Certificate
 	modTime time.Time
+	// version is the Secret's resourceVersion the state was read from.
+	version string
 }
 
-// OnChange makes f be called after the certificate or the CA read from the folder
-// changed (the caBundle of the configurations must then be written again).
+// CertOptions configure generated certificates.
+type CertOptions struct {
+	// Validity of a generated CA and serving certificate. Defaults to one year;
+	// they are renewed when a third of it is left.
+	Validity time.Duration
+	// Logger receives the renewals. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultCertValidity is how long a generated certificate is valid.
+const DefaultCertValidity = 365 * 24 * time.Hour
+
+func (o CertOptions) withDefaults() CertOptions {
+	if o.Validity <= 0 {
+		o.Validity = DefaultCertValidity
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// generator makes a CA and a serving certificate for hosts.
+type generator struct {
+	hosts    []string
+	validity time.Duration
+}
+
+// OnChange makes f be called after the certificate or the CA changed (read from
+// the folder or the Secret, or renewed): the caBundle of the configurations must
+// then be written again.
 func (c *Certificates) OnChange(f func()) { c.onChange.Store(&f) }
 
 // GenerateCertificates makes a CA and a serving certificate signed by it for the
-// given DNS names and IP addresses (loopback is always included), valid one year.
+// given DNS names and IP addresses (loopback is always included), valid one year
+// and renewed by Run when a third of it is left.
 func GenerateCertificates(hosts []string) (*Certificates, error) {
-	certPEM, keyPEM, caPEM, err := generatePEM(hosts)
+	return NewGeneratedCertificates(hosts, CertOptions{})
+}
+
+// NewGeneratedCertificates is GenerateCertificates with options.
+func NewGeneratedCertificates(hosts []string, opts CertOptions) (*Certificates, error) {
+	opts = opts.withDefaults()
+	gen := &generator{hosts: hosts, validity: opts.Validity}
+	certPEM, keyPEM, caPEM, err := gen.generate(time.Now())
 	if err != nil {
 		return nil, err
 	}
-	return certificatesFromPEM(certPEM, keyPEM, caPEM)
+	c := &Certificates{gen: gen, log: opts.Logger}
+	st, err := stateFromPEM(certPEM, keyPEM, caPEM)
+	if err != nil {
+		return nil, err
+	}
+	c.state.Store(st)
+	return c, nil
 }
 
-// certificatesFromPEM makes fixed Certificates of PEM data.
-func certificatesFromPEM(certPEM, keyPEM, caPEM []byte) (*Certificates, error) {
+// stateFromPEM parses a certificate, its key and the CA bundle.
+func stateFromPEM(certPEM, keyPEM, caPEM []byte) (*certState, error) {
 	pair, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		return nil, err
 	}
-	c := &Certificates{}
-	c.state.Store(&certState{cert: &pair, ca: caPEM})
-	return c, nil
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return nil, err
+	}
+	return &certState{cert: &pair, ca: caPEM, leaf: leaf}, nil
 }
 
-// generatePEM makes the PEM of a serving certificate, its key and its CA.
+// generatePEM makes the PEM of a serving certificate, its key and its CA, valid a
+// year.
 func generatePEM(hosts []string) (certPEM, keyPEM, caPEM []byte, err error) {
+	return (&generator{hosts: hosts, validity: DefaultCertValidity}).generate(time.Now())
+}
+
+// backdate is how long before now a generated certificate starts being valid, for
+// clocks a little behind: an hour, or a tenth of a short validity.
+func backdate(validity time.Duration) time.Duration { return min(time.Hour, validity/10) }
+
+// generate makes the PEM of a serving certificate, its key and its CA.
+func (g *generator) generate(now time.Time) (certPEM, keyPEM, caPEM []byte, err error) {
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	now := time.Now()
+	notBefore, notAfter := now.Add(-backdate(g.validity)), now.Add(g.validity)
 	caTmpl := &x509.Certificate{
 		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: "luaop webhook CA"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(365 * 24 * time.Hour),
+		Subject:               pkix.Name{CommonName: "luaop webhook CA " + now.UTC().Format("20060102T150405")},
+		NotBefore:             notBefore,
+		NotAfter:              notAfter,
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
@@ -101,14 +173,14 @@ func generatePEM(hosts []string) (certPEM, keyPEM, caPEM []byte, err error) {
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
 		Subject:      pkix.Name{CommonName: "luaop webhook"},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(365 * 24 * time.Hour),
+		NotBefore:    notBefore,
+		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
 		DNSNames:     []string{"localhost"},
 	}
-	for _, h := range hosts {
+	for _, h := range g.hosts {
 		if ip := net.ParseIP(h); ip != nil {
 			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
 		} else if h != "" {
@@ -128,40 +200,105 @@ func generatePEM(hosts []string) (certPEM, keyPEM, caPEM []byte, err error) {
 		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), nil
 }
 
+// renewalDue tells whether a certificate should be renewed: a third of its
+// lifetime or less is left.
+func renewalDue(leaf *x509.Certificate, now time.Time) bool {
+	lifetime := leaf.NotAfter.Sub(leaf.NotBefore)
+	return !now.Before(leaf.NotAfter.Add(-lifetime / 3))
+}
+
+// bundleWith is the caBundle after a renewal: the new CA, then the CAs of the
+// previous bundle still valid (the replicas, and the API server's view of the
+// configuration, switch at different times: each must trust both meanwhile). At
+// most the new and one previous CA are kept.
+func bundleWith(newCA, previous []byte, now time.Time) []byte {
+	out := append([]byte(nil), bytes.TrimSpace(newCA)...)
+	out = append(out, '\n')
+	rest := previous
+	for kept := 0; kept < 1; {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			break
+		}
+		cert, err := x509.ParseCertificate(block.Bytes)
+		if err != nil || !now.Before(cert.NotAfter) || bytes.Contains(newCA, pem.EncodeToMemory(block)) {
+			continue
+		}
+		out = append(out, pem.EncodeToMemory(block)...)
+		kept++
+	}
+	return out
+}
+
 // SecretCertificates reads the webhook's certificate from the kubernetes.io/tls
 // Secret namespace/name (tls.crt, tls.key, ca.crt), generating it and creating the
 // Secret when it does not exist: replicas of one operator then share one CA, so
 // that the caBundle they write is the same. The first replica to create it wins;
-// the others read it.
+// the others read it. Run renews it (updating the Secret) when a third of its
+// validity is left, and picks up a renewal another replica made.
 func SecretCertificates(ctx context.Context, client kubernetes.Interface, namespace, name string, hosts []string) (*Certificates, error) {
-	api := client.CoreV1().Secrets(namespace)
+	return NewSecretCertificates(ctx, client, namespace, name, hosts, CertOptions{})
+}
+
+// secretSource is the Secret generated certificates are kept in.
+type secretSource struct {
+	client          kubernetes.Interface
+	namespace, name string
+}
+
+// NewSecretCertificates is SecretCertificates with options.
+func NewSecretCertificates(ctx context.Context, client kubernetes.Interface, namespace, name string, hosts []string, opts CertOptions) (*Certificates, error) {
+	opts = opts.withDefaults()
+	c := &Certificates{gen: &generator{hosts: hosts, validity: opts.Validity}, secret: &secretSource{client: client, namespace: namespace, name: name}, log: opts.Logger}
 	for attempt := 0; attempt < 2; attempt++ {
-		sec, err := api.Get(ctx, name, metav1.GetOptions{})
+		st, err := c.readSecret(ctx)
 		if err == nil {
-			c, err := certificatesFromPEM(sec.Data["tls.crt"], sec.Data["tls.key"], sec.Data["ca.crt"])
-			if err != nil || len(sec.Data["ca.crt"]) == 0 {
-				return nil, fmt.Errorf("webhook certificate Secret %s/%s: needs tls.crt, tls.key and ca.crt (%v); delete it to have one generated", namespace, name, err)
-			}
+			c.state.Store(st)
 			return c, nil
 		}
 		if !apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("reading the webhook certificate Secret %s/%s: %w (the operator needs get and create on secrets in its namespace)", namespace, name, err)
+			return nil, err
 		}
-		certPEM, keyPEM, caPEM, err := generatePEM(hosts)
+		certPEM, keyPEM, caPEM, err := c.gen.generate(time.Now())
 		if err != nil {
 			return nil, err
 		}
-		_, err = api.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace,
+		created, err := client.CoreV1().Secrets(namespace).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace,
 			Labels: map[string]string{ManagedByLabel: "luaop"}}, Type: corev1.SecretTypeTLS,
 			Data: map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM, "ca.crt": caPEM}}, metav1.CreateOptions{})
 		if err == nil {
-			return certificatesFromPEM(certPEM, keyPEM, caPEM)
+			st, err := stateFromPEM(certPEM, keyPEM, caPEM)
+			if err != nil {
+				return nil, err
+			}
+			st.version = created.ResourceVersion
+			c.state.Store(st)
+			return c, nil
 		}
 		if !apierrors.IsAlreadyExists(err) {
 			return nil, fmt.Errorf("creating the webhook certificate Secret %s/%s: %w", namespace, name, err)
 		}
 	}
 	return nil, fmt.Errorf("webhook certificate Secret %s/%s: created and deleted meanwhile", namespace, name)
+}
+
+// readSecret reads the certificates of the Secret (a NotFound error when missing).
+func (c *Certificates) readSecret(ctx context.Context) (*certState, error) {
+	s := c.secret
+	sec, err := s.client.CoreV1().Secrets(s.namespace).Get(ctx, s.name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, err
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the webhook certificate Secret %s/%s: %w (the operator needs get on it)", s.namespace, s.name, err)
+	}
+	st, err := stateFromPEM(sec.Data["tls.crt"], sec.Data["tls.key"], sec.Data["ca.crt"])
+	if err != nil || len(sec.Data["ca.crt"]) == 0 {
+		return nil, fmt.Errorf("webhook certificate Secret %s/%s: needs tls.crt, tls.key and ca.crt (%v); delete it to have one generated", s.namespace, s.name, err)
+	}
+	st.version = sec.ResourceVersion
+	return st, nil
 }
 
 func serial() *big.Int {
@@ -172,7 +309,7 @@ func serial() *big.Int {
 // LoadCertificates reads tls.crt, tls.key and ca.crt (optional: without it the
 // caBundle is tls.crt's chain, right for a self-signed certificate) from dir.
 func LoadCertificates(dir string) (*Certificates, error) {
-	c := &Certificates{dir: dir}
+	c := &Certificates{dir: dir, log: slog.Default()}
 	if _, err := c.reload(); err != nil {
 		return nil, err
 	}
@@ -199,6 +336,10 @@ func (c *Certificates) reload() (changed bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("webhook certificate in %s (tls.crt, tls.key): %w", c.dir, err)
 	}
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return false, fmt.Errorf("webhook certificate in %s: %w", c.dir, err)
+	}
 	bundle, err := os.ReadFile(ca)
 	if err != nil {
 		if !os.IsNotExist(err) {
@@ -207,7 +348,7 @@ func (c *Certificates) reload() (changed bool, err error) {
 		bundle, _ = os.ReadFile(crt)
 	}
 	bundle = append(bytes.TrimSpace(bundle), '\n')
-	c.state.Store(&certState{cert: &pair, ca: bundle, modTime: newest})
+	c.state.Store(&certState{cert: &pair, ca: bundle, leaf: leaf, modTime: newest})
 	return old != nil && (!bytes.Equal(old.ca, bundle) || !sameCertificate(old.cert, &pair)), nil
 }
 
@@ -239,8 +380,131 @@ func (c *Certificates) maybeReload() {
 	c.checked.Store(time.Now().UnixNano())
 	changed, err := c.reload() // an error: a half-written rotation, keep serving the previous pair
 	if err == nil && changed {
-		if f := c.onChange.Load(); f != nil {
-			(*f)()
+		c.changed()
+	}
+}
+
+func (c *Certificates) changed() {
+	if f := c.onChange.Load(); f != nil {
+		(*f)()
+	}
+}
+
+// Rotate renews generated certificates when a third of their validity is left
+// (in the Secret, when they are kept in one, taking up another replica's renewal
+// instead when it came first), and reads a folder's again; it calls the OnChange
+// function when the certificate or the CA changed. Run calls it periodically.
+func (c *Certificates) Rotate(ctx context.Context) error {
+	c.rotateMu.Lock()
+	changed, err := c.rotate(ctx, time.Now())
+	c.rotateMu.Unlock()
+	if changed {
+		c.changed()
+	}
+	return err
+}
+
+func (c *Certificates) rotate(ctx context.Context, now time.Time) (changed bool, err error) {
+	cur := c.state.Load()
+	switch {
+	case c.dir != "":
+		c.checked.Store(now.UnixNano())
+		changed, err := c.reload()
+		if st := c.state.Load(); err == nil && renewalDue(st.leaf, now) {
+			c.log.Warn("the webhook certificate expires soon and was not renewed: renew the files (cert-manager's Certificate, or the mounted Secret)",
+				"dir", c.dir, "not_after", st.leaf.NotAfter.UTC().Format(time.RFC3339))
+		}
+		return changed, err
+	case c.secret != nil:
+		st, err := c.readSecret(ctx)
+		if err != nil {
+			return false, err
+		}
+		if renewalDue(st.leaf, now) {
+			renewed, err := c.renewSecret(ctx, st, now)
+			if apierrors.IsConflict(err) {
+				return false, nil // another replica renewed it: read at the next check
+			}
+			if err != nil {
+				return false, err
+			}
+			st = renewed
+		}
+		if st.version == cur.version && sameCertificate(st.cert, cur.cert) {
+			return false, nil
+		}
+		c.state.Store(st)
+		return true, nil
+	case c.gen != nil:
+		if !renewalDue(cur.leaf, now) {
+			return false, nil
+		}
+		certPEM, keyPEM, caPEM, err := c.gen.generate(now)
+		if err != nil {
+			return false, err
+		}
+		st, err := stateFromPEM(certPEM, keyPEM, bundleWith(caPEM, cur.ca, now))
+		if err != nil {
+			return false, err
+		}
+		c.state.Store(st)
+		c.log.Info("webhook certificate renewed", "not_after", st.leaf.NotAfter.UTC().Format(time.RFC3339))
+		return true, nil
+	}
+	return false, nil
+}
+
+// renewSecret writes a renewed certificate into the Secret, over the version read.
+func (c *Certificates) renewSecret(ctx context.Context, read *certState, now time.Time) (*certState, error) {
+	certPEM, keyPEM, caPEM, err := c.gen.generate(now)
+	if err != nil {
+		return nil, err
+	}
+	bundle := bundleWith(caPEM, read.ca, now)
+	s := c.secret
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: s.namespace, ResourceVersion: read.version,
+		Labels: map[string]string{ManagedByLabel: "luaop"}}, Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM, "ca.crt": bundle}}
+	updated, err := s.client.CoreV1().Secrets(s.namespace).Update(ctx, sec, metav1.UpdateOptions{})
+	if err != nil {
+		if apierrors.IsConflict(err) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("renewing the webhook certificate in the Secret %s/%s: %w (the operator needs update on it)", s.namespace, s.name, err)
+	}
+	st, err := stateFromPEM(certPEM, keyPEM, bundle)
+	if err != nil {
+		return nil, err
+	}
+	st.version = updated.ResourceVersion
+	c.log.Info("webhook certificate renewed", "secret", s.namespace+"/"+s.name, "not_after", st.leaf.NotAfter.UTC().Format(time.RFC3339))
+	return st, nil
+}
+
+// checkEvery is how often Run looks at the certificates: a tenth of their
+// lifetime, at most a minute, at least 100ms.
+func (c *Certificates) checkEvery() time.Duration {
+	st := c.state.Load()
+	every := time.Minute
+	if st != nil && st.leaf != nil {
+		every = min(every, st.leaf.NotAfter.Sub(st.leaf.NotBefore)/10)
+	}
+	return max(every, 100*time.Millisecond)
+}
+
+// Run rotates the certificates (Rotate) until ctx ends. Errors are logged and
+// tried again at the next check: the current certificate keeps serving.
+func (c *Certificates) Run(ctx context.Context) {
+	for {
+		t := time.NewTimer(c.checkEvery())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if err := c.Rotate(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			c.log.Error("checking the webhook certificate; retrying", "error", err)
 		}
 	}
 }
@@ -256,3 +520,6 @@ func (c *Certificates) CABundle() []byte {
 	c.maybeReload()
 	return append([]byte(nil), c.state.Load().ca...)
 }
+
+// NotAfter is when the certificate served now expires.
+func (c *Certificates) NotAfter() time.Time { return c.state.Load().leaf.NotAfter }

@@ -205,6 +205,12 @@ func (s *Server) lookup(path string) (Handler, bool) {
 	return Handler{}, false
 }
 
+// serves tells whether a handler serves path now.
+func (s *Server) serves(path string) bool {
+	_, ok := s.lookup(path)
+	return ok
+}
+
 // luaHandler makes the Handler of a Lua validate or mutate handler.
 func luaHandler(rt *luabind.Runtime, spec causes.Spec) Handler {
 	return Handler{ID: spec.ID, Kind: spec.Kind, FailurePolicy: spec.FailurePolicy, Timeout: spec.Timeout,

@@ -47,6 +47,21 @@ type Options struct {
 	// Namespaces are the operator's --namespaces (see Syncer.Namespaces).
 	Namespaces []string
 	Logger     *slog.Logger
+	// CertValidity is how long a generated certificate is valid (default one
+	// year); it is renewed, without a restart, when a third of it is left.
+	CertValidity time.Duration
+	// Observer, when set, is told about every request (controller-runtime's
+	// webhook metrics).
+	Observer RequestObserver
+}
+
+// RequestObserver is told about the admission requests served, by webhook path
+// (the handler's path, "unknown" for one no handler serves): metrics.Metrics
+// implements it with controller_runtime_webhook_requests_total, _latency_seconds
+// and _requests_in_flight. Its methods must return quickly.
+type RequestObserver interface {
+	WebhookStarted(webhook string)
+	WebhookFinished(webhook string, code int, d time.Duration)
 }
 
 // Webhooks runs the admission server and keeps the configurations in sync.
@@ -114,13 +129,13 @@ func New(cfg *rest.Config, rt *luabind.Runtime, opts Options) (*Webhooks, error)
 	case svcName != "" && !opts.DryRun:
 		// Replicas share one generated CA through a Secret.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		w.certs, err = SecretCertificates(ctx, client, svcNS, svcName+"-tls", hosts)
+		w.certs, err = NewSecretCertificates(ctx, client, svcNS, svcName+"-tls", hosts, CertOptions{Validity: opts.CertValidity, Logger: opts.Logger})
 		cancel()
 		if err != nil {
 			return nil, err
 		}
 	default:
-		if w.certs, err = GenerateCertificates(hosts); err != nil {
+		if w.certs, err = NewGeneratedCertificates(hosts, CertOptions{Validity: opts.CertValidity, Logger: opts.Logger}); err != nil {
 			return nil, fmt.Errorf("generating the webhook certificate: %w", err)
 		}
 	}
@@ -147,7 +162,8 @@ func New(cfg *rest.Config, rt *luabind.Runtime, opts Options) (*Webhooks, error)
 	if err != nil {
 		return nil, err
 	}
-	// A rotated certificate or CA (--webhook-cert-dir) must reach the caBundle.
+	// A rotated certificate or CA (renewed, or read from --webhook-cert-dir or the
+	// Secret) must reach the caBundle.
 	w.certs.OnChange(w.Resync)
 	w.server = NewServer(rt, opts.Logger)
 	w.syncer = &Syncer{Client: client, Discovery: disco, Prefix: opts.Prefix, CABundle: w.certs.CABundle, Log: opts.Logger, Namespaces: opts.Namespaces,
@@ -188,6 +204,9 @@ func serverOnLoopback(cfg *rest.Config) bool {
 	}
 	return isLoopbackHost(host)
 }
+
+// Certificates are the certificates the server serves.
+func (w *Webhooks) Certificates() *Certificates { return w.certs }
 
 // Server is the admission server (register Go handlers there, or with Register).
 func (w *Webhooks) Server() *Server { return w.server }
@@ -246,7 +265,7 @@ const resyncEvery = time.Minute
 // written; with RemoveOnExit it deletes them before returning.
 func (w *Webhooks) Start(ctx context.Context) error {
 	mux := http.NewServeMux()
-	mux.Handle("/", w.server)
+	mux.Handle("/", w.instrument(w.server))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second,
 		TLSConfig: &tls.Config{GetCertificate: w.certs.GetCertificate, MinVersion: tls.VersionTLS12},
 		ErrorLog:  nil}
@@ -255,7 +274,12 @@ func (w *Webhooks) Start(ctx context.Context) error {
 		w.serving.Store(true)
 		errc <- srv.ServeTLS(w.ln, "", "")
 	}()
-	w.log.Info("webhook server listening", "address", w.ln.Addr().String())
+	w.log.Info("webhook server listening", "address", w.ln.Addr().String(), "certificate_not_after", w.certs.NotAfter().UTC().Format(time.RFC3339))
+	// Renewals and rotations of the certificate while serving (no restart).
+	certsDone := make(chan struct{})
+	certsCtx, stopCerts := context.WithCancel(ctx)
+	go func() { defer close(certsDone); w.certs.Run(certsCtx) }()
+	defer func() { stopCerts(); <-certsDone }()
 	w.Resync()
 	every := w.resyncEvery
 	if every <= 0 {
@@ -296,6 +320,38 @@ func (w *Webhooks) Start(ctx context.Context) error {
 			retry = time.After(retryEvery)
 		}
 	}
+}
+
+// instrument reports every request to the Observer.
+func (w *Webhooks) instrument(next http.Handler) http.Handler {
+	obs := w.opts.Observer
+	if obs == nil {
+		return next
+	}
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		// Series only for the paths of handlers: a stray client must not make
+		// unbounded ones.
+		label := "unknown"
+		if _, path := splitPolicy(r.URL.Path); w.server.serves(path) {
+			label = r.URL.Path
+		}
+		start := time.Now()
+		obs.WebhookStarted(label)
+		rec := &statusRecorder{ResponseWriter: rw, code: http.StatusOK}
+		defer func() { obs.WebhookFinished(label, rec.code, time.Since(start)) }()
+		next.ServeHTTP(rec, r)
+	})
+}
+
+// statusRecorder keeps the status code a handler wrote.
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	s.code = code
+	s.ResponseWriter.WriteHeader(code)
 }
 
 // sync writes the configurations once; false when it should be tried again.

@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime"
+	"strconv"
 	"sync"
 	"time"
 
@@ -50,6 +51,11 @@ type Metrics struct {
 
 	reconciles        *prometheus.CounterVec
 	reconcileErrors   *prometheus.CounterVec
+	terminalErrors    *prometheus.CounterVec
+	reconcilePanics   *prometheus.CounterVec
+	webhookRequests   *prometheus.CounterVec
+	webhookLatency    *prometheus.HistogramVec
+	webhookInFlight   *prometheus.GaugeVec
 	reconcileTime     *prometheus.HistogramVec
 	activeWorkers     *prometheus.GaugeVec
 	maxConcurrent     *prometheus.GaugeVec
@@ -84,6 +90,27 @@ func New() *Metrics {
 			Name: "controller_runtime_reconcile_errors_total",
 			Help: "Total number of reconciliation errors per controller: errors of the framework (a failed patch), not failed handlers (see luaop_handler_runs_total).",
 		}, []string{"controller"}),
+		terminalErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "controller_runtime_terminal_reconcile_errors_total",
+			Help: "Total number of terminal reconciliation errors per controller: handlers that failed for good (luaop.permanent_error, retries or timeout exhausted), which are not retried.",
+		}, []string{"controller"}),
+		reconcilePanics: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "controller_runtime_reconcile_panics_total",
+			Help: "Total number of reconciliation panics per controller (a bug of the framework, recovered: the object is retried, the others keep being served).",
+		}, []string{"controller"}),
+		webhookRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "controller_runtime_webhook_requests_total",
+			Help: "Total number of admission requests by HTTP status code, per webhook path.",
+		}, []string{"webhook", "code"}),
+		webhookLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "controller_runtime_webhook_latency_seconds",
+			Help:    "Histogram of the latency of processing admission requests, per webhook path.",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"webhook"}),
+		webhookInFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "controller_runtime_webhook_requests_in_flight",
+			Help: "Current number of admission requests being served, per webhook path.",
+		}, []string{"webhook"}),
 		reconcileTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "controller_runtime_reconcile_time_seconds",
 			Help:    "Length of time per reconciliation per controller.",
@@ -156,7 +183,8 @@ func New() *Metrics {
 	m.reloadLatency.WithLabelValues("ok")
 	m.reloadLatency.WithLabelValues("error")
 	m.registry.MustRegister(
-		m.reconciles, m.reconcileErrors, m.reconcileTime, m.activeWorkers, m.maxConcurrent,
+		m.reconciles, m.reconcileErrors, m.terminalErrors, m.reconcilePanics, m.webhookRequests, m.webhookLatency, m.webhookInFlight,
+		m.reconcileTime, m.activeWorkers, m.maxConcurrent,
 		m.handlerRuns, m.handlerDuration, m.luaErrors, m.events, m.patches, m.reloads, m.reloadLatency,
 		m.reloadFailed, m.lastReload, m.lastReloadSuccess, m.buildInfo, m.queueDepth, m.engines,
 		restRequests, leaderStatus, leaderSlowpath,
@@ -241,7 +269,32 @@ func (m *Metrics) MaxConcurrentReconciles(controller string, n int) {
 		m.reconciles.WithLabelValues(controller, result)
 	}
 	m.reconcileErrors.WithLabelValues(controller)
+	m.terminalErrors.WithLabelValues(controller)
+	m.reconcilePanics.WithLabelValues(controller)
 	m.activeWorkers.WithLabelValues(controller)
+}
+
+// ReconcilePanicked counts a panic recovered while processing an object of the
+// controller (processing.PanicObserver).
+func (m *Metrics) ReconcilePanicked(controller string) {
+	m.reconcilePanics.WithLabelValues(controller).Inc()
+}
+
+// TerminalError counts a handler of the controller that failed for good.
+func (m *Metrics) TerminalError(controller string) {
+	m.terminalErrors.WithLabelValues(controller).Inc()
+}
+
+// WebhookStarted and WebhookFinished bracket one admission request of a webhook
+// path (admission.RequestObserver): controller-runtime's webhook metrics.
+func (m *Metrics) WebhookStarted(webhook string) {
+	m.webhookInFlight.WithLabelValues(webhook).Inc()
+}
+
+func (m *Metrics) WebhookFinished(webhook string, code int, d time.Duration) {
+	m.webhookInFlight.WithLabelValues(webhook).Dec()
+	m.webhookRequests.WithLabelValues(webhook, strconv.Itoa(code)).Inc()
+	m.webhookLatency.WithLabelValues(webhook).Observe(d.Seconds())
 }
 
 // EngineCounts sets where luaop_daemons_running and luaop_timers_scheduled are read

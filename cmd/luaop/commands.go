@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/luaop/luaop/admission"
 	"github.com/luaop/luaop/devloop"
+	"github.com/luaop/luaop/kubeauth"
 	"github.com/luaop/luaop/kubeclient"
 	"github.com/luaop/luaop/leader"
 	"github.com/luaop/luaop/luabind"
@@ -208,7 +210,8 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	var webhooks *admission.Webhooks
 	if s.WebhookAddress != "" {
 		webhooks, err = admission.New(cfg, op.Runtime(), admission.Options{Address: s.WebhookAddress, CertDir: s.WebhookCertDir,
-			Service: s.WebhookService, URL: s.WebhookURL, Prefix: s.Prefix, RemoveOnExit: s.WebhookCleanup, DryRun: s.DryRun, Namespaces: s.Namespaces, Logger: log})
+			Service: s.WebhookService, URL: s.WebhookURL, Prefix: s.Prefix, RemoveOnExit: s.WebhookCleanup, DryRun: s.DryRun, Namespaces: s.Namespaces, Logger: log,
+			Observer: m})
 		if err != nil {
 			return err
 		}
@@ -245,7 +248,13 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	}
 	// The endpoints answer from now on: /readyz tells why the scripts do not load
 	// while the operator waits for them.
-	if err := serveEndpoints(ctx, log, s, op, m, elector, webhooks); err != nil {
+	var kube kubernetes.Interface
+	if s.MetricsSecure && s.MetricsAddress != "" {
+		if kube, err = kubernetes.NewForConfig(cfg); err != nil {
+			return err
+		}
+	}
+	if err := serveEndpoints(ctx, log, s, op, m, elector, webhooks, kube); err != nil {
 		return err
 	}
 	report, err := op.LoadScripts(ctx, initial.Scripts)
@@ -416,7 +425,14 @@ func healthz(probe func(context.Context) (map[string]any, bool)) http.HandlerFun
 // that each can be exposed on its own); one server when both are the same. It
 // listens before it returns: an address it cannot listen on is an error (a probe
 // or a scrape that never answers would only show as restarts or a missing target).
-func serveEndpoints(ctx context.Context, log *slog.Logger, s settings, op *operator.Operator, m *metrics.Metrics, elector *leader.Elector, webhooks *admission.Webhooks) error {
+//
+// With --metrics-secure, /metrics is served over HTTPS (the certificate of
+// --metrics-cert-dir, else a self-signed one renewed before it expires) to clients
+// whose bearer token kube's API server authenticates and authorizes for get on
+// /metrics, as controller-runtime's secure metrics. /debug and Go's profiles answer
+// loopback clients only (kubectl port-forward arrives on the pod's loopback): they
+// show object names and handler messages, the probes nothing but ok.
+func serveEndpoints(ctx context.Context, log *slog.Logger, s settings, op *operator.Operator, m *metrics.Metrics, elector *leader.Elector, webhooks *admission.Webhooks, kube kubernetes.Interface) error {
 	var healthLn, metricsLn net.Listener
 	var err error
 	if s.HealthAddress != "" {
@@ -432,22 +448,74 @@ func serveEndpoints(ctx context.Context, log *slog.Logger, s settings, op *opera
 			return err
 		}
 	}
+	if metricsLn != nil && s.MetricsSecure {
+		if metricsLn, err = secureListener(ctx, metricsLn, s.MetricsCertDir, log); err != nil {
+			return err
+		}
+	}
 	if healthLn != nil {
-		health := healthMux(op, elector, webhooks)
+		health := healthMux(op, elector, webhooks, s.ProbesAffectLiveness)
 		if s.Profiles {
 			serveProfiles(health)
 		}
 		if s.MetricsAddress == s.HealthAddress {
 			health.Handle("/metrics", m.Handler())
 		}
-		go serve(ctx, log, "health endpoint", healthLn, health)
+		go serve(ctx, log, "health endpoint", healthLn, loopbackOnly(health, "/debug"))
 	}
 	if metricsLn != nil {
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", m.Handler())
-		go serve(ctx, log, "metrics endpoint", metricsLn, mux)
+		var h http.Handler = m.Handler()
+		if s.MetricsSecure {
+			h = kubeauth.New(kubeauth.Options{Client: kube, Logger: log}).Wrap(h)
+		}
+		mux.Handle("/metrics", h)
+		what := "metrics endpoint"
+		if s.MetricsSecure {
+			what = "metrics endpoint (HTTPS, authenticated and authorized by the API server)"
+		}
+		go serve(ctx, log, what, metricsLn, mux)
 	}
 	return nil
+}
+
+// secureListener serves ln over TLS with the certificate of dir (tls.crt, tls.key,
+// read again when they change), else a self-signed one renewed before it expires.
+func secureListener(ctx context.Context, ln net.Listener, dir string, log *slog.Logger) (net.Listener, error) {
+	var certs *admission.Certificates
+	var err error
+	if dir != "" {
+		certs, err = admission.LoadCertificates(dir)
+	} else {
+		host, _ := os.Hostname()
+		certs, err = admission.NewGeneratedCertificates([]string{host}, admission.CertOptions{Logger: log})
+	}
+	if err != nil {
+		_ = ln.Close()
+		return nil, fmt.Errorf("the certificate of /metrics (--metrics-secure): %w", err)
+	}
+	go certs.Run(ctx)
+	return tls.NewListener(ln, &tls.Config{GetCertificate: certs.GetCertificate, MinVersion: tls.VersionTLS12}), nil
+}
+
+// loopbackOnly answers the paths under prefix to loopback clients only.
+func loopbackOnly(next http.Handler, prefix string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, prefix) && !fromLoopback(r) {
+			http.Error(w, "Forbidden: "+r.URL.Path+" answers loopback clients only: kubectl -n NAMESPACE port-forward pod/POD 8080, then luaop status", http.StatusForbidden)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func fromLoopback(r *http.Request) bool {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // listen listens on the address of --flag, serving what.
@@ -460,7 +528,7 @@ func listen(what, flag, addr string) (net.Listener, error) {
 	return ln, nil
 }
 
-func healthMux(op *operator.Operator, elector *leader.Elector, webhooks *admission.Webhooks) *http.ServeMux {
+func healthMux(op *operator.Operator, elector *leader.Elector, webhooks *admission.Webhooks, probesAffectLiveness bool) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug", debugHandler(op.Debug, func() string {
 		switch {
@@ -471,12 +539,19 @@ func healthMux(op *operator.Operator, elector *leader.Elector, webhooks *admissi
 		}
 		return "standby"
 	}))
-	// /healthz answers with the on.probe handlers' results (kopf's liveness probes).
-	// Probe bounds them by its probe deadline (800ms, below the kubelet's 1s default)
+	// The on.probe handlers' results (kopf's probes) decide readiness: a failing
+	// dependency takes the pod out of the Services (the webhooks') without
+	// restarting every replica. With --probes-affect-liveness they decide /healthz
+	// too, as kopf's liveness endpoint: the kubelet then restarts the pod. Probe
+	// bounds them by its probe deadline (800ms, below the kubelet's 1s default)
 	// under the request's context: a probe that does not finish in time is reported
 	// as failed, and the answer never waits behind object handlers. A failed probe
-	// answers 500: the kubelet reads the status code, not the body.
-	mux.HandleFunc("/healthz", healthz(op.Probe))
+	// answers 500 (/healthz) or 503 (/readyz): the kubelet reads the status code.
+	if probesAffectLiveness {
+		mux.HandleFunc("/healthz", healthz(op.Probe))
+	} else {
+		mux.HandleFunc("/healthz", healthz(alive))
+	}
 	mux.HandleFunc("/readyz", readyz(op, elector, webhooks))
 	return mux
 }
@@ -491,7 +566,7 @@ func healthMux(op *operator.Operator, elector *leader.Elector, webhooks *admissi
 // serving (a start on broken scripts and no last good ones) is unready, with the
 // error.
 func readyz(op *operator.Operator, elector *leader.Elector, webhooks *admission.Webhooks) http.HandlerFunc {
-	return func(w http.ResponseWriter, _ *http.Request) {
+	return func(w http.ResponseWriter, r *http.Request) {
 		loaded, lastGood, failed := op.ScriptsState()
 		if !loaded {
 			msg := "not ready: scripts not loaded"
@@ -515,6 +590,12 @@ func readyz(op *operator.Operator, elector *leader.Elector, webhooks *admission.
 			http.Error(w, "not ready: the webhook server is not serving yet", http.StatusServiceUnavailable)
 			return
 		}
+		// The scripts' on.probe handlers (a standby's too: it serves the webhooks).
+		if results, healthy := op.Probe(r.Context()); !healthy {
+			body, _ := json.Marshal(results)
+			http.Error(w, "not ready: an on.probe handler failed: "+string(body), http.StatusServiceUnavailable)
+			return
+		}
 		if elector != nil && !elector.IsLeader() {
 			// A standby is ready: it holds the scripts and waits for the lease; a
 			// rollout must not stall on it.
@@ -528,6 +609,9 @@ func readyz(op *operator.Operator, elector *leader.Elector, webhooks *admission.
 		fmt.Fprintf(w, "ok\nscripts %s\n%s", op.Runtime().Hash(), note)
 	}
 }
+
+// alive is /healthz without --probes-affect-liveness: the process serves.
+func alive(context.Context) (map[string]any, bool) { return map[string]any{"status": "alive"}, true }
 
 // loadLastGood loads the last good scripts kept by the operator, when the
 // scripts folder does not load at start.
@@ -555,8 +639,8 @@ func loadLastGood(ctx context.Context, op *operator.Operator, store *lastGoodSto
 }
 
 // serve serves mux on ln until ctx is done.
-func serve(ctx context.Context, log *slog.Logger, what string, ln net.Listener, mux *http.ServeMux) {
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+func serve(ctx context.Context, log *slog.Logger, what string, ln net.Listener, h http.Handler) {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	log.Info("serving "+what, "address", ln.Addr().String())
 	go func() { <-ctx.Done(); _ = srv.Close() }()
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

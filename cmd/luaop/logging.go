@@ -37,3 +37,10 @@ func routeKlog(log *slog.Logger, verbosity int) {
 	_ = klogFlags.fs.Set("v", strconv.Itoa(verbosity))
 	klog.SetSlogLogger(log)
 }
+
+// routeKlogVerbosity sets klog's -v only (tests).
+func routeKlogVerbosity(verbosity int) {
+	if klogFlags.fs != nil {
+		_ = klogFlags.fs.Set("v", strconv.Itoa(verbosity))
+	}
+}

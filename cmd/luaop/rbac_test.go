@@ -86,7 +86,7 @@ luaop.timer("example.com/v1/Policy", function(ctx) end, { interval = 5 })
 	}
 	for _, want := range []string{
 		"- apiGroups: [\"\"]\n  resources: [configmaps]\n  verbs: [get, list, watch, patch]\n",
-		"- apiGroups: [\"\"]\n  resources: [configmaps/status]\n  verbs: [patch]\n",
+		"# Secure metrics (--metrics-secure, luaop run's default)",
 		"- apiGroups: [apps]\n  resources: [deployments]\n  verbs: [create, patch]\n",
 		"- apiGroups: [example.com]\n  resources: [policies]\n",
 		"- apiGroups: [networking.k8s.io]\n  resources: [ingresses]\n  verbs: [delete]\n",
@@ -99,8 +99,15 @@ luaop.timer("example.com/v1/Policy", function(ctx) end, { interval = 5 })
 			t.Errorf("output lacks\n%s\n---\n%s", want, out)
 		}
 	}
-	if strings.Contains(out, "ClusterRole") || strings.Contains(out, "leases") {
-		t.Errorf("namespaced output without --leader-elect has a ClusterRole or leases:\n%s", out)
+	// ConfigMaps have no status subresource: a rule for it would grant nothing.
+	if strings.Contains(out, "configmaps/status") {
+		t.Errorf("output grants configmaps/status, which does not exist:\n%s", out)
+	}
+	// Only the reviews of secure metrics are cluster-wide (TokenReviews and
+	// SubjectAccessReviews are cluster-scoped).
+	rest := strings.ReplaceAll(strings.ReplaceAll(out, "kind: ClusterRole\nmetadata:\n  name: luaop-metrics-auth\n", ""), "kind: ClusterRoleBinding\nmetadata:\n  name: luaop-metrics-auth\n", "")
+	if strings.Contains(rest, "ClusterRole") || strings.Contains(out, "leases") {
+		t.Errorf("namespaced output without --leader-elect has a ClusterRole (but luaop-metrics-auth) or leases:\n%s", out)
 	}
 	if !strings.Contains(stderr, "warning: 1 luaop.kube call(s) whose apiVersion or kind is not a literal; grant their resources by hand:\n  a.lua:7: luaop.kube.list") {
 		t.Errorf("stderr: %s", stderr)
@@ -126,8 +133,10 @@ luaop.on.mutate("example.com/v1/gizmos", function(ctx) end)
 		t.Errorf("admission handlers' resource granted as watched:\n%s", out)
 	}
 	for _, want := range []string{
-		"kind: ClusterRole\nmetadata:\n  name: luaop-webhooks\nrules:\n- apiGroups: [admissionregistration.k8s.io]\n  resources: [mutatingwebhookconfigurations, validatingwebhookconfigurations]\n  verbs: [get, create, update, delete]\n",
+		"kind: ClusterRole\nmetadata:\n  name: luaop-webhooks\nrules:\n- apiGroups: [admissionregistration.k8s.io]\n  resources: [mutatingwebhookconfigurations, validatingwebhookconfigurations]\n  verbs: [create]\n- apiGroups: [admissionregistration.k8s.io]\n  resources: [validatingwebhookconfigurations]\n  resourceNames: [luaop.dev.validate]\n  verbs: [get, update, delete]\n- apiGroups: [admissionregistration.k8s.io]\n  resources: [mutatingwebhookconfigurations]\n  resourceNames: [luaop.dev.mutate]\n  verbs: [get, update, delete]\n",
 		"kind: ClusterRoleBinding\nmetadata:\n  name: luaop-webhooks\n",
+		// The webhook certificate's Secret by name only, updated by renewals.
+		"- apiGroups: [\"\"]\n  resources: [secrets]\n  verbs: [create]\n- apiGroups: [\"\"]\n  resources: [secrets]\n  resourceNames: [luaop-webhook-tls]\n  verbs: [get, update]\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks\n%s\n---\n%s", want, out)

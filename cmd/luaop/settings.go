@@ -780,7 +780,7 @@ func (r *settingsReader) logLevel() string {
 	short, shortKey := "", ""
 	switch vs, qs := r.source(vkey), r.source("quiet"); {
 	case verbose && quiet && vs == qs:
-		r.fail("%s and %s: give one of them", r.describe(vkey, r.v.Get(vkey)), r.describe("quiet", true))
+		r.fail("%s and %s: give one of them", r.describe(vkey, unquoted(fmt.Sprint(r.v.Get(vkey)))), r.describe("quiet", true))
 		return level
 	case verbose && (!quiet || vs > qs):
 		short, shortKey = "debug", vkey
@@ -793,7 +793,7 @@ func (r *settingsReader) logLevel() string {
 	}
 	switch ls, ss := r.source("log-level"), r.source(shortKey); {
 	case ls == ss:
-		r.fail("%s and %s: give one of them", r.describe("log-level", r.str("log-level")), r.describe(shortKey, r.v.Get(shortKey)))
+		r.fail("%s and %s: give one of them", r.describe("log-level", r.str("log-level")), r.describe(shortKey, unquoted(fmt.Sprint(r.v.Get(shortKey)))))
 	case ss > ls:
 		level = short
 	default:
@@ -801,6 +801,9 @@ func (r *settingsReader) logLevel() string {
 	}
 	return level
 }
+
+// unquoted is a value describe writes as it is (a number or true given as text).
+type unquoted string
 
 // verbosityOf reads a verbosity (-v N, LUAOP_VERBOSE=N, verbose: N; true is 4).
 func (r *settingsReader) verbosityOf(key string) int {
