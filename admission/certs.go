@@ -46,6 +46,12 @@ type Certificates struct {
 	checked   atomic.Int64 // when the folder was last looked at (UnixNano)
 	reloading atomic.Bool  // one reader of the folder at a time
 	rotateMu  sync.Mutex   // one rotation at a time (Run and tests); never held while calling out of the package
+	// gated: the caBundle is published (the webhook configurations): a new CA
+	// signs serving certificates only once the bundle holding it was published
+	// (Published) propagation ago, so that the API server trusts it first.
+	gated       atomic.Bool
+	published   atomic.Pointer[publication]
+	propagation time.Duration
 	// onChange is called (without any lock held) after a reload changed the
 	// certificate or the CA; set by OnChange before serving.
 	onChange atomic.Pointer[func()]
@@ -54,12 +60,28 @@ type Certificates struct {
 // certState is one certificate and its CA, swapped as a whole.
 type certState struct {
 	cert *tls.Certificate
-	ca   []byte // PEM of the CAs to trust (the caBundle): the signing one, and the previous one while it is valid
+	ca   []byte // PEM of the CAs to trust (the caBundle): the newest first, and the previous one while it is valid
 	// leaf is cert's parsed leaf (its validity decides the renewal).
-	leaf    *x509.Certificate
+	leaf *x509.Certificate
+	// caKey is the key of the newest CA of ca (generated certificates), which
+	// signs the next leaf; nil when unknown (then a new CA is made first).
+	caKey   *ecdsa.PrivateKey
 	modTime time.Time
 	// version is the Secret's resourceVersion the state was read from.
 	version string
+}
+
+// newestCA is the first CA of the bundle.
+func (st *certState) newestCA() *x509.Certificate {
+	block, _ := pem.Decode(st.ca)
+	if block == nil {
+		return nil
+	}
+	ca, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return nil
+	}
+	return ca
 }
 
 // CertOptions configure generated certificates.
@@ -84,10 +106,41 @@ func (o CertOptions) withDefaults() CertOptions {
 	return o
 }
 
-// generator makes a CA and a serving certificate for hosts.
+// generator makes a CA and a serving certificate for hosts. A CA is valid twice as
+// long as a serving certificate: renewals sign new serving certificates with the
+// same CA (the caBundle does not change) until it would expire before the next
+// one; a new CA then joins the bundle first, and signs only once published.
 type generator struct {
 	hosts    []string
 	validity time.Duration
+}
+
+// publication is a caBundle and when it was written to the configurations.
+type publication struct {
+	bundle []byte
+	at     time.Time
+}
+
+// Published records that the configurations now hold bundle (the Syncer wrote
+// it): a new CA of it may sign serving certificates propagation later.
+func (c *Certificates) Published(bundle []byte) {
+	if cur := c.published.Load(); cur != nil && bytes.Equal(cur.bundle, bundle) {
+		return
+	}
+	c.published.Store(&publication{bundle: append([]byte(nil), bundle...), at: time.Now()})
+}
+
+// GatePublication makes new CAs wait for Published before they sign (the webhook
+// server's certificates; the metrics server's have no bundle to publish).
+func (c *Certificates) GatePublication() { c.gated.Store(true) }
+
+// mayUse tells whether the newest CA of bundle may sign serving certificates now.
+func (c *Certificates) mayUse(bundle []byte, now time.Time) bool {
+	if !c.gated.Load() {
+		return true
+	}
+	p := c.published.Load()
+	return p != nil && bytes.Equal(p.bundle, bundle) && !now.Before(p.at.Add(c.propagation))
 }
 
 // OnChange makes f be called after the certificate or the CA changed (read from
@@ -106,12 +159,12 @@ func GenerateCertificates(hosts []string) (*Certificates, error) {
 func NewGeneratedCertificates(hosts []string, opts CertOptions) (*Certificates, error) {
 	opts = opts.withDefaults()
 	gen := &generator{hosts: hosts, validity: opts.Validity}
-	certPEM, keyPEM, caPEM, err := gen.generate(time.Now())
+	certPEM, keyPEM, caPEM, caKeyPEM, err := gen.generate(time.Now())
 	if err != nil {
 		return nil, err
 	}
-	c := &Certificates{gen: gen, log: opts.Logger}
-	st, err := stateFromPEM(certPEM, keyPEM, caPEM)
+	c := &Certificates{gen: gen, log: opts.Logger, propagation: propagationOf(opts.Validity)}
+	st, err := stateFromPEM(certPEM, keyPEM, caPEM, caKeyPEM)
 	if err != nil {
 		return nil, err
 	}
@@ -119,8 +172,14 @@ func NewGeneratedCertificates(hosts []string, opts CertOptions) (*Certificates, 
 	return c, nil
 }
 
-// stateFromPEM parses a certificate, its key and the CA bundle.
-func stateFromPEM(certPEM, keyPEM, caPEM []byte) (*certState, error) {
+// propagationOf is how long a published caBundle is given to reach the API
+// server before its new CA signs: a sixth of the validity, at most a minute (the
+// serving certificate still has a third of its validity left then).
+func propagationOf(validity time.Duration) time.Duration { return min(validity/6, time.Minute) }
+
+// stateFromPEM parses a certificate, its key, the CA bundle and the key of its
+// newest CA (optional).
+func stateFromPEM(certPEM, keyPEM, caPEM, caKeyPEM []byte) (*certState, error) {
 	pair, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		return nil, err
@@ -129,52 +188,78 @@ func stateFromPEM(certPEM, keyPEM, caPEM []byte) (*certState, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &certState{cert: &pair, ca: caPEM, leaf: leaf}, nil
+	st := &certState{cert: &pair, ca: caPEM, leaf: leaf}
+	if block, _ := pem.Decode(caKeyPEM); block != nil {
+		if k, err := x509.ParseECPrivateKey(block.Bytes); err == nil {
+			st.caKey = k
+		}
+	}
+	return st, nil
 }
 
 // generatePEM makes the PEM of a serving certificate, its key and its CA, valid a
 // year.
 func generatePEM(hosts []string) (certPEM, keyPEM, caPEM []byte, err error) {
-	return (&generator{hosts: hosts, validity: DefaultCertValidity}).generate(time.Now())
+	certPEM, keyPEM, caPEM, _, err = (&generator{hosts: hosts, validity: DefaultCertValidity}).generate(time.Now())
+	return certPEM, keyPEM, caPEM, err
 }
 
 // backdate is how long before now a generated certificate starts being valid, for
 // clocks a little behind: an hour, or a tenth of a short validity.
 func backdate(validity time.Duration) time.Duration { return min(time.Hour, validity/10) }
 
-// generate makes the PEM of a serving certificate, its key and its CA.
-func (g *generator) generate(now time.Time) (certPEM, keyPEM, caPEM []byte, err error) {
+// generate makes the PEM of a serving certificate, its key, its CA and the CA's key.
+func (g *generator) generate(now time.Time) (certPEM, keyPEM, caPEM, caKeyPEM []byte, err error) {
+	ca, caKey, caPEM, caKeyPEM, err := g.newCA(now)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	certPEM, keyPEM, err = g.sign(ca, caKey, now)
+	return certPEM, keyPEM, caPEM, caKeyPEM, err
+}
+
+// newCA makes a CA valid twice the validity.
+func (g *generator) newCA(now time.Time) (*x509.Certificate, *ecdsa.PrivateKey, []byte, []byte, error) {
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
-	notBefore, notAfter := now.Add(-backdate(g.validity)), now.Add(g.validity)
 	caTmpl := &x509.Certificate{
 		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: "luaop webhook CA " + now.UTC().Format("20060102T150405")},
-		NotBefore:             notBefore,
-		NotAfter:              notAfter,
+		Subject:               pkix.Name{CommonName: "luaop webhook CA " + now.UTC().Format("20060102T150405.000")},
+		NotBefore:             now.Add(-backdate(g.validity)),
+		NotAfter:              now.Add(2 * g.validity),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
 	}
 	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
-	caCert, err := x509.ParseCertificate(caDER)
+	ca, err := x509.ParseCertificate(caDER)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
+	keyDER, err := x509.MarshalECPrivateKey(caKey)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	return ca, caKey, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
+}
+
+// sign makes a serving certificate for the hosts, signed by ca.
+func (g *generator) sign(ca *x509.Certificate, caKey *ecdsa.PrivateKey, now time.Time) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
 		Subject:      pkix.Name{CommonName: "luaop webhook"},
-		NotBefore:    notBefore,
-		NotAfter:     notAfter,
+		NotBefore:    now.Add(-backdate(g.validity)),
+		NotAfter:     now.Add(g.validity),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
@@ -187,17 +272,78 @@ func (g *generator) generate(now time.Time) (certPEM, keyPEM, caPEM []byte, err 
 			tmpl.DNSNames = append(tmpl.DNSNames, h)
 		}
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	keyDER, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
-		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), nil
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
+}
+
+// renewed is the state after a renewal of st, or nil when none is due yet: a new
+// serving certificate signed by the newest CA; first a new CA, joining the bundle,
+// when the newest would expire before a new serving certificate (or its key is
+// unknown); a new CA signs only once it may (mayUse).
+func (c *Certificates) renewed(st *certState, now time.Time) (*certState, error) {
+	if !renewalDue(st.leaf, now) {
+		return nil, nil
+	}
+	newest := st.newestCA()
+	issuedByNewest := newest != nil && bytes.Equal(st.leaf.RawIssuer, newest.RawSubject) && st.leaf.CheckSignatureFrom(newest) == nil
+	if newest == nil || st.caKey == nil || (issuedByNewest && newest.NotAfter.Before(now.Add(c.gen.validity))) {
+		_, caKey, caPEM, _, err := c.gen.newCA(now)
+		if err != nil {
+			return nil, err
+		}
+		next := *st
+		next.ca, next.caKey = bundleWith(caPEM, st.ca, now), caKey
+		return &next, nil // the same serving certificate, a bundle with the new CA
+	}
+	if !issuedByNewest && !c.mayUse(st.ca, now) {
+		return nil, nil // the new CA is not trusted by the API server yet
+	}
+	certPEM, keyPEM, err := c.gen.sign(newest, st.caKey, now)
+	if err != nil {
+		return nil, err
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, err
+	}
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return nil, err
+	}
+	newestPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: newest.Raw})
+	return &certState{cert: &pair, leaf: leaf, ca: bundleWith(newestPEM, st.ca, now), caKey: st.caKey, version: st.version}, nil
+}
+
+// pemOf encodes a state's serving certificate, its key and its newest CA's key.
+func pemOf(st *certState) (certPEM, keyPEM, caKeyPEM []byte, err error) {
+	for _, der := range st.cert.Certificate {
+		certPEM = append(certPEM, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
+	}
+	key, ok := st.cert.PrivateKey.(*ecdsa.PrivateKey)
+	if !ok {
+		return nil, nil, nil, errors.New("the serving key is not an ECDSA key")
+	}
+	der, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	keyPEM = pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
+	if st.caKey != nil {
+		der, err := x509.MarshalECPrivateKey(st.caKey)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		caKeyPEM = pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
+	}
+	return certPEM, keyPEM, caKeyPEM, nil
 }
 
 // renewalDue tells whether a certificate should be renewed: a third of its
@@ -250,7 +396,8 @@ type secretSource struct {
 // NewSecretCertificates is SecretCertificates with options.
 func NewSecretCertificates(ctx context.Context, client kubernetes.Interface, namespace, name string, hosts []string, opts CertOptions) (*Certificates, error) {
 	opts = opts.withDefaults()
-	c := &Certificates{gen: &generator{hosts: hosts, validity: opts.Validity}, secret: &secretSource{client: client, namespace: namespace, name: name}, log: opts.Logger}
+	c := &Certificates{gen: &generator{hosts: hosts, validity: opts.Validity}, secret: &secretSource{client: client, namespace: namespace, name: name},
+		log: opts.Logger, propagation: propagationOf(opts.Validity)}
 	for attempt := 0; attempt < 2; attempt++ {
 		st, err := c.readSecret(ctx)
 		if err == nil {
@@ -260,15 +407,15 @@ func NewSecretCertificates(ctx context.Context, client kubernetes.Interface, nam
 		if !apierrors.IsNotFound(err) {
 			return nil, err
 		}
-		certPEM, keyPEM, caPEM, err := c.gen.generate(time.Now())
+		certPEM, keyPEM, caPEM, caKeyPEM, err := c.gen.generate(time.Now())
 		if err != nil {
 			return nil, err
 		}
 		created, err := client.CoreV1().Secrets(namespace).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace,
 			Labels: map[string]string{ManagedByLabel: "luaop"}}, Type: corev1.SecretTypeTLS,
-			Data: map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM, "ca.crt": caPEM}}, metav1.CreateOptions{})
+			Data: map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM, "ca.crt": caPEM, "ca.key": caKeyPEM}}, metav1.CreateOptions{})
 		if err == nil {
-			st, err := stateFromPEM(certPEM, keyPEM, caPEM)
+			st, err := stateFromPEM(certPEM, keyPEM, caPEM, caKeyPEM)
 			if err != nil {
 				return nil, err
 			}
@@ -293,7 +440,7 @@ func (c *Certificates) readSecret(ctx context.Context) (*certState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the webhook certificate Secret %s/%s: %w (the operator needs get on it)", s.namespace, s.name, err)
 	}
-	st, err := stateFromPEM(sec.Data["tls.crt"], sec.Data["tls.key"], sec.Data["ca.crt"])
+	st, err := stateFromPEM(sec.Data["tls.crt"], sec.Data["tls.key"], sec.Data["ca.crt"], sec.Data["ca.key"])
 	if err != nil || len(sec.Data["ca.crt"]) == 0 {
 		return nil, fmt.Errorf("webhook certificate Secret %s/%s: needs tls.crt, tls.key and ca.crt (%v); delete it to have one generated", s.namespace, s.name, err)
 	}
@@ -420,51 +567,60 @@ func (c *Certificates) rotate(ctx context.Context, now time.Time) (changed bool,
 		if err != nil {
 			return false, err
 		}
-		if renewalDue(st.leaf, now) {
-			renewed, err := c.renewSecret(ctx, st, now)
+		next, err := c.renewed(st, now)
+		if err != nil {
+			return false, err
+		}
+		if next != nil {
+			written, err := c.writeSecret(ctx, next)
 			if apierrors.IsConflict(err) {
 				return false, nil // another replica renewed it: read at the next check
 			}
 			if err != nil {
 				return false, err
 			}
-			st = renewed
+			st = written
 		}
-		if st.version == cur.version && sameCertificate(st.cert, cur.cert) {
+		if st.version == cur.version && sameCertificate(st.cert, cur.cert) && bytes.Equal(st.ca, cur.ca) {
 			return false, nil
 		}
 		c.state.Store(st)
 		return true, nil
 	case c.gen != nil:
-		if !renewalDue(cur.leaf, now) {
-			return false, nil
-		}
-		certPEM, keyPEM, caPEM, err := c.gen.generate(now)
-		if err != nil {
+		next, err := c.renewed(cur, now)
+		if err != nil || next == nil {
 			return false, err
 		}
-		st, err := stateFromPEM(certPEM, keyPEM, bundleWith(caPEM, cur.ca, now))
-		if err != nil {
-			return false, err
-		}
-		c.state.Store(st)
-		c.log.Info("webhook certificate renewed", "not_after", st.leaf.NotAfter.UTC().Format(time.RFC3339))
+		c.state.Store(next)
+		c.logRenewal(cur, next, "")
 		return true, nil
 	}
 	return false, nil
 }
 
-// renewSecret writes a renewed certificate into the Secret, over the version read.
-func (c *Certificates) renewSecret(ctx context.Context, read *certState, now time.Time) (*certState, error) {
-	certPEM, keyPEM, caPEM, err := c.gen.generate(now)
+// logRenewal says what a renewal changed.
+func (c *Certificates) logRenewal(prev, next *certState, secret string) {
+	attrs := []any{"not_after", next.leaf.NotAfter.UTC().Format(time.RFC3339)}
+	if secret != "" {
+		attrs = append(attrs, "secret", secret)
+	}
+	if sameCertificate(prev.cert, next.cert) {
+		c.log.Info("webhook CA renewed: the new CA is published in the caBundle, and signs the next serving certificate", attrs...)
+		return
+	}
+	c.log.Info("webhook certificate renewed", attrs...)
+}
+
+// writeSecret writes a renewed state into the Secret, over the version read.
+func (c *Certificates) writeSecret(ctx context.Context, next *certState) (*certState, error) {
+	certPEM, keyPEM, caKeyPEM, err := pemOf(next)
 	if err != nil {
 		return nil, err
 	}
-	bundle := bundleWith(caPEM, read.ca, now)
 	s := c.secret
-	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: s.namespace, ResourceVersion: read.version,
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: s.namespace, ResourceVersion: next.version,
 		Labels: map[string]string{ManagedByLabel: "luaop"}}, Type: corev1.SecretTypeTLS,
-		Data: map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM, "ca.crt": bundle}}
+		Data: map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM, "ca.crt": next.ca, "ca.key": caKeyPEM}}
 	updated, err := s.client.CoreV1().Secrets(s.namespace).Update(ctx, sec, metav1.UpdateOptions{})
 	if err != nil {
 		if apierrors.IsConflict(err) {
@@ -472,13 +628,10 @@ func (c *Certificates) renewSecret(ctx context.Context, read *certState, now tim
 		}
 		return nil, fmt.Errorf("renewing the webhook certificate in the Secret %s/%s: %w (the operator needs update on it)", s.namespace, s.name, err)
 	}
-	st, err := stateFromPEM(certPEM, keyPEM, bundle)
-	if err != nil {
-		return nil, err
-	}
-	st.version = updated.ResourceVersion
-	c.log.Info("webhook certificate renewed", "secret", s.namespace+"/"+s.name, "not_after", st.leaf.NotAfter.UTC().Format(time.RFC3339))
-	return st, nil
+	written := *next
+	written.version = updated.ResourceVersion
+	c.logRenewal(c.state.Load(), &written, s.namespace+"/"+s.name)
+	return &written, nil
 }
 
 // checkEvery is how often Run looks at the certificates: a tenth of their

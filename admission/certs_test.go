@@ -40,46 +40,68 @@ func leafOf(t *testing.T, c *Certificates) *x509.Certificate {
 	return leaf
 }
 
-// A generated certificate is renewed when a third of its validity is left, not
-// before; the caBundle then trusts the new CA and the previous one (replicas and
-// the API server switch at different times), and both certificates verify.
+// A generated serving certificate is renewed when a third of its validity is left,
+// not before, by the same CA (the caBundle does not change); when the CA would
+// expire before a new serving certificate, a new CA joins the bundle first, and
+// signs only once the bundle was published (gated): the API server trusts it before
+// it is used. Every certificate served verifies against the bundle of its time.
 func TestGeneratedCertificatesRenewBeforeExpiry(t *testing.T) {
 	c, err := NewGeneratedCertificates([]string{"hook.ops.svc"}, CertOptions{Validity: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
+	c.GatePublication()
 	changes := 0
 	c.OnChange(func() { changes++ })
 	first := leafOf(t, c)
+	bundle0 := c.CABundle()
 	start := time.Now()
+	verify := func(when string, leaf *x509.Certificate, at time.Time) {
+		t.Helper()
+		pool, _ := poolOf(t, c.CABundle())
+		if _, err := leaf.Verify(x509.VerifyOptions{DNSName: "hook.ops.svc", Roots: pool, CurrentTime: at}); err != nil {
+			t.Errorf("%s: the certificate does not verify against the caBundle: %v", when, err)
+		}
+	}
 	if changed, err := c.rotate(t.Context(), start.Add(30*time.Minute)); err != nil || changed {
 		t.Fatalf("renewed with two thirds of the validity left: %v %v", changed, err)
 	}
-	changed, err := c.rotate(t.Context(), start.Add(45*time.Minute))
-	if err != nil || !changed {
+	at := start.Add(45 * time.Minute)
+	if changed, err := c.rotate(t.Context(), at); err != nil || !changed {
 		t.Fatalf("not renewed with a quarter of the validity left: %v %v", changed, err)
 	}
 	second := leafOf(t, c)
 	if second.SerialNumber.Cmp(first.SerialNumber) == 0 || !second.NotAfter.After(first.NotAfter) {
 		t.Fatalf("the renewed certificate is the same or expires no later: %v -> %v", first.NotAfter, second.NotAfter)
 	}
-	pool, n := poolOf(t, c.CABundle())
-	if n != 2 {
-		t.Errorf("caBundle has %d CAs, want the new and the previous one", n)
+	if string(c.CABundle()) != string(bundle0) {
+		t.Error("a renewal by the same CA changed the caBundle")
 	}
-	at := start.Add(45 * time.Minute)
-	for name, leaf := range map[string]*x509.Certificate{"previous": first, "renewed": second} {
-		if _, err := leaf.Verify(x509.VerifyOptions{DNSName: "hook.ops.svc", Roots: pool, CurrentTime: at}); err != nil {
-			t.Errorf("the %s certificate does not verify against the caBundle: %v", name, err)
-		}
+	verify("after the first renewal", second, at)
+
+	// The CA (valid two hours) would expire before a new certificate: a new CA
+	// joins the bundle, the certificate stays.
+	at = second.NotAfter.Add(-15 * time.Minute)
+	if changed, err := c.rotate(t.Context(), at); err != nil || !changed {
+		t.Fatalf("no new CA: %v %v", changed, err)
 	}
-	// Renewed again after the first CA expired: it leaves the bundle.
-	if changed, err := c.rotate(t.Context(), second.NotAfter.Add(-10*time.Minute)); err != nil || !changed {
-		t.Fatalf("second renewal: %v %v", changed, err)
+	if _, n := poolOf(t, c.CABundle()); n != 2 || leafOf(t, c).SerialNumber.Cmp(second.SerialNumber) != 0 {
+		t.Fatalf("after the CA renewal: %d CAs in the bundle (want 2), serving certificate changed: %v", n, leafOf(t, c).SerialNumber.Cmp(second.SerialNumber) != 0)
 	}
-	if _, n := poolOf(t, c.CABundle()); n != 2 {
-		t.Errorf("after the second renewal the bundle has %d CAs, want 2 (the oldest, expired, dropped)", n)
+	// Not published yet: the new CA does not sign.
+	if changed, err := c.rotate(t.Context(), at); err != nil || changed {
+		t.Fatalf("the new CA signed before its bundle was published: %v %v", changed, err)
 	}
+	c.Published(c.CABundle())
+	if changed, err := c.rotate(t.Context(), at.Add(2*time.Minute)); err != nil || !changed {
+		t.Fatalf("the published new CA does not sign: %v %v", changed, err)
+	}
+	third := leafOf(t, c)
+	if third.SerialNumber.Cmp(second.SerialNumber) == 0 {
+		t.Fatal("no new certificate")
+	}
+	verify("the previous certificate during the CA switch", second, at)
+	verify("the certificate of the new CA", third, at.Add(2*time.Minute))
 	if changes != 0 {
 		t.Errorf("rotate (the test's direct call) called OnChange %d times; Rotate calls it", changes)
 	}
@@ -121,7 +143,7 @@ func TestSecretCertificatesRenewedOnceForAllReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, n := poolOf(t, sec.Data["ca.crt"]); n != 2 {
-		t.Errorf("the Secret's ca.crt has %d CAs, want the new and the previous", n)
+	if len(sec.Data["ca.key"]) == 0 {
+		t.Error("the Secret keeps no ca.key: the next renewal could not sign with its CA")
 	}
 }

@@ -158,6 +158,10 @@ func New(cfg *rest.Config, rt *luabind.Runtime, opts Options) (*Webhooks, error)
 	if opts.DryRun {
 		w.unreachable = "dry run: the webhook configurations are not written"
 	}
+	if w.unreachable == "" {
+		// A renewed CA signs only once the configurations carry it.
+		w.certs.GatePublication()
+	}
 	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -363,11 +367,13 @@ func (w *Webhooks) sync(ctx context.Context) bool {
 		}
 		return true
 	}
+	bundle := w.certs.CABundle()
 	unresolved, err := w.syncer.Sync(ctx, handlers)
 	if err != nil {
 		w.log.Error("webhook configurations not (fully) written; retrying in "+retryEvery.String(), "error", err)
 		return false
 	}
+	w.certs.Published(bundle)
 	w.synced.Store(true)
 	if len(unresolved) > 0 {
 		w.log.Warn("admission handlers whose resource the cluster does not serve (yet) are left out; retrying in "+retryEvery.String(), "handlers", strings.Join(unresolved, "; "))

@@ -640,7 +640,9 @@ func loadLastGood(ctx context.Context, op *operator.Operator, store *lastGoodSto
 
 // serve serves mux on ln until ctx is done.
 func serve(ctx context.Context, log *slog.Logger, what string, ln net.Listener, h http.Handler) {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	// The server's own errors (a client speaking HTTP to the HTTPS port, ...) go
+	// to the operator's log at debug level, not to stderr.
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 	log.Info("serving "+what, "address", ln.Addr().String())
 	go func() { <-ctx.Done(); _ = srv.Close() }()
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
