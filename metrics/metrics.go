@@ -19,7 +19,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"runtime"
+	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -27,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 	"k8s.io/client-go/tools/leaderelection"
 	clientmetrics "k8s.io/client-go/tools/metrics"
 )
@@ -74,6 +77,8 @@ type Metrics struct {
 	engines           *engineCollector
 
 	queue queueMetrics
+	// collectors are those registered, for Names.
+	collectors []prometheus.Collector
 }
 
 // New makes a registry and registers luaop's metrics, the workqueue metrics, and
@@ -182,7 +187,7 @@ func New() *Metrics {
 	m.reloads.WithLabelValues("error")
 	m.reloadLatency.WithLabelValues("ok")
 	m.reloadLatency.WithLabelValues("error")
-	m.registry.MustRegister(
+	m.register(
 		m.reconciles, m.reconcileErrors, m.terminalErrors, m.reconcilePanics, m.webhookRequests, m.webhookLatency, m.webhookInFlight,
 		m.reconcileTime, m.activeWorkers, m.maxConcurrent,
 		m.handlerRuns, m.handlerDuration, m.luaErrors, m.events, m.patches, m.reloads, m.reloadLatency,
@@ -191,8 +196,55 @@ func New() *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
-	m.queue.register(m.registry)
+	m.queue.register(m.register)
 	return m
+}
+
+func (m *Metrics) register(cs ...prometheus.Collector) {
+	m.registry.MustRegister(cs...)
+	m.collectors = append(m.collectors, cs...)
+}
+
+// fqName reads a Desc's name (client_golang has no accessor but its String).
+var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
+
+// Names are the names of the series luaop serves (the scripts' own, luaop_script_*,
+// aside), histograms with their _bucket, _sum and _count series, sorted: what
+// dashboards and alerts may query.
+func (m *Metrics) Names() []string {
+	set := map[string]bool{}
+	for _, c := range m.collectors {
+		ch := make(chan *prometheus.Desc, 64)
+		go func() { c.Describe(ch); close(ch) }()
+		for d := range ch {
+			if n := fqName.FindStringSubmatch(d.String()); n != nil {
+				set[n[1]] = true
+			}
+		}
+	}
+	// Histograms: the series of a family named NAME are NAME_bucket, _sum, _count.
+	mfs, _ := m.registry.Gather()
+	for _, mf := range mfs {
+		if mf.GetType() == dto.MetricType_HISTOGRAM || mf.GetType() == dto.MetricType_SUMMARY {
+			set[mf.GetName()+"_sum"], set[mf.GetName()+"_count"] = true, true
+			if mf.GetType() == dto.MetricType_HISTOGRAM {
+				set[mf.GetName()+"_bucket"] = true
+			}
+		}
+	}
+	for _, h := range []*prometheus.HistogramVec{m.reconcileTime, m.handlerDuration, m.reloadLatency, m.webhookLatency, m.queue.latency, m.queue.workDuration} {
+		ch := make(chan *prometheus.Desc, 1)
+		h.Describe(ch)
+		if n := fqName.FindStringSubmatch((<-ch).String()); n != nil {
+			set[n[1]+"_bucket"], set[n[1]+"_sum"], set[n[1]+"_count"] = true, true, true
+		}
+	}
+	names := make([]string, 0, len(set))
+	for n := range set {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
 }
 
 // client-go reports REST requests and leader election through process-wide hooks
