@@ -1,5 +1,7 @@
-# luaop image: a static binary on distroless, with the example scripts as a default
-# /scripts (deploy/base mounts the luaop-scripts ConfigMap of an overlay over it).
+# luaop image: a static binary on distroless, with no handlers: /scripts is the
+# ConfigMap deploy/base mounts (an overlay's luaop-scripts). Without a mount, luaop run
+# /scripts says that /scripts is not a folder of Lua scripts. To try the examples:
+#   docker run -v "$PWD/scripts/examples:/scripts:ro" ... luaop run /scripts
 #
 #   docker build -t luaop:latest --build-arg VERSION=$(git describe --tags --always --dirty) .
 #   make image                     (the same)
@@ -24,8 +26,6 @@ RUN GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -ldflags "-s -w -X main
 
 FROM gcr.io/distroless/static:nonroot
 COPY --from=build /luaop /luaop
-# Only the handlers: luaop loads *.lua, the example CRDs and objects are not needed.
-COPY scripts/examples/*.lua /scripts/
 USER 65532:65532
 ENTRYPOINT ["/luaop"]
 CMD ["run", "/scripts"]
