@@ -68,7 +68,8 @@ Established), so that no kubectl is needed:
 	// every request it covers.
 	// The guard of the scripts ConfigMap is for production: `luaop dev` reads a
 	// folder of the developer's.
-	for flag, value := range map[string]string{"webhook-address": "127.0.0.1:0", "webhook-cleanup": "true", "scripts-webhook": "false"} {
+	// Metrics, when asked for, are plain HTTP on the developer's machine.
+	for flag, value := range map[string]string{"webhook-address": "127.0.0.1:0", "webhook-cleanup": "true", "scripts-webhook": "false", "metrics-secure": "false"} {
 		setDefault(cmd.Flags(), flag, value)
 	}
 	return cmd
