@@ -12,10 +12,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -100,5 +102,35 @@ end, {id = "refuse", operations = {"CREATE"}})
 	t.Logf("%d requests, all answered by the handler, through %d certificates and %d caBundles", requests, len(serials), len(bundles))
 	testcluster.Eventually(t, 5*time.Second, func() (bool, string) {
 		return strings.Contains(op.Log.String(), "webhook CA renewed"), "no log of the CA renewal"
+	})
+}
+
+// The scripts' server-side applies are made as the operator's field manager, which
+// follows --prefix: two operators own their applied fields apart.
+func TestApplyFieldManagerFollowsPrefix(t *testing.T) {
+	ns := env.Namespace(t)
+	const prefix = "team-a.example.com"
+	startWith(t, ns, operator.Options{FieldManager: operator.FieldManagerFor(prefix), Scripts: script(`
+local luaop = require("luaop")
+luaop.on.create("v1/configmaps", function(ctx)
+  local cm, err = luaop.kube.apply({apiVersion = "v1", kind = "ConfigMap",
+    metadata = {name = ctx.name .. "-applied", namespace = ctx.namespace}, data = {from = ctx.name}})
+  if not cm then error(err) end
+end, {id = "apply", labels = {["e2e.luaop.dev/apply"] = "yes"}})
+`)})
+	if _, err := env.Kube.CoreV1().ConfigMaps(ns).Create(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "src",
+		Labels: map[string]string{"e2e.luaop.dev/apply": "yes"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testcluster.Eventually(t, 30*time.Second, func() (bool, string) {
+		cm, err := env.Kube.CoreV1().ConfigMaps(ns).Get(t.Context(), "src-applied", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		var managers []string
+		for _, mf := range cm.ManagedFields {
+			managers = append(managers, mf.Manager+"/"+string(mf.Operation))
+		}
+		return slices.Contains(managers, "luaop-team-a.example.com/Apply"), fmt.Sprintf("managers %v", managers)
 	})
 }
