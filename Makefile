@@ -47,13 +47,13 @@ test: lint
 	localcluster/with-cluster.sh go test $(GO_TEST_FLAGS) ./...
 
 # go vet and staticcheck (pinned in tools/go.mod, built into bin/), both must be clean;
-# the PrometheusRule parsed as promtool does.
+# deploy/components/prometheus's rule parsed by Prometheus's own parser (promtool's),
+# in a module of its own (tools/promcheck): none of Prometheus's dependencies reach
+# luaop's go.mod.
 lint:
 	go vet ./...
 	go build -C tools -o $(BIN)/staticcheck honnef.co/go/tools/cmd/staticcheck
 	$(BIN)/staticcheck ./...
-	# deploy/components/prometheus through Prometheus's own rule parser (a module of
-	# its own: none of Prometheus's dependencies reach luaop's go.mod).
 	go test -C tools/promcheck -count=1 ./...
 
 # Pure-logic tests only: no cluster needed.
