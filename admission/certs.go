@@ -557,7 +557,8 @@ func (c *Certificates) rotate(ctx context.Context, now time.Time) (changed bool,
 	case c.dir != "":
 		c.checked.Store(now.UnixNano())
 		changed, err := c.reload()
-		if st := c.state.Load(); err == nil && renewalDue(st.leaf, now) {
+		// A tenth of the lifetime left: past cert-manager's renewal (a third).
+		if st := c.state.Load(); err == nil && !now.Before(st.leaf.NotAfter.Add(-st.leaf.NotAfter.Sub(st.leaf.NotBefore)/10)) {
 			c.log.Warn("the webhook certificate expires soon and was not renewed: renew the files (cert-manager's Certificate, or the mounted Secret)",
 				"dir", c.dir, "not_after", st.leaf.NotAfter.UTC().Format(time.RFC3339))
 		}
