@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"encoding/json"
 	"log/slog"
 	"strings"
@@ -10,10 +11,13 @@ import (
 	"k8s.io/klog/v2"
 )
 
+// klog's logger is set before any test's client runs (as main does first).
+func init() { installKlog() }
+
 // client-go's klog lines come out in the operator's format (JSON in luaop run), and
 // -v N decides which of klog's V(N) lines are written, as in kubectl.
 func TestKlogGoesToTheOperatorsLog(t *testing.T) {
-	t.Cleanup(func() { klog.ClearLogger(); routeKlogVerbosity(0) })
+	t.Cleanup(func() { routeKlog(slog.New(slog.NewTextHandler(io.Discard, nil)), 0) })
 	var buf bytes.Buffer
 	s := settings{LogLevel: "info", LogFormat: "json", Verbosity: 6}
 	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: logLevel(s)}))

@@ -12,6 +12,7 @@ import (
 )
 
 func main() {
+	installKlog() // before any client: klog's logger cannot change under them
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	code := execute(ctx, os.Args[1:])
 	stop()
