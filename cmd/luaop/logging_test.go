@@ -2,8 +2,8 @@ package main
 
 import (
 	"bytes"
-	"io"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"strings"
 	"testing"
