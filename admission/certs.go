@@ -646,19 +646,21 @@ func (c *Certificates) checkEvery() time.Duration {
 	return max(every, 100*time.Millisecond)
 }
 
-// Run rotates the certificates (Rotate) until ctx ends. Errors are logged and
-// tried again at the next check: the current certificate keeps serving.
+// Run rotates the certificates (Rotate) at once (a start on a certificate already
+// due, kept in the Secret while the operator was down) and then periodically,
+// until ctx ends. Errors are logged and tried again at the next check: the current
+// certificate keeps serving.
 func (c *Certificates) Run(ctx context.Context) {
 	for {
+		if err := c.Rotate(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			c.log.Error("checking the webhook certificate; retrying", "error", err)
+		}
 		t := time.NewTimer(c.checkEvery())
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
 		case <-t.C:
-		}
-		if err := c.Rotate(ctx); err != nil && !errors.Is(err, context.Canceled) {
-			c.log.Error("checking the webhook certificate; retrying", "error", err)
 		}
 	}
 }
