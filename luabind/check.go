@@ -10,11 +10,9 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
-	"github.com/yuin/gopher-lua/ast"
-	"github.com/yuin/gopher-lua/parse"
-
-	lua "github.com/yuin/gopher-lua"
+	"github.com/luaop/luaop/third_party/gopher-lua/ast"
 
 	"github.com/luaop/luaop/luabind/internal/sandbox"
 )
@@ -53,20 +51,25 @@ type CheckReport struct {
 // compile error is reported (each file on its own), and the errors raised while
 // the scripts run: the load's, as the operator would see it, and each handler
 // script's loaded on its own.
-func Check(ctx context.Context, scripts []Script) CheckReport {
+//
+// opts are the operator's options the check must hold to: HandlerTimeout (each
+// file's compilation and the load run under it, as in the operator), MaxStringSize
+// and MemoryBudget; zero fields take their defaults, the others are the check's.
+func Check(ctx context.Context, scripts []Script, opts Options) CheckReport {
 	rep := CheckReport{Files: len(scripts)}
 	if len(scripts) == 0 {
 		rep.Problems = append(rep.Problems, Problem{File: ".", Message: "no *.lua files"})
 		return rep
 	}
-	a := Analyze(scripts)
+	opts = checkOptions(opts)
+	a := analyze(ctx, scripts, opts.HandlerTimeout)
 	rep.Problems = append(rep.Problems, a.Problems...)
 	if !a.syntaxErrors {
-		rt := New(Options{Shards: 1, Kube: noCluster{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		rt := New(opts)
 		defer rt.Close()
 		report, err := rt.Load(ctx, scripts)
 		if err != nil {
-			for _, p := range loadProblems(ctx, scripts, err) {
+			for _, p := range loadProblems(ctx, scripts, err, opts) {
 				if !a.covers(p) && !slices.ContainsFunc(rep.Problems, func(q Problem) bool { return q.String() == p.String() }) {
 					rep.Problems = append(rep.Problems, p)
 				}
@@ -83,8 +86,9 @@ func Check(ctx context.Context, scripts []Script) CheckReport {
 
 // loadProblems are the problems of a load that failed with err: err's, and those
 // of each handler script loaded on its own with the modules (a load stops at its
-// first error, which would hide the others' problems).
-func loadProblems(ctx context.Context, scripts []Script, err error) []Problem {
+// first error, which would hide the others' problems), each under opts (the
+// check's options, as the whole load).
+func loadProblems(ctx context.Context, scripts []Script, err error, opts Options) []Problem {
 	out := []Problem{problemOf(err)}
 	var modules, handlers []Script
 	for _, s := range scripts {
@@ -98,7 +102,7 @@ func loadProblems(ctx context.Context, scripts []Script, err error) []Problem {
 		return out
 	}
 	for _, h := range handlers {
-		rt := New(Options{Shards: 1, Kube: noCluster{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		rt := New(opts)
 		_, err := rt.Load(ctx, append([]Script{h}, modules...))
 		rt.Close()
 		if err != nil {
@@ -114,14 +118,24 @@ func loadProblems(ctx context.Context, scripts []Script, err error) []Problem {
 // load's error with its file:line, or nil when they load. No other runtime is
 // touched. The admission webhook guarding the operator's own scripts ConfigMap uses
 // it.
-func CheckLoad(ctx context.Context, scripts []Script) error {
+// opts as for Check.
+func CheckLoad(ctx context.Context, scripts []Script, opts Options) error {
 	if len(scripts) == 0 {
 		return errors.New("no *.lua files")
 	}
-	rt := New(Options{Shards: 1, Kube: noCluster{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	rt := New(checkOptions(opts))
 	defer rt.Close()
 	_, err := rt.Load(ctx, scripts)
 	return err
+}
+
+// checkOptions are the options of a throwaway runtime checking scripts: the
+// caller's limits, one shard, no cluster, no log.
+func checkOptions(opts Options) Options {
+	out := Options{Shards: 1, Kube: noCluster{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		HandlerTimeout: opts.HandlerTimeout, MaxStringSize: opts.MaxStringSize, MemoryBudget: opts.MemoryBudget}
+	out.setDefaults()
+	return out
 }
 
 func sortProblems(ps []Problem) {
@@ -384,24 +398,33 @@ type analyzer struct {
 	quiet    bool // evaluating, not reporting
 }
 
-// Analyze reads the scripts' source without running it.
+// Analyze reads the scripts' source without running it, each file compiled under
+// the default handler deadline.
 func Analyze(scripts []Script) *Analysis {
+	var o Options
+	o.setDefaults()
+	return analyze(context.Background(), scripts, o.HandlerTimeout)
+}
+
+// analyze is Analyze with each file's compilation under ctx and timeout (the load
+// deadline of the operator).
+func analyze(ctx context.Context, scripts []Script, timeout time.Duration) *Analysis {
 	a := &Analysis{}
 	chunks := map[string][]ast.Stmt{}
 	for _, s := range scripts {
-		chunk, err := parse.Parse(strings.NewReader(string(s.Source)), s.Name)
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		_, chunk, err := compile(cctx, s)
+		timedOut := cctx.Err() != nil && ctx.Err() == nil
+		cancel()
 		if err != nil {
 			a.syntaxErrors = true
-			p := problemOf(syntaxError(s.Name, err))
-			if hint := lua5Hint(s.Source, p.Line); hint != "" {
+			p := problemOf(err)
+			if timedOut {
+				p.Message = fmt.Sprintf("compiling took longer than the %s load deadline (--handler-timeout): %s", timeout, p.Message)
+			} else if hint := lua5Hint(s.Source, p.Line); hint != "" && strings.HasPrefix(p.Message, "syntax error") {
 				p.Message = hint
 			}
 			a.Problems = append(a.Problems, p)
-			continue
-		}
-		if _, err := lua.Compile(chunk, s.Name); err != nil {
-			a.syntaxErrors = true
-			a.Problems = append(a.Problems, problemOf(err))
 			continue
 		}
 		chunks[s.Name] = chunk

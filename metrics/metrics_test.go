@@ -283,3 +283,17 @@ func TestControllerRuntimeErrorAndWebhookSeries(t *testing.T) {
 		`controller_runtime_webhook_latency_seconds_count{webhook="`+hook+`"} 1`,
 	)
 }
+
+func TestPeeringAndWebhookGauges(t *testing.T) {
+	m := New()
+	text := scrape(t, m)
+	wantLines(t, text, `luaop_peering_paused 0`, `luaop_peering_peers 0`)
+	if strings.Contains(text, "luaop_webhook_reachable") {
+		t.Error("luaop_webhook_reachable is there before any probe")
+	}
+	m.Peering(true, 1)
+	m.WebhookReachable(false)
+	wantLines(t, scrape(t, m), `luaop_peering_paused 1`, `luaop_peering_peers 1`, `luaop_webhook_reachable 0`)
+	m.WebhookReachable(true)
+	wantLines(t, scrape(t, m), `luaop_webhook_reachable 1`)
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -11,6 +12,7 @@ import (
 
 func newCheckCommand() *cobra.Command {
 	var format string
+	var handlerTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "check DIR",
 		Short: "Check the scripts of DIR without a cluster: load them as run does and report every problem with file:line",
@@ -25,7 +27,8 @@ Every problem is reported, not only the first: each handler script is also loade
 its own, so that a runtime error in one does not hide those of the others. Problems
 are printed as FILE:LINE: MESSAGE, one a line (--format json: one JSON document;
 --format sarif: SARIF 2.1.0, for code scanning); the exit status is 3 when there is
-any.`,
+any. --handler-timeout is the operator's: each file must compile, and the scripts
+load, within it, as "luaop run" requires.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dir := args[0]
@@ -36,7 +39,10 @@ any.`,
 			if err != nil {
 				return err
 			}
-			rep := luabind.Check(cmd.Context(), scripts)
+			if handlerTimeout <= 0 {
+				return usageError(fmt.Errorf("--handler-timeout must be greater than 0 (the operator's, 30s by default)"))
+			}
+			rep := luabind.Check(cmd.Context(), scripts, luabind.Options{HandlerTimeout: handlerTimeout})
 			out := cmd.OutOrStdout()
 			switch format {
 			case "json", "sarif":
@@ -68,5 +74,6 @@ any.`,
 		},
 	}
 	cmd.Flags().StringVar(&format, "format", "text", "output format: text, json or sarif")
+	cmd.Flags().DurationVar(&handlerTimeout, "handler-timeout", 30*time.Second, "the operator's deadline of one Lua call, script loading and compiling included (as luaop run --handler-timeout)")
 	return cmd
 }

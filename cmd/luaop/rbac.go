@@ -28,7 +28,7 @@ type rbacOptions struct {
 	ScriptsConfigMap string
 	ScriptsWebhook   bool
 	// Prefix is the operator's --prefix: it names the webhook configurations the
-	// operator may write ("<prefix>.validate", "<prefix>.mutate").
+	// operator may write ("<prefix>.validate", "<prefix>.mutate", "<prefix>.probe").
 	Prefix string
 	// WebhookService ([namespace/]name) names the Secret of the generated webhook
 	// certificate, "<name>-tls".
@@ -36,7 +36,11 @@ type rbacOptions struct {
 	// MetricsAuth grants what --metrics-secure needs: TokenReviews and
 	// SubjectAccessReviews.
 	MetricsAuth bool
-	command     string // how the output was made, for its header
+	// Standalone: the operator runs with --standalone (no peering Role);
+	// PeeringNamespace is its --peering-namespace (default: the ServiceAccount's).
+	Standalone       bool
+	PeeringNamespace string
+	command          string // how the output was made, for its header
 }
 
 func newRBACCommand() *cobra.Command {
@@ -45,8 +49,9 @@ func newRBACCommand() *cobra.Command {
 		Use:   "rbac DIR",
 		Short: "Print the least-privilege RBAC the scripts of DIR need (no cluster needed)",
 		Long: `Print the ClusterRole (or, with --namespaces naming namespaces, one Role per
-namespace), its binding to the operator's ServiceAccount, and with --leader-elect the
-Role for the Lease, that the scripts of DIR need:
+namespace), its binding to the operator's ServiceAccount, the Role for the peering
+Leases (unless --standalone; also what the webhooks' reachability probe needs), and
+with --leader-elect the Role for the Lease, that the scripts of DIR need:
   - the resources the handlers watch: get, list, watch, patch, and patch of their
     status subresource (handler results, progress with --progress-storage=status);
   - core Events: create, patch (handler outcomes, luaop.info/warn/exception);
@@ -80,8 +85,10 @@ irregular plural (e.g. Endpoints) must be checked by hand.`,
 	fs.StringVar(&o.LeaderNamespace, "leader-election-namespace", "", "namespace of the Lease (default: the ServiceAccount's)")
 	fs.StringVar(&o.ScriptsConfigMap, "scripts-configmap", "", "the scripts ConfigMap, [namespace/]name (default namespace: the ServiceAccount's): add the Role for the ConfigMap <name>-last-good where the operator keeps the last scripts that loaded")
 	fs.BoolVar(&o.ScriptsWebhook, "scripts-webhook", false, "the operator validates the scripts ConfigMap (--scripts-configmap with the webhooks component): grant the webhook configurations even if no script has admission handlers")
+	fs.BoolVar(&o.Standalone, "standalone", false, "the operator runs with --standalone: no Role for the peering Leases")
+	fs.StringVar(&o.PeeringNamespace, "peering-namespace", "", "the operator's --peering-namespace (default: the ServiceAccount's)")
 	fs.StringSliceVar(&o.Namespaces, "namespaces", nil, "namespaces the operator serves (plain names): Roles in each instead of a ClusterRole")
-	fs.StringVar(&o.Prefix, "prefix", "luaop.dev", "the operator's --prefix: the webhook configurations it writes are <prefix>.validate and <prefix>.mutate (granted by name)")
+	fs.StringVar(&o.Prefix, "prefix", "luaop.dev", "the operator's --prefix: the webhook configurations it writes are <prefix>.validate, <prefix>.mutate and <prefix>.probe (granted by name)")
 	fs.StringVar(&o.WebhookService, "webhook-service", "luaop-webhook", "the operator's --webhook-service ([namespace/]name): the generated webhook certificate is kept in the Secret <name>-tls (granted by name)")
 	fs.BoolVar(&o.MetricsAuth, "metrics-auth", true, "grant TokenReviews and SubjectAccessReviews, with which --metrics-secure (luaop run's default) authenticates and authorizes the clients of /metrics")
 	return cmd
@@ -269,8 +276,9 @@ func generateRBAC(cmd *cobra.Command, dir string, o rbacOptions) (string, []stri
 		// whether the rest is a ClusterRole or Roles.
 		name := o.Name + "-webhooks"
 		vname, mname := admission.ConfigurationNames(o.Prefix)
-		fmt.Fprintf(&b, "---\n# Admission webhooks (luaop.on.validate, luaop.on.mutate in %s): the operator writes\n# the configurations %s and %s (--prefix %s) and no other; creating cannot be\n# narrowed to a name (Kubernetes authorizes a create before the object has one).\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: %s\nrules:\n- apiGroups: [admissionregistration.k8s.io]\n  resources: [mutatingwebhookconfigurations, validatingwebhookconfigurations]\n  verbs: [create]\n- apiGroups: [admissionregistration.k8s.io]\n  resources: [validatingwebhookconfigurations]\n  resourceNames: [%s]\n  verbs: [get, update, delete]\n- apiGroups: [admissionregistration.k8s.io]\n  resources: [mutatingwebhookconfigurations]\n  resourceNames: [%s]\n  verbs: [get, update, delete]\n",
-			strings.Join(admissionSources, ", "), vname, mname, o.Prefix, name, vname, mname)
+		pname := admission.ProbeConfigurationName(o.Prefix)
+		fmt.Fprintf(&b, "---\n# Admission webhooks (luaop.on.validate, luaop.on.mutate in %s): the operator writes\n# the configurations %s, %s and %s (the reachability\n# probe's; --prefix %s) and no other; creating cannot be narrowed to a name\n# (Kubernetes authorizes a create before the object has one).\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: %s\nrules:\n- apiGroups: [admissionregistration.k8s.io]\n  resources: [mutatingwebhookconfigurations, validatingwebhookconfigurations]\n  verbs: [create]\n- apiGroups: [admissionregistration.k8s.io]\n  resources: [validatingwebhookconfigurations]\n  resourceNames: [%s, %s]\n  verbs: [get, update, delete]\n- apiGroups: [admissionregistration.k8s.io]\n  resources: [mutatingwebhookconfigurations]\n  resourceNames: [%s]\n  verbs: [get, update, delete]\n",
+			strings.Join(admissionSources, ", "), vname, mname, pname, o.Prefix, name, vname, pname, mname)
 		fmt.Fprintf(&b, "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: %s\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: %s\nsubjects:\n- kind: ServiceAccount\n  name: %s\n  namespace: %s\n",
 			name, name, saName, saNS)
 		secretNS, secret := saNS, o.WebhookService
@@ -278,9 +286,23 @@ func generateRBAC(cmd *cobra.Command, dir string, o rbacOptions) (string, []stri
 			secretNS, secret = ns, n
 		}
 		secret += "-tls"
-		fmt.Fprintf(&b, "---\n# The webhook's certificate: generated and kept in the Secret %s of the operator's\n# namespace (--webhook-service without --webhook-cert-dir), shared by the replicas, renewed\n# before it expires (update); no other Secret is readable.\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: %s\n  namespace: %s\nrules:\n- apiGroups: [\"\"]\n  resources: [secrets]\n  verbs: [create]\n- apiGroups: [\"\"]\n  resources: [secrets]\n  resourceNames: [%s]\n  verbs: [get, update]\n", secret, name, secretNS, secret)
+		// The reachability probe dry-runs the create of a Lease in the operator's own
+		// namespace (--standalone and another --peering-namespace too).
+		const probeRule = "- apiGroups: [coordination.k8s.io]\n  resources: [leases]\n  verbs: [create]\n"
+		probeNote, secretProbeRule := ";\n# the reachability probe: a dry run of a Lease created here", probeRule
+		if secretNS != saNS {
+			probeNote, secretProbeRule = "", ""
+		}
+		fmt.Fprintf(&b, "---\n# The webhook's certificate: generated and kept in the Secret %s of the operator's\n# namespace (--webhook-service without --webhook-cert-dir), shared by the replicas, renewed\n# before it expires (update); no other Secret is readable%s.\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: %s\n  namespace: %s\nrules:\n- apiGroups: [\"\"]\n  resources: [secrets]\n  verbs: [create]\n- apiGroups: [\"\"]\n  resources: [secrets]\n  resourceNames: [%s]\n  verbs: [get, update]\n%s",
+			secret, probeNote, name, secretNS, secret, secretProbeRule)
 		fmt.Fprintf(&b, "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: %s\n  namespace: %s\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: %s\nsubjects:\n- kind: ServiceAccount\n  name: %s\n  namespace: %s\n",
 			name, secretNS, name, saName, saNS)
+		if secretNS != saNS {
+			probe := name + "-probe"
+			fmt.Fprintf(&b, "---\n# The webhooks' reachability probe: a dry run of a Lease created in the operator's namespace.\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: %s\n  namespace: %s\nrules:\n%s", probe, saNS, probeRule)
+			fmt.Fprintf(&b, "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: %s\n  namespace: %s\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: %s\nsubjects:\n- kind: ServiceAccount\n  name: %s\n  namespace: %s\n",
+				probe, saNS, probe, saName, saNS)
+		}
 	}
 	if o.MetricsAuth {
 		name := o.Name + "-metrics-auth"
@@ -302,13 +324,23 @@ func generateRBAC(cmd *cobra.Command, dir string, o rbacOptions) (string, []stri
 		fmt.Fprintf(&b, "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: %s\n  namespace: %s\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: %s\nsubjects:\n- kind: ServiceAccount\n  name: %s\n  namespace: %s\n",
 			name, ns, name, saName, saNS)
 	}
+	if !o.Standalone {
+		ns := o.PeeringNamespace
+		if ns == "" {
+			ns = saNS
+		}
+		name := o.Name + "-peering"
+		fmt.Fprintf(&b, "---\n# Peering: the operator's own Lease and those of the other operators of its prefix\n# (luaop dev pauses it), in the namespace of --peering-namespace; creates there are\n# also the webhooks' reachability probe (a dry run). Omit with --standalone.\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: %s\n  namespace: %s\nrules:\n- apiGroups: [coordination.k8s.io]\n  resources: [leases]\n  verbs: [get, list, watch, create, update, delete]\n", name, ns)
+		fmt.Fprintf(&b, "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: %s\n  namespace: %s\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: %s\nsubjects:\n- kind: ServiceAccount\n  name: %s\n  namespace: %s\n",
+			name, ns, name, saName, saNS)
+	}
 	if o.LeaderElect {
 		ns := o.LeaderNamespace
 		if ns == "" {
 			ns = saNS
 		}
 		name := o.Name + "-leader-election"
-		fmt.Fprintf(&b, "---\n# Leader election: the Lease lives in the operator's own namespace only.\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: %s\n  namespace: %s\nrules:\n- apiGroups: [coordination.k8s.io]\n  resources: [leases]\n  verbs: [get, create, update]\n", name, ns)
+		fmt.Fprintf(&b, "---\n# Leader election: the Lease lives in the operator's own namespace only (watch: a\n# standby sees a release at once and takes over without waiting for its next try).\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: %s\n  namespace: %s\nrules:\n- apiGroups: [coordination.k8s.io]\n  resources: [leases]\n  verbs: [get, watch, create, update]\n", name, ns)
 		fmt.Fprintf(&b, "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: %s\n  namespace: %s\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: %s\nsubjects:\n- kind: ServiceAccount\n  name: %s\n  namespace: %s\n",
 			name, ns, name, saName, saNS)
 	}
@@ -415,6 +447,12 @@ func rbacCommandLine(dir string, o rbacOptions) string {
 	}
 	if !o.MetricsAuth {
 		args = append(args, "--metrics-auth=false")
+	}
+	if o.Standalone {
+		args = append(args, "--standalone")
+	}
+	if o.PeeringNamespace != "" {
+		args = append(args, "--peering-namespace", o.PeeringNamespace)
 	}
 	return strings.Join(append(args, dir), " ")
 }

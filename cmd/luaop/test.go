@@ -16,6 +16,7 @@ import (
 func newTestCommand() *cobra.Command {
 	var run, tests, prefix, format string
 	var verbose bool
+	var handlerTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "test DIR",
 		Short: "Run the handler test cases of DIR/tests/*.yaml without a cluster",
@@ -48,11 +49,14 @@ The format's JSON Schema: luaop stubs --schema FILE.`,
 			if len(files) == 0 {
 				return usageError(fmt.Errorf("no test files (*.yaml) in %s", tests))
 			}
+			if handlerTimeout <= 0 {
+				return usageError(fmt.Errorf("--handler-timeout must be greater than 0"))
+			}
 			text := cmd.OutOrStdout()
 			if format != "text" {
 				text = cmd.ErrOrStderr()
 			}
-			opts := scripttest.Options{Scripts: dir, Tests: files, Out: text, Verbose: verbose, Prefix: prefix}
+			opts := scripttest.Options{Scripts: dir, Tests: files, Out: text, Verbose: verbose, Prefix: prefix, HandlerTimeout: handlerTimeout}
 			if run != "" {
 				if opts.Run, err = regexp.Compile(run); err != nil {
 					return usageError(fmt.Errorf("--run: %w", err))
@@ -89,5 +93,6 @@ The format's JSON Schema: luaop stubs --schema FILE.`,
 	cmd.Flags().StringVar(&prefix, "prefix", scripttest.DefaultPrefix, "prefix of the operator's annotations, as given to luaop run --prefix (its annotations are not part of the handlers' view of the object)")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "print passing cases too")
 	cmd.Flags().StringVar(&format, "format", "text", "report format: text, junit or json (junit and json on standard output, the text on standard error)")
+	cmd.Flags().DurationVar(&handlerTimeout, "handler-timeout", scripttest.DefaultHandlerTimeout, "deadline of each handler call, script loading and compiling included (luaop run --handler-timeout)")
 	return cmd
 }
