@@ -157,7 +157,9 @@ func (o *Operator) Reactor() *processing.Reactor { return o.reactor }
 // everything it knows kept) and returns once the work in flight has ended; Resume
 // undoes it. Peering drives them (processing.Reactor.Pause). Operator-level hooks
 // and the admission webhooks are not paused.
-func (o *Operator) Pause(ctx context.Context, reason string) error { return o.reactor.Pause(ctx, reason) }
+func (o *Operator) Pause(ctx context.Context, reason string) error {
+	return o.reactor.Pause(ctx, reason)
+}
 
 // Resume lets a paused operator work again.
 func (o *Operator) Resume() { o.reactor.Resume() }
