@@ -213,6 +213,12 @@ func (s *Server) lookup(path string) (Handler, bool) {
 	return Handler{}, false
 }
 
+// serves tells whether a handler serves path now.
+func (s *Server) serves(path string) bool {
+	_, ok := s.lookup(path)
+	return ok
+}
+
 // luaHandler makes the Handler of a Lua validate or mutate handler; its ctx.logger
 // writes to log (the server's: the operator's log).
 func luaHandler(rt *luabind.Runtime, spec causes.Spec, log *slog.Logger) Handler {

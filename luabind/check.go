@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -47,8 +48,9 @@ type CheckReport struct {
 // loading fail with an error value) and analyses their source for what would fail
 // only at run time: syntax of Lua 5.2 and later, globals the sandbox lacks, options
 // that do not apply to a handler's kind, resource strings that do not parse. Every
-// compile error is reported (each file on its own); of the errors raised while the
-// scripts run, the first, as the operator would see it.
+// compile error is reported (each file on its own), and the errors raised while
+// the scripts run: the load's, as the operator would see it, and each handler
+// script's loaded on its own.
 //
 // opts are the operator's options the check must hold to: HandlerTimeout (each
 // file's compilation and the load run under it, as in the operator), MaxStringSize
@@ -67,9 +69,10 @@ func Check(ctx context.Context, scripts []Script, opts Options) CheckReport {
 		defer rt.Close()
 		report, err := rt.Load(ctx, scripts)
 		if err != nil {
-			p := problemOf(err)
-			if !a.covers(p) {
-				rep.Problems = append(rep.Problems, p)
+			for _, p := range loadProblems(ctx, scripts, err, opts) {
+				if !a.covers(p) && !slices.ContainsFunc(rep.Problems, func(q Problem) bool { return q.String() == p.String() }) {
+					rep.Problems = append(rep.Problems, p)
+				}
 			}
 		} else {
 			for _, h := range report.Handlers {
@@ -79,6 +82,34 @@ func Check(ctx context.Context, scripts []Script, opts Options) CheckReport {
 	}
 	sortProblems(rep.Problems)
 	return rep
+}
+
+// loadProblems are the problems of a load that failed with err: err's, and those
+// of each handler script loaded on its own with the modules (a load stops at its
+// first error, which would hide the others' problems), each under opts (the
+// check's options, as the whole load).
+func loadProblems(ctx context.Context, scripts []Script, err error, opts Options) []Problem {
+	out := []Problem{problemOf(err)}
+	var modules, handlers []Script
+	for _, s := range scripts {
+		if strings.Contains(s.Name, "/") {
+			modules = append(modules, s)
+		} else {
+			handlers = append(handlers, s)
+		}
+	}
+	if len(handlers) < 2 {
+		return out
+	}
+	for _, h := range handlers {
+		rt := New(opts)
+		_, err := rt.Load(ctx, append([]Script{h}, modules...))
+		rt.Close()
+		if err != nil {
+			out = append(out, problemOf(err))
+		}
+	}
+	return out
 }
 
 // CheckLoad loads the scripts in a throwaway runtime, the way the operator would

@@ -13,10 +13,10 @@ import (
 	yamlv3 "go.yaml.in/yaml/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
-	"sigs.k8s.io/yaml"
 
 	"github.com/luaop/luaop/luabind/internal/luaerr"
 	"github.com/luaop/luaop/luabind/internal/luavalue"
+	"github.com/luaop/luaop/yaml12"
 )
 
 // Kube is the cluster access that scripts get as luaop.kube and the event helpers.
@@ -184,22 +184,22 @@ func (s *shard) installKube(mod *lua.LTable) {
 
 	yamlMod := L.NewTable()
 	yamlMod.RawSetString("decode", L.NewFunction(func(L *lua.LState) int {
+		// YAML 1.2 (the core schema): `n:` and `NO` stay strings, 014 is 14. The
+		// value budget bounds what aliases expand to as well.
 		src := []byte(L.CheckString(1))
 		var v any
 		err := s.checkDecodeSize(src)
 		if err == nil {
+			// Off Lua, so that the call's deadline holds; aliases are bounded first
+			// (the bytes they expand to, as the values are while converting).
 			s.offLua(L, func() {
 				if err = s.checkYAMLAliases(src); err != nil {
 					return
 				}
-				var data []byte
-				if data, err = yaml.YAMLToJSON(src); err != nil {
-					return
+				var node *yaml12.Node
+				if node, err = yaml12.Parse(src); err == nil && node != nil {
+					v, err = yaml12.Value(node, maxDecodeValues)
 				}
-				if err = s.checkDecodeSize(data); err != nil {
-					return
-				}
-				err = utiljson.Unmarshal(data, &v)
 			})
 		}
 		if err != nil {
@@ -494,11 +494,12 @@ func (s *shard) offLua(L *lua.LState, fn func()) {
 }
 
 // checkYAMLAliases refuses a YAML document whose aliases would expand past the
-// decode limits (MaxStringSize bytes, maxDecodeValues values): YAMLToJSON expands
-// every alias before anything can be counted (a 15 MB scalar aliased 400 times is
+// decode limits (MaxStringSize bytes, maxDecodeValues values): the decoded value
+// shares an aliased string, but the script's every later use of it (encoding it,
+// patching it onto an object) expands it (a 15 MB scalar aliased 400 times is
 // 6 GB). The document is parsed into nodes, which keep aliases as they are, and
 // its expanded size computed once per anchor. A document this parser refuses is
-// left to YAMLToJSON, whose error the script gets.
+// left to yaml12.Parse, whose error (with its line) the script gets.
 func (s *shard) checkYAMLAliases(src []byte) error {
 	if !bytes.ContainsRune(src, '*') {
 		return nil // no alias

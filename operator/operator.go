@@ -38,6 +38,21 @@ type Options struct {
 	// liveness probe. Defaults to 10s; a negative value disables the cache. Failed
 	// probes are never cached.
 	ProbeCache time.Duration
+	// FieldManager names the operator in managedFields for the scripts' server-side
+	// applies and writes (luaop.kube), when New makes their client. Defaults to
+	// "luaop"; two operators on the same objects need different ones, or each
+	// overwrites the other's applied fields without a conflict (FieldManagerFor).
+	FieldManager string
+}
+
+// FieldManagerFor is the field manager of an operator with the given --prefix:
+// "luaop" for the default prefix luaop.dev (what earlier versions wrote), else
+// "luaop-<prefix>".
+func FieldManagerFor(prefix string) string {
+	if prefix == "" || prefix == "luaop.dev" {
+		return "luaop"
+	}
+	return "luaop-" + prefix
 }
 
 // DefaultProbeCache is kopf's probe cache duration.
@@ -106,6 +121,9 @@ func New(cfg *rest.Config, opts Options) (*Operator, error) {
 		if post {
 			kube.Recorder = opts.Processing.Recorder
 		}
+		if opts.FieldManager != "" {
+			kube.FieldManager = opts.FieldManager
+		}
 		opts.Runtime.Kube = kube
 	}
 	rt := luabind.New(opts.Runtime)
@@ -139,7 +157,9 @@ func (o *Operator) Reactor() *processing.Reactor { return o.reactor }
 // everything it knows kept) and returns once the work in flight has ended; Resume
 // undoes it. Peering drives them (processing.Reactor.Pause). Operator-level hooks
 // and the admission webhooks are not paused.
-func (o *Operator) Pause(ctx context.Context, reason string) error { return o.reactor.Pause(ctx, reason) }
+func (o *Operator) Pause(ctx context.Context, reason string) error {
+	return o.reactor.Pause(ctx, reason)
+}
 
 // Resume lets a paused operator work again.
 func (o *Operator) Resume() { o.reactor.Resume() }

@@ -2,6 +2,7 @@ package processing
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -360,4 +361,40 @@ func TestIdleTimerIsResetByTheFieldItNames(t *testing.T) {
 	e.stays("w1", "a run 3 s after its field changed", func() bool { return len(h.callsOf("quiet", "w1")) > 0 })
 	e.clock.Step(2 * time.Second)
 	e.eventually("the run idle seconds after the field changed", func() bool { return len(h.callsOf("quiet", "w1")) == 1 })
+}
+
+// An index exists from the scripts' load on: a handler of another resource reading
+// it before any object of the indexed resource went through a cycle (here: none
+// exists) sees it empty. Seen on a real node: a Team created with its Tenant failed
+// with "index not registered" and was retried a minute later.
+func TestIndexWithoutObjectsIsEmptyNotUnregistered(t *testing.T) {
+	h := newFakeHandlers()
+	cms := causes.Resource{GroupVersionResource: configmapsGVR}
+	h.add(causes.Spec{ID: "cms_by_name", Kind: causes.KindIndex, Resource: cms}, func(ctx context.Context, call causes.Call) (causes.Result, error) {
+		return causes.Result{Value: call.Cause.Body["metadata"].(map[string]any)["name"]}, nil
+	})
+	var mu sync.Mutex
+	var found []bool
+	h.add(causes.Spec{ID: "reads_index", Kind: causes.KindChange, Resource: widgets, Reasons: []causes.Reason{causes.Create}}, func(ctx context.Context, call causes.Call) (causes.Result, error) {
+		entries, ok := call.Indexes.Lookup("cms_by_name")
+		mu.Lock()
+		found = append(found, ok && len(entries) == 0)
+		mu.Unlock()
+		if !ok {
+			return causes.Result{}, errors.New("index cms_by_name is not registered")
+		}
+		return causes.Result{}, nil
+	})
+	e := startEnv(t, h, Options{})
+	e.create("w1", nil)
+	runs := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return fmt.Sprint(found)
+	}
+	e.eventually("the create handler's run", func() bool { return runs() != "[]" })
+	e.stays("w1", "a second run (a retry)", func() bool { return runs() != "[true]" && runs() != "[false]" })
+	if found := runs(); found != "[true]" {
+		t.Errorf("the handler found the index (registered and empty) in its runs: %v, want [true] (one run)", found)
+	}
 }

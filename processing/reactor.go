@@ -402,6 +402,9 @@ func (o *Reactor) processSafely(ctx context.Context, key objectKey) (requeue tim
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("internal error while processing %s: %v (please report it)", key, r)
+			if po, ok := o.opts.Observer.(PanicObserver); ok {
+				po.ReconcilePanicked(ControllerName(key.resource))
+			}
 		}
 	}()
 	return o.process(ctx, key)
