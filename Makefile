@@ -4,7 +4,7 @@ CACHE ?= $(or $(LUAOP_CACHE),$(HOME)/.cache/luaop)
 BIN := $(CURDIR)/bin
 GO_TEST_FLAGS ?= -race -count=1 -timeout 40m
 
-.PHONY: dev test test-node unit lint cluster cluster-down node node-down build image image-archive bench bench-daemons bench-sleep bench-reload soak fuzz
+.PHONY: dev test test-node unit lint cluster cluster-down node node-down build image image-archive release bench bench-daemons bench-sleep bench-reload soak fuzz
 
 # The version printed by `luaop --version` and `luaop version`.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
@@ -12,6 +12,20 @@ LDFLAGS := -X main.version=$(VERSION)
 
 build:
 	go build -ldflags "$(LDFLAGS)" -o $(BIN)/luaop ./cmd/luaop
+
+# Release binaries: luaop for linux and darwin, amd64 and arm64, static (CGO off),
+# stamped with VERSION (git describe; VERSION=v0.2.0 to name it), each as
+# dist/luaop-VERSION-OS-ARCH with dist/SHA256SUMS (sha256sum -c SHA256SUMS checks
+# them). About a minute per platform on 2 cores once the modules are cached.
+RELEASE_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+release:
+	@set -euo pipefail; rm -rf dist; mkdir -p dist; \
+	for p in $(RELEASE_PLATFORMS); do \
+	  os=$${p%/*}; arch=$${p#*/}; out=dist/luaop-$(VERSION)-$$os-$$arch; \
+	  echo "[release] $$out"; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $$out ./cmd/luaop; \
+	done; \
+	cd dist && sha256sum luaop-* > SHA256SUMS && cat SHA256SUMS
 
 # The image, stamped with the same version (IMAGE=registry/luaop:tag to name it).
 IMAGE ?= luaop:latest
@@ -49,11 +63,15 @@ test-node:
 # staticcheck leaves out third_party/ (gopher-lua as published, plus luaop's patches):
 # its upstream style is kept, so that the patches stay small and reviewable. go vet
 # covers it (it reports on a package of the module when vetting its importers).
+# deploy/components/prometheus's rule is parsed by Prometheus's own parser (promtool's),
+# in a module of its own (tools/promcheck): none of Prometheus's dependencies reach
+# luaop's go.mod.
 OWN_PACKAGES = $(shell go list ./... | grep -v /third_party/)
 lint:
 	go vet ./...
 	go build -C tools -o $(BIN)/staticcheck honnef.co/go/tools/cmd/staticcheck
 	$(BIN)/staticcheck $(OWN_PACKAGES)
+	go test -C tools/promcheck -count=1 ./...
 
 # Pure-logic tests only: no cluster needed.
 unit: lint

@@ -426,7 +426,7 @@ func TestBaseHasNoExamples(t *testing.T) {
 	_, objs := render(t, kubectl(t), "base")
 	for _, o := range objs {
 		switch o.GetKind() {
-		case "Namespace", "ServiceAccount", "Deployment", "PodDisruptionBudget", "Service":
+		case "Namespace", "ServiceAccount", "Deployment", "PodDisruptionBudget", "Service", "NetworkPolicy":
 		default:
 			t.Errorf("the base renders %s %s; it should hold only what every deployment shares", o.GetKind(), o.GetName())
 		}

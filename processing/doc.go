@@ -26,7 +26,12 @@
 // recorded as done.
 //
 // Delays that handlers ask for (TemporaryError, backoff) are kept in the work queue:
-// no dummy "touch" patches load the API server, unlike kopf.
+// no dummy "touch" patches load the API server, unlike kopf. A handler's progress
+// record is written only when it changed (kopf's State.store). A cycle that fails on
+// an error of the framework (an API failure) is tried again after the object's
+// failure backoff (Reactor.failures) or on a new event; wake-ups before that run the
+// object's timers only, in a write of their own (kopf's timers are tasks of their
+// own: a failing patch must not stop them).
 //
 // # Concurrency: who owns what
 //

@@ -53,6 +53,7 @@ func (o *Reactor) process(ctx context.Context, key objectKey) (time.Duration, er
 		}
 	}
 
+	handled := mem.uid != "" && mem.uid == in.uid // a cycle saw this incarnation
 	if mem.uid != "" && (in.gone || mem.uid != in.uid) {
 		// This incarnation is over: deleted, or deleted and re-created under the
 		// same name before this worker ran. Its daemons, index entries and memo go
@@ -62,6 +63,10 @@ func (o *Reactor) process(ctx context.Context, key objectKey) (time.Duration, er
 		*mem = objectMemory{}
 	}
 	if in.gone {
+		if handled {
+			// kopf: "Deleted, really deleted, and we are notified."
+			log.Log(ctx, o.opts.SuccessLogLevel, "deleted, really deleted, and the operator is notified", "reason", string(causes.Gone))
+		}
 		if o.objects.dropIfGone(key, st) && o.ready.forget(key) {
 			o.wakeIndexWaiters()
 		}
@@ -129,6 +134,14 @@ func (o *Reactor) process(ctx context.Context, key objectKey) (time.Duration, er
 	// consistency (daemons read theirs through the inbox, as the watch delivers it).
 	c.updateIndexes(ctx)
 	c.adjustDaemons(ctx)
+	newEvent := in.lastSeenVersion != mem.seenVersion
+	mem.seenVersion = in.lastSeenVersion
+	if mem.retryAt.After(now) && !newEvent && !st.inbox.hasDaemonPatch(mem.uid) && mem.eventPatch == nil {
+		// The change handling failed on a framework error and waits for its
+		// backoff; nothing new arrived: this wake-up is for the timers, which keep
+		// their schedule (kopf's timers are tasks of their own).
+		return soonest(c.runTimersAlone(ctx), mem.retryAt.Sub(now)), errBackingOff
+	}
 	if waitForConsistency > 0 {
 		return waitForConsistency, nil
 	}
@@ -184,18 +197,46 @@ func (o *Reactor) process(ctx context.Context, key objectKey) (time.Duration, er
 	o.ready.processed(key)
 	if err != nil {
 		keepTheirs(err)
-		return 0, err
+		// The timers run all the same, in a write of their own.
+		return c.frameworkFailed(ctx, c.runTimersAlone(ctx), err)
 	}
 	timersWake := c.runTimers(ctx)
 	o.board.setTimers(key, mem.timers)
 	if err := c.apply(ctx); err != nil { // what timers (or daemons) wrote
 		keepTheirs(err)
-		return 0, err
+		return c.frameworkFailed(ctx, timersWake, err)
 	}
+	mem.retryAt = time.Time{}
 	if c.resumeIsHandled {
 		mem.resumeIsHandled = true
 	}
 	return soonest(requeue, timersWake), nil
+}
+
+// errBackingOff: a cycle ran only the object's timers, while the change handling
+// waits for the backoff of a framework error (processNext keeps that backoff).
+var errBackingOff = errors.New("backing off after a framework error; only the timers ran")
+
+// frameworkFailed is the end of a cycle that failed on a framework error: the
+// change handling is tried again after the object's failure backoff, or on a new
+// event; the timers' next run may come sooner.
+func (c *cycle) frameworkFailed(ctx context.Context, timersWake time.Duration, err error) (time.Duration, error) {
+	retryIn := c.op.failures.When(c.key)
+	c.mem.retryAt = c.now.Add(retryIn)
+	return soonest(retryIn, timersWake), err
+}
+
+// runTimersAlone runs the timers that are due, in a write of their own: in a cycle
+// whose change handling failed or is backing off (its patch is not theirs to lose).
+func (c *cycle) runTimersAlone(ctx context.Context) time.Duration {
+	c.patch = state.NewPatch()
+	c.carried, c.endsCause = false, false
+	wake := c.runTimers(ctx)
+	c.op.board.setTimers(c.key, c.mem.timers)
+	if err := c.apply(ctx); err != nil {
+		c.log.Error("the timers' patch failed; their results are lost, they run again at their next time", "error", err)
+	}
+	return wake
 }
 
 // soonest returns the smaller positive duration (0 means none).
@@ -218,7 +259,7 @@ func soonest(a, b time.Duration) time.Duration {
 func (o *Reactor) forgetIncarnation(key objectKey, mem *objectMemory) {
 	var exiting []*daemonRun
 	for _, d := range mem.daemons {
-		d.stop(0)
+		d.stop(0, 0)
 		exiting = append(exiting, d)
 	}
 	o.indexes.Remove(key.String())
@@ -258,14 +299,19 @@ func (o *Reactor) runEventHandlers(ctx context.Context, log *slog.Logger, key ob
 		}
 		start := time.Now()
 		result, err := o.handlers.Invoke(ctx, causes.Call{Handler: spec, Cause: cause, Patch: patch, Started: start, Logger: log.With("handler", spec.ID, "reason", "event"), Indexes: o.indexes})
+		took := time.Since(start)
 		outcome := OutcomeSuccess
 		if err != nil {
+			// kopf: event handlers' errors are ignored (never retried), and logged.
 			outcome = OutcomeIgnored
-			log.Error("event handler failed (event handlers are never retried)", "handler", spec.ID, "event", ev.eventType, "error", err)
-		} else if result.Value != nil {
-			patch.Set([]string{"status", spec.ID}, result.Value)
+			log.Error("handler failed; event handlers are never retried", "handler", spec.ID, "reason", "event", "took_ms", tookMs(took), "error", err, "event", ev.eventType)
+		} else {
+			if result.Value != nil {
+				patch.Set([]string{"status", spec.ID}, result.Value)
+			}
+			logOutcome(log, o.opts.SuccessLogLevel, spec.ID, "event", OutcomeSuccess, took, nil, "event", ev.eventType)
 		}
-		o.observe(key, spec.ID, "event", outcome, time.Since(start), err)
+		o.observe(key, spec.ID, "event", outcome, took, err)
 	}
 	return patch
 }
@@ -601,17 +647,35 @@ func (c *cycle) handle(ctx context.Context, cause causes.Cause, facts objectFact
 	body := c.body.Object
 	specs, perHandler := c.selectHandlers(ctx, cause, facts)
 	states := make([]handlerState, len(specs))
+	var superseded superseding
 	for i, spec := range specs {
 		rec, found := c.store.progress.Fetch(body, spec.ID)
-		if found && rec.Purpose != "" && rec.Purpose != string(cause.Reason) {
-			// A record left by another cause (an update arrived while a create
-			// was retrying): this cause starts fresh.
-			rec, found = state.HandlerRecord{}, false
+		stored := rec
+		switch {
+		case !found || rec.Purpose == "" || rec.Purpose == string(cause.Reason):
+		case rec.Purpose == string(causes.Resume) && !spec.Serves(cause.Reason):
+			// A resume handler that joins the update superseding a resume keeps its
+			// progress (kopf re-purposes it): one that succeeded does not run again.
+			superseded.count(rec)
+			rec.Purpose = string(cause.Reason)
+		default:
+			// A record left by another cause (a resume superseded by an update, for
+			// a handler of both): this cause starts it afresh. The subhandlers its
+			// earlier calls registered stay listed, so that the cause's end purges
+			// their records too (kopf keeps the union of subrefs).
+			superseded.count(rec)
+			rec, found = state.HandlerRecord{Subrefs: rec.Subrefs}, false
 		}
-		states[i] = handlerState{spec: spec, record: rec, found: found}
+		states[i] = handlerState{spec: spec, record: rec, found: found, stored: stored}
+	}
+	startedBefore := slices.ContainsFunc(states, func(h handlerState) bool { return h.stored.Purpose == string(cause.Reason) })
+	if superseded.any() && !startedBefore {
+		// kopf: "Resuming is superseded by updating: 1 succeeded; 0 failed; 1 left."
+		// Once, in the new cause's first cycle (no record of it yet).
+		c.log.Info("a cause in progress is superseded by "+string(cause.Reason), "reason", string(cause.Reason),
+			"succeeded", superseded.succeeded, "failed", superseded.failed, "left", superseded.left)
 	}
 
-	var changed []int // the handlers whose records this cycle changed
 	for _, h := range selectToRun(o.opts.Lifecycle, states, c.now) {
 		i := indexOf(states, h.spec.ID)
 		// Why a handler runs: with this line a re-run shows which version of the
@@ -628,11 +692,6 @@ func (c *cycle) handle(ctx context.Context, cause causes.Cause, facts objectFact
 		states[i].record = c.runChangeHandler(ctx, h, perHandler[i], cause.Reason)
 		if states[i].record.Success {
 			c.succeeded = append(c.succeeded, h.spec.ID+"/"+string(cause.Reason))
-		}
-		// Only the handlers that ran have new records; a record that came out the
-		// same (a parent whose children are still running) is not written again.
-		if !h.found || !sameRecord(states[i].record, h.record) {
-			changed = append(changed, i)
 		}
 	}
 
@@ -663,11 +722,15 @@ func (c *cycle) handle(ctx context.Context, cause causes.Cause, facts objectFact
 		}
 		return 0, nil
 	}
-	if cause.Reason != causes.Delete && c.mem.pinned == nil && anyFinished(states) {
+	// A resume is not pinned: it changes nothing, and a change made meanwhile
+	// supersedes it (kopf), with the resume handlers' progress kept (above).
+	if cause.Reason != causes.Delete && cause.Reason != causes.Resume && c.mem.pinned == nil && anyFinished(states) {
 		c.mem.pinned = &pinnedCause{reason: cause.Reason, old: cause.Old, new: cause.New, diff: cause.Diff}
 	}
-	for _, i := range changed {
-		c.store.progress.Store(body, c.patch, states[i].spec.ID, states[i].record)
+	for _, h := range states {
+		if h.changed() {
+			c.store.progress.Store(body, c.patch, h.spec.ID, h.record)
+		}
 	}
 	if err := c.apply(ctx); err != nil {
 		return 0, err
@@ -684,6 +747,22 @@ func (c *cycle) handle(ctx context.Context, cause causes.Cause, facts objectFact
 	}
 	return 0, nil
 }
+
+// superseding counts the records of the cause a new one supersedes, for the log.
+type superseding struct{ succeeded, failed, left int }
+
+func (s *superseding) count(rec state.HandlerRecord) {
+	switch {
+	case rec.Success:
+		s.succeeded++
+	case rec.Failure:
+		s.failed++
+	default:
+		s.left++
+	}
+}
+
+func (s superseding) any() bool { return s.succeeded+s.failed+s.left > 0 }
 
 // finishCause stores the diff-base (the essence now handled), purges progress records
 // (of every handler of the resource, kopf: not only those that ran in this cause),
@@ -782,7 +861,7 @@ func (c *cycle) runChangeHandler(ctx context.Context, h handlerState, cause caus
 	rec.Purpose = string(reason)
 	if msg, ex := exhausted(h.spec, rec, c.now); ex {
 		rec.Failure, rec.Stopped, rec.Delayed, rec.Message = true, &c.now, nil, msg
-		c.log.Error("handler failed for good", "handler", h.spec.ID, "reason", string(reason), "error", msg)
+		logOutcome(c.log, o.opts.SuccessLogLevel, h.spec.ID, string(reason), OutcomeFailure, 0, errors.New(msg))
 		c.post("Warning", "HandlerFailed", msg)
 		o.observeAs(c.key, h.spec.ID, c.topID(h.spec.ID), string(reason), OutcomeFailure, 0, errors.New(msg))
 		return rec
@@ -813,7 +892,7 @@ func (c *cycle) runChangeHandler(ctx context.Context, h handlerState, cause caus
 		rec = c.runSubhandlers(ctx, h.spec, rec, result.Subhandlers, cause, reason)
 	} else {
 		var outcome Outcome
-		rec, outcome = foldOutcome(h.spec, rec, c.now, err)
+		rec, outcome = foldOutcome(o.opts.withBackoff(h.spec), rec, c.now, err)
 		if outcome == OutcomeFailure && err != nil && rec.Message != err.Error() {
 			err = errors.New(rec.Message) // "exceeded its N retries (last error: ...)"
 		}
@@ -843,10 +922,11 @@ func (c *cycle) runSubhandlers(ctx context.Context, parent causes.Spec, rec stat
 	rec.Subrefs = make([]string, 0, len(subs)+len(registeredBefore))
 	for i, sub := range subs {
 		child, found := c.store.progress.Fetch(body, sub.ID)
+		stored := child
 		if found && child.Purpose != "" && child.Purpose != string(reason) {
 			child, found = state.HandlerRecord{}, false
 		}
-		children[i] = handlerState{spec: sub, record: child, found: found}
+		children[i] = handlerState{spec: sub, record: child, found: found, stored: stored}
 		rec.Subrefs = append(rec.Subrefs, sub.ID)
 		c.subhandlerIDs = append(c.subhandlerIDs, sub.ID)
 	}
@@ -871,12 +951,17 @@ func (c *cycle) runSubhandlers(ctx context.Context, parent causes.Spec, rec stat
 		children[i].record = c.runChangeHandler(ctx, h, cause, reason)
 		// Only the children that ran have new records: the others' are on the
 		// object as they are (kopf's asap lifecycle runs one child per cycle, so
-		// writing every record again would make each cycle cost all of them).
-		if !h.found || !sameRecord(children[i].record, h.record) {
+		// looking at every record again would make each cycle cost all of them).
+		if children[i].changed() {
 			c.store.progress.Store(body, c.patch, h.spec.ID, children[i].record)
 		}
 	}
 	if !allFinished(children) {
+		// kopf counts the attempt (HandlerChildrenRetry is an outcome like any):
+		// the parent's ctx.retry goes up, and its retries and timeout bound how
+		// long its subhandlers may take.
+		rec.Retries++
+		rec.Message = "subhandlers pending: " + strings.Join(pendingIDs(children), ", ")
 		rec.Delayed = nil
 		if !anyAwake(children, c.now) {
 			if at, ok := earliestWakeup(children, c.now); ok {
@@ -898,6 +983,17 @@ func (c *cycle) runSubhandlers(ctx context.Context, parent causes.Spec, rec stat
 	return rec
 }
 
+// pendingIDs are the ids of the handlers not finished yet.
+func pendingIDs(states []handlerState) []string {
+	var ids []string
+	for _, h := range states {
+		if !h.record.Finished() {
+			ids = append(ids, h.spec.ID)
+		}
+	}
+	return ids
+}
+
 func anyAwake(states []handlerState, now time.Time) bool {
 	for _, h := range states {
 		if h.record.Awake(now) {
@@ -909,24 +1005,26 @@ func anyAwake(states []handlerState, now time.Time) bool {
 
 // report logs, posts and observes one handler outcome.
 func (c *cycle) report(id string, reason causes.Reason, rec state.HandlerRecord, outcome Outcome, took time.Duration, err error) {
-	switch outcome {
-	case OutcomeSuccess:
+	if outcome == OutcomeSuccess {
 		// Reported once a write stored it: a success the server refused to store is
 		// a failure (refuseWrites).
 		c.unreported = append(c.unreported, unreportedSuccess{id: id, report: func() {
-			c.log.Log(context.Background(), c.op.opts.SuccessLogLevel, "handler succeeded", "handler", id, "reason", string(reason), "took_ms", tookMs(took))
+			logOutcome(c.log, c.op.opts.SuccessLogLevel, id, string(reason), outcome, took, err)
 			c.post("Normal", "HandlerSucceeded", fmt.Sprintf("Handler %s succeeded (%s).", id, reason))
 			c.op.observeAs(c.key, id, c.topID(id), string(reason), outcome, took, err)
 		}})
 		return
+	}
+	var more []any
+	if outcome == OutcomeRetry {
+		more = []any{"retry", rec.Retries, "at", rec.Delayed.Format(time.RFC3339)}
+	}
+	logOutcome(c.log, c.op.opts.SuccessLogLevel, id, string(reason), outcome, took, err, more...)
+	switch outcome {
 	case OutcomeRetry:
-		c.log.Warn("handler will be retried", "handler", id, "reason", string(reason), "retry", rec.Retries, "at", rec.Delayed.Format(time.RFC3339), "error", err)
 		c.post("Warning", "HandlerRetrying", fmt.Sprintf("Handler %s failed, retry %d: %s", id, rec.Retries, err))
 	case OutcomeFailure:
-		c.log.Error("handler failed for good", "handler", id, "reason", string(reason), "error", err)
 		c.post("Warning", "HandlerFailed", fmt.Sprintf("Handler %s failed permanently: %s", id, err))
-	case OutcomeIgnored:
-		c.log.Warn("handler failed; ignored as configured (errors=ignored)", "handler", id, "reason", string(reason), "error", err)
 	}
 	c.op.observeAs(c.key, id, c.topID(id), string(reason), outcome, took, err)
 }

@@ -2,6 +2,7 @@ package processing
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -39,7 +40,8 @@ type Reactor struct {
 	log      *slog.Logger
 	filter   namespaceFilter
 
-	queue workqueue.TypedRateLimitingInterface[objectKey]
+	queue    workqueue.TypedRateLimitingInterface[objectKey]
+	failures workqueue.TypedRateLimiter[objectKey] // the queue's; set by Start
 	// qmetrics feeds the work queue's metrics per resource; nil without
 	// Options.QueueMetrics.
 	qmetrics *queueMetrics
@@ -156,8 +158,11 @@ func (o *Reactor) Start(ctx context.Context) error {
 		defer stopUpdates()
 		go o.qmetrics.runUpdates(updates, o.clock)
 	}
+	// The failure backoff of framework errors: process asks it (When) and keeps the
+	// retry time in the object's memory; the queue's Forget resets it.
+	o.failures = workqueue.NewTypedItemExponentialFailureRateLimiter[objectKey](time.Second, 5*time.Minute)
 	o.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
-		workqueue.NewTypedItemExponentialFailureRateLimiter[objectKey](time.Second, 5*time.Minute),
+		o.failures,
 		workqueue.TypedRateLimitingQueueConfig[objectKey]{Clock: o.clock,
 			DelayingQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[objectKey]{
 				Clock: o.clock, Queue: workqueue.NewTypedWithConfig(baseConfig)})},
@@ -277,6 +282,10 @@ func engineSignature(specs []causes.Spec) string {
 	return strings.Join(lines, "\n")
 }
 
+// Indexes are the operator-wide indexes the index handlers build: operator-level
+// hooks (startup, cleanup, probes) read them too, as kopf's activities do.
+func (o *Reactor) Indexes() *state.Indexes { return o.indexes }
+
 // Synced tells whether every watched resource finished its initial listing and the
 // objects found there went through one cycle at least.
 func (o *Reactor) Synced() bool {
@@ -350,12 +359,24 @@ func (o *Reactor) processNext(ctx context.Context) bool {
 	o.board.end(key)
 	result := "success"
 	switch {
+	case errors.Is(err, errBackingOff):
+		// Only the timers ran: the failure's backoff goes on (no Forget).
+		result = "requeue_after"
+		o.queue.AddAfter(key, requeueAfter)
+		if o.qmetrics != nil {
+			o.qmetrics.retry(key)
+		}
 	case err != nil:
-		// Framework errors (API failures) are throttled per object; handler
-		// failures never come here, they are outcomes.
+		// Framework errors (API failures) are throttled per object (process took
+		// the delay from o.failures, and the object's timers may be due sooner);
+		// handler failures never come here, they are outcomes.
 		result = "error"
 		o.log.Error("processing failed; will retry", objectAttrs(key, o.kindOf(key), "", "error", err)...)
-		o.queue.AddRateLimited(key)
+		if requeueAfter > 0 {
+			o.queue.AddAfter(key, requeueAfter)
+		} else {
+			o.queue.AddRateLimited(key)
+		}
 		if o.qmetrics != nil {
 			o.qmetrics.retry(key)
 		}
@@ -381,6 +402,9 @@ func (o *Reactor) processSafely(ctx context.Context, key objectKey) (requeue tim
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("internal error while processing %s: %v (please report it)", key, r)
+			if po, ok := o.opts.Observer.(PanicObserver); ok {
+				po.ReconcilePanicked(ControllerName(key.resource))
+			}
 		}
 	}()
 	return o.process(ctx, key)

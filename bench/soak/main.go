@@ -285,7 +285,7 @@ func setup(ctx context.Context, kubeconfig string, o options) (*soak, error) {
 	}
 	s.luaop = exec.Command(bin, "run", s.scripts, "--kubeconfig", kubeconfig, "--namespaces", s.ns,
 		"--workers", strconv.Itoa(o.workers), "--post-events=false", "--log-format=json", "--log-level=info", "--profiles",
-		"--health-address=127.0.0.1:"+strconv.Itoa(s.port), "--metrics-address=127.0.0.1:"+strconv.Itoa(s.port))
+		"--health-address=127.0.0.1:"+strconv.Itoa(s.port), "--metrics-address=127.0.0.1:"+strconv.Itoa(s.port), "--metrics-secure=false")
 	s.luaop.Stdout, s.luaop.Stderr = logf, logf
 	s.luaop.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := s.luaop.Start(); err != nil {
