@@ -961,7 +961,7 @@ func (c *cycle) runSubhandlers(ctx context.Context, parent causes.Spec, rec stat
 		// the parent's ctx.retry goes up, and its retries and timeout bound how
 		// long its subhandlers may take.
 		rec.Retries++
-		rec.Message = "subhandlers pending: " + strings.Join(pendingIDs(children), ", ")
+		rec.Message = "subhandlers pending: " + pendingSummary(pendingIDs(children))
 		rec.Delayed = nil
 		if !anyAwake(children, c.now) {
 			if at, ok := earliestWakeup(children, c.now); ok {
@@ -984,6 +984,19 @@ func (c *cycle) runSubhandlers(ctx context.Context, parent causes.Spec, rec stat
 }
 
 // pendingIDs are the ids of the handlers not finished yet.
+// pendingListed is how many pending subhandlers a parent's message names: the
+// message is written into the parent's record at every cycle, so naming all of
+// 20,000 would outgrow the 256 KiB annotations may hold (and cost each write).
+const pendingListed = 5
+
+// pendingSummary names the first pendingListed ids and counts the others.
+func pendingSummary(ids []string) string {
+	if len(ids) <= pendingListed {
+		return strings.Join(ids, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(ids[:pendingListed], ", "), len(ids)-pendingListed)
+}
+
 func pendingIDs(states []handlerState) []string {
 	var ids []string
 	for _, h := range states {
