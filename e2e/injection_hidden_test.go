@@ -127,7 +127,9 @@ func TestHiddenIntermediateStates(t *testing.T) {
 	rep := &injectionReport{}
 	t.Cleanup(func() { reportInjections(t, rep.summary("hidden intermediate states")) })
 	const step = 60 * time.Second
-	hold := func(r *rig) func() testcluster.CoalesceStats { return r.proxy.CoalesceWatchEvents(ofResource(r.resource)) }
+	hold := func(r *rig) func() testcluster.CoalesceStats {
+		return r.proxy.CoalesceWatchEvents(ofResource(r.resource))
+	}
 
 	// A burst of updates that begins as the operator writes the first result of an
 	// update: its own write is hidden too, and three more changes come meanwhile.
