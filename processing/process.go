@@ -87,8 +87,14 @@ func (o *Reactor) process(ctx context.Context, key objectKey) (time.Duration, er
 		mem.eventPatch.Merge(eventPatch.Map())
 	}
 	c := &cycle{op: o, key: key, info: info, store: info.storage(), body: latest, log: log, now: now, patch: state.NewPatch(), specs: specs, st: st, mem: mem}
-	if mem.writeUnknown && !o.opts.DryRun {
-		if wait, err := c.readAfterUnknownWrite(ctx); err != nil || wait > 0 {
+	if mem.expectedVersion == "" && info.floor.Load().stale(key, latest) {
+		// Older than what a consistent read showed at start (freshness.go): what the
+		// operator already handled may be missing from it. (While a version read from
+		// the server is awaited, the consistency wait below covers it.)
+		mem.staleBody = true
+	}
+	if mem.writeUnknown && !o.opts.DryRun || mem.staleBody {
+		if wait, stop, err := c.readAfterUnknownWrite(ctx); err != nil || wait > 0 || stop {
 			return wait, err
 		}
 	}
