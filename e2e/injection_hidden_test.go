@@ -154,7 +154,7 @@ func TestHiddenIntermediateStates(t *testing.T) {
 		t.Logf("held %d watch events, delivered %d", stats.Held, stats.Delivered)
 		r.waitHandledGen("w", 5, true, step)
 		r.finish(step)
-		rep.ran(injection{kind: "burst of 4 updates", ordinal: 1}, true, r.checkRun(finalStateOwed(true)))
+		rep.scenario("burst of 4 updates", r.checkRun(finalStateOwed(true)))
 	})
 
 	// The object is deleted and re-created under its name (and changed) while the
@@ -182,7 +182,7 @@ func TestHiddenIntermediateStates(t *testing.T) {
 		t.Logf("held %d watch events, delivered %d", stats.Held, stats.Delivered)
 		r.waitHandledGen("w", 2, true, step)
 		r.finish(step)
-		rep.ran(injection{kind: "delete + re-create (finalizer)", ordinal: 1}, true, r.checkRun(finalStateOwed(true)))
+		rep.scenario("delete + re-create (finalizer)", r.checkRun(finalStateOwed(true)))
 	})
 
 	// Without a delete handler nothing holds the object: its deletion and re-creation
@@ -207,7 +207,7 @@ func TestHiddenIntermediateStates(t *testing.T) {
 			t.Fatalf("the re-created object has the old uid")
 		}
 		r.finish(step)
-		rep.ran(injection{kind: "delete + re-create (no finalizer)", ordinal: 1}, true, r.checkRun(finalStateOwed(false)))
+		rep.scenario("delete + re-create (no finalizer)", r.checkRun(finalStateOwed(false)))
 	})
 
 	// A label change moves the object out of its handlers' filter and back, with a
@@ -243,7 +243,7 @@ func TestHiddenIntermediateStates(t *testing.T) {
 			}
 			r.waitHandledGen("w", 2, true, step)
 			r.finish(step)
-			rep.ran(injection{kind: name, ordinal: 1}, true, r.checkRun(finalStateOwed(true)))
+			rep.scenario(name, r.checkRun(finalStateOwed(true)))
 		})
 	}
 }

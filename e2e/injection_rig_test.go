@@ -134,9 +134,15 @@ type injection struct {
 	about call
 	// do, when set, is done instead of the kill (the call then goes on).
 	do func()
+	// lose: the answer is lost (cut after the upstream applied the call) and the
+	// operator lives on, as when a connection breaks or a proxy times out.
+	lose bool
 }
 
 func (in injection) String() string {
+	if in.lose {
+		return fmt.Sprintf("lose the answer to %s #%d (%s, step %q)", in.kind, in.ordinal, in.about.object, in.about.step)
+	}
 	return fmt.Sprintf("kill %s %s #%d (%s, step %q)", in.stage, in.kind, in.ordinal, in.about.object, in.about.step)
 }
 
@@ -351,6 +357,10 @@ func (r *rig) intercept(x *testcluster.Exchange) testcluster.Verdict {
 		in.do()
 		r.restarts.Done()
 		return testcluster.Forward
+	}
+	if in.lose {
+		r.restarts.Done()
+		return testcluster.Cut
 	}
 	r.kill()
 	go func() {

@@ -6,8 +6,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-
-	"github.com/luaop/luaop/testcluster/ledger"
 )
 
 // After a restart the operator's first list and watch come from a state older than
@@ -84,7 +82,7 @@ func TestStaleReadsAfterRestart(t *testing.T) {
 			r.waitHandledGen("e", 1, true, step)
 			r.finish(step)
 			vs := r.checkRun(finalStateOwed(true))
-			rep.ran(injection{kind: "stale first list and watch, lag " + lag.String(), ordinal: 1}, true, vs)
+			rep.scenario("stale first list and watch, lag "+lag.String(), vs)
 		})
 	}
 }
@@ -99,5 +97,3 @@ func (r *rig) uidOf(list *unstructured.UnstructuredList, name string) string {
 	r.t.Fatalf("%s is not in the list", name)
 	return ""
 }
-
-var _ = ledger.Run{}

@@ -4,7 +4,8 @@ import "strings"
 
 // Lua defines `ledger.ran(ctx, handler, change, gen)` for a script that starts with
 // it: it records the run (a ConfigMap in the object's namespace, labelled RunLabel,
-// through luaop.kube: a failed record fails the handler, which is retried), stamps
+// through luaop.kube: a failed record fails the handler, which is retried 0.5 s
+// later), stamps
 // the object's annotation ledger.luaop.dev/<handler> with its uid through ctx.patch
 // (the prefix is marked as an operator's, ledger.luaop.dev/luaop-managed, so that the
 // stamps are not part of the object's essence: no update cause),
@@ -22,7 +23,8 @@ function ledger.ran(ctx, handler, change, gen)
   }
   local made, err = luaop.kube.create(record)
   if made == nil then
-    error("ledger: recording the run of " .. handler .. " on " .. ctx.name .. ": " .. tostring(err))
+    -- A temporary error: retried soon (an arbitrary error waits the handler's backoff, 60 s).
+    error(luaop.temporary_error("ledger: recording the run of " .. handler .. " on " .. ctx.name .. ": " .. tostring(err), 0.5))
   end
   -- Under a prefix marked as an operator's: not part of the object's essence, so the
   -- stamp is no change that update handlers would see.
