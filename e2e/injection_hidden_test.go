@@ -220,6 +220,7 @@ func TestHiddenIntermediateStates(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			r := hiddenRig(t, widgets, `, labels = { tier = "on" }`, true)
+			r.flags = append(r.flags, "--log-level", "debug")
 			r.start()
 			r.create(hiddenObject(widgets, "w", 1, 1, "tier: 'on'"))
 			r.waitHandledGen("w", 1, true, step)

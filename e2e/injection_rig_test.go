@@ -398,7 +398,8 @@ func (r *rig) current(name string) *ledger.Incarnation {
 }
 
 // handledGen is the spec.gen of an object's last handled state (its diff-base), and
-// whether the cause is over (no progress record left).
+// whether the cause is over (no progress record left, no field handler with a change
+// held back for it).
 func handledGen(obj *unstructured.Unstructured) (int64, bool) {
 	base, ok := diffBaseOf(obj)
 	if !ok {
@@ -408,9 +409,14 @@ func handledGen(obj *unstructured.Unstructured) (int64, bool) {
 		Spec struct {
 			Gen int64 `json:"gen"`
 		} `json:"spec"`
+		// Field handlers that were out of their filter have a change still to see.
+		HeldBack map[string]any `json:"luaop.dev/held-back"`
 	}
 	if err := json.Unmarshal([]byte(base), &essence); err != nil {
 		return -1, false
+	}
+	if len(essence.HeldBack) > 0 {
+		return essence.Spec.Gen, false
 	}
 	records, _, _ := unstructured.NestedMap(obj.Object, "status", "luaop_dev", "progress")
 	for k := range obj.GetAnnotations() {

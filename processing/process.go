@@ -328,6 +328,9 @@ type cycle struct {
 	// succeeded are the handlers ("id/reason") that succeeded in this cycle, noted
 	// in the memory with the version of the write that stored them.
 	succeeded []string
+	// held are the field handlers' held-back values stored with the diff-base;
+	// outOfFilter, those this cycle's cause passed by (heldback.go).
+	held, outOfFilter map[string]heldValue
 }
 
 func (c *cycle) run(ctx context.Context, facts objectFacts) (time.Duration, error) {
@@ -339,6 +342,7 @@ func (c *cycle) run(ctx context.Context, facts objectFacts) (time.Duration, erro
 		c.log.Warn(detected.diffBaseProblem.Error())
 	}
 	base := causes.Cause{Reason: detected.reason, Resource: c.key.resource, Body: body, Old: detected.old, New: detected.new, Diff: detected.diff}
+	c.held = detected.held
 
 	if c.mem.released && deletionInProgress(body) {
 		// Our part of the deletion is done: only the DELETED event is left.
@@ -390,6 +394,11 @@ func (c *cycle) run(ctx context.Context, facts objectFacts) (time.Duration, erro
 		default:
 			c.finishEssence = pin.new
 		}
+	}
+	if base.Reason == causes.Noop && len(c.held) > 0 && c.heldPending(ctx, base) {
+		// Nothing changed since the last cause, but a field handler that was out of
+		// its filter then matches now, and has a change of its field to see.
+		base.Reason = causes.Update
 	}
 	if base.Reason == causes.Noop {
 		o.board.progress(c.key, c.info.kind, c.mem.uid, "", nil, c.now)
@@ -495,22 +504,32 @@ func (c *cycle) selectHandlers(ctx context.Context, cause causes.Cause, facts ob
 			continue
 		}
 		hc := cause
+		changeOfField := false
 		if len(spec.Field) > 0 {
 			switch cause.Reason {
 			case causes.Create, causes.Update:
-				hc.Diff = cause.Diff.Reduce(spec.Field)
+				old, diff := cause.Old, cause.Diff
+				if h, held := c.held[spec.ID]; held && cause.Reason == causes.Update {
+					// Its cause starts from what it last handled of its field.
+					old = withHeldField(cause.Old, spec.Field, h)
+					diff = state.Compare(old, cause.New)
+				}
+				hc.Diff = diff.Reduce(spec.Field)
 				if len(hc.Diff) == 0 {
 					continue
 				}
-				hc.Old, _ = state.Resolve(cause.Old, spec.Field)
+				hc.Old, _ = state.Resolve(old, spec.Field)
 				hc.New, _ = state.Resolve(cause.New, spec.Field)
 				hc.WholeOld, hc.WholeNew = cause.Old, cause.New
+				changeOfField = true
 			default:
 				var present bool
 				if hc, present = fieldCause(spec, cause); !present {
 					continue
 				}
 			}
+		} else if cause.Reason == causes.Update && len(cause.Diff) == 0 {
+			continue // a cause for held-back field handlers only
 		}
 		ok, err := c.op.handlers.Match(ctx, spec, hc)
 		if err != nil {
@@ -520,6 +539,8 @@ func (c *cycle) selectHandlers(ctx context.Context, cause causes.Cause, facts ob
 		if ok {
 			specs = append(specs, spec)
 			perHandler = append(perHandler, hc)
+		} else if changeOfField {
+			c.passedBy(spec, cause)
 		}
 	}
 	return specs, perHandler
@@ -706,6 +727,11 @@ func (c *cycle) finishCause(cause causes.Cause, states []handlerState) {
 		handled = c.finishEssence // what the first finishers saw (see run)
 	}
 	essence, _ := handled.(map[string]any)
+	ran := make(map[string]bool, len(states))
+	for _, h := range states {
+		ran[h.spec.ID] = h.record.Finished()
+	}
+	essence = withHeldBack(essence, o.opts.Prefix, heldAfterCause(c.held, c.outOfFilter, ran, handled, c.fieldHandlers()))
 	if err := c.store.diffBase.Store(body, c.patch, essence); err != nil {
 		c.log.Error("cannot store the diff-base: the next change will be seen as a creation again; "+
 			"keep big data out of the spec or use a custom storage", "error", err)
