@@ -76,6 +76,7 @@ type Ledger struct {
 	incarnations map[string]*Incarnation
 	order        []string // uids in the order first seen
 	runs         []Run
+	records      map[string]bool // the records observed, by name: a list after a gap shows them again
 	gaps         int
 }
 
@@ -117,6 +118,7 @@ func New(opts Options) *Ledger {
 		progress:     []state.ProgressStorage{state.NewStatusProgress(field), state.NewAnnotationsProgress(opts.Prefix)},
 		diffBases:    []state.DiffBaseStorage{state.NewStatusDiffBase(field), state.NewAnnotationsDiffBase(opts.Prefix)},
 		incarnations: map[string]*Incarnation{},
+		records:      map[string]bool{},
 	}
 }
 
@@ -271,10 +273,16 @@ func (l *Ledger) isDeleteHandler(id string) bool {
 	return false
 }
 
-// ObserveRun takes one run record.
+// ObserveRun takes one run record; one seen before (by its name) is ignored.
 func (l *Ledger) ObserveRun(r Run) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if r.Record != "" {
+		if l.records[r.Record] {
+			return
+		}
+		l.records[r.Record] = true
+	}
 	l.runs = append(l.runs, r)
 	inc := l.incarnations[r.UID]
 	if inc == nil {
