@@ -242,8 +242,12 @@ func (r *rig) start() *process {
 // startProcess is start for any goroutine.
 func (r *rig) startProcess() (*process, error) {
 	p := &process{log: &testcluster.LogBuffer{}}
+	level := "info"
+	if os.Getenv("LUAOP_FAULTS_DEBUG") == "1" {
+		level = "debug" // the operator's log of a failing run says why a handler ran
+	}
 	args := append([]string{"run", "--kubeconfig", r.kubeconfig, "--namespaces", r.ns,
-		"--health-address=", "--metrics-address=", "--post-events=true", "--log-level", "info",
+		"--health-address=", "--metrics-address=", "--post-events=true", "--log-level", level,
 		"--consistency-timeout", "2s", "--workers", "4"}, r.flags...)
 	p.cmd = exec.Command(r.bin, append(args, r.scripts)...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log

@@ -317,11 +317,11 @@ func (c *cycle) readAfterUnknownWrite(ctx context.Context) (wait time.Duration, 
 			c.log.Info("the last write got no answer; the object read from the server is newer than the watch's, and is waited for",
 				"resourceVersion", got.GetResourceVersion(), "watched", c.body.GetResourceVersion())
 		}
-		c.expectVersion(got)
-		if c.mem.expectedVersion == "" {
+		if !c.expectVersion(got) {
 			// The watch delivered it (or newer) while the object was read: this
 			// cycle's body is the old one, and the notification queued the object
-			// again for a cycle on the new.
+			// again for a cycle on the new. (Whatever version an earlier write made
+			// the cycle wait for is older: the watch is past it too.)
 			c.mem.writeUnknown, c.mem.staleBody = false, false
 			return 0, true, nil
 		}
@@ -494,19 +494,20 @@ func truncate(s string, n int) string {
 }
 
 // expectVersion records the version our patch produced, unless the watch already
-// delivered it (notifications can be faster than the patch's response). The
-// response itself is kept as the newest body known, for when the watch stays late.
-func (c *cycle) expectVersion(resp *unstructured.Unstructured) {
+// delivered it (notifications can be faster than the patch's response): false then.
+// The response itself is kept as the newest body known, for when the watch stays late.
+func (c *cycle) expectVersion(resp *unstructured.Unstructured) bool {
 	stripManagedFields(resp) // it may stand for the watch's body (every write's answer comes here)
 	rv := resp.GetResourceVersion()
 	c.st.inbox.mu.Lock()
 	seen := c.st.inbox.lastSeenVersion
 	c.st.inbox.mu.Unlock()
 	if rv == "" || !versionOlder(seen, rv) {
-		return
+		return false
 	}
 	c.mem.expectedVersion, c.mem.expectedBody, c.mem.lateWatchWarned = rv, resp, false
 	c.mem.consistencyDeadline = c.op.clock.Now().Add(c.op.opts.ConsistencyTimeout)
+	return true
 }
 
 func patchResult(err error) string {

@@ -89,10 +89,16 @@ func (w *watcher) loadFreshnessFloor(ctx context.Context, log *slog.Logger, name
 			case <-w.op.clock.After(time.Duration(attempt+1) * 500 * time.Millisecond):
 			}
 		}
-		if err != nil {
-			if ctx.Err() == nil {
-				log.Warn("cannot read the resource consistently at start; its first list is trusted as it comes", "namespace", ns, "error", err)
-			}
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			return nil
+		case apierrors.IsForbidden(err) || apierrors.IsNotFound(err):
+			// The informers meet it too, and say so.
+			log.Debug("cannot read the resource consistently at start; its first list is trusted as it comes", "namespace", ns, "error", err)
+			return nil
+		default:
+			log.Warn("cannot read the resource consistently at start; its first list is trusted as it comes", "namespace", ns, "error", err)
 			return nil
 		}
 	}

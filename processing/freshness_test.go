@@ -1,6 +1,7 @@
 package processing
 
 import (
+	"context"
 	"io"
 	"strings"
 	"sync/atomic"
@@ -241,3 +242,82 @@ func TestAnUnansweredWriteOfAGoneObjectRunsNothingAgain(t *testing.T) {
 		t.Fatalf("the delete handler ran %d times, want 1", n)
 	}
 }
+
+// A cycle writes the object (a handler's annotation) and then its /status, which the
+// server applies and whose answer is lost; the watch delivers the /status write while
+// the next cycle reads the object from the server. That cycle must not go on with the
+// body it took at its start (older than what it read, and than what the watch has
+// now): it ran the create handler again (found by the exhaustive crash harness,
+// e2e TestCrashBeforeAndAfterEveryCall, "lose the answer to records purge"): the wait
+// for the earlier write's version, which the watch had passed, hid that the read's
+// version was delivered already.
+func TestAnAnswerLostAfterAnotherWriteRunsNothingAgain(t *testing.T) {
+	h := newFakeHandlers()
+	h.add(changeSpec("create_fn", causes.Create), func(_ context.Context, call causes.Call) (causes.Result, error) {
+		call.Patch.SetAnnotation("test/stamp", ptrString("yes")) // a write of the object before the /status one
+		return causes.Result{Value: "done"}, nil
+	})
+	var lost atomic.Bool
+	var appliedRV atomic.Value
+	var started atomic.Pointer[env]
+	opts := Options{ConsistencyTimeout: 2 * time.Second, ProgressStorage: StorageStatus, DiffBaseStorage: StorageStatus}
+	e := startEnvWith(t, h, opts, func(dyn *dynamicfake.FakeDynamicClient) {
+		dyn.PrependReactor("patch", "widgets", func(action clienttesting.Action) (bool, runtime.Object, error) {
+			pa, ok := action.(clienttesting.PatchAction)
+			if !ok || pa.GetSubresource() != "status" || !strings.Contains(string(pa.GetPatch()), "last-handled-configuration") ||
+				!lost.CompareAndSwap(false, true) {
+				return false, nil, nil
+			}
+			for _, r := range dyn.ReactionChain[1:] {
+				if !r.Handles(action) {
+					continue
+				}
+				if handled, obj, err := r.React(action); handled {
+					if err != nil {
+						t.Errorf("applying the /status write: %v", err)
+					} else if u, ok := obj.(*unstructured.Unstructured); ok {
+						appliedRV.Store(u.GetResourceVersion())
+					}
+					break
+				}
+			}
+			return true, nil, io.ErrUnexpectedEOF
+		})
+		dyn.PrependReactor("get", "widgets", func(clienttesting.Action) (bool, runtime.Object, error) {
+			rv, _ := appliedRV.Load().(string)
+			if rv == "" {
+				return false, nil, nil
+			}
+			// The watch delivers the applied write before the read answers.
+			deadline := time.Now().Add(10 * time.Second)
+			for time.Now().Before(deadline) {
+				if e := started.Load(); e != nil {
+					if st := e.op.objects.get(objectKey{resource: widgets, namespace: "default", name: "w1"}); st != nil {
+						st.inbox.mu.Lock()
+						seen := st.inbox.lastSeenVersion
+						st.inbox.mu.Unlock()
+						if !versionOlder(seen, rv) {
+							break
+						}
+					}
+				}
+				time.Sleep(time.Millisecond)
+			}
+			return false, nil, nil
+		})
+	})
+	started.Store(e)
+	e.create("w1", map[string]any{"size": int64(1)})
+	e.eventually("the /status write applied, its answer lost", func() bool { return lost.Load() })
+	start := e.clock.Now()
+	e.eventually("the clock past the backoff and the consistency timeout", func() bool {
+		e.clock.Step(250 * time.Millisecond)
+		return e.clock.Now().Sub(start) > 10*time.Second
+	})
+	e.settleIn(widgetsGVR, "w1")
+	if n := len(h.callsOf("create_fn", "w1")); n != 1 {
+		t.Fatalf("the create handler ran %d times, want 1", n)
+	}
+}
+
+func ptrString(s string) *string { return &s }
