@@ -200,7 +200,7 @@ func (c *chaos) run(ctx context.Context) (failed bool) {
 	wg.Add(2)
 	go func() { defer wg.Done(); c.injectFaults(cctx) }()
 	var ch counters
-	go func() { defer wg.Done(); c.churn(cctx, &ch) }()
+	go func() { defer wg.Done(); c.churn(cctx, ctx, &ch) }()
 	wg.Wait()
 	stopChurn()
 	churnEnd := time.Now()
@@ -211,10 +211,14 @@ func (c *chaos) run(ctx context.Context) (failed bool) {
 	pending := c.waitHandled(ctx, c.o.settle, "settle")
 	settled := time.Since(churnEnd)
 	c.drainRecords(ctx)
-	leaderLog := c.leaderLog()
+	var daemons *state
+	if leaderLog := c.leaderLog(); leaderLog != "" {
+		st := c.daemonState(ctx, leaderLog) // before the stop: it ends the daemons
+		daemons = &st
+	}
 	c.stopReplicas()
 	time.Sleep(2 * time.Second) // the ledger's watches deliver the last versions
-	return c.report(ctx, &ch, churnEnd, settled, pending, leaderLog)
+	return c.report(&ch, churnEnd, settled, pending, daemons)
 }
 
 func (c *chaos) faultsSoFar() []faultRecord {
@@ -542,7 +546,9 @@ func (c *chaos) createObject(ctx context.Context, name string, incarnation int) 
 	return nil
 }
 
-func (c *chaos) churn(ctx context.Context, ch *counters) {
+// churn runs until ctx ends; its requests are bounded by their own deadlines under
+// parent (one sent in the churn's last second must not fail because the churn ends).
+func (c *chaos) churn(ctx, parent context.Context, ch *counters) {
 	var busy sync.Map
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -582,7 +588,7 @@ func (c *chaos) churn(ctx context.Context, ch *counters) {
 				go func() {
 					defer wg.Done()
 					defer busy.Delete(name)
-					if err := c.update(ctx, name); err != nil {
+					if err := c.update(parent, name); err != nil {
 						ch.updateErrs.Add(1)
 						ch.err("%s: spec update: %v", name, err)
 						return
@@ -605,7 +611,7 @@ func (c *chaos) churn(ctx context.Context, ch *counters) {
 					defer wg.Done()
 					defer ch.inFlight.Add(-1)
 					defer busy.Delete(name)
-					if err := c.recreateObject(ctx, name); err != nil {
+					if err := c.recreateObject(parent, name); err != nil {
 						ch.recreateErrs.Add(1)
 						ch.err("%s: delete and re-create: %v", name, err)
 						return
@@ -636,12 +642,34 @@ func (c *chaos) update(parent context.Context, name string) error {
 		return err
 	})
 	if err != nil {
+		// Applied or not: the server says (so that spec.size never goes back).
+		c.resync(parent, name)
 		return err
 	}
 	c.tableMu.Lock()
 	c.table[name] = &next
 	c.tableMu.Unlock()
 	return nil
+}
+
+// resync reads an object's spec back into the table.
+func (c *chaos) resync(parent context.Context, name string) {
+	ctx, cancel := context.WithTimeout(parent, 2*time.Minute)
+	defer cancel()
+	var got *unstructured.Unstructured
+	if retry(ctx, func() error {
+		var err error
+		got, err = c.client.Get(ctx, name, metav1.GetOptions{})
+		return err
+	}) != nil {
+		return
+	}
+	inc, _, _ := unstructured.NestedInt64(got.Object, "spec", "incarnation")
+	gen, _, _ := unstructured.NestedInt64(got.Object, "spec", "gen")
+	size, _, _ := unstructured.NestedInt64(got.Object, "spec", "size")
+	c.tableMu.Lock()
+	c.table[name] = &objectSpec{incarnation: int(inc), gen: int(gen), size: int(size)}
+	c.tableMu.Unlock()
 }
 
 // recreateObject deletes an object, waits until it is gone, and creates its next
@@ -888,17 +916,14 @@ func chaosOwed(inc ledger.Incarnation) []ledger.Want {
 	}
 	gen, _, _ := unstructured.NestedInt64(inc.Last.Object, "spec", "gen")
 	size, _, _ := unstructured.NestedInt64(inc.Last.Object, "spec", "size")
-	createdAt := int64(-1)
-	for _, r := range inc.Runs {
-		if r.Handler == "created" {
-			createdAt = r.Gen
-		}
-	}
 	wants := []ledger.Want{
 		{Handler: "created", Why: "its creation", Match: func(r ledger.Run) bool { return strings.HasPrefix(r.Change, "create") }},
 		{Handler: "sized", Why: fmt.Sprintf("the final spec.size %d", size), Match: func(r ledger.Run) bool { return strings.HasSuffix(r.Change, fmt.Sprintf("-%d", size)) }},
 	}
-	if createdAt != gen {
+	// Changes made before the creation's cause completed are part of it (README:
+	// quick changes merge; a cause interrupted by a restart or a leader change is
+	// recomputed from the newest state): the update handler serves what came after.
+	if inc.FirstHandledGen >= 0 && gen > inc.FirstHandledGen {
 		wants = append(wants, ledger.Want{Handler: "updated", Why: fmt.Sprintf("the final spec.gen %d", gen), Match: func(r ledger.Run) bool { return r.Gen == gen }})
 	}
 	return wants
@@ -945,7 +970,7 @@ func (c *chaos) leaderSeries(end time.Duration) (name string, samples []sample, 
 	return fmt.Sprintf("replica %s (start %d)", best.r.name, best.instance), samples, float64(count[best]) / (float64(total) / float64(len(c.replicas)))
 }
 
-func (c *chaos) report(ctx context.Context, ch *counters, churnEnd time.Time, settled time.Duration, pending []string, leaderLog string) (failed bool) {
+func (c *chaos) report(ch *counters, churnEnd time.Time, settled time.Duration, pending []string, daemons *state) (failed bool) {
 	churn := churnEnd.Sub(c.churnStart)
 	violations := c.ledger.Check(chaosOwed)
 	byRule := map[string]int{}
@@ -1017,8 +1042,8 @@ func (c *chaos) report(ctx context.Context, ch *counters, churnEnd time.Time, se
 	if gaps := c.ledger.Gaps(); gaps > 0 {
 		rows = append(rows, row{"the ledger's watches listed again (410)", "note", fmt.Sprintf("%d times: versions in between unseen (a violation there could go unseen)", gaps)})
 	}
-	if leaderLog != "" {
-		st := c.daemonState(ctx, leaderLog)
+	if daemons != nil {
+		st := *daemons
 		add("running daemons == live objects (the leader's log, per name)", st.daemonsByName == st.live && len(st.badByName) == 0,
 			fmt.Sprintf("%d running, %d live %s", st.daemonsByName, st.live, listOf(st.badByName)))
 		add(fmt.Sprintf("the timer ran on every object older than %s (status.ticked)", tickedBy), len(st.notTicked) == 0,

@@ -166,7 +166,7 @@ func realMain() int {
 	flag.BoolVar(&o.chaos, "chaos", false, "the chaos run (make chaos): two replicas under --leader-elect behind a proxy, faults at random intervals, every handler run counted outside the operator")
 	flag.DurationVar(&o.faultMin, "fault-min", 90*time.Second, "chaos: the shortest wait between two faults")
 	flag.DurationVar(&o.faultMax, "fault-max", 4*time.Minute, "chaos: the longest wait between two faults")
-	flag.Float64Var(&o.leaderKillsUntil, "leader-kills-until", 0.45, "chaos: the leader is killed only in this first part of the churn, so that one process serves the second half, whose memory is checked")
+	flag.Float64Var(&o.leaderKillsUntil, "leader-kills-until", 0.3, "chaos: the leader is killed only in this first part of the churn, so that one process serves the second half, whose memory is checked")
 	flag.Parse()
 
 	kubeconfig := os.Getenv("LUAOP_TEST_KUBECONFIG")

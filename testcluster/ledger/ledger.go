@@ -97,6 +97,10 @@ type Incarnation struct {
 	// deletion without it (or the DELETED event's).
 	DeletionSeen, HeldAtDeletion bool
 	ReleasedRV                   int64
+	// FirstHandledGen is spec.gen of the first state stored as handled (its first
+	// diff-base): what its creation's cause covered (-1: none yet). Changes made
+	// before it are part of the creation, not updates.
+	FirstHandledGen int64
 	// Runs are its handler runs, in the order of their records.
 	Runs []Run
 	// stored: handler -> change -> the first version whose bookkeeping shows its success.
@@ -155,7 +159,7 @@ func (l *Ledger) Observe(eventType string, obj *unstructured.Unstructured) {
 	defer l.mu.Unlock()
 	inc := l.incarnations[uid]
 	if inc == nil {
-		inc = &Incarnation{UID: uid, stored: map[string]map[string]int64{}}
+		inc = &Incarnation{UID: uid, stored: map[string]map[string]int64{}, FirstHandledGen: -1}
 		l.incarnations[uid] = inc
 		l.order = append(l.order, uid)
 	}
@@ -193,6 +197,9 @@ func (l *Ledger) Observe(eventType string, obj *unstructured.Unstructured) {
 			}
 			break
 		}
+	}
+	if baseGen >= 0 && inc.FirstHandledGen < 0 {
+		inc.FirstHandledGen = baseGen
 	}
 	for _, h := range l.opts.Handlers {
 		result, _, _ := unstructured.NestedMap(body, "status", h)
@@ -286,7 +293,7 @@ func (l *Ledger) ObserveRun(r Run) {
 	l.runs = append(l.runs, r)
 	inc := l.incarnations[r.UID]
 	if inc == nil {
-		inc = &Incarnation{UID: r.UID, Name: r.Object, stored: map[string]map[string]int64{}}
+		inc = &Incarnation{UID: r.UID, Name: r.Object, stored: map[string]map[string]int64{}, FirstHandledGen: -1}
 		l.incarnations[r.UID] = inc
 		l.order = append(l.order, r.UID)
 	}
