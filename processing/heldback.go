@@ -141,23 +141,41 @@ func removeCopied(m map[string]any, path []string) map[string]any {
 	return out
 }
 
+// fieldChangeCause is the cause a field handler gets from a creation or an update:
+// old, new and diff of its field, from what it last handled of it when that is held
+// back; changed is false when its field did not change.
+func (c *cycle) fieldChangeCause(spec causes.Spec, cause causes.Cause) (hc causes.Cause, changed bool) {
+	hc = cause
+	old, diff := cause.Old, cause.Diff
+	if h, held := c.held[spec.ID]; held && cause.Reason == causes.Update {
+		old = withHeldField(cause.Old, spec.Field, h)
+		diff = state.Compare(old, cause.New)
+	}
+	hc.Diff = diff.Reduce(spec.Field)
+	if len(hc.Diff) == 0 {
+		return hc, false
+	}
+	hc.Old, _ = state.Resolve(old, spec.Field)
+	hc.New, _ = state.Resolve(cause.New, spec.Field)
+	hc.WholeOld, hc.WholeNew = cause.Old, cause.New
+	return hc, true
+}
+
 // heldPending tells whether a handler with a held-back value has a change to see
-// now: its field differs from what it last handled, and its filters match.
+// now: its field differs from what it last handled, and its filters match (the
+// cause it would get, as selectHandlers builds it).
 func (c *cycle) heldPending(ctx context.Context, cause causes.Cause) bool {
+	update := cause
+	update.Reason = causes.Update
 	for _, spec := range c.specs {
-		h, ok := c.held[spec.ID]
-		if !ok || spec.Kind != causes.KindChange || len(spec.Field) == 0 || !spec.Serves(causes.Update) {
+		if _, ok := c.held[spec.ID]; !ok || spec.Kind != causes.KindChange || len(spec.Field) == 0 || !spec.Serves(causes.Update) {
 			continue
 		}
-		v, present := state.Resolve(cause.New, spec.Field)
-		if present == h.present && (!present || reflect.DeepEqual(v, h.value)) {
+		hc, changed := c.fieldChangeCause(spec, update)
+		if !changed {
 			continue
 		}
-		fc := cause
-		fc.Reason = causes.Update
-		fc.Old, fc.New = h.value, v
-		fc.WholeOld, fc.WholeNew = cause.Old, cause.New
-		if ok, err := c.op.handlers.Match(ctx, spec, fc); err == nil && ok {
+		if ok, err := c.op.handlers.Match(ctx, spec, hc); err == nil && ok {
 			return true
 		}
 	}

@@ -3,9 +3,15 @@ package processing
 import (
 	"fmt"
 	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/luaop/luaop/processing/causes"
 )
@@ -123,5 +129,62 @@ func TestAFieldHandlerBackInItsFilterSeesWhatChangedMeanwhile(t *testing.T) {
 				t.Fatalf("the field handler ran although its field did not change: %v", got)
 			}
 		})
+	}
+}
+
+// A cause only for a held-back field handler whose filter no longer matches when the
+// handlers are selected (a filter that changes its mind: it depends on the time, say)
+// writes nothing: there is nothing to store (and a write would bring an event, and,
+// with such a filter, another cause).
+func TestAHeldBackCauseWithNothingToRunWritesNothing(t *testing.T) {
+	h := newFakeHandlers()
+	sized := changeSpec("sized", causes.Create, causes.Update)
+	sized.Field = []string{"spec", "size"}
+	h.add(sized, nil)
+	h.add(changeSpec("gone", causes.Delete), nil)
+	var mu sync.Mutex
+	inFilter, once := true, false
+	h.match["sized"] = func(c causes.Cause) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if once { // in its filter for one call, out of it after
+			once, inFilter = false, false
+			return true
+		}
+		return inFilter
+	}
+	set := func(in, justOnce bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		inFilter, once = in, justOnce
+	}
+	var stores atomic.Int64 // the operator's writes of the diff-base
+	e := startEnvWith(t, h, Options{}, func(dyn *dynamicfake.FakeDynamicClient) {
+		dyn.PrependReactor("patch", "widgets", func(action clienttesting.Action) (bool, runtime.Object, error) {
+			if pa, ok := action.(clienttesting.PatchAction); ok && strings.Contains(string(pa.GetPatch()), "last-handled-configuration") {
+				stores.Add(1)
+			}
+			return false, nil, nil
+		})
+	})
+	e.create("w1", map[string]any{"size": int64(1)})
+	e.eventually("the finalizer added", func() bool {
+		u := e.get("w1")
+		return u != nil && len(u.GetFinalizers()) > 0
+	})
+	e.settleIn(widgetsGVR, "w1")
+	set(false, false)
+	e.patch("w1", `{"spec":{"size":2}}`) // passed by: size 1 held back
+	e.settleIn(widgetsGVR, "w1")
+	set(false, true)
+	before := stores.Load()
+	// An event that changes nothing of the essence (the barrier writes status): its
+	// cycle finds the held-back cause pending, then no handler to run.
+	e.settleIn(widgetsGVR, "w1")
+	if n := stores.Load() - before; n != 0 {
+		t.Fatalf("%d writes of the diff-base for a cause that ran nothing, want none", n)
+	}
+	if n := len(h.callsOf("sized", "w1")); n != 1 {
+		t.Fatalf("the field handler ran %d times, want once (at creation)", n)
 	}
 }

@@ -329,8 +329,10 @@ type cycle struct {
 	// in the memory with the version of the write that stored them.
 	succeeded []string
 	// held are the field handlers' held-back values stored with the diff-base;
-	// outOfFilter, those this cycle's cause passed by (heldback.go).
+	// outOfFilter, those this cycle's cause passed by (heldback.go); heldOnly: the
+	// cause is there for held-back handlers only (nothing else changed).
 	held, outOfFilter map[string]heldValue
+	heldOnly          bool
 }
 
 func (c *cycle) run(ctx context.Context, facts objectFacts) (time.Duration, error) {
@@ -399,6 +401,7 @@ func (c *cycle) run(ctx context.Context, facts objectFacts) (time.Duration, erro
 		// Nothing changed since the last cause, but a field handler that was out of
 		// its filter then matches now, and has a change of its field to see.
 		base.Reason = causes.Update
+		c.heldOnly = true
 	}
 	if base.Reason == causes.Noop {
 		o.board.progress(c.key, c.info.kind, c.mem.uid, "", nil, c.now)
@@ -508,19 +511,10 @@ func (c *cycle) selectHandlers(ctx context.Context, cause causes.Cause, facts ob
 		if len(spec.Field) > 0 {
 			switch cause.Reason {
 			case causes.Create, causes.Update:
-				old, diff := cause.Old, cause.Diff
-				if h, held := c.held[spec.ID]; held && cause.Reason == causes.Update {
-					// Its cause starts from what it last handled of its field.
-					old = withHeldField(cause.Old, spec.Field, h)
-					diff = state.Compare(old, cause.New)
-				}
-				hc.Diff = diff.Reduce(spec.Field)
-				if len(hc.Diff) == 0 {
+				var changed bool
+				if hc, changed = c.fieldChangeCause(spec, cause); !changed {
 					continue
 				}
-				hc.Old, _ = state.Resolve(old, spec.Field)
-				hc.New, _ = state.Resolve(cause.New, spec.Field)
-				hc.WholeOld, hc.WholeNew = cause.Old, cause.New
 				changeOfField = true
 			default:
 				var present bool
@@ -603,6 +597,11 @@ func (c *cycle) handle(ctx context.Context, cause causes.Cause, facts objectFact
 	o := c.op
 	body := c.body.Object
 	specs, perHandler := c.selectHandlers(ctx, cause, facts)
+	if c.heldOnly && len(specs) == 0 {
+		// A cause only for held-back field handlers, whose filters no longer match
+		// (a filter that changed its mind): nothing to run, nothing to write.
+		return 0, nil
+	}
 	states := make([]handlerState, len(specs))
 	for i, spec := range specs {
 		rec, found := c.store.progress.Fetch(body, spec.ID)
