@@ -138,9 +138,9 @@ type options struct {
 	workers                       int
 	keep                          bool
 	// chaos: the chaos run (chaos.go) instead of the soak.
-	chaos                      bool
-	faultMin, faultMax         time.Duration
-	leaderKillsUntil           float64 // fraction of the churn
+	chaos              bool
+	faultMin, faultMax time.Duration
+	leaderKillsUntil   float64 // fraction of the churn
 }
 
 func envDuration(name string, def time.Duration) time.Duration {
