@@ -65,13 +65,6 @@ func (f *freshnessFloor) stale(key objectKey, body *unstructured.Unstructured) b
 	return false
 }
 
-// pending is how many objects still wait for the watch to pass their entry (tests).
-func (f *freshnessFloor) pending() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.objects)
-}
-
 // loadFreshnessFloor reads the objects of the watcher's namespaces with consistent
 // lists (pages of 500), keeping only their incarnation and version. A failure is
 // retried a few times; past them the watcher starts without a floor (the informers
