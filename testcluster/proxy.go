@@ -119,6 +119,12 @@ func StartProxy(cfg *rest.Config, opts ProxyOptions) (*Proxy, error) {
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.SetURL(upstream)
 			r.Out.Host = upstream.Host
+			if IsWatch(r.In) {
+				// A watch's events are read here (eventStream): the proxy's transport
+				// asks for a compressed stream itself and inflates it, which it does
+				// not when the client asked (client-go does).
+				r.Out.Header.Del("Accept-Encoding")
+			}
 		},
 		Transport:     transport,
 		FlushInterval: -1, // watch events go through at once
