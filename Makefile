@@ -4,7 +4,7 @@ CACHE ?= $(or $(LUAOP_CACHE),$(HOME)/.cache/luaop)
 BIN := $(CURDIR)/bin
 GO_TEST_FLAGS ?= -race -count=1 -timeout 40m
 
-.PHONY: dev test unit lint cluster cluster-down build image bench bench-daemons bench-sleep bench-reload soak chaos faults
+.PHONY: dev test test-node unit lint cluster cluster-down node node-down build image image-archive bench bench-daemons bench-sleep bench-reload soak chaos faults fuzz
 
 # The version printed by `luaop --version` and `luaop version`.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
@@ -18,6 +18,14 @@ IMAGE ?= luaop:latest
 image:
 	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
 
+# The same image without Docker (cmd/luaop-image): an image archive for `ctr images
+# import`, `kind load image-archive` or `docker load`. HANDLERS=scripts/examples bakes
+# handlers into /scripts (none by default, as the Dockerfile's HANDLERS).
+IMAGE_ARCHIVE ?= $(BIN)/luaop-image.tar
+HANDLERS ?=
+image-archive:
+	go run ./cmd/luaop-image -o $(IMAGE_ARCHIVE) -t $(IMAGE) -version $(VERSION) $(if $(HANDLERS),-handlers $(HANDLERS))
+
 # The developer loop: the example CRDs and objects applied (server-side, by luaop dev
 # --apply: no kubectl) and the example handlers running, on the cluster KUBECONFIG
 # names; without KUBECONFIG, on a local control plane, built (once) and started here.
@@ -28,25 +36,58 @@ dev: build
 	exec $(BIN)/luaop dev --apply scripts/examples/crds --apply scripts/examples/objects scripts/examples
 
 # The whole test suite against a dedicated local control plane, started and stopped here,
-# after the linters.
+# after the linters; the deploy suite (e2e/node) on a second cluster with a node
+# (localcluster/with-node.sh: skipped, saying why, where no node can run).
 test: lint
-	localcluster/with-cluster.sh go test $(GO_TEST_FLAGS) ./...
+	localcluster/with-cluster.sh localcluster/with-node.sh go test $(GO_TEST_FLAGS) ./...
+
+# The deploy suite alone, on a cluster with a node (built once, then cached).
+test-node:
+	localcluster/with-node.sh go test $(GO_TEST_FLAGS) -v ./e2e/node
 
 # go vet and staticcheck (pinned in tools/go.mod, built into bin/), both must be clean.
+# staticcheck leaves out third_party/ (gopher-lua as published, plus luaop's patches):
+# its upstream style is kept, so that the patches stay small and reviewable. go vet
+# covers it (it reports on a package of the module when vetting its importers).
+OWN_PACKAGES = $(shell go list ./... | grep -v /third_party/)
 lint:
 	go vet ./...
 	go build -C tools -o $(BIN)/staticcheck honnef.co/go/tools/cmd/staticcheck
-	$(BIN)/staticcheck ./...
+	$(BIN)/staticcheck $(OWN_PACKAGES)
 
 # Pure-logic tests only: no cluster needed.
 unit: lint
 	LUAOP_TEST_NO_CLUSTER=1 go test $(GO_TEST_FLAGS) ./...
+
+# Go's native fuzzing of the Lua entry points the budgets guard (RELIABILITY.md,
+# "Adversarial scripts"): compiling, pattern matching, a handler call, luaop.json and
+# luaop.yaml, the conversion of values. Each target runs FUZZTIME (default 1m; about
+# 6 minutes in all); a failing input is written under the package's testdata/fuzz
+# and replayed by `make test` from then on. No cluster needed.
+FUZZTIME ?= 1m
+FUZZ_TARGETS := FuzzLoad:./luabind/internal/sandbox FuzzPatterns:./luabind/internal/sandbox \
+	FuzzCall:./luabind FuzzDecode:./luabind FuzzRoundTrip:./luabind/internal/luavalue
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "[fuzz] $${t%%:*} ($${t#*:}, $(FUZZTIME))"; \
+		LUAOP_TEST_NO_CLUSTER=1 go test -run XXX -fuzz "^$${t%%:*}\$$" -fuzztime $(FUZZTIME) "$${t#*:}" 2>&1 | grep -v '^{' | grep -v '^20[0-9][0-9]/' | tail -n 3; \
+		test $${PIPESTATUS[0]} -eq 0; \
+	done
 
 cluster:
 	@localcluster/deps.sh && localcluster/up.sh
 
 cluster-down:
 	@localcluster/down.sh
+
+# A cluster with a node that runs pods (deploy/ on it: deploy/README.md), in its own
+# state folder; `make node-down` removes all it made.
+NODE_CLUSTER_DIR ?= $(CACHE)/cluster-node
+node:
+	@LUAOP_CLUSTER_DIR=$(NODE_CLUSTER_DIR) localcluster/node-up.sh
+
+node-down:
+	@LUAOP_CLUSTER_DIR=$(NODE_CLUSTER_DIR) localcluster/node-down.sh
 
 # luaop measured against a bare client-go controller (bench/bare), side by side, on a
 # dedicated local control plane in its own state folder (never the one of `make test`).

@@ -32,6 +32,20 @@
 //   - Webhooks (webhooks.go) assembles them for cmd/luaop: listen on
 //     --webhook-address, serve, sync, and remove the configurations on request
 //     (Webhooks.Remove; `luaop webhooks remove`; `luaop dev` does it at exit).
+//     Only the operator that works (peering: Webhooks.SetActive) writes them.
+//   - The address (address.go): with neither --webhook-url nor --webhook-service,
+//     where the API server can call this machine: the local address on the route to
+//     a Node's InternalIP (kind, k3d, minikube), else on the network of one of the
+//     API server certificate's addresses, else kopf's ClusterDetector's host names
+//     (host.k3d.internal, host.minikube.internal, host.docker.internal), else
+//     127.0.0.1 for a control plane on this machine. The certificate covers it.
+//   - The reachability probe (probe.go): a webhook of the operator's own
+//     ("<prefix>.probe", covering only Leases labelled with its token) and a
+//     server-side dry run through it prove that the API server calls the webhook
+//     server. Registered by URL, the handlers' webhooks are written only after a
+//     probe succeeded and removed when one fails (a Fail webhook nobody answers
+//     refuses every request it covers); through a Service the probe only reports.
+//     Webhooks.Reachability is the last outcome (/readyz, the metric, the dev view).
 //
 // # Timeouts and failure policy
 //

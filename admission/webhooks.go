@@ -46,7 +46,22 @@ type Options struct {
 	DryRun bool
 	// Namespaces are the operator's --namespaces (see Syncer.Namespaces).
 	Namespaces []string
-	Logger     *slog.Logger
+	// ProbeNamespace is where the reachability probe dry-runs its Lease (probe.go):
+	// an existing namespace the operator may create Leases in. Defaults to
+	// "default".
+	ProbeNamespace string
+	// ProbeBudget bounds one probe. Defaults to 6s.
+	ProbeBudget time.Duration
+	// OnReachability, when set, is called after each probe, from Start's goroutine
+	// with no lock held (the dev view, metrics). It must return quickly.
+	OnReachability func(Reachability)
+	// Inactive starts the Webhooks serving but writing no configuration until
+	// SetActive(true): with peering, only the operator that works owns them.
+	Inactive bool
+	Logger   *slog.Logger
+
+	// detect replaces the detection of the address (address.go) in tests.
+	detect func(context.Context) (Endpoint, bool)
 }
 
 // Webhooks runs the admission server and keeps the configurations in sync.
@@ -61,6 +76,19 @@ type Webhooks struct {
 	// unreachable explains why the API server cannot call this operator (a remote
 	// cluster and a loopback URL): configurations are then not written.
 	unreachable string
+	// endpoint is how the registered address was found (detection, address.go);
+	// empty with --webhook-url, --webhook-service or an explicit address.
+	endpoint Endpoint
+	prober   *prober
+	// reach is the last probe's outcome; active: this operator owns the
+	// configurations (peering); owner: it wrote them and no peer took them over.
+	reach  atomic.Pointer[Reachability]
+	active atomic.Bool
+	owner  atomic.Bool
+	// syncing is closed when the sync under way ends (nil: none; WaitIdle). Set
+	// before the sync reads active, so that a SetActive(false) that sync did not
+	// see is followed by a WaitIdle that sees the sync.
+	syncing atomic.Pointer[chan struct{}]
 
 	trigger chan struct{}
 	// resyncEvery overrides the package's resyncEvery (tests).
@@ -78,7 +106,14 @@ func New(cfg *rest.Config, rt *luabind.Runtime, opts Options) (*Webhooks, error)
 	if opts.ServicePort == 0 {
 		opts.ServicePort = 443
 	}
+	if opts.ProbeNamespace == "" {
+		opts.ProbeNamespace = "default"
+	}
+	if opts.ProbeBudget <= 0 {
+		opts.ProbeBudget = defaultProbeBudget
+	}
 	w := &Webhooks{opts: opts, cfg: cfg, log: opts.Logger, trigger: make(chan struct{}, 1)}
+	w.active.Store(!opts.Inactive)
 	var svcNS, svcName string
 	if opts.Service != "" {
 		var ok bool
@@ -99,12 +134,48 @@ func New(cfg *rest.Config, rt *luabind.Runtime, opts Options) (*Webhooks, error)
 	if err != nil {
 		return nil, err
 	}
+	listenHost, port, err := net.SplitHostPort(opts.Address)
+	if err != nil {
+		return nil, fmt.Errorf("--webhook-address=%q: give host:port (\":9443\", \"127.0.0.1:0\"): %w", opts.Address, err)
+	}
+	// The host the API server is given, when neither a URL nor a Service says.
+	registered := ""
+	if base == nil && svcName == "" {
+		switch {
+		case listenHost != "" && !isUnspecified(listenHost) && !isLoopbackHost(listenHost):
+			registered = listenHost // an address the user chose
+		case opts.DryRun:
+			registered = "127.0.0.1"
+		default:
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			detect := opts.detect
+			if detect == nil {
+				detect = newDetector(cfg, client).detect
+			}
+			ep, ok := detect(ctx)
+			cancel()
+			if ok {
+				w.endpoint, registered = ep, ep.Host
+				if isLoopbackHost(listenHost) && ep.Listen != "" {
+					listenHost = ep.Listen
+					if isUnspecified(listenHost) {
+						listenHost = ""
+					}
+				}
+			} else {
+				registered = "127.0.0.1"
+			}
+		}
+	}
 	var hosts []string
 	if svcName != "" {
 		hosts = append(hosts, svcName+"."+svcNS+".svc", svcName+"."+svcNS+".svc.cluster.local", svcName+"."+svcNS)
 	}
 	if base != nil {
 		hosts = append(hosts, base.Hostname())
+	}
+	if registered != "" {
+		hosts = append(hosts, registered)
 	}
 	switch {
 	case opts.CertDir != "":
@@ -124,20 +195,15 @@ func New(cfg *rest.Config, rt *luabind.Runtime, opts Options) (*Webhooks, error)
 			return nil, fmt.Errorf("generating the webhook certificate: %w", err)
 		}
 	}
-	if w.ln, err = net.Listen("tcp", opts.Address); err != nil {
-		return nil, fmt.Errorf("webhook server: cannot listen on %s: %w", opts.Address, err)
+	listenAt := net.JoinHostPort(listenHost, port)
+	if w.ln, err = net.Listen("tcp", listenAt); err != nil {
+		return nil, fmt.Errorf("webhook server: cannot listen on %s: %w", listenAt, err)
 	}
 	if base == nil && svcName == "" {
 		port := w.ln.Addr().(*net.TCPAddr).Port
-		host := "127.0.0.1"
-		if h, _, err := net.SplitHostPort(opts.Address); err == nil && h != "" && !isUnspecified(h) {
-			host = h
-		}
-		base = &url.URL{Scheme: "https", Host: net.JoinHostPort(host, strconv.Itoa(port))}
-		if !isLoopbackHost(host) || !serverOnLoopback(cfg) {
-			if isLoopbackHost(host) {
-				w.unreachable = fmt.Sprintf("the cluster at %s is not on this machine and cannot call the webhook at %s: give --webhook-url (an https address the API server reaches) or --webhook-service (in-cluster); the validate and mutate handlers are not registered with the API server", cfg.Host, base)
-			}
+		base = &url.URL{Scheme: "https", Host: net.JoinHostPort(registered, strconv.Itoa(port))}
+		if isLoopbackHost(registered) && !serverOnThisMachine(cfg) {
+			w.unreachable = fmt.Sprintf("the cluster at %s is not on this machine and cannot call the webhook at %s, and nothing tells where it could (no node on a network of this machine's, no known local cluster): give --webhook-url (an https address the API server reaches, a tunnel to this port) or --webhook-service (in-cluster); the validate and mutate handlers are not registered with the API server", cfg.Host, base)
 		}
 	}
 	if opts.DryRun {
@@ -160,6 +226,12 @@ func New(cfg *rest.Config, rt *luabind.Runtime, opts Options) (*Webhooks, error)
 			u := strings.TrimSuffix(base.String(), "/") + path
 			return admissionregistrationv1.WebhookClientConfig{URL: &u}
 		}}
+	w.prober = &prober{client: client, prefix: opts.Prefix, namespace: opts.ProbeNamespace, budget: opts.ProbeBudget, retryEvery: 250 * time.Millisecond,
+		clientConfig: func() admissionregistrationv1.WebhookClientConfig {
+			cc := w.syncer.ClientConfig(probePath)
+			cc.CABundle = w.certs.CABundle()
+			return cc
+		}}
 	return w, nil
 }
 
@@ -174,19 +246,6 @@ func isLoopbackHost(h string) bool {
 	}
 	ip := net.ParseIP(h)
 	return ip != nil && ip.IsLoopback()
-}
-
-// serverOnLoopback tells whether the API server of cfg runs on this machine.
-func serverOnLoopback(cfg *rest.Config) bool {
-	u, err := url.Parse(cfg.Host)
-	if err != nil {
-		return false
-	}
-	host := u.Hostname()
-	if host == "" { // "127.0.0.1:6443" without a scheme
-		host, _, _ = net.SplitHostPort(cfg.Host)
-	}
-	return isLoopbackHost(host)
 }
 
 // Server is the admission server (register Go handlers there, or with Register).
@@ -215,6 +274,57 @@ func (w *Webhooks) URL(path string) string {
 // Unreachable is why the API server cannot call the webhooks ("" when it can).
 func (w *Webhooks) Unreachable() string { return w.unreachable }
 
+// Endpoint is how the address given to the API server was found (How is empty
+// when --webhook-url, --webhook-service or --webhook-address said).
+func (w *Webhooks) Endpoint() Endpoint { return w.endpoint }
+
+// Reachability is the outcome of the last reachability probe.
+func (w *Webhooks) Reachability() Reachability {
+	if r := w.reach.Load(); r != nil {
+		return *r
+	}
+	return Reachability{}
+}
+
+// ByServiceName is --webhook-service ("namespace/name"), "" without.
+func (w *Webhooks) ByServiceName() string { return w.opts.Service }
+
+// ByService tells whether the API server calls the webhooks through a Service
+// (replicas behind it answer) rather than a URL naming this process.
+func (w *Webhooks) ByService() bool { return w.opts.Service != "" }
+
+// SetActive makes this operator own the configurations (true: it writes them,
+// now) or leave them to a peer (false: it keeps serving what is sent to it, but
+// writes nothing, and does not remove them at exit). Peering calls it.
+func (w *Webhooks) SetActive(active bool) {
+	if w.active.Swap(active) == active {
+		return
+	}
+	if active {
+		w.Resync()
+		return
+	}
+	w.owner.Store(false)
+}
+
+// WaitIdle returns once no sync is under way (or with ctx's error): after
+// SetActive(false), a sync that began while this operator still owned the
+// configurations may yet write (or, its probe failing, withdraw) them; once
+// WaitIdle returned, a peer can write its own without this operator's overwriting
+// them. Peering's pause waits for it.
+func (w *Webhooks) WaitIdle(ctx context.Context) error {
+	done := w.syncing.Load()
+	if done == nil {
+		return nil
+	}
+	select {
+	case <-*done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // Ready tells whether the server is serving (readiness: the Service's endpoints
 // wait for it).
 func (w *Webhooks) Ready() bool { return w.serving.Load() }
@@ -230,8 +340,10 @@ func (w *Webhooks) Resync() {
 	}
 }
 
-// Remove deletes the configurations.
-func (w *Webhooks) Remove(ctx context.Context) error { return w.syncer.Remove(ctx) }
+// Remove deletes the configurations, the probe's included.
+func (w *Webhooks) Remove(ctx context.Context) error {
+	return errors.Join(w.syncer.Remove(ctx), w.prober.remove(ctx))
+}
 
 // retryEvery is how often a sync that failed or left resources out is tried again.
 const retryEvery = 10 * time.Second
@@ -247,6 +359,7 @@ const resyncEvery = time.Minute
 func (w *Webhooks) Start(ctx context.Context) error {
 	mux := http.NewServeMux()
 	mux.Handle("/", w.server)
+	mux.HandleFunc(probePath, answerProbe)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second,
 		TLSConfig: &tls.Config{GetCertificate: w.certs.GetCertificate, MinVersion: tls.VersionTLS12},
 		ErrorLog:  nil}
@@ -268,7 +381,9 @@ func (w *Webhooks) Start(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			w.serving.Store(false)
-			if w.opts.RemoveOnExit && w.unreachable == "" {
+			// Only what this operator wrote, and still owns: a peer working now
+			// (peering) keeps its own.
+			if w.opts.RemoveOnExit && w.unreachable == "" && w.owner.Load() && w.active.Load() {
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 				if err := w.Remove(rctx); err != nil {
 					w.log.Error("removing the webhook configurations", "error", err)
@@ -292,13 +407,26 @@ func (w *Webhooks) Start(ctx context.Context) error {
 		case <-periodic.C:
 		}
 		retry = nil
-		if !w.sync(ctx) {
+		done := make(chan struct{})
+		w.syncing.Store(&done)
+		ok := w.sync(ctx)
+		w.syncing.Store(nil)
+		close(done)
+		if !ok {
 			retry = time.After(retryEvery)
 		}
 	}
 }
 
 // sync writes the configurations once; false when it should be tried again.
+//
+// When the configurations give the API server a URL (this process), the handlers'
+// webhooks are written only once a probe proved that the API server reaches it,
+// and removed when a later probe fails: a webhook nobody answers would reject
+// (failure policy Fail) or silently skip (Ignore) every request it covers. Through
+// a Service (replicas behind it) they are written anyway and the probe only
+// reports: a pod becomes an endpoint of the Service once ready, which must not wait
+// for a probe that needs a ready endpoint.
 func (w *Webhooks) sync(ctx context.Context) bool {
 	handlers := w.server.Handlers()
 	if w.unreachable != "" {
@@ -307,15 +435,103 @@ func (w *Webhooks) sync(ctx context.Context) bool {
 		}
 		return true
 	}
+	if !w.active.Load() {
+		return true // a peer works and owns the configurations
+	}
+	if len(handlers) > 0 && !w.ByService() && w.probeDue() {
+		if r := w.check(ctx); !r.Reachable {
+			w.withdraw(ctx)
+			return true // tried again on the next Resync (a reload) or resyncEvery
+		}
+	}
 	unresolved, err := w.syncer.Sync(ctx, handlers)
 	if err != nil {
 		w.log.Error("webhook configurations not (fully) written; retrying in "+retryEvery.String(), "error", err)
 		return false
 	}
 	w.synced.Store(true)
+	w.owner.Store(len(handlers) > 0)
+	if len(handlers) == 0 {
+		// Nothing to call: the probe's configuration goes with the handlers'.
+		if r := w.reach.Load(); r != nil && r.Checked {
+			_ = w.prober.remove(ctx)
+			w.reach.Store(&Reachability{})
+		}
+	} else if w.ByService() && w.probeDue() {
+		w.check(ctx)
+	}
 	if len(unresolved) > 0 {
 		w.log.Warn("admission handlers whose resource the cluster does not serve (yet) are left out; retrying in "+retryEvery.String(), "handlers", strings.Join(unresolved, "; "))
 		return false
 	}
 	return true
+}
+
+// probeDue tells whether the reachability is to be checked (again): never checked,
+// failed, or checked more than resyncEvery ago.
+func (w *Webhooks) probeDue() bool {
+	r := w.reach.Load()
+	return r == nil || !r.Checked || !r.Reachable || time.Since(r.At) >= w.every()
+}
+
+func (w *Webhooks) every() time.Duration {
+	if w.resyncEvery > 0 {
+		return w.resyncEvery
+	}
+	return resyncEvery
+}
+
+// check runs the probe, records and logs its outcome (a change of it, or every
+// failure at error level with what to do), and tells OnReachability.
+func (w *Webhooks) check(ctx context.Context) Reachability {
+	start := time.Now()
+	err := w.prober.run(ctx)
+	r := Reachability{Checked: true, Reachable: err == nil, At: time.Now(), Took: time.Since(start), Service: w.opts.Service}
+	if !w.ByService() {
+		r.URL = strings.TrimSuffix(w.URL("/"), "/")
+	}
+	prev := w.reach.Swap(&r)
+	where := r.URL
+	if r.Service != "" {
+		where = "Service " + r.Service
+	}
+	if err != nil {
+		r.Error = w.whatToDo(err)
+		w.reach.Store(&r)
+		if prev == nil || prev.Error != r.Error {
+			w.log.Error(r.Error)
+		}
+	} else if prev == nil || !prev.Reachable {
+		w.log.Info("webhook server reachable: the API server called it", "at", where, "probe_ms", float64(r.Took.Microseconds())/1000)
+	}
+	if w.opts.OnReachability != nil {
+		w.opts.OnReachability(r)
+	}
+	return r
+}
+
+// whatToDo explains a failed probe and what to do about it.
+func (w *Webhooks) whatToDo(err error) string {
+	if !errors.Is(err, errNotReached) {
+		return fmt.Sprintf("the reachability of the webhook server could not be checked: %v", err)
+	}
+	if w.ByService() {
+		return fmt.Sprintf("the API server cannot call the webhooks through Service %s: %s; check that the Service selects the operator's pods, that they are ready, and that its port reaches --webhook-address", w.opts.Service, strings.TrimPrefix(err.Error(), errNotReached.Error()+": "))
+	}
+	how := ""
+	if w.endpoint.How != "" {
+		how = " (found as " + w.endpoint.How + ")"
+	}
+	reason := strings.TrimPrefix(err.Error(), errNotReached.Error()+": ")
+	return fmt.Sprintf("the API server cannot call the webhook server at %s%s: %v. The validate and mutate handlers are not registered, so that no webhook rejects requests nobody answers. "+
+		"Give --webhook-url https://HOST:PORT with an address the API server reaches (this machine's address on the cluster's network, or a tunnel to port %d of this machine), "+
+		"or run the operator in the cluster (--webhook-service)", strings.TrimSuffix(w.URL("/"), "/"), how, reason, w.ln.Addr().(*net.TCPAddr).Port)
+}
+
+// withdraw removes the configurations this operator wrote (a failed probe).
+func (w *Webhooks) withdraw(ctx context.Context) {
+	if err := w.Remove(ctx); err != nil {
+		w.log.Error("removing the webhook configurations after a failed probe", "error", err)
+	}
+	w.owner.Store(false)
 }

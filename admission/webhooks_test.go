@@ -3,6 +3,7 @@ package admission
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,9 +11,14 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
+	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/luaop/luaop/processing/causes"
 )
@@ -36,6 +42,7 @@ func TestWebhooksClientConfig(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.opts.Address = "127.0.0.1:0"
+			tc.opts.detect = noDetection(tc.host)
 			w, err := New(&rest.Config{Host: tc.host}, nil, tc.opts)
 			if err != nil {
 				t.Fatal(err)
@@ -53,6 +60,31 @@ func TestWebhooksClientConfig(t *testing.T) {
 			}
 		})
 	}
+}
+
+// noDetection is the detection of a cluster with no nodes and nothing known: a
+// local control plane, or nothing for a remote one.
+func noDetection(host string) func(context.Context) (Endpoint, bool) {
+	return func(context.Context) (Endpoint, bool) {
+		if serverOnThisMachine(&rest.Config{Host: host}) {
+			return Endpoint{Host: "127.0.0.1", Listen: "127.0.0.1", How: "the API server runs on this machine"}, true
+		}
+		return Endpoint{}, false
+	}
+}
+
+// answerProbes makes the fake API server answer the reachability probe's dry runs
+// as a real one does when it reached the probe webhook.
+func answerProbes(client *fake.Clientset) {
+	client.PrependReactor("create", "leases", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		obj := a.(clienttesting.CreateAction).GetObject().(*coordinationv1.Lease)
+		token, ok := obj.Labels[ProbeLabel]
+		if !ok {
+			return false, nil, nil
+		}
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, obj.Name,
+			fmt.Errorf(`admission webhook "reachability.probe.ops.example.com" denied the request: %s`, probeMessage(token)))
+	})
 }
 
 // writeCerts writes a fresh CA and serving certificate into dir, stamped at mod.
@@ -78,12 +110,14 @@ func writeCerts(t *testing.T, dir string, mod time.Time) []byte {
 // (one Go handler, so a validating configuration is written).
 func startWebhooks(t *testing.T, dir string, every time.Duration) (*Webhooks, *fake.Clientset) {
 	t.Helper()
-	w, err := New(&rest.Config{Host: "https://127.0.0.1:6443"}, nil, Options{Address: "127.0.0.1:0", CertDir: dir, Prefix: "ops.example.com"})
+	w, err := New(&rest.Config{Host: "https://127.0.0.1:6443"}, nil, Options{Address: "127.0.0.1:0", CertDir: dir, Prefix: "ops.example.com",
+		detect: noDetection("https://127.0.0.1:6443")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	client := fake.NewClientset()
-	w.syncer.Client, w.syncer.Discovery = client, client.Discovery()
+	answerProbes(client)
+	w.syncer.Client, w.syncer.Discovery, w.prober.client = client, client.Discovery(), client
 	w.resyncEvery = every
 	scope := admissionregistrationv1.NamespacedScope
 	if err := w.Register(Handler{ID: "cm", Kind: causes.KindValidate,
@@ -148,12 +182,16 @@ func TestPeriodicResyncRepairs(t *testing.T) {
 		t.Fatal(err)
 	}
 	caBundleEventually(t, client, ca, "after a deletion")
-	// Several periodic syncs of the unchanged configuration: no write.
+	// Several periodic syncs of the unchanged configuration: no write (the probe
+	// is checked again, by a dry run).
 	client.ClearActions()
 	deadline := time.Now().Add(30 * time.Second)
 	for gets := 0; gets < 3; {
 		gets = 0
 		for _, a := range client.Actions() {
+			if a.GetResource().Resource == "leases" {
+				continue // the reachability probe's dry runs, which store nothing
+			}
 			switch a.GetVerb() {
 			case "get":
 				gets++

@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -257,8 +258,8 @@ func checkDeployment(t *testing.T, objs []unstructured.Unstructured) {
 	}
 	// The operator guards the ConfigMap mounted as /scripts and keeps the last good
 	// scripts next to it (issue 21).
-	if !hasEnv(&d, "LUAOP_SCRIPTS_CONFIGMAP", namespace+"/"+cm.Name) {
-		t.Errorf("the operator is not told its scripts ConfigMap (LUAOP_SCRIPTS_CONFIGMAP=%s/%s)", namespace, cm.Name)
+	if got := envAsKubeletSees(&d, "LUAOP_SCRIPTS_CONFIGMAP"); got != d.Namespace+"/"+cm.Name {
+		t.Errorf("the operator is told its scripts ConfigMap is %q, want %s/%s (LUAOP_SCRIPTS_CONFIGMAP)", got, d.Namespace, cm.Name)
 	}
 	if spec.ServiceAccountName != serviceAccount {
 		t.Errorf("serviceAccountName: want %q, got %q", serviceAccount, spec.ServiceAccountName)
@@ -771,6 +772,78 @@ func hasEnv(d *appsv1.Deployment, name, value string) bool {
 	return false
 }
 
+// envAsKubeletSees is the value the container gets for the variable name: the
+// kubelet expands $(VAR) with the variables defined before it in the list, and
+// resolves fieldRef metadata.namespace to the pod's namespace (the Deployment's).
+// "" when the variable is not set.
+func envAsKubeletSees(d *appsv1.Deployment, name string) string {
+	for _, c := range d.Spec.Template.Spec.Containers {
+		defined := map[string]string{}
+		for _, e := range c.Env {
+			value := e.Value
+			if f := e.ValueFrom; f != nil && f.FieldRef != nil && f.FieldRef.FieldPath == "metadata.namespace" {
+				value = d.Namespace
+			}
+			value = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`).ReplaceAllStringFunc(value, func(ref string) string {
+				if v, ok := defined[ref[2:len(ref)-1]]; ok {
+					return v
+				}
+				return ref // undefined (or defined later): the kubelet leaves it as it is
+			})
+			defined[e.Name] = value
+			if e.Name == name {
+				return value
+			}
+		}
+	}
+	return ""
+}
+
+// An overlay that moves the examples to another namespace (kustomize's namespace:)
+// needs nothing else: the operator is told its scripts ConfigMap and webhook Service
+// in the new namespace, the namespace keeps the restricted Pod Security labels, and
+// the RBAC follows. The node suite (e2e/node) runs such an overlay for real.
+func TestOverlayInAnotherNamespace(t *testing.T) {
+	deployDir, _, _ := paths(t)
+	overlay := t.TempDir()
+	kustomization := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: team-a\nresources:\n- %s\n",
+		relPath(t, overlay, filepath.Join(deployDir, "examples")))
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, objs := render(t, kubectl(t), overlay)
+	var d appsv1.Deployment
+	one(t, objs, "Deployment", "luaop", &d)
+	if d.Namespace != "team-a" {
+		t.Fatalf("Deployment in %q, want team-a", d.Namespace)
+	}
+	for v, want := range map[string]string{"LUAOP_SCRIPTS_CONFIGMAP": "team-a/luaop-scripts", "LUAOP_WEBHOOK_SERVICE": "team-a/luaop-webhook"} {
+		if got := envAsKubeletSees(&d, v); got != want {
+			t.Errorf("%s is %q in the pod, want %q", v, got, want)
+		}
+	}
+	ns := one(t, objs, "Namespace", "team-a", nil)
+	if ns.GetLabels()["pod-security.kubernetes.io/enforce"] != "restricted" {
+		t.Errorf("namespace team-a labels %v: want the restricted Pod Security Standard enforced", ns.GetLabels())
+	}
+	if len(find(objs, "Namespace", namespace)) != 0 {
+		t.Errorf("the overlay still creates %s", namespace)
+	}
+	for _, o := range objs {
+		if o.GetNamespace() != "" && o.GetNamespace() != "team-a" {
+			t.Errorf("%s %s stays in %s", o.GetKind(), o.GetName(), o.GetNamespace())
+		}
+		if k := o.GetKind(); k == "RoleBinding" || k == "ClusterRoleBinding" {
+			subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
+			for _, s := range subjects {
+				if sub := s.(map[string]any); sub["kind"] == "ServiceAccount" && sub["namespace"] != "team-a" {
+					t.Errorf("%s %s binds the ServiceAccount of %v", k, o.GetName(), sub["namespace"])
+				}
+			}
+		}
+	}
+}
+
 // checkWebhook: the admission webhooks of the examples are served through a Service
 // that selects the operator's pods on the container's webhook port, the operator is
 // told to use it, the readiness probe covers the webhook server (/readyz), and the
@@ -796,7 +869,7 @@ func checkWebhook(t *testing.T, objs []unstructured.Unstructured) {
 			t.Errorf("the Service selects %s=%s, which the pods do not have", k, v)
 		}
 	}
-	if !hasEnv(&d, "LUAOP_WEBHOOK_ADDRESS", ":9443") || !hasEnv(&d, "LUAOP_WEBHOOK_SERVICE", namespace+"/luaop-webhook") {
+	if !hasEnv(&d, "LUAOP_WEBHOOK_ADDRESS", ":9443") || envAsKubeletSees(&d, "LUAOP_WEBHOOK_SERVICE") != d.Namespace+"/luaop-webhook" {
 		t.Error("the operator is not told to serve the webhooks through the Service (LUAOP_WEBHOOK_ADDRESS, LUAOP_WEBHOOK_SERVICE)")
 	}
 	if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" {

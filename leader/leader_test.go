@@ -15,15 +15,33 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 )
 
-// fakeLeases is an in-memory Lease store with the server's optimistic concurrency.
+// fakeLeases is an in-memory Lease store with the server's optimistic concurrency,
+// and watches (refused with noWatch, as without the RBAC verb).
 type fakeLeases struct {
-	coordinationv1client.LeaseInterface // nil: only Get, Create and Update are used
+	coordinationv1client.LeaseInterface // nil: only Get, Create, Update and Watch are used
 	mu                                  sync.Mutex
 	lease                               *coordinationv1.Lease
 	version                             int
+	watchers                            []*watch.RaceFreeFakeWatcher
+	noWatch                             bool
+}
+
+func (f *fakeLeases) Watch(_ context.Context, _ metav1.ListOptions) (watch.Interface, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.noWatch {
+		return nil, apierrors.NewForbidden(leasesResource, "test", errors.New("cannot watch leases"))
+	}
+	w := watch.NewRaceFreeFake()
+	if f.lease != nil {
+		w.Add(f.lease.DeepCopy())
+	}
+	f.watchers = append(f.watchers, w)
+	return w, nil
 }
 
 var leasesResource = schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}
@@ -62,9 +80,28 @@ func (f *fakeLeases) Update(_ context.Context, l *coordinationv1.Lease, _ metav1
 
 func (f *fakeLeases) store(l *coordinationv1.Lease) *coordinationv1.Lease {
 	f.version++
+	created := f.lease == nil
 	f.lease = l.DeepCopy()
 	f.lease.ResourceVersion = strconv.Itoa(f.version)
+	f.notify(created)
 	return f.lease.DeepCopy()
+}
+
+// notify sends the stored lease to the open watches (f.mu held).
+func (f *fakeLeases) notify(created bool) {
+	open := f.watchers[:0]
+	for _, w := range f.watchers {
+		if w.IsStopped() {
+			continue
+		}
+		if created {
+			w.Add(f.lease.DeepCopy())
+		} else {
+			w.Modify(f.lease.DeepCopy())
+		}
+		open = append(open, w)
+	}
+	f.watchers = open
 }
 
 func (f *fakeLeases) holder() string {
@@ -87,6 +124,7 @@ func (f *fakeLeases) steal(identity string) {
 	f.version++
 	l.ResourceVersion = strconv.Itoa(f.version)
 	f.lease = l
+	f.notify(false)
 }
 
 type syncBuffer struct {
@@ -352,5 +390,141 @@ func TestStandbyStops(t *testing.T) {
 	}
 	if h := leases.holder(); h != "a" {
 		t.Errorf("holder %q", h)
+	}
+}
+
+// slowRetries: without a wake-up, a standby would find a released lease only at
+// its next try, 60 s or more later.
+func slowRetries(identity string, log *syncBuffer) Options {
+	o := fastOptions(identity, log)
+	o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = 200*time.Second, 100*time.Second, time.Minute
+	return o
+}
+
+// A release wakes the standby: it takes the lease long before its next retry.
+func TestReleaseWakesStandby(t *testing.T) {
+	leases := &fakeLeases{}
+	logB := &syncBuffer{}
+	a := startCandidate(t, leases, slowRetries("a", &syncBuffer{}))
+	waitFor(t, a.started, 3*time.Second, "a did not lead")
+	b := startCandidate(t, leases, slowRetries("b", logB))
+	waitLogged(t, logB, "standing by; leader is a")
+	a.cancel()
+	if err := waitRun(t, a); err != nil {
+		t.Errorf("Run of a stopped leader: %v", err)
+	}
+	// 30 s: a sure bound however loaded the machine, and half of b's retry period.
+	waitFor(t, b.started, 30*time.Second, "the standby did not take the released lease before its next retry")
+	if h := leases.holder(); h != "b" {
+		t.Errorf("holder %q, want b", h)
+	}
+	if !strings.Contains(logB.String(), "the lease was released") {
+		t.Errorf("the standby was not woken by the release:\n%s", logB.String())
+	}
+}
+
+// Without the permission to watch leases, the standby still takes over, at a retry.
+func TestReleaseWithoutWatchStillHandsOver(t *testing.T) {
+	leases := &fakeLeases{noWatch: true}
+	optsA, optsB := fastOptions("a", &syncBuffer{}), fastOptions("b", &syncBuffer{})
+	optsA.LeaseDuration, optsB.LeaseDuration = time.Minute, time.Minute
+	a := startCandidate(t, leases, optsA)
+	waitFor(t, a.started, 3*time.Second, "a did not lead")
+	b := startCandidate(t, leases, optsB)
+	a.cancel()
+	waitRun(t, a)
+	waitFor(t, b.started, 30*time.Second, "the standby did not take over at its retry")
+}
+
+// Three standbys woken by one release: exactly one leads, the others stand by and
+// none of them writes itself into the lease after its round was called off.
+func TestWokenStandbysOneLeads(t *testing.T) {
+	leases := &fakeLeases{}
+	a := startCandidate(t, leases, slowRetries("a", &syncBuffer{}))
+	waitFor(t, a.started, 3*time.Second, "a did not lead")
+	var standbys []*candidate
+	for _, id := range []string{"b", "c", "d"} {
+		log := &syncBuffer{}
+		standbys = append(standbys, startCandidate(t, leases, slowRetries(id, log)))
+		waitLogged(t, log, "standing by; leader is a")
+	}
+	a.cancel()
+	waitRun(t, a)
+	var leader *candidate
+	for deadline := time.Now().Add(30 * time.Second); leader == nil && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		for _, c := range standbys {
+			if c.e.IsLeader() {
+				leader = c
+			}
+		}
+	}
+	if leader == nil {
+		t.Fatal("no standby took the released lease")
+	}
+	time.Sleep(200 * time.Millisecond) // the others' woken rounds have tried by now
+	leaders := 0
+	for _, c := range standbys {
+		if c.e.IsLeader() {
+			leaders++
+		}
+	}
+	if leaders != 1 || leases.holder() != leader.e.Identity() {
+		t.Errorf("%d leaders, lease held by %q, want one: %s", leaders, leases.holder(), leader.e.Identity())
+	}
+}
+
+// The gate: a round either ends holding the lease or is called off, never both,
+// whatever the order.
+func TestRoundGate(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		steps func(g *roundGate) (calledOff bool)
+	}{
+		{"called off first: no write", func(g *roundGate) bool {
+			c := g.callOff()
+			if g.beginWrite() {
+				g.endWrite(true)
+			}
+			return c
+		}},
+		{"written first: not called off", func(g *roundGate) bool {
+			g.beginWrite()
+			c := g.callOff()
+			g.endWrite(true)
+			return c
+		}},
+		{"a failed first write, then called off", func(g *roundGate) bool {
+			g.beginWrite()
+			g.endWrite(false)
+			return g.callOff()
+		}},
+		{"held: a failed renewal keeps it held", func(g *roundGate) bool {
+			g.beginWrite()
+			g.endWrite(true)
+			g.endWrite(false)
+			g.beginWrite()
+			return g.callOff()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := &roundGate{}
+			calledOff := tc.steps(g)
+			if held := g.state.Load() == gateHeld; held == calledOff {
+				t.Errorf("held %v, called off %v: exactly one must be true", held, calledOff)
+			}
+		})
+	}
+	// Raced: exactly one of the two wins every time.
+	for range 1000 {
+		g := &roundGate{}
+		var wrote, calledOff bool
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); wrote = g.beginWrite() }()
+		go func() { defer wg.Done(); calledOff = g.callOff() }()
+		wg.Wait()
+		if wrote == calledOff {
+			t.Fatalf("raced: wrote %v, called off %v", wrote, calledOff)
+		}
 	}
 }

@@ -5,8 +5,12 @@
 #
 # Why a scratch module: etcd's and kubernetes' own go.mod files carry replace
 # directives (./staging/...), so `go install pkg@version` refuses them. A scratch module
-# that requires them and replaces every staging module with its published version builds.
+# that requires them and replaces every staging module with its published version
+# builds (kube-module.sh; node-build.sh builds the node's commands the same way).
 set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=kube-module.sh
+. "$here/kube-module.sh"
 
 ETCD_VERSION="${LUAOP_ETCD_VERSION:-v3.7.3}"
 KUBE_VERSION="${LUAOP_KUBE_VERSION:-v1.37.2}"
@@ -48,33 +52,14 @@ build_etcd() {
 
 build_kube() {
   local d="$work/kube-$KUBE_VERSION"
-  local minor="${KUBE_VERSION#v1.}"; minor="${minor%%.*}"
-  local stag="v0.${KUBE_VERSION#v1.}"
   rm -rf "$d"; mkdir -p "$d"; cd "$d"
   log "kubernetes $KUBE_VERSION: reading its go.mod"
-  local modfile
-  modfile=$(go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
-  local goline
-  goline=$(grep -m1 '^go ' "$modfile")
-  {
-    echo "module luaop.local/kubebuild"
-    echo
-    echo "$goline"
-    echo
-    echo "require k8s.io/kubernetes $KUBE_VERSION"
-    echo
-    # every staging module kubernetes replaces with ./staging/src/k8s.io/<name>
-    grep -E '^\s*k8s.io/[a-z0-9-]+ => \./staging/' "$modfile" | awk '{print $1}' \
-      | grep -v -E 'k8s.io/(sample-cli-plugin|sample-controller)$' \
-      | while read -r m; do echo "replace $m => $m $stag"; done
-  } > go.mod
+  kube_module "$d" "$KUBE_VERSION"
   local pkgs=(k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl)
   log "kubernetes $KUBE_VERSION: resolving modules (cold: ~2 min)"
   go get "${pkgs[@]}" >/dev/null 2>&1 || go get "${pkgs[@]}"
-  local ld="-s -w"
-  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ld="$ld -X $p.gitVersion=$KUBE_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
-  done
+  local ld
+  ld=$(kube_ldflags "$KUBE_VERSION")
   for p in "${pkgs[@]}"; do
     local name="${p##*/}"
     [ -x "$BIN_DIR/$name" ] && continue

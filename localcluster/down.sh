@@ -22,5 +22,22 @@ stop() { # stop <name>
 # Reverse order of start: clients of the API first, etcd last.
 stop kube-controller-manager
 stop kube-apiserver
+stop luaop-forwarder
 stop etcd
 rm -f "$STATE/apiserver.port"
+
+# The kind-like topology (LUAOP_CLUSTER_TOPOLOGY=netns): exactly the namespace and
+# the veth its up.sh recorded (deleting the namespace deletes the veth's other end).
+if [ -f "$STATE/netns.env" ]; then
+  NETNS="" VETH=""
+  # shellcheck disable=SC1091
+  . "$STATE/netns.env"
+  if [ -n "$NETNS" ] && ip netns list 2>/dev/null | grep -qw "^$NETNS"; then
+    ip netns del "$NETNS" && log "removed network namespace $NETNS"
+  fi
+  if [ -n "$VETH" ] && ip link show "$VETH" >/dev/null 2>&1; then
+    ip link del "$VETH" && log "removed $VETH"
+  fi
+  rm -f "$STATE/netns.env"
+fi
+rm -f "$STATE/topology"

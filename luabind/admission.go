@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	lua "github.com/yuin/gopher-lua"
+	lua "github.com/luaop/luaop/third_party/gopher-lua"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/luaop/luaop/luabind/internal/luaerr"
@@ -96,7 +96,9 @@ func (r *Runtime) Admit(ctx context.Context, req AdmissionRequest) (AdmissionRes
 	if f != nil && !f.matchData(cause) {
 		return AdmissionResponse{Skipped: true, Allowed: true}, nil
 	}
-	return r.admissionShard(body).admit(ctx, &req, cause, f)
+	return withShard(ctx, func() *shard { return r.admissionShard(body) }, func(sh *shard) (AdmissionResponse, error) {
+		return sh.admit(ctx, &req, cause, f)
+	})
 }
 
 // admissionShard is the object's shard when it has a uid (ctx.memo is then the
@@ -114,7 +116,7 @@ func (r *Runtime) admissionShard(body map[string]any) *shard {
 	}
 	h := fnv.New32a()
 	h.Write([]byte(ns + "/" + name))
-	return r.shards[h.Sum32()%uint32(n)]
+	return r.shards[h.Sum32()%uint32(n)].Load()
 }
 
 func (s *shard) admit(ctx context.Context, req *AdmissionRequest, cause causes.Cause, f *dataFilters) (AdmissionResponse, error) {
@@ -143,6 +145,7 @@ func (s *shard) admit(ctx context.Context, req *AdmissionRequest, cause causes.C
 	}
 	cs := &callState{call: call, fns: fns, logger: logger, ctx: ctx, adm: adm}
 	ret, err := s.run(cs, fns.fn)
+	defer s.endPatch(cs)
 	resp := AdmissionResponse{Allowed: true, Warnings: adm.warningList()}
 	var ae *AdmissionError
 	switch {
@@ -163,8 +166,7 @@ func (s *shard) admit(ctx context.Context, req *AdmissionRequest, cause causes.C
 		return resp, nil
 	}
 	if req.Handler.Kind == causes.KindMutate && cs.patchTbl != nil {
-		prunePatchTable(cs.patchTbl, s.patchMT)
-		p, err := luavalue.FromLua(cs.patchTbl)
+		p, err := s.convertPatch(cs)
 		if err != nil {
 			return AdmissionResponse{}, fmt.Errorf("%s: ctx.patch: %w", req.Handler.Source, err)
 		}
@@ -230,7 +232,7 @@ func (s *shard) admissionField(L *lua.LState, cs *callState, key string) lua.LVa
 func (s *shard) admissionOverride(L *lua.LState, cs *callState, key string) lua.LValue {
 	if key == "memo" {
 		if uid := uidOf(cs.call.Cause.Body); uid != "" {
-			return s.memoFor(uid)
+			return s.memoView(L, cs, uid)
 		}
 		return L.CreateTable(0, 0)
 	}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	lua "github.com/yuin/gopher-lua"
+	lua "github.com/luaop/luaop/third_party/gopher-lua"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/luaop/luaop/luabind/internal/luaerr"

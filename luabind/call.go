@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	lua "github.com/yuin/gopher-lua"
+	lua "github.com/luaop/luaop/third_party/gopher-lua"
 
 	"github.com/luaop/luaop/luabind/internal/luaerr"
 	"github.com/luaop/luaop/luabind/internal/luavalue"
@@ -27,6 +27,8 @@ type callState struct {
 	patchTbl *lua.LTable
 	subs     []causes.Spec
 	subFns   map[string]*handlerFns
+	// subRecords are the record names of subs (recordName), to their ids.
+	subRecords map[string]string
 	// subFilters are the filters of the subhandlers that have some (by id).
 	subFilters map[string]*dataFilters
 	// daemon calls outlive their first body: ctx fields are not cached, so each
@@ -45,6 +47,13 @@ type callState struct {
 	adm *admissionState
 	// mem is the call as the memory budget's watchdog sees it.
 	mem memCall
+	// logBytes counts what the call logged (logAllowed); logCapped is set once
+	// it went over. A daemon's restart after each blocking function.
+	logBytes  int
+	logCapped bool
+	// memo is the object's memo table and memoView the call's view of it
+	// (ctx.memo), made on first use.
+	memo, memoView *lua.LTable
 }
 
 // body is the body of the call's object: a daemon's newest one (its call outlives
@@ -84,6 +93,7 @@ func (s *shard) invoke(ctx context.Context, call causes.Call) (causes.Result, er
 		return causes.Result{}, &causes.PermanentError{Message: fmt.Sprintf("handler %s is no longer registered (removed by a script reload)", call.Handler.ID)}
 	}
 	ret, cs, err := s.call(ctx, fns.fn, call, fns)
+	defer s.endPatch(cs) // after the result's conversion, which may read it
 	// What the handler wrote to ctx.patch before raising is applied too (kopf: the
 	// patch is shared by the cycle), whatever the error: temporary, permanent,
 	// arbitrary or a timeout.
@@ -127,7 +137,7 @@ func (s *shard) invoke(ctx context.Context, call causes.Call) (causes.Result, er
 	if ret == lua.LNil {
 		return result, nil
 	}
-	out, err := luavalue.FromLua(ret)
+	out, err := luavalue.FromLuaLimited(ret, objectWriteLimits)
 	if err != nil {
 		return causes.Result{}, &causes.PermanentError{Message: fmt.Sprintf("%s: the handler's return value: %s", call.Handler.Source, err)}
 	}
@@ -175,8 +185,7 @@ func (s *shard) mergePatch(cs *callState, call causes.Call) error {
 	if cs == nil || cs.patchTbl == nil || call.Patch == nil {
 		return nil
 	}
-	prunePatchTable(cs.patchTbl, s.patchMT)
-	p, err := luavalue.FromLua(cs.patchTbl)
+	p, err := s.convertPatch(cs)
 	if err != nil {
 		return &causes.PermanentError{Message: fmt.Sprintf("%s: ctx.patch: %s", call.Handler.Source, err)}
 	}
@@ -184,6 +193,65 @@ func (s *shard) mergePatch(cs *callState, call causes.Call) error {
 		call.Patch.Merge(m)
 	}
 	return nil
+}
+
+// convertPatch converts the call's ctx.patch (auto-vivified tables left empty
+// pruned). Shard lock held.
+func (s *shard) convertPatch(cs *callState) (any, error) {
+	prunePatchTable(cs.patchTbl, s.patchMT, s.deadPatchMT)
+	return luavalue.FromLuaLimited(cs.patchTbl, objectWriteLimits)
+}
+
+// objectWriteLimits bound a handler's result and its ctx.patch, each: what goes
+// into the object must fit in it. A larger one would be refused by the API server
+// (etcd stores at most 1.5 MiB a value), and the handler run again for ever; it
+// fails for good instead, naming the handler (issue 34).
+var objectWriteLimits = luavalue.Limits{MaxBytes: 1536 << 10,
+	Why: "the API server stores at most 1.5 MiB in an object (etcd's limit), so the handler fails for good"}
+
+// endPatch ends the call's ctx.patch once it was converted: its tables are emptied
+// and get a metatable that raises, so that a patch kept beyond its call (in a
+// global, a memo, a daemon's local across luaop.sleep, which flushes it) fails with
+// a clear error instead of losing what is written to it. Shard lock held.
+func (s *shard) endPatch(cs *callState) {
+	if cs == nil || cs.patchTbl == nil {
+		return
+	}
+	var kill func(t *lua.LTable)
+	kill = func(t *lua.LTable) {
+		clearTable(t, func(v lua.LValue) {
+			if child, ok := v.(*lua.LTable); ok && child.Metatable == s.patchMT {
+				kill(child)
+			}
+		})
+		t.Metatable = s.deadPatchMT
+	}
+	kill(cs.patchTbl)
+	cs.patchTbl = nil
+}
+
+// clearTable removes every entry of t, calling each (when not nil) with each value
+// first. No allocation: the next key is taken before the current one is removed.
+func clearTable(t *lua.LTable, each func(v lua.LValue)) {
+	k, v := t.Next(lua.LNil)
+	for k != lua.LNil {
+		nk, nv := t.Next(k)
+		if each != nil {
+			each(v)
+		}
+		t.RawSet(k, lua.LNil)
+		k, v = nk, nv
+	}
+}
+
+// endCtx ends a call's ctx table when the call ends: the fields it cached are
+// dropped, so that every later use goes through the metatable, which refuses a ctx
+// that is not the running call's (newCtxMetatable). Shard lock held.
+func (s *shard) endCtx(cs *callState) {
+	if cs == nil || cs.table == nil {
+		return
+	}
+	clearTable(cs.table, nil)
 }
 
 // match runs a handler's filter callbacks (when, label and annotation functions,
@@ -310,7 +378,7 @@ func (s *shard) bindCall(cs *callState) *callThread {
 	t.L.SetMetatable(cs.table, s.ctxMT)
 	t.cs = cs
 	s.setDeadline(t, cs.ctx)
-	cs.mem.what = cs.call.Handler.ID
+	cs.mem.what, cs.mem.sh = cs.call.Handler.ID, s
 	return t
 }
 
@@ -318,7 +386,7 @@ func (s *shard) bindCall(cs *callState) *callThread {
 func (s *shard) run(cs *callState, fn *lua.LFunction, args ...lua.LValue) (ret lua.LValue, err error) {
 	t := s.bindCall(cs)
 	L := t.L
-	s.rt.mem.enter(&cs.mem, t.cancel)
+	s.rt.mem.enter(&cs.mem, L.Context(), t.cancel)
 	reuse := false
 	defer func() {
 		s.rt.mem.leave(&cs.mem)
@@ -374,7 +442,7 @@ func (s *shard) newCtxMetatable() *lua.LTable {
 		key := L.CheckString(2)
 		cs := s.callOf(L)
 		if cs == nil || cs.table != t {
-			return 0
+			L.RaiseError("%s", errForeignCtx("ctx."+key))
 		}
 		v := s.ctxField(L, cs, key)
 		if v != lua.LNil && !(cs.daemon && key != "logger" && key != "memo" && key != "stopped") {
@@ -383,8 +451,114 @@ func (s *shard) newCtxMetatable() *lua.LTable {
 		L.Push(v)
 		return 1
 	}))
+	mt.RawSetString("__newindex", L.NewFunction(func(L *lua.LState) int {
+		t := L.CheckTable(1)
+		if cs := s.callOf(L); cs == nil || cs.table != t {
+			L.RaiseError("%s", errForeignCtx("ctx."+lua.LVAsString(L.Get(2))))
+		}
+		t.RawSet(L.CheckAny(2), L.CheckAny(3))
+		return 0
+	}))
 	mt.RawSetString("__metatable", lua.LFalse) // shared by every call's ctx
 	return mt
+}
+
+// errForeignCtx is the error of a ctx (or its memo or patch) used outside its own
+// call: kept in a global, a memo or a closure that runs later.
+func errForeignCtx(what string) string {
+	return what + ": this ctx belongs to a call that ended (or to another running call): a ctx, its memo and its patch work only during their own call; use the ctx your function receives (keep data in ctx.memo, not the ctx itself)"
+}
+
+// newDeadPatchMetatable is the metatable of the tables of a ctx.patch whose call
+// ended (endPatch): every use raises.
+func (s *shard) newDeadPatchMetatable() *lua.LTable {
+	L := s.L
+	mt := L.NewTable()
+	dead := L.NewFunction(func(L *lua.LState) int {
+		L.RaiseError("%s", "ctx.patch: this patch was already applied: its call ended, or, in a daemon, luaop.sleep flushed it; read ctx.patch again after each sleep")
+		return 0
+	})
+	mt.RawSetString("__index", dead)
+	mt.RawSetString("__newindex", dead)
+	mt.RawSetString("__metatable", lua.LFalse)
+	return mt
+}
+
+// newMemoMetatable serves the memo views (memoView): each call reading ctx.memo gets
+// a view of its object's memo table, valid only while that call runs, so that a
+// memo kept in a global or a closure cannot be read or written by another object's
+// calls. Indexing, assignment, pairs, ipairs and # go through; the raw functions
+// (rawget, rawset, next, table.insert on ctx.memo itself) see the empty view.
+func (s *shard) newMemoMetatable() *lua.LTable {
+	L := s.L
+	mt := L.NewTable()
+	memoOf := func(L *lua.LState) *lua.LTable {
+		view := L.CheckTable(1)
+		cs := s.callOf(L)
+		if cs == nil || cs.memoView != view {
+			L.RaiseError("%s", errForeignCtx("ctx.memo"))
+		}
+		return cs.memo
+	}
+	mt.RawSetString("__index", L.NewFunction(func(L *lua.LState) int {
+		L.Push(L.GetTable(memoOf(L), L.Get(2)))
+		return 1
+	}))
+	mt.RawSetString("__newindex", L.NewFunction(func(L *lua.LState) int {
+		L.SetTable(memoOf(L), L.CheckAny(2), L.CheckAny(3))
+		return 0
+	}))
+	mt.RawSetString("__len", L.NewFunction(func(L *lua.LState) int {
+		L.Push(lua.LNumber(memoOf(L).Len()))
+		return 1
+	}))
+	next := L.NewFunction(func(L *lua.LState) int {
+		k, v := memoOf(L).Next(L.Get(2))
+		if k == lua.LNil {
+			L.Push(lua.LNil)
+			return 1
+		}
+		L.Push(k)
+		L.Push(v)
+		return 2
+	})
+	mt.RawSetString("__pairs", L.NewFunction(func(L *lua.LState) int {
+		memoOf(L)
+		L.Push(next)
+		L.Push(L.Get(1))
+		L.Push(lua.LNil)
+		return 3
+	}))
+	inext := L.NewFunction(func(L *lua.LState) int {
+		i := L.CheckInt(2) + 1
+		v := memoOf(L).RawGetInt(i)
+		if v == lua.LNil {
+			return 0
+		}
+		L.Push(lua.LNumber(i))
+		L.Push(v)
+		return 2
+	})
+	mt.RawSetString("__ipairs", L.NewFunction(func(L *lua.LState) int {
+		memoOf(L)
+		L.Push(inext)
+		L.Push(L.Get(1))
+		L.Push(lua.LNumber(0))
+		return 3
+	}))
+	mt.RawSetString("__metatable", lua.LFalse)
+	return mt
+}
+
+// memoView is ctx.memo of the call: a view of the memo table of its object (or the
+// operator memo), made once per call (newMemoMetatable). Shard lock held.
+func (s *shard) memoView(L *lua.LState, cs *callState, uid string) lua.LValue {
+	if cs.memoView == nil {
+		cs.memo = s.memoFor(uid)
+		cs.memoView = L.CreateTable(0, 0)
+		cs.memoView.Metatable = s.memoMT
+	}
+	return cs.memoView
 }
 
 // ctxRoots name the read-only views of ctx in error messages ("ctx.spec.size is
@@ -460,7 +634,7 @@ func (s *shard) ctxField(L *lua.LState, cs *callState, key string) lua.LValue {
 	case "indexes":
 		return s.indexesTable(L, call)
 	case "memo":
-		return s.memoFor(uidOf(body))
+		return s.memoView(L, cs, uidOf(body))
 	case "logger":
 		return s.logger
 	case "retry":
@@ -533,13 +707,15 @@ func (s *shard) newPatchMetatable() *lua.LTable {
 	return mt
 }
 
-// prunePatchTable removes auto-vivified tables that stayed empty (only read through).
-func prunePatchTable(t *lua.LTable, mt *lua.LTable) bool {
+// prunePatchTable removes auto-vivified tables that stayed empty (only read through);
+// they get the metatable dead (endPatch ends the others after the conversion).
+func prunePatchTable(t *lua.LTable, mt, dead *lua.LTable) bool {
 	var empty []lua.LValue
 	t.ForEach(func(k, v lua.LValue) {
 		if child, ok := v.(*lua.LTable); ok && child.Metatable == mt {
-			if prunePatchTable(child, mt) {
+			if prunePatchTable(child, mt, dead) {
 				empty = append(empty, k)
+				child.Metatable = dead
 			}
 		}
 	})
@@ -575,12 +751,39 @@ func (s *shard) newLogger() *lua.LTable {
 				parts = append(parts, L.ToStringMeta(L.Get(i)).String())
 			}
 			msg := strings.Join(parts, " ")
+			if !s.logAllowed(L, len(msg)) {
+				return 0
+			}
 			s.log(L).Log(L.Context(), level, msg, fields...)
 			s.postLogEvent(L, level, msg)
 			return 0
 		}))
 	}
 	return t
+}
+
+// maxLogBytesPerCall bounds what one call (a daemon: one stretch between two
+// blocking functions) may write through ctx.logger and print: a loop logging a large
+// string wrote about 140 MB a call. What is over is dropped, with one warning.
+const maxLogBytesPerCall = 1 << 20
+
+// logAllowed counts n bytes of log of the call running on L and tells whether they
+// may be written; the first message over the budget logs the warning instead.
+// Outside a call (scripts loading) everything is written. Shard lock held.
+func (s *shard) logAllowed(L *lua.LState, n int) bool {
+	cs := s.callOf(L)
+	if cs == nil {
+		return true
+	}
+	cs.logBytes += n
+	if cs.logBytes <= maxLogBytesPerCall {
+		return true
+	}
+	if !cs.logCapped {
+		cs.logCapped = true
+		s.log(L).Warn(fmt.Sprintf("log budget of this call reached (%s): further ctx.logger and print messages of the call are dropped", FormatBytes(maxLogBytesPerCall)), "source", s.where(L))
+	}
+	return false
 }
 
 // registerSubhandler is ctx.subhandler(fn, {id = "...", retries = ..., ...}): a child
@@ -608,20 +811,22 @@ func (s *shard) registerSubhandler(L *lua.LState, cs *callState) int {
 	}
 	spec.ID = parent.ID + "/" + spec.ID
 	name := recordName(spec.ID)
-	for _, prev := range cs.subs {
-		if prev.ID == spec.ID {
-			L.RaiseError("duplicate subhandler id %q", spec.ID)
-		}
-		if recordName(prev.ID) == name {
-			L.RaiseError("subhandler id %q would share its progress record with subhandler %q (in annotations both are %s); give one of them another id", spec.ID, prev.ID, name)
-		}
+	// By id and by record name (maps: thousands of subhandlers register in linear
+	// time, issue 34).
+	if _, dup := cs.subFns[spec.ID]; dup {
+		L.RaiseError("duplicate subhandler id %q", spec.ID)
+	}
+	if prev, clash := cs.subRecords[name]; clash {
+		L.RaiseError("subhandler id %q would share its progress record with subhandler %q (in annotations both are %s); give one of them another id", spec.ID, prev, name)
 	}
 	if other, clash := s.records[name]; clash {
 		L.RaiseError("subhandler id %q would share its progress record with handler %q (in annotations both are %s); give one of them another id", spec.ID, other, name)
 	}
 	if cs.subFns == nil {
 		cs.subFns = map[string]*handlerFns{}
+		cs.subRecords = map[string]string{}
 	}
+	cs.subRecords[name] = spec.ID
 	cs.subs = append(cs.subs, spec)
 	cs.subFns[spec.ID] = fns
 	if !filters.empty() {

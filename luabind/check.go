@@ -9,11 +9,9 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"time"
 
-	"github.com/yuin/gopher-lua/ast"
-	"github.com/yuin/gopher-lua/parse"
-
-	lua "github.com/yuin/gopher-lua"
+	"github.com/luaop/luaop/third_party/gopher-lua/ast"
 
 	"github.com/luaop/luaop/luabind/internal/sandbox"
 )
@@ -51,16 +49,21 @@ type CheckReport struct {
 // that do not apply to a handler's kind, resource strings that do not parse. Every
 // compile error is reported (each file on its own); of the errors raised while the
 // scripts run, the first, as the operator would see it.
-func Check(ctx context.Context, scripts []Script) CheckReport {
+//
+// opts are the operator's options the check must hold to: HandlerTimeout (each
+// file's compilation and the load run under it, as in the operator), MaxStringSize
+// and MemoryBudget; zero fields take their defaults, the others are the check's.
+func Check(ctx context.Context, scripts []Script, opts Options) CheckReport {
 	rep := CheckReport{Files: len(scripts)}
 	if len(scripts) == 0 {
 		rep.Problems = append(rep.Problems, Problem{File: ".", Message: "no *.lua files"})
 		return rep
 	}
-	a := Analyze(scripts)
+	opts = checkOptions(opts)
+	a := analyze(ctx, scripts, opts.HandlerTimeout)
 	rep.Problems = append(rep.Problems, a.Problems...)
 	if !a.syntaxErrors {
-		rt := New(Options{Shards: 1, Kube: noCluster{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		rt := New(opts)
 		defer rt.Close()
 		report, err := rt.Load(ctx, scripts)
 		if err != nil {
@@ -84,14 +87,24 @@ func Check(ctx context.Context, scripts []Script) CheckReport {
 // load's error with its file:line, or nil when they load. No other runtime is
 // touched. The admission webhook guarding the operator's own scripts ConfigMap uses
 // it.
-func CheckLoad(ctx context.Context, scripts []Script) error {
+// opts as for Check.
+func CheckLoad(ctx context.Context, scripts []Script, opts Options) error {
 	if len(scripts) == 0 {
 		return errors.New("no *.lua files")
 	}
-	rt := New(Options{Shards: 1, Kube: noCluster{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	rt := New(checkOptions(opts))
 	defer rt.Close()
 	_, err := rt.Load(ctx, scripts)
 	return err
+}
+
+// checkOptions are the options of a throwaway runtime checking scripts: the
+// caller's limits, one shard, no cluster, no log.
+func checkOptions(opts Options) Options {
+	out := Options{Shards: 1, Kube: noCluster{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		HandlerTimeout: opts.HandlerTimeout, MaxStringSize: opts.MaxStringSize, MemoryBudget: opts.MemoryBudget}
+	out.setDefaults()
+	return out
 }
 
 func sortProblems(ps []Problem) {
@@ -354,24 +367,33 @@ type analyzer struct {
 	quiet    bool // evaluating, not reporting
 }
 
-// Analyze reads the scripts' source without running it.
+// Analyze reads the scripts' source without running it, each file compiled under
+// the default handler deadline.
 func Analyze(scripts []Script) *Analysis {
+	var o Options
+	o.setDefaults()
+	return analyze(context.Background(), scripts, o.HandlerTimeout)
+}
+
+// analyze is Analyze with each file's compilation under ctx and timeout (the load
+// deadline of the operator).
+func analyze(ctx context.Context, scripts []Script, timeout time.Duration) *Analysis {
 	a := &Analysis{}
 	chunks := map[string][]ast.Stmt{}
 	for _, s := range scripts {
-		chunk, err := parse.Parse(strings.NewReader(string(s.Source)), s.Name)
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		_, chunk, err := compile(cctx, s)
+		timedOut := cctx.Err() != nil && ctx.Err() == nil
+		cancel()
 		if err != nil {
 			a.syntaxErrors = true
-			p := problemOf(syntaxError(s.Name, err))
-			if hint := lua5Hint(s.Source, p.Line); hint != "" {
+			p := problemOf(err)
+			if timedOut {
+				p.Message = fmt.Sprintf("compiling took longer than the %s load deadline (--handler-timeout): %s", timeout, p.Message)
+			} else if hint := lua5Hint(s.Source, p.Line); hint != "" && strings.HasPrefix(p.Message, "syntax error") {
 				p.Message = hint
 			}
 			a.Problems = append(a.Problems, p)
-			continue
-		}
-		if _, err := lua.Compile(chunk, s.Name); err != nil {
-			a.syntaxErrors = true
-			a.Problems = append(a.Problems, problemOf(err))
 			continue
 		}
 		chunks[s.Name] = chunk

@@ -26,7 +26,7 @@ luaop.on.delete(R, function(ctx) end, { id = "greet" })
 		{Name: "b.lua", Source: []byte("local x = 7 // 2\n")},
 		{Name: "c.lua", Source: []byte("local y <const> = 1\n")},
 	}
-	rep := Check(t.Context(), scripts)
+	rep := Check(t.Context(), scripts, Options{})
 	var got []string
 	for _, p := range rep.Problems {
 		got = append(got, p.String())
@@ -57,12 +57,12 @@ func TestCheckReportsLoadErrors(t *testing.T) {
 	rep := Check(t.Context(), []Script{
 		{Name: "ok.lua", Source: []byte("local luaop = require('luaop')\nluaop.on.create('v1/configmaps', function() end)\n")},
 		{Name: "t.lua", Source: []byte("local luaop = require('luaop')\n\nluaop.timer('v1/configmaps', function() end, {id = 'x'})\n")},
-	})
+	}, Options{})
 	if len(rep.Problems) != 1 || rep.Problems[0].File != "t.lua" || rep.Problems[0].Line != 3 ||
 		!strings.Contains(rep.Problems[0].Message, "needs an interval or idle") {
 		t.Fatalf("problems: %v", rep.Problems)
 	}
-	rep = Check(t.Context(), []Script{{Name: "ok.lua", Source: []byte("local luaop = require('luaop')\nluaop.on.create('v1/configmaps', function() end)\n")}})
+	rep = Check(t.Context(), []Script{{Name: "ok.lua", Source: []byte("local luaop = require('luaop')\nluaop.on.create('v1/configmaps', function() end)\n")}}, Options{})
 	if len(rep.Problems) != 0 || len(rep.Handlers) != 1 {
 		t.Fatalf("a good script: %+v", rep)
 	}
@@ -153,7 +153,7 @@ func TestCheckReportsGlobalsOfOtherFiles(t *testing.T) {
 	rep := Check(t.Context(), []Script{
 		{Name: "a.lua", Source: []byte("PREFIX = 'x'\nlocal function f() return PREFIX end\n")},
 		{Name: "b.lua", Source: []byte("local luaop = require('luaop')\nluaop.on.create('v1/configmaps', function() return PREFIX end)\nlocal p = package.loaded\n")},
-	})
+	}, Options{})
 	var got []string
 	for _, p := range rep.Problems {
 		got = append(got, p.String())
@@ -180,7 +180,7 @@ func TestCheckAdmissionOptions(t *testing.T) {
 luaop.on.validate("example.com/v1/widgets", function(ctx) end, { id = "v", retries = 3, timeout = 5, failure_policy = "Ignore" })
 luaop.on.mutate("example.com/v1/widgets", function(ctx) end, { id = "m", operations = "CREATE", side_effects = true, subresource = "status" })
 luaop.daemon("example.com/v1/widgets", function(ctx) end, { id = "d", side_effects = true })
-`)}})
+`)}}, Options{})
 	var got []string
 	for _, p := range rep.Problems {
 		got = append(got, p.String())

@@ -10,10 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	lua "github.com/yuin/gopher-lua"
+	lua "github.com/luaop/luaop/third_party/gopher-lua"
 
 	"github.com/luaop/luaop/luabind/internal/luaerr"
-	"github.com/luaop/luaop/luabind/internal/luavalue"
 	"github.com/luaop/luaop/processing/causes"
 )
 
@@ -41,9 +40,21 @@ func (r *Runtime) StartDaemon(ctx context.Context, call *causes.Call, done func(
 		uid = call.Daemon.UID
 	}
 	sh := r.shardFor(uid)
-	if err := sh.lock(ctx); err != nil {
-		done(err)
-		return
+	for {
+		err := sh.lock(ctx)
+		if errors.Is(err, errStuck) { // wait for its replacement (stuck.go)
+			select {
+			case <-sh.swapped:
+				sh = r.shardFor(uid)
+				continue
+			case <-ctx.Done():
+			}
+		}
+		if err != nil {
+			done(err)
+			return
+		}
+		break
 	}
 	fns := sh.lookup(call.Handler.ID, uid)
 	if fns == nil {
@@ -129,7 +140,7 @@ func (dc *daemonCall) advance(fn *lua.LFunction, args []lua.LValue) (sleep *daem
 			err = fmt.Errorf("%s: internal error while running the daemon: %v", cs.call.Handler.ID, r)
 		}
 	}()
-	s.rt.mem.enter(&cs.mem, t.cancel)
+	s.rt.mem.enter(&cs.mem, t.L.Context(), t.cancel)
 	// Resume refuses a thread that is the state's current one. Only Resume reads it
 	// (scripts have no coroutine library) and gopher-lua sets it, back to the main
 	// state at every yield; reset here all the same, so that Resume's check never
@@ -319,9 +330,9 @@ func (s *shard) canYield(L *lua.LState) bool {
 	for {
 		f, more := frames.Next()
 		switch f.Function {
-		case "github.com/yuin/gopher-lua.mainLoop", "github.com/yuin/gopher-lua.mainLoopWithContext":
+		case "github.com/luaop/luaop/third_party/gopher-lua.mainLoop", "github.com/luaop/luaop/third_party/gopher-lua.mainLoopWithContext":
 			loops++
-		case "github.com/yuin/gopher-lua.threadRun":
+		case "github.com/luaop/luaop/third_party/gopher-lua.threadRun":
 			return loops == 1
 		}
 		if !more {
@@ -337,9 +348,8 @@ func (s *shard) takeDaemonPatch(L *lua.LState, cs *callState) map[string]any {
 	if cs.patchTbl == nil || cs.call.Daemon == nil || cs.call.Daemon.Flush == nil {
 		return nil
 	}
-	prunePatchTable(cs.patchTbl, s.patchMT)
-	p, err := luavalue.FromLua(cs.patchTbl)
-	cs.patchTbl = nil
+	p, err := s.convertPatch(cs)
+	s.endPatch(cs)
 	if err != nil {
 		logger := cs.logger
 		if logger == nil {

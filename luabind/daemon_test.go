@@ -138,7 +138,7 @@ func TestSleepingDaemonKeepsNoDeadlineNorCall(t *testing.T) {
 	}()
 	// The flush comes from inside the sleep, with the shard released.
 	waitDaemonSleeps(t, sleeping, done)
-	sh := rt.shards[0]
+	sh := rt.shards[0].Load()
 	if err := sh.lock(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +186,7 @@ func TestDaemonOverBudgetCannotEscapeThroughPcall(t *testing.T) {
 	`)}}); err != nil {
 		t.Fatal(err)
 	}
-	sh := rt.shards[0]
+	sh := rt.shards[0].Load()
 	body := map[string]any{"metadata": map[string]any{"uid": "u1"}}
 	done := make(chan error, 1)
 	go func() {

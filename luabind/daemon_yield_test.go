@@ -260,7 +260,7 @@ luaop.daemon("example.com/v1/widgets", function(ctx)
   while true do end
 end, {id = "d"})
 `)
-	sh := rt.shards[0]
+	sh := rt.shards[0].Load()
 	body := widgetBody("ua", "a")
 	done := make(chan error, 1)
 	rt.StartDaemon(t.Context(), &causes.Call{Handler: specOf(t, rt, "d"), Cause: causes.Cause{Body: body},

@@ -103,6 +103,19 @@
 // methods are called with no lock held. Loggers (call.Logger, Options.Logger) are
 // written to under the shard lock: they must not block for long.
 //
+// # Budgets
+//
+// No script may take the operator down or hold a state past its deadline (issue 34):
+// the patched gopher-lua (third_party/gopher-lua) refuses chunks nested deeper than
+// Lua allows, compiles under the load deadline, bounds `..` and stops the pattern
+// matcher with the call's context; internal/sandbox bounds the other string
+// builders; conversions from Lua count values and JSON bytes as they go (a result or
+// patch over 1.5 MiB fails for good); decodes and encodes hold the deadline (offLua);
+// a call logs at most 1 MiB; a ctx, its patch and its memo are dead after their call
+// (endCtx, endPatch, memo views). What would still hold a state past its deadline
+// is reported and the state replaced (stuck.go). luabind/adversary holds the
+// attacks every suite runs.
+//
 // # Data
 //
 // Objects go to Lua as lazy read-only proxies: a handler that reads two fields of a

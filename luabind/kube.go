@@ -1,6 +1,7 @@
 package luabind
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,7 +9,8 @@ import (
 	"strings"
 	"time"
 
-	lua "github.com/yuin/gopher-lua"
+	lua "github.com/luaop/luaop/third_party/gopher-lua"
+	yamlv3 "go.yaml.in/yaml/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"sigs.k8s.io/yaml"
@@ -137,13 +139,18 @@ func (s *shard) installKube(mod *lua.LTable) {
 
 	jsonMod := L.NewTable()
 	jsonMod.RawSetString("encode", L.NewFunction(func(L *lua.LState) int {
-		v, err := luavalue.FromLua(L.CheckAny(1))
+		limit := s.rt.opts.MaxStringSize
+		v, err := luavalue.FromLuaLimited(L.CheckAny(1), luavalue.Limits{MaxBytes: limit})
 		if err != nil {
 			L.ArgError(1, err.Error())
 		}
-		data, err := json.Marshal(v)
+		var data []byte
+		s.offLua(L, func() { data, err = json.Marshal(v) })
 		if err != nil {
 			L.RaiseError("json.encode: %s", err)
+		}
+		if len(data) > limit { // escapes made it larger than its strings
+			L.RaiseError("json.encode: result too large (%d bytes > %d)", len(data), limit)
 		}
 		L.Push(lua.LString(data))
 		return 1
@@ -156,7 +163,9 @@ func (s *shard) installKube(mod *lua.LTable) {
 			return 2
 		}
 		var v any
-		if err := utiljson.Unmarshal(data, &v); err != nil {
+		var err error
+		s.offLua(L, func() { err = utiljson.Unmarshal(data, &v) })
+		if err != nil {
 			L.Push(lua.LNil)
 			L.Push(lua.LString("json.decode: " + err.Error()))
 			return 2
@@ -169,17 +178,22 @@ func (s *shard) installKube(mod *lua.LTable) {
 	yamlMod := L.NewTable()
 	yamlMod.RawSetString("decode", L.NewFunction(func(L *lua.LState) int {
 		src := []byte(L.CheckString(1))
-		err := s.checkDecodeSize(src)
-		var data []byte
-		if err == nil {
-			data, err = yaml.YAMLToJSON(src)
-		}
-		if err == nil {
-			err = s.checkDecodeSize(data)
-		}
 		var v any
+		err := s.checkDecodeSize(src)
 		if err == nil {
-			err = utiljson.Unmarshal(data, &v)
+			s.offLua(L, func() {
+				if err = s.checkYAMLAliases(src); err != nil {
+					return
+				}
+				var data []byte
+				if data, err = yaml.YAMLToJSON(src); err != nil {
+					return
+				}
+				if err = s.checkDecodeSize(data); err != nil {
+					return
+				}
+				err = utiljson.Unmarshal(data, &v)
+			})
 		}
 		if err != nil {
 			L.Push(lua.LNil)
@@ -333,6 +347,77 @@ func (s *shard) pushError(L *lua.LState, err error) int {
 // a hundred bytes, so a few MiB of "[]," would otherwise become gigabytes, in one Go
 // call that the memory budget's watchdog cannot interrupt.
 const maxDecodeValues = 1 << 18
+
+// offLua runs fn, a Go computation that touches no Lua value and whose cost grows
+// with its input (decoding, encoding a document of up to MaxStringSize bytes), so
+// that the call's deadline holds: fn runs on a goroutine of its own and, when the
+// call's context ends first, the call fails at once with the context's error (as
+// the VM would), fn finishing in the background (its work is bounded by the size
+// limits). The shard stays held meanwhile, as for any Go function.
+func (s *shard) offLua(L *lua.LState, fn func()) {
+	ctx := L.Context()
+	if ctx == nil {
+		fn()
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn()
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		L.RaiseError("%s", ctx.Err().Error())
+	}
+}
+
+// checkYAMLAliases refuses a YAML document whose aliases would expand past the
+// decode limits (MaxStringSize bytes, maxDecodeValues values): YAMLToJSON expands
+// every alias before anything can be counted (a 15 MB scalar aliased 400 times is
+// 6 GB). The document is parsed into nodes, which keep aliases as they are, and
+// its expanded size computed once per anchor. A document this parser refuses is
+// left to YAMLToJSON, whose error the script gets.
+func (s *shard) checkYAMLAliases(src []byte) error {
+	if !bytes.ContainsRune(src, '*') {
+		return nil // no alias
+	}
+	var doc yamlv3.Node
+	if err := yamlv3.Unmarshal(src, &doc); err != nil {
+		return nil
+	}
+	type size struct{ values, bytes int }
+	memo := map[*yamlv3.Node]size{}
+	var walk func(n *yamlv3.Node, depth int) size
+	walk = func(n *yamlv3.Node, depth int) size {
+		if n == nil || depth > 1000 {
+			return size{}
+		}
+		if sz, ok := memo[n]; ok {
+			return sz
+		}
+		memo[n] = size{} // an alias cycle counts nothing more
+		sz := size{values: 1, bytes: len(n.Value)}
+		if n.Kind == yamlv3.AliasNode {
+			sz = walk(n.Alias, depth+1)
+		}
+		for _, c := range n.Content {
+			csz := walk(c, depth+1)
+			sz.values = min(sz.values+csz.values, 1<<40)
+			sz.bytes = min(sz.bytes+csz.bytes, 1<<40)
+		}
+		memo[n] = sz
+		return sz
+	}
+	sz := walk(&doc, 0)
+	if limit := s.rt.opts.MaxStringSize; sz.bytes > limit {
+		return fmt.Errorf("document too large once its aliases are expanded (%s, more than the %s allowed)", FormatBytes(uint64(sz.bytes)), FormatBytes(uint64(limit)))
+	}
+	if sz.values > maxDecodeValues {
+		return fmt.Errorf("document too large once its aliases are expanded (%d values, more than the %d allowed)", sz.values, maxDecodeValues)
+	}
+	return nil
+}
 
 // checkDecodeSize refuses documents over MaxStringSize bytes or with more than
 // maxDecodeValues values (counted from the bytes: brackets, braces and commas, so

@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"strings"
 
-	lua "github.com/yuin/gopher-lua"
+	lua "github.com/luaop/luaop/third_party/gopher-lua"
 
 	"github.com/luaop/luaop/processing/causes"
 )

@@ -44,9 +44,9 @@ import (
 //     are bounded, so deep recursion fails with "stack overflow".
 //
 // What the budget cannot prevent: one instruction that allocates (s .. s of a large
-// string) finishes before the cancellation is seen, so the heap may pass the budget
-// by that instruction's allocation before the call stops; hence the default of half
-// the memory limit. The budget counts the whole heap (informer caches included), not
+// string, at most MaxStringSize: the patched gopher-lua bounds `..`) finishes before
+// the cancellation is seen, so the heap may pass the budget by that instruction's
+// allocation before the call stops; hence the default of half the memory limit. The budget counts the whole heap (informer caches included), not
 // Lua alone: data a script keeps (in a memo or a global) stays counted after its call.
 
 // ErrMemoryBudget is what errors.Is finds in the error of a call cancelled because
@@ -111,6 +111,9 @@ type memWatch struct {
 	budget uint64 // 0: no budget
 	logger *slog.Logger
 	heap   func() uint64 // the heap reading (heapObjects)
+	// onStuck and onUnstuck are told (no lock held) of a call past its deadline
+	// and stuckGrace, and of its end (stuck.go). Nil: not watched.
+	onStuck, onUnstuck func(*memCall)
 
 	mu      sync.Mutex
 	active  map[*memCall]struct{}
@@ -131,9 +134,14 @@ type memCall struct {
 	hit    atomic.Bool
 	heapAt atomic.Uint64
 	// since and cancel are set by enter (mu held): the start of the current stretch
-	// of Lua and the function ending its context.
-	since  time.Time
-	cancel context.CancelFunc
+	// of Lua and the function ending its context; deadline is that context's.
+	since    time.Time
+	cancel   context.CancelFunc
+	deadline time.Time
+	// sh is the shard the call runs on (nil: none known); stuck is set (mu held)
+	// once the watchdog found it past its deadline (stuck.go).
+	sh    *shard
+	stuck bool
 }
 
 func newMemWatch(budget int64, logger *slog.Logger) *memWatch {
@@ -156,13 +164,14 @@ func heapObjects() uint64 {
 	return s[0].Value.Uint64()
 }
 
-// enter records that mc runs Lua from now on under a context ended by cancel.
-func (w *memWatch) enter(mc *memCall, cancel context.CancelFunc) {
-	if w == nil || w.budget == 0 {
+// enter records that mc runs Lua from now on under ctx, ended by cancel.
+func (w *memWatch) enter(mc *memCall, ctx context.Context, cancel context.CancelFunc) {
+	if w == nil || (w.budget == 0 && w.onStuck == nil) {
 		return
 	}
 	w.mu.Lock()
 	mc.since, mc.cancel = time.Now(), cancel
+	mc.deadline, _ = ctx.Deadline()
 	w.active[mc] = struct{}{}
 	if !w.running {
 		w.running = true
@@ -173,13 +182,39 @@ func (w *memWatch) enter(mc *memCall, cancel context.CancelFunc) {
 
 // leave records that mc stopped running Lua (ended, or parked in a blocking function).
 func (w *memWatch) leave(mc *memCall) {
-	if w == nil || w.budget == 0 {
+	if w == nil || (w.budget == 0 && w.onStuck == nil) {
 		return
 	}
 	w.mu.Lock()
 	delete(w.active, mc)
 	mc.cancel = nil
+	wasStuck := mc.stuck
+	mc.stuck = false
 	w.mu.Unlock()
+	if wasStuck && w.onUnstuck != nil {
+		w.onUnstuck(mc)
+	}
+}
+
+// checkStuck tells onStuck of the active calls past their deadline and stuckGrace
+// (each once). mu not held.
+func (w *memWatch) checkStuck() {
+	if w.onStuck == nil {
+		return
+	}
+	now := time.Now()
+	var stuck []*memCall
+	w.mu.Lock()
+	for mc := range w.active {
+		if !mc.stuck && !mc.deadline.IsZero() && now.After(mc.deadline.Add(stuckGrace)) {
+			mc.stuck = true
+			stuck = append(stuck, mc)
+		}
+	}
+	w.mu.Unlock()
+	for _, mc := range stuck {
+		w.onStuck(mc)
+	}
 }
 
 // loop runs while calls are active.
@@ -201,7 +236,8 @@ func (w *memWatch) loop() {
 			}
 		}
 		w.mu.Unlock()
-		if waiting {
+		w.checkStuck()
+		if waiting || w.budget == 0 {
 			continue
 		}
 		heap := w.heap()

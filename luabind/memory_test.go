@@ -40,8 +40,8 @@ luaop.on.create(R, function(ctx)
   while true do t[#t + 1] = {n = #t, s = "item"} end
 end, {id = "table"})
 luaop.on.create(R, function(ctx)
-  local s = "0123456789abcdef"
-  while true do s = s .. s end
+  local s, kept = "0123456789abcdef", {}
+  while true do if #s < 4e6 then s = s .. s end; kept[#kept + 1] = s .. #kept end
 end, {id = "doubling"})
 luaop.on.create(R, function(ctx)
   local t = {}

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"sync"
 
+	lua "github.com/luaop/luaop/third_party/gopher-lua"
 	"github.com/prometheus/client_golang/prometheus"
-	lua "github.com/yuin/gopher-lua"
 )
 
 // ScriptMetricPrefix starts the name of every metric the scripts register, so that

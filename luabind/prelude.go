@@ -3,7 +3,7 @@ package luabind
 import (
 	_ "embed"
 
-	lua "github.com/yuin/gopher-lua"
+	lua "github.com/luaop/luaop/third_party/gopher-lua"
 
 	"github.com/luaop/luaop/luabind/internal/luavalue"
 )

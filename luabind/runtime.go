@@ -1,6 +1,7 @@
 package luabind
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -18,8 +19,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	lua "github.com/yuin/gopher-lua"
-	"github.com/yuin/gopher-lua/parse"
+	lua "github.com/luaop/luaop/third_party/gopher-lua"
+	"github.com/luaop/luaop/third_party/gopher-lua/ast"
+	"github.com/luaop/luaop/third_party/gopher-lua/parse"
 
 	"github.com/luaop/luaop/processing/causes"
 )
@@ -83,11 +85,14 @@ type Runtime struct {
 	opts Options
 	// shards are the object shards followed by the hook shard (operator-level
 	// handlers, uid ""): Load and Close go through all of them.
-	shards []*shard
+	shards []atomic.Pointer[shard]
 	// mem cancels Lua calls when the heap goes over the memory budget.
 	mem    *memWatch
 	loadMu sync.Mutex // one load at a time
-	gen    atomic.Pointer[generation]
+	closed bool       // set by Close (loadMu held)
+	// stuck records the calls held past their deadline (stuck.go).
+	stuck stuckState
+	gen   atomic.Pointer[generation]
 	// opMemo is the operator memo as the last successful startup handler left it:
 	// new object memos start as a copy of it (kopf).
 	opMemo atomic.Pointer[operatorMemo]
@@ -134,8 +139,10 @@ type generation struct {
 func New(opts Options) *Runtime {
 	opts.setDefaults()
 	r := &Runtime{opts: opts, mem: newMemWatch(opts.MemoryBudget, opts.Logger), scriptMetrics: NewScriptMetrics()}
-	for i := 0; i <= opts.Shards; i++ { // the last one serves the hooks
-		r.shards = append(r.shards, newShard(r, i))
+	r.mem.onStuck, r.mem.onUnstuck = r.onStuck, r.onUnstuck
+	r.shards = make([]atomic.Pointer[shard], opts.Shards+1) // the last one serves the hooks
+	for i := range r.shards {
+		r.shards[i].Store(newShard(r, i))
 	}
 	r.gen.Store(&generation{filters: map[string]*dataFilters{}})
 	return r
@@ -147,8 +154,10 @@ func New(opts Options) *Runtime {
 // start afterwards fail at once.
 func (r *Runtime) Close() {
 	r.loadMu.Lock() // a reload in flight finishes first
+	r.closed = true
 	var parked []*daemonWake
-	for _, s := range r.shards {
+	for i := range r.shards {
+		s := r.shards[i].Load()
 		s.relock()
 		if !s.closed {
 			s.closed = true
@@ -216,12 +225,19 @@ func (r *Runtime) Load(ctx context.Context, scripts []Script) (LoadReport, error
 		}
 		r.protos = used
 	}()
+	// Compiling is under the load's deadline too (the handler deadline, as running
+	// the scripts is): the compiler stops when it ends.
+	compileCtx, cancelCompile := context.WithTimeout(ctx, r.opts.HandlerTimeout)
+	defer cancelCompile()
 	for _, s := range sorted {
 		key := protoKey{name: s.Name, sum: sha256.Sum256(s.Source)}
 		proto, ok := r.protos[key]
 		if !ok {
 			var err error
-			if proto, err = compile(s); err != nil {
+			if proto, _, err = compile(compileCtx, s); err != nil {
+				if compileCtx.Err() != nil && ctx.Err() == nil {
+					err = fmt.Errorf("compiling %s exceeded the %s load deadline (--handler-timeout): %w", s.Name, r.opts.HandlerTimeout, err)
+				}
 				return LoadReport{}, err
 			}
 			compiled = append(compiled, s.Name)
@@ -268,8 +284,8 @@ func (r *Runtime) Load(ctx context.Context, scripts []Script) (LoadReport, error
 	gen := &generation{specs: first.specs, filters: first.filters, hooks: first.hooks, admission: first.admission,
 		hash: hex.EncodeToString(hash.Sum(nil)), files: files, protoKeys: keys}
 	var held time.Duration
-	for i, sh := range r.shards {
-		sh.commit(staged[i])
+	for i := range r.shards {
+		r.shards[i].Load().commit(staged[i])
 		held = max(held, staged[i].held)
 	}
 	r.gen.Store(gen)
@@ -292,7 +308,8 @@ func (r *Runtime) stageAll(ctx context.Context, files []string, protos map[strin
 		firstErr error
 		wg       sync.WaitGroup
 	)
-	for i, sh := range r.shards {
+	for i := range r.shards {
+		sh := r.shards[i].Load()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -343,14 +360,22 @@ func (r *Runtime) MemoryBudget() int64 { return int64(r.mem.budget) }
 // Hash is the content hash of the loaded scripts ("" before the first load).
 func (r *Runtime) Hash() string { return r.gen.Load().hash }
 
-func compile(s Script) (*lua.FunctionProto, error) {
-	chunk, err := parse.Parse(strings.NewReader(string(s.Source)), s.Name)
+// compile parses and compiles one script, until ctx ends (the patched gopher-lua
+// checks it in the lexer and the compiler): the one place luaop compiles a file
+// (Runtime.Load, luaop check). Chunks nested deeper than Lua allows are refused
+// ("chunk has too many syntax levels", third_party/gopher-lua/parse/limits.go).
+func compile(ctx context.Context, s Script) (*lua.FunctionProto, []ast.Stmt, error) {
+	chunk, err := parse.ParseContext(ctx, bytes.NewReader(s.Source), s.Name)
 	if err != nil {
-		return nil, syntaxError(s.Name, err)
+		return nil, nil, syntaxError(s.Name, err)
 	}
-	proto, err := lua.Compile(chunk, s.Name)
+	proto, err := lua.CompileContext(ctx, chunk, s.Name)
 	if err != nil {
-		return nil, &ScriptError{File: s.Name, Message: err.Error()}
+		se := &ScriptError{File: s.Name, Message: err.Error()}
+		if ce, ok := err.(*lua.CompileError); ok {
+			se.Line, se.Message = ce.Line, ce.Message
+		}
+		return nil, nil, se
 	}
 	// A main chunk is a vararg function, for which gopher-lua (CompatVarArg) builds a
 	// Lua 5.0 `arg` table on every call; but it registers no local `arg` in a main
@@ -358,7 +383,7 @@ func compile(s Script) (*lua.FunctionProto, error) {
 	// Not building it saves a table and a Go map per file per shard per load.
 	proto.IsVarArg &^= lua.VarArgNeedsArg
 	trimProto(proto)
-	return proto, nil
+	return proto, chunk, nil
 }
 
 // trimProto copies a compiled function's slices, and its nested functions', into
@@ -386,6 +411,9 @@ func syntaxError(file string, err error) error {
 	if pe, ok := err.(*parse.Error); ok {
 		se.Line = pe.Pos.Line
 		se.Message = fmt.Sprintf("syntax error near '%s': %s", pe.Token, pe.Message)
+		if pe.Token == "" && pe.Pos.Line > 0 { // a limit or a cancellation: no token
+			se.Message = pe.Message
+		}
 		if pe.Pos.Line == parse.EOF { // unexpected end of file: no line, no token
 			se.Line = 0
 			se.Message = "syntax error at end of file (a block or function not closed with 'end'?): " + pe.Message
@@ -422,14 +450,14 @@ func (r *Runtime) Hooks() []causes.Spec { return r.gen.Load().hooks }
 func (r *Runtime) shardFor(uid string) *shard {
 	n := len(r.shards) - 1
 	if uid == "" {
-		return r.shards[n]
+		return r.shards[n].Load()
 	}
 	if n == 1 {
-		return r.shards[0]
+		return r.shards[0].Load()
 	}
 	h := fnv.New32a()
 	h.Write([]byte(uid))
-	return r.shards[h.Sum32()%uint32(n)]
+	return r.shards[h.Sum32()%uint32(n)].Load()
 }
 
 // Forget drops an object's memo. It may be called from any goroutine that holds no
@@ -460,12 +488,18 @@ func (r *Runtime) Match(ctx context.Context, spec causes.Spec, cause causes.Caus
 	if !f.hasCallbacks {
 		return true, nil
 	}
-	return r.shardFor(uidOf(cause.Body)).match(ctx, spec, f, cause)
+	uid := uidOf(cause.Body)
+	return withShard(ctx, func() *shard { return r.shardFor(uid) }, func(sh *shard) (bool, error) {
+		return sh.match(ctx, spec, f, cause)
+	})
 }
 
 // Invoke runs one handler of the current generation.
 func (r *Runtime) Invoke(ctx context.Context, call causes.Call) (causes.Result, error) {
-	return r.shardFor(uidOf(call.Cause.Body)).invoke(ctx, call)
+	uid := uidOf(call.Cause.Body)
+	return withShard(ctx, func() *shard { return r.shardFor(uid) }, func(sh *shard) (causes.Result, error) {
+		return sh.invoke(ctx, call)
+	})
 }
 
 func uidOf(body map[string]any) string {

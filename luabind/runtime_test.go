@@ -849,17 +849,34 @@ luaop.on.update("example.com/v1/widgets", function(ctx)
 end, {id = "count"})
 luaop.on.update("example.com/v1/widgets", function(ctx)
   ctx.memo.saved = ctx
+  ctx.memo.saved_patch = ctx.patch.status
 end, {id = "keep_ctx"})
 luaop.on.update("example.com/v1/widgets", function(ctx)
   local s = ctx.memo.saved
-  return {name = s.name == nil, spec = s.spec == nil, body = s.body == nil, patch = s.patch == nil,
-          memo = s.memo ~= nil, same = rawequal(s, ctx), sub = s.subhandler == nil}
+  local out = {same = rawequal(s, ctx)}
+  for _, k in ipairs({"name", "spec", "body", "patch", "memo", "subhandler"}) do
+    local ok, err = pcall(function() return s[k] end)
+    out[k] = ok and "read" or tostring(err)
+  end
+  return out
 end, {id = "read_ctx"})
 luaop.on.update("example.com/v1/widgets", function(ctx)
-  local s = ctx.memo.saved
-  s.patch.status.late = true  -- the old call's patch: goes nowhere
+  ctx.memo.saved_patch.late = true  -- the old call's patch
   return "ok"
 end, {id = "write_old_patch"})
+local kept
+luaop.on.update("example.com/v1/widgets", function(ctx)
+  kept = ctx.memo
+  ctx.memo.mine = "secret"
+end, {id = "keep_memo"})
+luaop.on.update("example.com/v1/widgets", function(ctx)
+  kept.mine = "overwritten"
+end, {id = "write_kept_memo"})
+luaop.on.update("example.com/v1/widgets", function(ctx)
+  local n = 0
+  for k, v in pairs(ctx.memo) do n = n + 1 end
+  return {mine = ctx.memo.mine, n = n, len = #ctx.memo}
+end, {id = "read_memo"})
 `
 	rt := loadedRuntime(t, Options{Shards: 4}, "memo.lua", script)
 	count := func(uid string) any { return mustInvoke(t, rt, "count", createCause(uid)).Value }
@@ -893,16 +910,39 @@ end, {id = "write_old_patch"})
 	})
 	t.Run("ctx kept beyond its call", func(t *testing.T) {
 		mustInvoke(t, rt, "keep_ctx", createCause("c"))
+		// Issue 34: a ctx is dead after its call, every field of it (cached
+		// during its call or not) fails with a clear error.
 		res := mustInvoke(t, rt, "read_ctx", createCause("c"))
-		want := map[string]any{"name": true, "spec": true, "body": true, "patch": true, "memo": true, "same": false, "sub": true}
-		if !reflect.DeepEqual(res.Value, want) {
-			t.Errorf("old ctx = %#v, want %#v", res.Value, want)
+		out, _ := res.Value.(map[string]any)
+		if out["same"] != false {
+			t.Errorf("old ctx = %#v", res.Value)
 		}
+		for _, k := range []string{"name", "spec", "body", "patch", "memo", "subhandler"} {
+			if msg, _ := out[k].(string); !strings.Contains(msg, "memo.lua:14: ctx."+k+": this ctx belongs to a call that ended") {
+				t.Errorf("old ctx.%s: %#v", k, out[k])
+			}
+		}
+		// Writing a kept ctx.patch fails instead of being lost.
 		_, patch, err := invokeHandler(t, rt, "write_old_patch", createCause("c"))
-		if err == nil && !patch.IsEmpty() {
+		if err == nil || !strings.Contains(err.Error(), "memo.lua:20: ctx.patch: this patch was already applied") {
+			t.Errorf("writing an old ctx.patch: %v", err)
+		}
+		if !patch.IsEmpty() {
 			t.Errorf("writing an old ctx.patch changed this call's patch: %#v", patch.Map())
 		}
-		t.Logf("writing an old ctx.patch: %v", err)
+	})
+	t.Run("memo kept beyond its call", func(t *testing.T) {
+		// Issue 34: a memo kept in a variable is reachable only during its own
+		// call, by no other call (not another object's, not a later one).
+		mustInvoke(t, rt, "keep_memo", createCause("m"))
+		_, _, err := invokeHandler(t, rt, "write_kept_memo", createCause("m"))
+		if err == nil || !strings.Contains(err.Error(), "memo.lua:29: ctx.memo: this ctx belongs to a call that ended") {
+			t.Errorf("writing a kept memo: %v", err)
+		}
+		res := mustInvoke(t, rt, "read_memo", createCause("m"))
+		if want := map[string]any{"mine": "secret", "n": int64(1), "len": int64(0)}; !reflect.DeepEqual(res.Value, want) {
+			t.Errorf("memo = %#v, want %#v", res.Value, want)
+		}
 	})
 }
 

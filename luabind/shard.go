@@ -7,9 +7,10 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
-	lua "github.com/yuin/gopher-lua"
+	lua "github.com/luaop/luaop/third_party/gopher-lua"
 
 	"github.com/luaop/luaop/luabind/internal/luaerr"
 	"github.com/luaop/luaop/luabind/internal/luavalue"
@@ -27,7 +28,11 @@ type shard struct {
 	// with the caller's context (lock).
 	sem    chan struct{}
 	closed bool // set by Runtime.Close: no call may start any more
-	L      *lua.LState
+	// stuck is closed when a call held the shard past its deadline, swapped when a
+	// new shard took its place (stuck.go).
+	stuck, swapped chan struct{}
+	stuckOnce      sync.Once
+	L              *lua.LState
 	// memos are the object memos by uid; they survive reloads. A Go map, not a Lua
 	// table: gopher-lua's tables never forget a string key once set (setting it to nil
 	// leaves it in the table's key list), so a table keyed by uid would grow with
@@ -53,6 +58,8 @@ type shard struct {
 	idle    []*callThread
 
 	ctxMT, patchMT *lua.LTable
+	// deadPatchMT ends a ctx.patch after its call, memoMT serves memo views.
+	deadPatchMT, memoMT *lua.LTable
 	// daemonEntry and daemonSetup start every daemon's coroutine (daemon.go).
 	daemonEntry, daemonSetup *lua.LFunction
 	// parked are the wake-ups of this shard's sleeping daemons (yielded, holding no
@@ -101,11 +108,13 @@ type shardGeneration struct {
 }
 
 func newShard(rt *Runtime, idx int) *shard {
-	s := &shard{rt: rt, idx: idx, sem: make(chan struct{}, 1), threads: map[*lua.LState]*callThread{}, parked: map[*daemonWake]struct{}{}}
+	s := &shard{rt: rt, idx: idx, sem: make(chan struct{}, 1), stuck: make(chan struct{}), swapped: make(chan struct{}), threads: map[*lua.LState]*callThread{}, parked: map[*daemonWake]struct{}{}}
 	s.L = sandbox.NewState(sandbox.Options{
 		MaxStringSize: rt.opts.MaxStringSize,
 		Print: func(L *lua.LState, msg string) {
-			s.log(L).Info(msg)
+			if s.logAllowed(L, len(msg)) {
+				s.log(L).Info(msg)
+			}
 		},
 	})
 	s.memos = map[string]*lua.LTable{}
@@ -113,6 +122,8 @@ func newShard(rt *Runtime, idx int) *shard {
 	s.module = s.newModule()
 	s.ctxMT = s.newCtxMetatable()
 	s.patchMT = s.newPatchMetatable()
+	s.deadPatchMT = s.newDeadPatchMetatable()
+	s.memoMT = s.newMemoMetatable()
 	s.newDaemonEntry()
 	listMT, objectMT := luavalue.Markers(s.L)
 	s.iso = sandbox.NewIsolation(s.L, s.module, listMT, objectMT)
@@ -159,7 +170,7 @@ func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lu
 	loading := map[string]*lua.LState{}
 	var run func(L *lua.LState, file string) (lua.LValue, error)
 	var require *lua.LFunction
-	mc := &memCall{what: "loading the scripts"}
+	mc := &memCall{what: "loading the scripts", sh: s}
 	// run runs a file's top level on L: the shard's main state while the scripts load,
 	// or, for a module first required inside a handler, the calling thread, so that
 	// the call's deadline and memory watch apply and the module's blocking functions
@@ -222,7 +233,7 @@ func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lu
 	defer cancel()
 	L.SetContext(cctx)
 	defer L.RemoveContext()
-	s.rt.mem.enter(mc, cancel)
+	s.rt.mem.enter(mc, cctx, cancel)
 	defer s.rt.mem.leave(mc)
 	defer L.SetTop(0)
 	for _, f := range files {

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	lua "github.com/yuin/gopher-lua"
-	"github.com/yuin/gopher-lua/parse"
+	lua "github.com/luaop/luaop/third_party/gopher-lua"
+	"github.com/luaop/luaop/third_party/gopher-lua/parse"
 )
 
 // stubDoc is what the tests read from the ---@meta file: the classes with their
@@ -124,7 +124,7 @@ func TestStubsDocumentModule(t *testing.T) {
 	d := parseStubs(t, Stubs())
 	r := New(Options{Shards: 1})
 	defer r.Close()
-	mod := r.shards[0].module
+	mod := r.shards[0].Load().module
 
 	seenFuncs := map[string]bool{}
 	var walk func(tbl *lua.LTable, path, class string)

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	lua "github.com/yuin/gopher-lua"
+	lua "github.com/luaop/luaop/third_party/gopher-lua"
 )
 
 // errClosed is returned by calls that start after Runtime.Close.
@@ -23,6 +23,8 @@ func (s *shard) lock(ctx context.Context) error {
 	default:
 		select {
 		case s.sem <- struct{}{}:
+		case <-s.stuck:
+			return errStuck
 		case <-ctx.Done():
 			return fmt.Errorf("lua state %d stayed busy with other calls: %w", s.idx, ctx.Err())
 		}
@@ -112,6 +114,7 @@ func (s *shard) getThread() *callThread {
 // putThread returns a thread after its call. A thread whose call ended in a Go panic
 // (reuse false) may hold a broken stack and is dropped. Shard lock held.
 func (s *shard) putThread(t *callThread, reuse bool) {
+	s.endCtx(t.cs)
 	if t.cancel != nil {
 		t.cancel()
 		t.cancel = nil
@@ -196,6 +199,7 @@ func (s *shard) blocking(L *lua.LState, wait func(ctx context.Context)) {
 	defer func() {
 		s.relock()
 		if cs.daemon {
+			cs.logBytes, cs.logCapped = 0, false // its log budget too
 			// A daemon's deadline bounds the Lua run between two waits. It is set
 			// before the checks below may raise: a raise caught by pcall must not
 			// leave the daemon running without one (its sleep ended the last).
@@ -211,7 +215,7 @@ func (s *shard) blocking(L *lua.LState, wait func(ctx context.Context)) {
 			t.cancel()
 			L.RaiseError("%s", ErrMemoryBudget.Error())
 		}
-		s.rt.mem.enter(&cs.mem, t.cancel)
+		s.rt.mem.enter(&cs.mem, t.L.Context(), t.cancel)
 	}()
 	wait(ctx)
 }

@@ -65,9 +65,14 @@ type Metrics struct {
 	lastReloadSuccess prometheus.Gauge
 	buildInfo         *prometheus.GaugeVec
 	queueDepth        prometheus.Gauge
+	peeringPaused     prometheus.Gauge
+	peeringPeers      prometheus.Gauge
+	webhookReachable  prometheus.Gauge
 	engines           *engineCollector
 
 	queue queueMetrics
+	// webhookOnce registers webhookReachable at the first probe.
+	webhookOnce sync.Once
 }
 
 // New makes a registry and registers luaop's metrics, the workqueue metrics, and
@@ -147,6 +152,18 @@ func New() *Metrics {
 			Name: "luaop_queue_depth",
 			Help: "Objects waiting in the processing queue, all resources together (the sum of workqueue_depth).",
 		}),
+		peeringPaused: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "luaop_peering_paused",
+			Help: "1 while this operator is paused by peering (another operator of its prefix with a higher or the same priority serves the same resources), else 0.",
+		}),
+		peeringPeers: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "luaop_peering_peers",
+			Help: "Live operators of the same prefix serving some of the same resources (peering).",
+		}),
+		webhookReachable: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "luaop_webhook_reachable",
+			Help: "1 when the last reachability probe proved that the API server calls the webhook server, 0 when it did not (absent before the first probe).",
+		}),
 		engines: newEngineCollector(),
 		queue:   newQueueMetrics(),
 	}
@@ -159,6 +176,7 @@ func New() *Metrics {
 		m.reconciles, m.reconcileErrors, m.reconcileTime, m.activeWorkers, m.maxConcurrent,
 		m.handlerRuns, m.handlerDuration, m.luaErrors, m.events, m.patches, m.reloads, m.reloadLatency,
 		m.reloadFailed, m.lastReload, m.lastReloadSuccess, m.buildInfo, m.queueDepth, m.engines,
+		m.peeringPaused, m.peeringPeers,
 		restRequests, leaderStatus, leaderSlowpath,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -294,6 +312,27 @@ func (m *Metrics) EventReceived(resource, eventType string) {
 // result a short word such as "ok", "not_found", "conflict", "invalid", "error".
 func (m *Metrics) PatchSent(resource, subresource, result string) {
 	m.patches.WithLabelValues(resource, subresource, result).Inc()
+}
+
+// Peering records peering's state: paused or not, and how many live peers serve
+// some of the same resources.
+func (m *Metrics) Peering(paused bool, peers int) {
+	m.peeringPaused.Set(boolGauge(paused))
+	m.peeringPeers.Set(float64(peers))
+}
+
+// WebhookReachable records the outcome of a reachability probe of the webhook
+// server (the gauge is registered at the first probe: absent before).
+func (m *Metrics) WebhookReachable(reachable bool) {
+	m.webhookOnce.Do(func() { m.registry.MustRegister(m.webhookReachable) })
+	m.webhookReachable.Set(boolGauge(reachable))
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Reload records one load of the scripts (the first one included).

@@ -256,3 +256,17 @@ func TestFailingCollectorKeepsOwnSeries(t *testing.T) {
 	}
 	wantLines(t, scrape(t, m), `luaop_reloads_total{result="ok"} 1`)
 }
+
+func TestPeeringAndWebhookGauges(t *testing.T) {
+	m := New()
+	text := scrape(t, m)
+	wantLines(t, text, `luaop_peering_paused 0`, `luaop_peering_peers 0`)
+	if strings.Contains(text, "luaop_webhook_reachable") {
+		t.Error("luaop_webhook_reachable is there before any probe")
+	}
+	m.Peering(true, 1)
+	m.WebhookReachable(false)
+	wantLines(t, scrape(t, m), `luaop_peering_paused 1`, `luaop_peering_peers 1`, `luaop_webhook_reachable 0`)
+	m.WebhookReachable(true)
+	wantLines(t, scrape(t, m), `luaop_webhook_reachable 1`)
+}

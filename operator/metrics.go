@@ -39,5 +39,8 @@ func (o *Operator) AttachMetrics(m *metrics.Metrics) error {
 	if err := m.Registry().Register(o.runtime.Metrics()); err != nil {
 		return fmt.Errorf("registering the scripts' metrics: %w", err)
 	}
+	if err := m.Registry().Register(o.runtime.BudgetMetrics()); err != nil {
+		return fmt.Errorf("registering the Lua budgets' metrics: %w", err)
+	}
 	return nil
 }

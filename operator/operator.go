@@ -135,6 +135,15 @@ func (o *Operator) Runtime() *luabind.Runtime { return o.runtime }
 // Reactor gives access to the processing core.
 func (o *Operator) Reactor() *processing.Reactor { return o.reactor }
 
+// Pause stops the operator taking work (no new cycles, daemons and timers stopped,
+// everything it knows kept) and returns once the work in flight has ended; Resume
+// undoes it. Peering drives them (processing.Reactor.Pause). Operator-level hooks
+// and the admission webhooks are not paused.
+func (o *Operator) Pause(ctx context.Context, reason string) error { return o.reactor.Pause(ctx, reason) }
+
+// Resume lets a paused operator work again.
+func (o *Operator) Resume() { o.reactor.Resume() }
+
 // Ready tells whether the scripts are loaded and the initial listing is processed.
 func (o *Operator) Ready() bool { return o.loaded.Load() && o.reactor.Synced() }
 

@@ -79,6 +79,14 @@
 //     so that a Refresh stalled in discovery cannot store an older signature. A write
 //     that got no answer is remembered in the object's memory (worker-owned), and the
 //     next cycles read the object from the server, with no lock held.
+//   - Pausing (pause.go, Reactor.Pause and Resume, driven by peering): a gate in
+//     front of the workers (a leaf mutex) holds each worker with the key it got
+//     until Resume and counts the cycles in flight; the daemon registry refuses new
+//     daemons while paused and Pause stops the running ones; Pause returns once the
+//     cycles in flight and those daemons have ended. Resume gives every object a
+//     cycle. Informers keep running: no change that happened meanwhile is missed;
+//     but the raw events of the pause are not kept for the event handlers (they
+//     are the working peer's, as kopf's paused watch streams deliver none).
 //   - The clock (Options.Clock) drives every wait: the queue's delays and backoffs,
 //     retries, timers, daemons' delays and consistency deadlines, so tests run the
 //     core against client-go's fake dynamic client with a fake clock.

@@ -100,6 +100,8 @@ type daemonRegistry struct {
 	ctx     context.Context
 	running map[*daemonRun]struct{}
 	group   sync.WaitGroup
+	// paused: the Reactor is paused, no daemon starts (pause.go).
+	paused bool
 }
 
 func (r *daemonRegistry) open(ctx context.Context) {
@@ -113,7 +115,7 @@ func (r *daemonRegistry) open(ctx context.Context) {
 func (r *daemonRegistry) add(d *daemonRun) (context.Context, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.ctx == nil {
+	if r.ctx == nil || r.paused {
 		return nil, false
 	}
 	ctx, cancel := context.WithCancel(r.ctx)
@@ -246,7 +248,7 @@ func (c *cycle) startDaemon(runner DaemonRunner, spec *causes.Spec) {
 	ctx, ok := o.daemons.add(d)
 	if !ok {
 		d.endStop()
-		return // the operator is stopping
+		return // the operator is stopping or paused (Resume gives the object a cycle)
 	}
 	c.mem.daemons.put(d)
 	log := o.log.With(objectAttrs(key, c.info.kind, uid, "handler", spec.ID, "reason", "daemon")...)

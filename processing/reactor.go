@@ -53,6 +53,8 @@ type Reactor struct {
 	specIdx specIndexCache
 	indexes *state.Indexes
 	daemons daemonRegistry
+	// pause gates the workers while the Reactor is paused (pause.go).
+	pause pauseGate
 	// forgetting counts the goroutines that forget old incarnations after their
 	// daemons exited (Start waits for them).
 	forgetting sync.WaitGroup
@@ -203,6 +205,7 @@ func (o *Reactor) Start(ctx context.Context) error {
 	}
 	<-ctx.Done()
 	o.stopping.Store(true)
+	o.pause.shutdown()
 	o.res.close()
 	o.log.Info("stopping: finishing the cycles in flight", "grace", o.opts.ShutdownGracePeriod)
 	stopped := make(chan struct{})
@@ -335,6 +338,14 @@ func (o *Reactor) processNext(ctx context.Context) bool {
 		// Queued objects are left for the next start (their causes are rebuilt
 		// from the objects): the grace period is for the cycles in flight only,
 		// and a replica that lost its lease must stop handling at once.
+		return false
+	}
+	// A paused Reactor holds the key here until it resumes (pause.go).
+	if !o.pause.enter() {
+		return false
+	}
+	defer o.pause.leave()
+	if o.stopping.Load() {
 		return false
 	}
 	controller := ControllerName(key.resource)

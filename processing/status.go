@@ -17,6 +17,8 @@ type Snapshot struct {
 	Objects []ObjectStatus `json:"objects"`
 	Daemons []DaemonStatus `json:"daemons"`
 	Timers  []TimerStatus  `json:"timers"`
+	// Paused is why the Reactor is paused (Reactor.Pause), empty while it works.
+	Paused string `json:"paused,omitempty"`
 }
 
 // ObjectStatus is one object in flight.
@@ -76,6 +78,12 @@ type TimerStatus struct {
 func (o *Reactor) Snapshot() Snapshot {
 	s := o.board.snapshot()
 	s.Daemons = o.daemons.snapshot()
+	if paused, reason := o.Paused(); paused {
+		s.Paused = reason
+		if s.Paused == "" {
+			s.Paused = "paused"
+		}
+	}
 	return s
 }
 

@@ -228,6 +228,8 @@ func (w *watcher) notify(eventType string, obj any, initial bool) {
 	if initial {
 		o.ready.listed(key, idx.has(w.resource, causes.KindIndex))
 	}
-	o.objects.record(key, eventType, u, initial, idx.has(w.resource, causes.KindEvent))
+	// While paused, the raw events are the working peer's (pause.go).
+	keepEvents := idx.has(w.resource, causes.KindEvent) && !o.pause.pausedNow.Load()
+	o.objects.record(key, eventType, u, initial, keepEvents)
 	o.queue.Add(key)
 }

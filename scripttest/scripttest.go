@@ -160,7 +160,13 @@ type Options struct {
 	// Prefix is the operator's annotation and status prefix (luaop run --prefix);
 	// empty means DefaultPrefix.
 	Prefix string
+	// HandlerTimeout is the deadline of each call (luaop run --handler-timeout),
+	// loading and compiling the scripts included. Default DefaultHandlerTimeout.
+	HandlerTimeout time.Duration
 }
+
+// DefaultHandlerTimeout is the deadline of a test's calls when none is given.
+const DefaultHandlerTimeout = 10 * time.Second
 
 // DefaultPrefix is luaop run's default --prefix.
 const DefaultPrefix = "luaop.dev"
@@ -200,7 +206,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 				continue
 			}
 			t0 := time.Now()
-			failures := runCase(ctx, scripts, filepath.Dir(path), prefix, c)
+			failures := runCase(ctx, scripts, filepath.Dir(path), prefix, o.handlerTimeout(), c)
 			took := time.Since(t0).Round(time.Millisecond)
 			if len(failures) == 0 {
 				sum.Passed++
@@ -233,7 +239,14 @@ type outcome struct {
 	skipped bool
 }
 
-func runCase(ctx context.Context, scripts []luabind.Script, dir, prefix string, c Case) []string {
+func (o Options) handlerTimeout() time.Duration {
+	if o.HandlerTimeout > 0 {
+		return o.HandlerTimeout
+	}
+	return DefaultHandlerTimeout
+}
+
+func runCase(ctx context.Context, scripts []luabind.Script, dir, prefix string, timeout time.Duration, c Case) []string {
 	obj := c.Object
 	if c.ObjectFile != "" {
 		data, err := os.ReadFile(filepath.Join(dir, c.ObjectFile))
@@ -261,7 +274,7 @@ func runCase(ctx context.Context, scripts []luabind.Script, dir, prefix string, 
 	}
 	kube := newFakeKube(c.Objects)
 	var logs strings.Builder
-	rt := luabind.New(luabind.Options{Shards: 1, Kube: kube, HandlerTimeout: 10 * time.Second,
+	rt := luabind.New(luabind.Options{Shards: 1, Kube: kube, HandlerTimeout: timeout,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	defer rt.Close()
 	if _, err := rt.Load(ctx, scripts); err != nil {

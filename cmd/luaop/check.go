@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -10,7 +11,8 @@ import (
 )
 
 func newCheckCommand() *cobra.Command {
-	return &cobra.Command{
+	var handlerTimeout time.Duration
+	cmd := &cobra.Command{
 		Use:   "check DIR",
 		Short: "Check the scripts of DIR without a cluster: load them as run does and report every problem with file:line",
 		Long: `Load the Lua scripts of DIR exactly as "luaop run" does (the same sandbox, the same
@@ -21,7 +23,8 @@ lacks (io, os.getenv, coroutine, ...), Lua 5.2+ syntax that Lua 5.1 rejects ('//
 bitwise operators, <const>).
 
 Problems are printed as FILE:LINE: MESSAGE, one a line; the exit status is 1 when
-there is any.`,
+there is any. --handler-timeout is the operator's: each file must compile, and the
+scripts load, within it, as "luaop run" requires.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dir := args[0]
@@ -32,7 +35,10 @@ there is any.`,
 			if err != nil {
 				return err
 			}
-			rep := luabind.Check(cmd.Context(), scripts)
+			if handlerTimeout <= 0 {
+				return fmt.Errorf("--handler-timeout must be greater than 0 (the operator's, 30s by default)")
+			}
+			rep := luabind.Check(cmd.Context(), scripts, luabind.Options{HandlerTimeout: handlerTimeout})
 			out := cmd.OutOrStdout()
 			for _, p := range rep.Problems {
 				fmt.Fprintln(out, p.String())
@@ -45,4 +51,6 @@ there is any.`,
 			return nil
 		},
 	}
+	cmd.Flags().DurationVar(&handlerTimeout, "handler-timeout", 30*time.Second, "the operator's deadline of one Lua call, script loading and compiling included (as luaop run --handler-timeout)")
+	return cmd
 }

@@ -11,7 +11,9 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -28,6 +30,7 @@ import (
 	"github.com/luaop/luaop/luabind"
 	"github.com/luaop/luaop/metrics"
 	"github.com/luaop/luaop/operator"
+	"github.com/luaop/luaop/peering"
 	"github.com/luaop/luaop/processing"
 	"github.com/luaop/luaop/scriptwatch"
 )
@@ -65,7 +68,9 @@ Established), so that no kubectl is needed:
 	// every request it covers.
 	// The guard of the scripts ConfigMap is for production: `luaop dev` reads a
 	// folder of the developer's.
-	for flag, value := range map[string]string{"webhook-address": "127.0.0.1:0", "webhook-cleanup": "true", "scripts-webhook": "false"} {
+	// kopf's `run --dev`: the developer's session wins over the deployed operator.
+	for flag, value := range map[string]string{"webhook-address": "127.0.0.1:0", "webhook-cleanup": "true", "scripts-webhook": "false",
+		"priority": strconv.Itoa(peering.DevPriority)} {
 		setDefault(cmd.Flags(), flag, value)
 	}
 	return cmd
@@ -153,6 +158,17 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	if err := checkReachable(cfg); err != nil {
 		return err
 	}
+	// The cluster is named before anything is applied or watched; luaop dev refuses
+	// a shared one unless its context is named or allowed (clusterguard.go).
+	target := targetOf(s, cfg)
+	if !dev {
+		log.Info("cluster: "+target.String(), "context", target.Context, "server", target.Server)
+	} else {
+		view.Note(true, "cluster: "+target.String())
+		if err := devAllowed(target, s.Context, s.AllowContexts); err != nil {
+			return err
+		}
+	}
 	if len(s.Apply) > 0 {
 		if err := applyManifests(ctx, cfg, s, log); err != nil {
 			return err
@@ -201,14 +217,16 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	var webhooks *admission.Webhooks
 	if s.WebhookAddress != "" {
 		webhooks, err = admission.New(cfg, op.Runtime(), admission.Options{Address: s.WebhookAddress, CertDir: s.WebhookCertDir,
-			Service: s.WebhookService, URL: s.WebhookURL, Prefix: s.Prefix, RemoveOnExit: s.WebhookCleanup, DryRun: s.DryRun, Namespaces: s.Namespaces, Logger: log})
+			Service: s.WebhookService, URL: s.WebhookURL, Prefix: s.Prefix, RemoveOnExit: s.WebhookCleanup, DryRun: s.DryRun, Namespaces: s.Namespaces,
+			ProbeNamespace: probeNamespace(s), OnReachability: reachabilityReport(m, view, op.Runtime),
+			Inactive: !s.Standalone && !s.DryRun, Logger: log})
 		if err != nil {
 			return err
 		}
 	}
 	guardNS, guardName, guarded := strings.Cut(s.ScriptsConfigMap, "/")
 	if guarded && webhooks != nil && s.ScriptsWebhook && !dev {
-		if err := webhooks.Register(scriptsGuard(guardNS, guardName, log)); err != nil {
+		if err := webhooks.Register(scriptsGuard(guardNS, guardName, log, luabindOptions(s, log))); err != nil {
 			return fmt.Errorf("the webhook of --scripts-configmap: %w", err)
 		}
 	}
@@ -235,9 +253,13 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	if err != nil {
 		return fmt.Errorf("watching %s: %w", dir, err)
 	}
+	peer, scopes, err := newPeering(cfg, s, dev, op, webhooks, m, view, log)
+	if err != nil {
+		return fmt.Errorf("peering: %w", err)
+	}
 	// The endpoints answer from now on: /readyz tells why the scripts do not load
 	// while the operator waits for them.
-	if err := serveEndpoints(ctx, log, s, op, m, elector, webhooks); err != nil {
+	if err := serveEndpoints(ctx, log, s, op, m, elector, webhooks, peer); err != nil {
 		return err
 	}
 	report, err := op.LoadScripts(ctx, initial.Scripts)
@@ -279,17 +301,24 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 			}
 		}
 	}
+	stopWebhooks := func() {}
 	if webhooks != nil {
 		// Every replica serves the webhooks (a standby too: it holds the scripts).
 		webhooksDone := make(chan struct{})
-		wctx, stopWebhooks := context.WithCancel(ctx)
-		defer func() { stopWebhooks(); <-webhooksDone }() // with --webhook-cleanup, removed before exiting
+		wctx, cancelWebhooks := context.WithCancel(ctx)
+		// With --webhook-cleanup, removed before exiting (and before the peering
+		// Lease goes: runPeered).
+		stopWebhooks = sync.OnceFunc(func() { cancelWebhooks(); <-webhooksDone })
+		defer stopWebhooks()
 		go func() {
 			defer close(webhooksDone)
 			if err := webhooks.Start(wctx); err != nil {
 				log.Error("webhook server stopped", "error", err)
 			}
 		}()
+	}
+	if peer != nil {
+		peer.SetScope(scopes.scope(op.Runtime())) // the scripts that loaded in the end
 	}
 	if dev {
 		view.Loaded(dir, report)
@@ -313,6 +342,9 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 		if webhooks != nil && ev.Err == nil {
 			webhooks.Resync() // the configurations follow the handlers
 		}
+		if peer != nil && ev.Err == nil {
+			peer.SetScope(scopes.scope(op.Runtime())) // the resources served follow them too
+		}
 		op.NoteReload(ev.Files, ev.Err)
 		switch {
 		case dev:
@@ -331,13 +363,15 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 				"compiled", len(ev.Report.Compiled))
 		}
 	})
+	work := func(ctx context.Context) error { return runPeered(ctx, op, peer, stopWebhooks) }
 	if elector != nil {
-		// Only the leader watches and handles; ErrLeadershipLost ends the process
-		// with an error, and Kubernetes restarts it as a standby.
-		return elector.Run(ctx, op.Start)
+		// Only the leader watches and handles (and takes part in peering);
+		// ErrLeadershipLost ends the process with an error, and Kubernetes restarts
+		// it as a standby.
+		return elector.Run(ctx, work)
 	}
 	log.Info("watching the cluster", "server", cfg.Host, "scripts", dir)
-	return op.Start(ctx)
+	return work(ctx)
 }
 
 // applyManifests applies the objects of --apply (server-side), CRDs first.
@@ -403,12 +437,36 @@ func healthz(probe func(context.Context) (map[string]any, bool)) http.HandlerFun
 	}
 }
 
+// withStuckStates adds to the probes' results the Lua calls holding their state past
+// their deadline (luabind.Runtime.Stuck): while there is one, /healthz answers 500
+// (a goroutine nothing can stop: only a restart gets its CPU and memory back; the
+// runtime replaced its state meanwhile, so the other objects are served).
+func withStuckStates(probe func(context.Context) (map[string]any, bool), stuck func() []luabind.StuckCall) func(context.Context) (map[string]any, bool) {
+	return func(ctx context.Context) (map[string]any, bool) {
+		results, healthy := probe(ctx)
+		calls := stuck()
+		if len(calls) == 0 {
+			return results, healthy
+		}
+		out := make(map[string]any, len(results)+1)
+		for k, v := range results {
+			out[k] = v
+		}
+		msgs := make([]string, len(calls))
+		for i, c := range calls {
+			msgs[i] = c.String()
+		}
+		out["luaop.lua"] = map[string]any{"error": strings.Join(msgs, "; ")}
+		return out, false
+	}
+}
+
 // serveEndpoints serves /healthz, /readyz and /debug on --health-address and
 // /metrics on --metrics-address (kubebuilder's split: probes and metrics apart, so
 // that each can be exposed on its own); one server when both are the same. It
 // listens before it returns: an address it cannot listen on is an error (a probe
 // or a scrape that never answers would only show as restarts or a missing target).
-func serveEndpoints(ctx context.Context, log *slog.Logger, s settings, op *operator.Operator, m *metrics.Metrics, elector *leader.Elector, webhooks *admission.Webhooks) error {
+func serveEndpoints(ctx context.Context, log *slog.Logger, s settings, op *operator.Operator, m *metrics.Metrics, elector *leader.Elector, webhooks *admission.Webhooks, peer *peering.Peering) error {
 	var healthLn, metricsLn net.Listener
 	var err error
 	if s.HealthAddress != "" {
@@ -425,7 +483,7 @@ func serveEndpoints(ctx context.Context, log *slog.Logger, s settings, op *opera
 		}
 	}
 	if healthLn != nil {
-		health := healthMux(op, elector, webhooks)
+		health := healthMux(op, elector, webhooks, peer)
 		if s.Profiles {
 			serveProfiles(health)
 		}
@@ -452,7 +510,7 @@ func listen(what, flag, addr string) (net.Listener, error) {
 	return ln, nil
 }
 
-func healthMux(op *operator.Operator, elector *leader.Elector, webhooks *admission.Webhooks) *http.ServeMux {
+func healthMux(op *operator.Operator, elector *leader.Elector, webhooks *admission.Webhooks, peer *peering.Peering) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug", debugHandler(op.Debug, func() string {
 		switch {
@@ -462,14 +520,22 @@ func healthMux(op *operator.Operator, elector *leader.Elector, webhooks *admissi
 			return "leader"
 		}
 		return "standby"
+	}, func(doc *debugDoc) {
+		if peer != nil {
+			st := peer.State()
+			doc.Peering = &st
+		}
+		if webhooks != nil {
+			doc.Webhooks = webhooksDebug(webhooks)
+		}
 	}))
 	// /healthz answers with the on.probe handlers' results (kopf's liveness probes).
 	// Probe bounds them by its probe deadline (800ms, below the kubelet's 1s default)
 	// under the request's context: a probe that does not finish in time is reported
 	// as failed, and the answer never waits behind object handlers. A failed probe
 	// answers 500: the kubelet reads the status code, not the body.
-	mux.HandleFunc("/healthz", healthz(op.Probe))
-	mux.HandleFunc("/readyz", readyz(op, elector, webhooks))
+	mux.HandleFunc("/healthz", healthz(withStuckStates(op.Probe, op.Runtime().Stuck)))
+	mux.HandleFunc("/readyz", readyz(op, elector, webhooks, peer))
 	return mux
 }
 
@@ -482,7 +548,14 @@ func healthMux(op *operator.Operator, elector *leader.Elector, webhooks *admissi
 // luaop_scripts_reload_failed, which an alert watches. A pod with no scripts
 // serving (a start on broken scripts and no last good ones) is unready, with the
 // error.
-func readyz(op *operator.Operator, elector *leader.Elector, webhooks *admission.Webhooks) http.HandlerFunc {
+//
+// An operator paused by peering is ready ("ok (paused: ...)"): it holds the scripts
+// and serves admission reviews, as a standby does. When the webhooks are called at
+// a URL naming this process and the reachability probe failed, it is not ready
+// (the API server cannot call it); through a Service the probe's failure is a
+// "degraded" note only: a pod is an endpoint of its Service once ready, and its
+// readiness must not wait for a probe that needs a ready endpoint.
+func readyz(op *operator.Operator, elector *leader.Elector, webhooks *admission.Webhooks, peer *peering.Peering) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) {
 		loaded, lastGood, failed := op.ScriptsState()
 		if !loaded {
@@ -506,6 +579,23 @@ func readyz(op *operator.Operator, elector *leader.Elector, webhooks *admission.
 			// The Service sends admission reviews to ready pods only.
 			http.Error(w, "not ready: the webhook server is not serving yet", http.StatusServiceUnavailable)
 			return
+		}
+		if peer != nil {
+			// Paused, it owns no webhook configuration: their reachability is the
+			// working operator's business.
+			if st := peer.State(); st.Paused {
+				fmt.Fprintf(w, "ok (paused: %s)\nscripts %s\n%s", st.Reason, op.Runtime().Hash(), note)
+				return
+			}
+		}
+		if webhooks != nil {
+			if r := webhooks.Reachability(); r.Checked && !r.Reachable {
+				if !webhooks.ByService() {
+					http.Error(w, "not ready: "+r.Error, http.StatusServiceUnavailable)
+					return
+				}
+				note += "degraded: " + r.Error + "\n"
+			}
 		}
 		if elector != nil && !elector.IsLeader() {
 			// A standby is ready: it holds the scripts and waits for the lease; a
@@ -617,13 +707,22 @@ func millis(d time.Duration) float64 {
 	return float64(d.Microseconds()) / 1000
 }
 
-// webhooksNote tells in the dev view where the API server calls the admission
-// handlers, or, loudly, why it cannot.
+// webhooksNote tells in the dev view where the API server is to call the admission
+// handlers (the probe's outcome follows: reachabilityReport), or, loudly, why it
+// cannot.
 func webhooksNote(view *devloop.View, w *admission.Webhooks, rt *luabind.Runtime) {
 	if why := w.Unreachable(); why != "" {
 		view.Note(false, "webhooks: "+why)
 		return
 	}
+	where := strings.TrimSuffix(w.URL("/"), "/")
+	if w.ByService() {
+		where = "Service " + w.ByServiceName()
+	}
+	found := ""
+	if how := w.Endpoint().How; how != "" {
+		found = " (" + how + ")"
+	}
 	n := len(rt.AdmissionHandlers())
-	view.Note(true, fmt.Sprintf("webhooks: %d admission handler(s) served at %s", n, strings.TrimSuffix(w.URL("/"), "/")))
+	view.Note(true, fmt.Sprintf("webhooks: %d admission handler(s) served at %s%s; checking that the API server reaches them", n, where, found))
 }

@@ -65,7 +65,10 @@ func configMapKey(name string) string { return strings.ReplaceAll(name, "/", "__
 // Its failure policy is Ignore: when no replica answers (all of them down), an
 // edit of the scripts must still be possible, the fix above all; the replicas
 // then guard themselves (a broken load keeps the previous or last good scripts).
-func scriptsGuard(ns, name string, log *slog.Logger) admission.Handler {
+//
+// opts are the operator's Lua options: the check holds the scripts to the same
+// deadline and limits (luabind.CheckLoad).
+func scriptsGuard(ns, name string, log *slog.Logger, opts luabind.Options) admission.Handler {
 	return admission.Handler{
 		ID:   scriptsGuardID,
 		Kind: causes.KindValidate,
@@ -82,7 +85,7 @@ func scriptsGuard(ns, name string, log *slog.Logger) admission.Handler {
 			if req.Namespace != ns || req.Name != name || req.Object == nil {
 				return admission.Response{Allowed: true}, nil
 			}
-			msg := checkScriptsConfigMap(ctx, req.Object)
+			msg := checkScriptsConfigMap(ctx, req.Object, opts)
 			if msg == "" {
 				return admission.Response{Allowed: true}, nil
 			}
@@ -98,7 +101,7 @@ func ptrTo[T any](v T) *T { return &v }
 
 // checkScriptsConfigMap loads the scripts of a ConfigMap object in a throwaway
 // runtime: "" when they load, else the error (file:line).
-func checkScriptsConfigMap(ctx context.Context, obj map[string]any) string {
+func checkScriptsConfigMap(ctx context.Context, obj map[string]any, opts luabind.Options) string {
 	data := map[string]string{}
 	if d, ok := obj["data"].(map[string]any); ok {
 		for k, v := range d {
@@ -114,7 +117,7 @@ func checkScriptsConfigMap(ctx context.Context, obj map[string]any) string {
 	if len(scripts) == 0 {
 		return "no *.lua key (the operator would have no scripts)"
 	}
-	if err := luabind.CheckLoad(ctx, scripts); err != nil {
+	if err := luabind.CheckLoad(ctx, scripts, opts); err != nil {
 		return err.Error()
 	}
 	return ""

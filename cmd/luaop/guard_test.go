@@ -70,7 +70,7 @@ func TestScriptsOfConfigMap(t *testing.T) {
 
 // The webhook of the scripts ConfigMap: what a user's `kubectl apply` would be told.
 func TestScriptsGuardRejectsScriptsThatDoNotLoad(t *testing.T) {
-	h := scriptsGuard("luaop-system", "luaop-scripts", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h := scriptsGuard("luaop-system", "luaop-scripts", slog.New(slog.NewTextHandler(io.Discard, nil)), luabind.Options{})
 	if h.FailurePolicy != "Ignore" || h.Path() != "/validate/"+scriptsGuardID {
 		t.Errorf("failure policy %q, path %q", h.FailurePolicy, h.Path())
 	}

@@ -26,6 +26,10 @@ type rbacOptions struct {
 	// validating webhook even without admission handlers in the scripts.
 	ScriptsConfigMap string
 	ScriptsWebhook   bool
+	// Standalone: the operator runs with --standalone (no peering Role);
+	// PeeringNamespace is its --peering-namespace (default: the ServiceAccount's).
+	Standalone       bool
+	PeeringNamespace string
 	command          string // how the output was made, for its header
 }
 
@@ -35,8 +39,9 @@ func newRBACCommand() *cobra.Command {
 		Use:   "rbac DIR",
 		Short: "Print the least-privilege RBAC the scripts of DIR need (no cluster needed)",
 		Long: `Print the ClusterRole (or, with --namespaces naming namespaces, one Role per
-namespace), its binding to the operator's ServiceAccount, and with --leader-elect the
-Role for the Lease, that the scripts of DIR need:
+namespace), its binding to the operator's ServiceAccount, the Role for the peering
+Leases (unless --standalone; also what the webhooks' reachability probe needs), and
+with --leader-elect the Role for the Lease, that the scripts of DIR need:
   - the resources the handlers watch: get, list, watch, patch, and patch of their
     status subresource (handler results, progress with --progress-storage=status);
   - core Events: create, patch (handler outcomes, luaop.info/warn/exception);
@@ -70,6 +75,8 @@ irregular plural (e.g. Endpoints) must be checked by hand.`,
 	fs.StringVar(&o.LeaderNamespace, "leader-election-namespace", "", "namespace of the Lease (default: the ServiceAccount's)")
 	fs.StringVar(&o.ScriptsConfigMap, "scripts-configmap", "", "the scripts ConfigMap, [namespace/]name (default namespace: the ServiceAccount's): add the Role for the ConfigMap <name>-last-good where the operator keeps the last scripts that loaded")
 	fs.BoolVar(&o.ScriptsWebhook, "scripts-webhook", false, "the operator validates the scripts ConfigMap (--scripts-configmap with the webhooks component): grant the webhook configurations even if no script has admission handlers")
+	fs.BoolVar(&o.Standalone, "standalone", false, "the operator runs with --standalone: no Role for the peering Leases")
+	fs.StringVar(&o.PeeringNamespace, "peering-namespace", "", "the operator's --peering-namespace (default: the ServiceAccount's)")
 	fs.StringSliceVar(&o.Namespaces, "namespaces", nil, "namespaces the operator serves (plain names): Roles in each instead of a ClusterRole")
 	return cmd
 }
@@ -222,11 +229,11 @@ func generateRBAC(cmd *cobra.Command, dir string, o rbacOptions) (string, []stri
 		// Webhook configurations are cluster-scoped: a ClusterRole of their own,
 		// whether the rest is a ClusterRole or Roles.
 		name := o.Name + "-webhooks"
-		fmt.Fprintf(&b, "---\n# Admission webhooks (luaop.on.validate, luaop.on.mutate in %s): the operator writes\n# the configurations \"<prefix>.validate\" and \"<prefix>.mutate\" (--webhook-address).\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: %s\nrules:\n- apiGroups: [admissionregistration.k8s.io]\n  resources: [mutatingwebhookconfigurations, validatingwebhookconfigurations]\n  verbs: [get, create, update, delete]\n",
+		fmt.Fprintf(&b, "---\n# Admission webhooks (luaop.on.validate, luaop.on.mutate in %s): the operator writes\n# the configurations \"<prefix>.validate\", \"<prefix>.mutate\" and \"<prefix>.probe\" (--webhook-address).\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: %s\nrules:\n- apiGroups: [admissionregistration.k8s.io]\n  resources: [mutatingwebhookconfigurations, validatingwebhookconfigurations]\n  verbs: [get, create, update, delete]\n",
 			strings.Join(admissionSources, ", "), name)
 		fmt.Fprintf(&b, "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: %s\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: %s\nsubjects:\n- kind: ServiceAccount\n  name: %s\n  namespace: %s\n",
 			name, name, saName, saNS)
-		fmt.Fprintf(&b, "---\n# The webhook's certificate: generated once and kept in the Secret \"<service>-tls\" of the\n# operator's namespace (--webhook-service without --webhook-cert-dir), shared by the replicas.\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: %s\n  namespace: %s\nrules:\n- apiGroups: [\"\"]\n  resources: [secrets]\n  verbs: [get, create]\n", name, saNS)
+		fmt.Fprintf(&b, "---\n# The webhook's certificate: generated once and kept in the Secret \"<service>-tls\" of the\n# operator's namespace (--webhook-service without --webhook-cert-dir), shared by the replicas;\n# the reachability probe: a dry run of a Lease created there (--standalone too).\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: %s\n  namespace: %s\nrules:\n- apiGroups: [\"\"]\n  resources: [secrets]\n  verbs: [get, create]\n- apiGroups: [coordination.k8s.io]\n  resources: [leases]\n  verbs: [create]\n", name, saNS)
 		fmt.Fprintf(&b, "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: %s\n  namespace: %s\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: %s\nsubjects:\n- kind: ServiceAccount\n  name: %s\n  namespace: %s\n",
 			name, saNS, name, saName, saNS)
 	}
@@ -244,13 +251,23 @@ func generateRBAC(cmd *cobra.Command, dir string, o rbacOptions) (string, []stri
 		fmt.Fprintf(&b, "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: %s\n  namespace: %s\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: %s\nsubjects:\n- kind: ServiceAccount\n  name: %s\n  namespace: %s\n",
 			name, ns, name, saName, saNS)
 	}
+	if !o.Standalone {
+		ns := o.PeeringNamespace
+		if ns == "" {
+			ns = saNS
+		}
+		name := o.Name + "-peering"
+		fmt.Fprintf(&b, "---\n# Peering: the operator's own Lease and those of the other operators of its prefix\n# (luaop dev pauses it), in the namespace of --peering-namespace; creates there are\n# also the webhooks' reachability probe (a dry run). Omit with --standalone.\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: %s\n  namespace: %s\nrules:\n- apiGroups: [coordination.k8s.io]\n  resources: [leases]\n  verbs: [get, list, watch, create, update, delete]\n", name, ns)
+		fmt.Fprintf(&b, "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: %s\n  namespace: %s\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: %s\nsubjects:\n- kind: ServiceAccount\n  name: %s\n  namespace: %s\n",
+			name, ns, name, saName, saNS)
+	}
 	if o.LeaderElect {
 		ns := o.LeaderNamespace
 		if ns == "" {
 			ns = saNS
 		}
 		name := o.Name + "-leader-election"
-		fmt.Fprintf(&b, "---\n# Leader election: the Lease lives in the operator's own namespace only.\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: %s\n  namespace: %s\nrules:\n- apiGroups: [coordination.k8s.io]\n  resources: [leases]\n  verbs: [get, create, update]\n", name, ns)
+		fmt.Fprintf(&b, "---\n# Leader election: the Lease lives in the operator's own namespace only (watch: a\n# standby sees a release at once and takes over without waiting for its next try).\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: %s\n  namespace: %s\nrules:\n- apiGroups: [coordination.k8s.io]\n  resources: [leases]\n  verbs: [get, watch, create, update]\n", name, ns)
 		fmt.Fprintf(&b, "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: %s\n  namespace: %s\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: %s\nsubjects:\n- kind: ServiceAccount\n  name: %s\n  namespace: %s\n",
 			name, ns, name, saName, saNS)
 	}
@@ -348,6 +365,12 @@ func rbacCommandLine(dir string, o rbacOptions) string {
 	}
 	if o.ScriptsWebhook {
 		args = append(args, "--scripts-webhook")
+	}
+	if o.Standalone {
+		args = append(args, "--standalone")
+	}
+	if o.PeeringNamespace != "" {
+		args = append(args, "--peering-namespace", o.PeeringNamespace)
 	}
 	return strings.Join(append(args, dir), " ")
 }

@@ -80,7 +80,7 @@ luaop.timer("example.com/v1/Policy", function(ctx) end, { interval = 5 })
 	if err := os.WriteFile(filepath.Join(dir, "a.lua"), []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, stderr, err := runCLI(t, "rbac", "--namespaces", "team-a,team-b", "--service-account", "ops/op", dir)
+	out, stderr, err := runCLI(t, "rbac", "--namespaces", "team-a,team-b", "--service-account", "ops/op", "--standalone", dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ luaop.timer("example.com/v1/Policy", function(ctx) end, { interval = 5 })
 		}
 	}
 	if strings.Contains(out, "ClusterRole") || strings.Contains(out, "leases") {
-		t.Errorf("namespaced output without --leader-elect has a ClusterRole or leases:\n%s", out)
+		t.Errorf("namespaced output without --leader-elect and with --standalone has a ClusterRole or leases:\n%s", out)
 	}
 	if !strings.Contains(stderr, "warning: 1 luaop.kube call(s) whose apiVersion or kind is not a literal; grant their resources by hand:\n  a.lua:7: luaop.kube.list") {
 		t.Errorf("stderr: %s", stderr)
@@ -118,19 +118,61 @@ luaop.on.mutate("example.com/v1/gizmos", function(ctx) end)
 	if err := os.WriteFile(filepath.Join(dir, "a.lua"), []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, _, err := runCLI(t, "rbac", "--namespaces", "team-a", dir)
+	// The reachability probe dry-runs a Lease in the operator's namespace: granted
+	// with --standalone (no peering Role) and another --peering-namespace too.
+	for _, args := range [][]string{nil, {"--standalone"}, {"--peering-namespace", "elsewhere"}} {
+		out, _, err := runCLI(t, append(append([]string{"rbac", "--namespaces", "team-a", "--service-account", "ops/op"}, args...), dir)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(out, "gizmos") {
+			t.Errorf("admission handlers' resource granted as watched:\n%s", out)
+		}
+		for _, want := range []string{
+			"kind: ClusterRole\nmetadata:\n  name: luaop-webhooks\nrules:\n- apiGroups: [admissionregistration.k8s.io]\n  resources: [mutatingwebhookconfigurations, validatingwebhookconfigurations]\n  verbs: [get, create, update, delete]\n",
+			"kind: ClusterRoleBinding\nmetadata:\n  name: luaop-webhooks\n",
+			"kind: Role\nmetadata:\n  name: luaop-webhooks\n  namespace: ops\nrules:\n- apiGroups: [\"\"]\n  resources: [secrets]\n  verbs: [get, create]\n- apiGroups: [coordination.k8s.io]\n  resources: [leases]\n  verbs: [create]\n",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("luaop rbac %v: output lacks\n%s\n---\n%s", args, want, out)
+			}
+		}
+	}
+}
+
+// Peering (on unless --standalone) needs the Leases of its namespace: the
+// operator's own and its peers', and creates there for the webhooks' probe.
+func TestRBACPeeringRole(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a.lua"), []byte(`local luaop = require("luaop")
+luaop.on.create("v1/cm", function(ctx) end)`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		ns   string
+	}{
+		{nil, "luaop-system"},
+		{[]string{"--peering-namespace", "ops"}, "ops"},
+	} {
+		out, _, err := runCLI(t, append(append([]string{"rbac"}, tc.args...), dir)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{
+			"kind: Role\nmetadata:\n  name: luaop-peering\n  namespace: " + tc.ns + "\nrules:\n- apiGroups: [coordination.k8s.io]\n  resources: [leases]\n  verbs: [get, list, watch, create, update, delete]\n",
+			"kind: RoleBinding\nmetadata:\n  name: luaop-peering\n  namespace: " + tc.ns + "\n",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("luaop rbac %v lacks\n%s\n---\n%s", tc.args, want, out)
+			}
+		}
+	}
+	out, _, err := runCLI(t, "rbac", "--standalone", dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(out, "gizmos") {
-		t.Errorf("admission handlers' resource granted as watched:\n%s", out)
-	}
-	for _, want := range []string{
-		"kind: ClusterRole\nmetadata:\n  name: luaop-webhooks\nrules:\n- apiGroups: [admissionregistration.k8s.io]\n  resources: [mutatingwebhookconfigurations, validatingwebhookconfigurations]\n  verbs: [get, create, update, delete]\n",
-		"kind: ClusterRoleBinding\nmetadata:\n  name: luaop-webhooks\n",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("output lacks\n%s\n---\n%s", want, out)
-		}
+	if strings.Contains(out, "peering") {
+		t.Errorf("luaop rbac --standalone has the peering Role:\n%s", out)
 	}
 }

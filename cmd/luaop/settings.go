@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/luaop/luaop/luabind"
+	"github.com/luaop/luaop/peering"
 	"github.com/luaop/luaop/processing"
 	"github.com/luaop/luaop/scriptwatch"
 )
@@ -62,6 +63,14 @@ type settings struct {
 	ScriptsConfigMap   string // namespace/name
 	ScriptsWebhook     bool
 	LastGoodConfigMap  string // a name in ScriptsConfigMap's namespace; "none": off
+	// AllowContexts are the kubeconfig contexts luaop dev may use although they are
+	// not local clusters (clusterguard.go).
+	AllowContexts []string
+	// Peering (peers.go): off with Standalone.
+	Standalone           bool
+	Priority             int
+	PeeringNamespace     string
+	PeeringLeaseDuration time.Duration
 	// Warnings are LUAOP_* variables that look like misspelled settings: logged at start.
 	Warnings []string
 }
@@ -117,6 +126,11 @@ func addOperatorFlags(fs *pflag.FlagSet, logFormat string) {
 	fs.String("scripts-configmap", "", "namespace/name of the ConfigMap the scripts folder is mounted from: with --webhook-address its updates are validated (scripts that do not load are rejected with file:line), and the last good scripts are kept next to it for a start on broken scripts")
 	fs.Bool("scripts-webhook", true, "with --scripts-configmap and --webhook-address, validate the updates of the scripts ConfigMap (false: opt out; always off in `luaop dev`)")
 	fs.String("last-good-configmap", "", "ConfigMap (in --scripts-configmap's namespace) where the operator keeps the last scripts that loaded (default: <name>-last-good; none: keep none)")
+	fs.StringSlice("allow-context", nil, "luaop dev: a kubeconfig context it may use although it is not a local cluster (kind-*, k3d-*, minikube, docker-desktop, a server on this machine); repeatable (Tilt's allow_k8s_contexts); --context NAME also allows NAME")
+	fs.Bool("standalone", false, "no peering: do not coordinate with other operators of the same --prefix (kopf's --standalone)")
+	fs.Int("priority", 0, "peering priority: of the operators of one --prefix serving the same resources, those with a lower priority pause while a higher one runs (luaop dev: 666, luaop run: 0); equal priorities both pause")
+	fs.String("peering-namespace", "", "namespace of the peering Leases, the same for every operator that should coordinate (default: the pod's own namespace, else "+peering.DefaultNamespace+")")
+	fs.Duration("peering-lease-duration", peering.DefaultLeaseDuration, "how long an operator that stopped renewing its peering Lease (killed) still counts as running (whole seconds)")
 	fs.Bool("dry-run", false, "run the handlers against the cluster but write nothing: patches, finalizer changes, the scripts' luaop.kube writes and Events are logged as they would have been sent (reads still go to the cluster; no leader election)")
 }
 
@@ -218,6 +232,14 @@ func readSettings(cmd *cobra.Command, v *viper.Viper, subset bool) (settings, er
 		if _, err := os.Stat(p); err != nil {
 			r.invalid("apply", p, "files or folders of YAML manifests ("+err.Error()+")")
 		}
+	}
+	s.AllowContexts = r.list("allow-context")
+	s.Standalone = r.bool("standalone")
+	s.Priority = r.int("priority", math.MinInt, "a whole number (higher wins)")
+	s.PeeringNamespace = r.dnsName("peering-namespace", true)
+	s.PeeringLeaseDuration = r.duration("peering-lease-duration", false)
+	if r.has("peering-lease-duration") && (s.PeeringLeaseDuration < time.Second || s.PeeringLeaseDuration%time.Second != 0) {
+		r.invalid("peering-lease-duration", s.PeeringLeaseDuration.String(), "a whole number of seconds, at least 1s")
 	}
 	if s.DryRun && len(s.Apply) > 0 {
 		r.fail("--apply writes to the cluster, --dry-run writes nothing: give one of them")

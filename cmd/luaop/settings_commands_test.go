@@ -3,8 +3,10 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
@@ -106,4 +108,38 @@ func TestReleaseReadsTheOperatorsConfig(t *testing.T) {
 			t.Errorf("error %v; want the misspelled key refused with a suggestion", err)
 		}
 	})
+}
+
+// Peering's and the cluster guard's settings: dev's priority is kopf's 666, run's
+// 0; the allowed contexts come from flags (repeatable) or the config file.
+func TestPeeringAndGuardSettings(t *testing.T) {
+	dev, err := execSettings(t, newDevCommand, loadSettings, "dev", "scripts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := execSettings(t, newRunCommand, loadSettings, "run", "scripts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dev.Priority != 666 || run.Priority != 0 || dev.Standalone || dev.PeeringLeaseDuration != 15*time.Second {
+		t.Errorf("defaults: dev priority %d, run priority %d, standalone %v, lease %s", dev.Priority, run.Priority, dev.Standalone, dev.PeeringLeaseDuration)
+	}
+	flags, err := execSettings(t, newDevCommand, loadSettings, "dev", "--allow-context", "staging", "--allow-context", "qa,perf", "--priority", "-5", "--standalone", "scripts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(flags.AllowContexts, []string{"staging", "qa", "perf"}) || flags.Priority != -5 || !flags.Standalone {
+		t.Errorf("flags: allow %v, priority %d, standalone %v", flags.AllowContexts, flags.Priority, flags.Standalone)
+	}
+	config := writeFile(t, "luaop.yaml", "allow-context: [staging, shared-dev]\npeering-namespace: ops\npeering-lease-duration: 4s\n")
+	file, err := execSettings(t, newDevCommand, loadSettings, "dev", "--config", config, "scripts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(file.AllowContexts, []string{"staging", "shared-dev"}) || file.PeeringNamespace != "ops" || file.PeeringLeaseDuration != 4*time.Second {
+		t.Errorf("config file: allow %v, peering namespace %q, lease %s", file.AllowContexts, file.PeeringNamespace, file.PeeringLeaseDuration)
+	}
+	if _, err := execSettings(t, newDevCommand, loadSettings, "dev", "--peering-lease-duration", "1500ms", "scripts"); err == nil || !strings.Contains(err.Error(), "whole number of seconds") {
+		t.Errorf("--peering-lease-duration=1500ms: %v", err)
+	}
 }

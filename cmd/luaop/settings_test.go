@@ -226,7 +226,7 @@ func TestSettingsRejectBadValues(t *testing.T) {
 			`unknown key "namespace": did you mean "namespaces"?`,
 			`unknown key "worker": did you mean "workers"?`,
 			`unknown key "bogus"`,
-			"are its flags: all-namespaces, consistency-timeout"}},
+			"are its flags: all-namespaces, allow-context, consistency-timeout"}},
 		{[]string{"--config", file("config: other.yaml\n")}, nil, []string{`unknown key "config"`}},
 	}
 	for _, tt := range tests {

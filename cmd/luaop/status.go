@@ -12,7 +12,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/luaop/luaop/admission"
 	"github.com/luaop/luaop/operator"
+	"github.com/luaop/luaop/peering"
 )
 
 // debugDoc is the document /debug serves: the operator's Debug and its version.
@@ -21,16 +23,39 @@ type debugDoc struct {
 	// Election is "leader" or "standby" with --leader-elect, else empty: a standby
 	// handles nothing, so its objects, daemons and timers are empty.
 	Election string `json:"election,omitempty"`
+	// Peering is peering's state (absent with --standalone); Webhooks where the
+	// API server calls the admission handlers and whether the probe proved it.
+	Peering  *peering.State `json:"peering,omitempty"`
+	Webhooks *webhooksDoc   `json:"webhooks,omitempty"`
 	operator.Debug
 }
 
+// webhooksDoc is /debug's part about the webhooks.
+type webhooksDoc struct {
+	// Address is where the server listens; Found how the address given to the API
+	// server was found (detection), when it was.
+	Address string `json:"address"`
+	Found   string `json:"found,omitempty"`
+	// Unregistered says why the configurations are not written at all.
+	Unregistered string                 `json:"unregistered,omitempty"`
+	Reachability admission.Reachability `json:"reachability"`
+}
+
+func webhooksDebug(w *admission.Webhooks) *webhooksDoc {
+	return &webhooksDoc{Address: w.Addr().String(), Found: w.Endpoint().How, Unregistered: w.Unreachable(), Reachability: w.Reachability()}
+}
+
 // debugHandler serves /debug: what the operator is doing now, as JSON.
-func debugHandler(debug func() operator.Debug, election func() string) http.HandlerFunc {
+func debugHandler(debug func() operator.Debug, election func() string, more func(*debugDoc)) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(debugDoc{Version: luaopVersion(), Election: election(), Debug: debug()})
+		doc := debugDoc{Version: luaopVersion(), Election: election(), Debug: debug()}
+		if more != nil {
+			more(&doc)
+		}
+		_ = enc.Encode(doc)
 	}
 }
 
@@ -135,6 +160,7 @@ func printStatus(out io.Writer, d debugDoc, now time.Time) {
 			fmt.Fprintf(out, "  %s\n", r.Error)
 		}
 	}
+	printPeeringAndWebhooks(out, d, now)
 	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "\nhandlers (%d):\n", len(d.Handlers))
 	for _, h := range d.Handlers {
@@ -212,4 +238,38 @@ func since(now, then time.Time) string {
 		return d.Round(100 * time.Millisecond).String()
 	}
 	return d.Round(time.Second).String()
+}
+
+// printPeeringAndWebhooks prints peering's state and the webhooks' reachability.
+func printPeeringAndWebhooks(out io.Writer, d debugDoc, now time.Time) {
+	if p := d.Peering; p != nil {
+		switch {
+		case p.Paused:
+			fmt.Fprintf(out, "peering: PAUSED (%s); priority %d, Lease %s/%s\n", p.Reason, p.Priority, p.Namespace, p.Lease)
+		case p.Alone:
+			fmt.Fprintf(out, "peering: working alone (%s)\n", p.AloneReason)
+		default:
+			fmt.Fprintf(out, "peering: working; priority %d, Lease %s/%s\n", p.Priority, p.Namespace, p.Lease)
+		}
+		for _, peer := range p.Peers {
+			state := "working"
+			if peer.Paused {
+				state = "paused"
+			}
+			fmt.Fprintf(out, "  peer %s: %s\n", peer, state)
+		}
+	}
+	if w := d.Webhooks; w != nil {
+		r := w.Reachability
+		switch {
+		case w.Unregistered != "":
+			fmt.Fprintf(out, "webhooks: not registered: %s\n", w.Unregistered)
+		case !r.Checked:
+			fmt.Fprintf(out, "webhooks: listening on %s; reachability not checked (yet)\n", w.Address)
+		case r.Reachable:
+			fmt.Fprintf(out, "webhooks: reached by the API server %s ago\n", since(now, r.At))
+		default:
+			fmt.Fprintf(out, "webhooks: NOT REACHED by the API server (%s ago): %s\n", since(now, r.At), r.Error)
+		}
+	}
 }

@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/luaop/luaop/admission"
 	"github.com/luaop/luaop/operator"
+	"github.com/luaop/luaop/peering"
 	"github.com/luaop/luaop/processing"
 )
 
@@ -81,5 +83,26 @@ func TestPrintStatusOfBrokenScripts(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestPrintStatusOfPeeringAndWebhooks(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	doc := debugDoc{Version: "v1",
+		Peering: &peering.State{Namespace: "luaop-system", Lease: "luaop.dev-peer-1", Priority: 0, Paused: true,
+			Reason: "paused in favour of me@laptop/1 (priority 666, luaop dev on laptop)",
+			Peers:  []peering.Peer{{Identity: "me@laptop/1", Priority: 666, Mode: "dev", Host: "laptop"}}},
+		Webhooks: &webhooksDoc{Address: "0.0.0.0:9443", Reachability: admission.Reachability{Checked: true, At: now.Add(-time.Minute),
+			Error: "the API server cannot call the webhooks through Service luaop-system/luaop: no endpoints"}}}
+	var out strings.Builder
+	printStatus(&out, doc, now)
+	for _, want := range []string{
+		"peering: PAUSED (paused in favour of me@laptop/1 (priority 666, luaop dev on laptop)); priority 0, Lease luaop-system/luaop.dev-peer-1\n",
+		"  peer me@laptop/1 (priority 666, luaop dev on laptop): working\n",
+		"webhooks: NOT REACHED by the API server (1m0s ago): the API server cannot call the webhooks through Service luaop-system/luaop: no endpoints\n",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("luaop status lacks %q:\n%s", want, out.String())
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -14,6 +15,7 @@ import (
 func newTestCommand() *cobra.Command {
 	var run, tests, prefix string
 	var verbose bool
+	var handlerTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "test DIR",
 		Short: "Run the handler test cases of DIR/tests/*.yaml without a cluster",
@@ -39,7 +41,10 @@ exits with status 1 when any fails.`,
 			if len(files) == 0 {
 				return fmt.Errorf("no test files (*.yaml) in %s", tests)
 			}
-			opts := scripttest.Options{Scripts: dir, Tests: files, Out: cmd.OutOrStdout(), Verbose: verbose, Prefix: prefix}
+			if handlerTimeout <= 0 {
+				return fmt.Errorf("--handler-timeout must be greater than 0")
+			}
+			opts := scripttest.Options{Scripts: dir, Tests: files, Out: cmd.OutOrStdout(), Verbose: verbose, Prefix: prefix, HandlerTimeout: handlerTimeout}
 			if run != "" {
 				if opts.Run, err = regexp.Compile(run); err != nil {
 					return fmt.Errorf("-run: %w", err)
@@ -62,5 +67,6 @@ exits with status 1 when any fails.`,
 	cmd.Flags().StringVar(&tests, "tests", "", "folder of the test files (default: DIR/tests)")
 	cmd.Flags().StringVar(&prefix, "prefix", scripttest.DefaultPrefix, "prefix of the operator's annotations, as given to luaop run --prefix (its annotations are not part of the handlers' view of the object)")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "print passing cases too")
+	cmd.Flags().DurationVar(&handlerTimeout, "handler-timeout", scripttest.DefaultHandlerTimeout, "deadline of each handler call, script loading and compiling included (luaop run --handler-timeout)")
 	return cmd
 }

@@ -6,6 +6,8 @@ import (
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
+
+	"github.com/luaop/luaop/luabind"
 )
 
 // version is stamped at build time (Makefile, Dockerfile):
@@ -31,26 +33,20 @@ func luaopVersion() string {
 // the Lua VM's and the Kubernetes client's.
 func components() [][2]string {
 	out := [][2]string{{"luaop", luaopVersion()}, {"go", runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH}}
-	deps := map[string]string{}
+	client := "unknown (no build information)"
 	if info, ok := debug.ReadBuildInfo(); ok {
 		for _, d := range info.Deps {
-			if d.Replace != nil {
-				d = d.Replace
+			if d.Path == "k8s.io/client-go" {
+				client = d.Version
+				if d.Replace != nil {
+					client = d.Replace.Version
+				}
 			}
-			deps[d.Path] = d.Version
 		}
 	}
-	for _, m := range []struct{ name, path, note string }{
-		{"gopher-lua", "github.com/yuin/gopher-lua", " (Lua 5.1)"},
-		{"client-go", "k8s.io/client-go", ""},
-	} {
-		v := deps[m.path]
-		if v == "" {
-			v = "unknown (no build information)"
-		}
-		out = append(out, [2]string{m.name, v + m.note})
-	}
-	return out
+	return append(out,
+		[2]string{"gopher-lua", luabind.LuaVMVersion + " (Lua 5.1)"},
+		[2]string{"client-go", client})
 }
 
 func newVersionCommand() *cobra.Command {

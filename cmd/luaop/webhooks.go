@@ -2,11 +2,18 @@ package main
 
 import (
 	"fmt"
+	"strings"
+	"sync"
 
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/luaop/luaop/admission"
+	"github.com/luaop/luaop/devloop"
+	"github.com/luaop/luaop/luabind"
+	"github.com/luaop/luaop/metrics"
 )
 
 func newWebhooksCommand() *cobra.Command {
@@ -37,8 +44,12 @@ answers rejects every request it covers (failure_policy "Fail").`,
 			if err := syncer.Remove(cmd.Context()); err != nil {
 				return err
 			}
+			probe := admission.ProbeConfigurationName(s.Prefix)
+			if err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(cmd.Context(), probe, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("deleting the webhook configuration %s: %w", probe, err)
+			}
 			v, m := admission.ConfigurationNames(s.Prefix)
-			fmt.Fprintf(cmd.OutOrStdout(), "removed ValidatingWebhookConfiguration %s and MutatingWebhookConfiguration %s (when present)\n", v, m)
+			fmt.Fprintf(cmd.OutOrStdout(), "removed ValidatingWebhookConfigurations %s and %s and MutatingWebhookConfiguration %s (when present)\n", v, probe, m)
 			return nil
 		},
 	}
@@ -47,4 +58,51 @@ answers rejects every request it covers (failure_policy "Fail").`,
 	remove.Flags().StringVar(&s.Prefix, "prefix", "luaop.dev", "the operator's --prefix")
 	cmd.AddCommand(remove)
 	return cmd
+}
+
+// probeNamespace is where the reachability probe dry-runs its Lease: an existing
+// namespace the operator may create Leases in: the pod's own, else the one
+// namespace of -n, else "default".
+func probeNamespace(s settings) string {
+	if ns := podNamespace(); ns != "" {
+		return ns
+	}
+	if len(s.Namespaces) == 1 && !strings.ContainsAny(s.Namespaces[0], "*?[!") {
+		return s.Namespaces[0]
+	}
+	return "default"
+}
+
+// reachabilityReport tells the metrics, and the dev view when the outcome
+// changed, about each reachability probe.
+func reachabilityReport(m *metrics.Metrics, view *devloop.View, rt func() *luabind.Runtime) func(admission.Reachability) {
+	var mu sync.Mutex
+	last := ""
+	return func(r admission.Reachability) {
+		m.WebhookReachable(r.Reachable)
+		if view == nil {
+			return
+		}
+		note := "reached"
+		if !r.Reachable {
+			note = r.Error
+		}
+		mu.Lock()
+		changed := note != last
+		last = note
+		mu.Unlock()
+		if !changed {
+			return
+		}
+		if !r.Reachable {
+			view.Note(false, "webhooks: "+r.Error)
+			return
+		}
+		where := r.URL
+		if r.Service != "" {
+			where = "Service " + r.Service
+		}
+		view.Note(true, fmt.Sprintf("webhooks: %d admission handler(s) at %s: the API server reaches them (probe %s)",
+			len(rt().AdmissionHandlers()), where, r.Took.Round(1e6)))
+	}
 }

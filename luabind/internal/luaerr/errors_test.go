@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	lua "github.com/yuin/gopher-lua"
+	lua "github.com/luaop/luaop/third_party/gopher-lua"
 
 	"github.com/luaop/luaop/luabind/internal/luatest"
 	"github.com/luaop/luaop/luabind/internal/luavalue"

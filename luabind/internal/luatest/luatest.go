@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	lua "github.com/yuin/gopher-lua"
+	lua "github.com/luaop/luaop/third_party/gopher-lua"
 	kjson "k8s.io/apimachinery/pkg/util/json"
 )
 

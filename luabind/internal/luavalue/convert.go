@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	lua "github.com/yuin/gopher-lua"
+	lua "github.com/luaop/luaop/third_party/gopher-lua"
 )
 
 // Conversion between Kubernetes JSON values and Lua.
@@ -278,17 +278,84 @@ func unmarshal(data []byte, out *any) error {
 	return err
 }
 
-// FromLua converts a Lua value into a Go JSON value (a deep copy). Errors name the path
-// of the offending value, e.g. `spec.items[3]: cannot convert a function to JSON`.
+// FromLua converts a Lua value into a Go JSON value (a deep copy), within the default
+// Limits. Errors name the path of the offending value, e.g. `spec.items[3]: cannot
+// convert a function to JSON`.
 func FromLua(lv lua.LValue) (any, error) {
-	w := walker{}
+	return FromLuaLimited(lv, Limits{})
+}
+
+// Limits bound what one conversion from Lua may build. A table referenced from
+// several places is converted (and counted) once per place: 41 tables each holding
+// the previous one twice are 2^40 values, so the conversion counts as it goes and
+// stops at the limit rather than at the end of the operator's memory.
+type Limits struct {
+	// MaxValues bounds the values (tables, strings, numbers, booleans, nulls).
+	// Default DefaultMaxValues.
+	MaxValues int
+	// MaxBytes bounds the size of the value as JSON, about: strings and keys count
+	// their bytes, every other value a few, each every time it is reached.
+	// Default DefaultMaxBytes.
+	MaxBytes int
+	// Why, when given, explains MaxBytes in the error ("the API server stores at
+	// most 1.5 MiB in an object").
+	Why string
+}
+
+const (
+	// DefaultMaxValues is 2^20 values: about a hundred MB of Go values, far more
+	// than any Kubernetes object (etcd takes 1.5 MiB).
+	DefaultMaxValues = 1 << 20
+	// DefaultMaxBytes is 16 MiB, the strings' own bound (sandbox MaxStringSize).
+	DefaultMaxBytes = 16 << 20
+)
+
+// FromLuaLimited is FromLua within limits (zero fields: the defaults).
+func FromLuaLimited(lv lua.LValue, limits Limits) (any, error) {
+	if limits.MaxValues <= 0 {
+		limits.MaxValues = DefaultMaxValues
+	}
+	if limits.MaxBytes <= 0 {
+		limits.MaxBytes = DefaultMaxBytes
+	}
+	w := walker{count: &counter{limits: limits}}
 	return w.from(lv, 0)
 }
+
+// counter counts what a conversion built against its limits.
+type counter struct {
+	limits        Limits
+	values, bytes int
+}
+
+// add counts one value of n string bytes; the error says which limit it passed.
+func (c *counter) add(n int) error {
+	if c == nil {
+		return nil
+	}
+	c.values++
+	c.bytes += n
+	switch {
+	case c.values > c.limits.MaxValues:
+		return fmt.Errorf("value too large: more than %d values (a table referenced from several places counts each time)", c.limits.MaxValues)
+	case c.bytes > c.limits.MaxBytes:
+		why := ""
+		if c.limits.Why != "" {
+			why = ": " + c.limits.Why
+		}
+		return fmt.Errorf("value too large: more than %d bytes as JSON (a string or table referenced from several places counts each time)%s", c.limits.MaxBytes, why)
+	}
+	return nil
+}
+
+// jsonOverhead is what a value other than a string adds to the JSON size, about.
+const jsonOverhead = 4
 
 // walker keeps the path and the tables being visited (for cycle detection).
 type walker struct {
 	path  []pathStep
 	stack []*lua.LTable
+	count *counter
 }
 
 // pathStep is one step of a path: a key of an object, or a 1-based index of a list.
@@ -349,6 +416,13 @@ func IsIdent(s string) bool {
 }
 
 func (w *walker) from(lv lua.LValue, depth int) (any, error) {
+	n := jsonOverhead
+	if s, ok := lv.(lua.LString); ok {
+		n = len(s) + 2
+	}
+	if err := w.count.add(n); err != nil {
+		return nil, w.errorf("%v", err)
+	}
 	switch x := lv.(type) {
 	case *lua.LNilType:
 		return nil, nil
@@ -363,7 +437,7 @@ func (w *walker) from(lv lua.LValue, depth int) (any, error) {
 			return nil, w.errorf("value nested deeper than %d levels", maxDepth)
 		}
 		if pd := proxyDataOf(x); pd != nil {
-			v, err := normalize(pd.v, depth)
+			v, err := normalizeCounted(pd.v, depth, w.count)
 			if err != nil {
 				return nil, w.errorf("%v", err)
 			}
@@ -507,6 +581,9 @@ func (w *walker) object(t *lua.LTable, n int, depth int) (any, error) {
 		if firstErr != nil && ks > errKey {
 			return
 		}
+		if w.count != nil {
+			w.count.bytes += len(ks)
+		}
 		w.path = append(w.path, pathStep{key: ks, isKey: true})
 		gv, err := w.from(v, depth+1)
 		w.path = w.path[:len(w.path)-1]
@@ -574,7 +651,17 @@ func keyString(k lua.LValue) string {
 // normalize deep-copies a Go JSON value, normalising numbers to int64/float64 as
 // client-go does. It serves proxies (whose Go value FromLua must not share) and ToLua's
 // JSON fallback.
-func normalize(v any, depth int) (any, error) {
+func normalize(v any, depth int) (any, error) { return normalizeCounted(v, depth, nil) }
+
+// normalizeCounted is normalize counting each value copied in c (nil: no limit).
+func normalizeCounted(v any, depth int, c *counter) (any, error) {
+	n := jsonOverhead
+	if s, ok := v.(string); ok {
+		n = len(s) + 2
+	}
+	if err := c.add(n); err != nil {
+		return nil, err
+	}
 	switch x := v.(type) {
 	case nil, string, bool, int64, float64:
 		return x, nil
@@ -587,11 +674,14 @@ func normalize(v any, depth int) (any, error) {
 		}
 		out := make(map[string]any, len(x))
 		for k, e := range x {
-			c, err := normalize(e, depth+1)
+			if c != nil {
+				c.bytes += len(k)
+			}
+			cv, err := normalizeCounted(e, depth+1, c)
 			if err != nil {
 				return nil, err
 			}
-			out[k] = c
+			out[k] = cv
 		}
 		return out, nil
 	case []any:
@@ -603,11 +693,11 @@ func normalize(v any, depth int) (any, error) {
 		}
 		out := make([]any, len(x))
 		for i, e := range x {
-			c, err := normalize(e, depth+1)
+			cv, err := normalizeCounted(e, depth+1, c)
 			if err != nil {
 				return nil, err
 			}
-			out[i] = c
+			out[i] = cv
 		}
 		return out, nil
 	case int:

@@ -6,7 +6,7 @@ import (
 	"reflect"
 	"testing"
 
-	lua "github.com/yuin/gopher-lua"
+	lua "github.com/luaop/luaop/third_party/gopher-lua"
 	kjson "k8s.io/apimachinery/pkg/util/json"
 
 	"github.com/luaop/luaop/luabind/internal/luatest"

@@ -1,6 +1,6 @@
 package sandbox
 
-import lua "github.com/yuin/gopher-lua"
+import lua "github.com/luaop/luaop/third_party/gopher-lua"
 
 // iterationKey marks, in a state's registry, that InstallIteration ran.
 const iterationKey = "luaop.sandbox.iteration"

@@ -3,8 +3,8 @@ package sandbox
 import (
 	"strings"
 
-	lua "github.com/yuin/gopher-lua"
-	"github.com/yuin/gopher-lua/pm"
+	lua "github.com/luaop/luaop/third_party/gopher-lua"
+	"github.com/luaop/luaop/third_party/gopher-lua/pm"
 )
 
 // Options configure NewState. Zero fields take the defaults of
@@ -68,14 +68,14 @@ func (o Options) withDefaults() Options {
 //   - collectgarbage is a harmless function returning 0 (the real one runs a GC of the
 //     whole Go program).
 //   - print goes to opts.Print.
-//   - string.rep, string.format, string.gsub and table.concat refuse to build a string
-//     larger than MaxStringSize. The string metatable's __index is the string table, so
-//     ("x"):rep(n) and s:gsub(...) are bounded too.
+//   - no string a script builds is larger than MaxStringSize: the `..` operator
+//     (lua.Options.MaxStringSize, a patch of gopher-lua: third_party/gopher-lua),
+//     string.rep, string.format, string.gsub, table.concat and os.date refuse to.
+//     The string metatable's __index is the string table, so ("x"):rep(n) and
+//     s:gsub(...) are bounded too.
+//   - pattern matching (string.find, match, gmatch, gsub) ends with the state's
+//     context: the matcher checks it every few thousand steps (patched pm).
 //   - pairs/ipairs honour __pairs/__ipairs (InstallIteration).
-//
-// The `..` operator cannot be bounded without patching gopher-lua's VM: repeated
-// doubling (s = s .. s) still grows without limit; the handler deadline (SetContext)
-// does not help there since each concatenation is one instruction.
 func NewState(opts Options) *lua.LState {
 	opts = opts.withDefaults()
 	L := lua.NewState(lua.Options{
@@ -85,6 +85,7 @@ func NewState(opts Options) *lua.LState {
 		RegistryGrowStep:    opts.RegistryGrowStep,
 		MinimizeStackMemory: true,
 		SkipOpenLibs:        true,
+		MaxStringSize:       opts.MaxStringSize, // `..` (third_party/gopher-lua)
 	})
 	for _, lib := range []struct {
 		name string
@@ -152,15 +153,16 @@ func NewState(opts Options) *lua.LState {
 	return L
 }
 
-// boundStrings replaces string.rep, string.format, string.gsub and table.concat with
-// versions that refuse results larger than limit bytes.
+// boundStrings replaces string.rep, string.format, string.gsub, table.concat and
+// os.date with versions that refuse results larger than limit bytes (the `..`
+// operator is bounded by gopher-lua itself: lua.Options.MaxStringSize, patched).
 func boundStrings(L *lua.LState, limit int) {
 	strMod, ok := L.G.Global.RawGetString("string").(*lua.LTable)
 	if ok {
 		strMod.RawSetString("rep", L.NewFunction(func(L *lua.LState) int {
 			s := L.CheckString(1)
 			n := float64(L.CheckNumber(2))
-			if n < 1 || len(s) == 0 {
+			if !(n >= 1) || len(s) == 0 { // NaN too: nothing to repeat
 				L.Push(lua.LString(""))
 				return 1
 			}
@@ -182,6 +184,21 @@ func boundStrings(L *lua.LState, limit int) {
 		strMod.RawSetString("gsub", L.NewFunction(func(L *lua.LState) int {
 			return gsub(L, limit)
 		}))
+	}
+	if osMod, ok := L.G.Global.RawGetString("os").(*lua.LTable); ok {
+		if orig, ok := osMod.RawGetString("date").(*lua.LFunction); ok && orig.IsG {
+			origDate := orig.GFunction
+			osMod.RawSetString("date", L.NewFunction(func(L *lua.LState) int {
+				// Each directive (%c, the longest, is about 24 bytes) writes at
+				// most 32 bytes for the two of the format.
+				if f, ok := L.Get(1).(lua.LString); ok {
+					if est := len(f) + 30*strings.Count(string(f), "%"); est > limit {
+						L.RaiseError("os.date: result too large (up to %d bytes > %d)", est, limit)
+					}
+				}
+				return origDate(L)
+			}))
+		}
 	}
 	if tabMod, ok := L.G.Global.RawGetString("table").(*lua.LTable); ok {
 		if orig, ok := tabMod.RawGetString("concat").(*lua.LFunction); ok && orig.IsG {
@@ -269,10 +286,21 @@ func formatEstimate(L *lua.LState) int {
 			i++
 			prec = num()
 		}
-		est += width + prec + longest
 		if i >= len(f) {
+			est += width + prec + longest
 			break
 		}
+		// The verb: %q quotes (a byte may become \xNN: 4 bytes), %x and %X write
+		// two hex digits a byte (and a space between with "% x"), others about
+		// the argument's length.
+		mult := 1
+		switch f[i] {
+		case 'q':
+			mult = 4
+		case 'x', 'X':
+			mult = 3
+		}
+		est += width + prec + mult*longest + 2
 	}
 	return est
 }
@@ -304,7 +332,7 @@ func gsub(L *lua.LState, limit int) int {
 				break
 			}
 		}
-		mds, err := pm.Find(pat, src, sp, want)
+		mds, err := pm.FindCheck(pat, src, sp, want, contextCheck(L))
 		if err != nil {
 			L.RaiseError("%s", err.Error())
 		}
@@ -333,13 +361,6 @@ func gsub(L *lua.LState, limit int) int {
 		if anchored || len(mds) < want {
 			break
 		}
-		if ctx := L.Context(); ctx != nil {
-			select {
-			case <-ctx.Done():
-				L.RaiseError("%s", ctx.Err().Error())
-			default:
-			}
-		}
 	}
 	if count == 0 {
 		L.Push(lua.LString(str))
@@ -350,6 +371,15 @@ func gsub(L *lua.LState, limit int) int {
 	L.Push(lua.LString(out))
 	L.Push(lua.LNumber(count))
 	return 2
+}
+
+// contextCheck is the check of pm.FindCheck for L: its context's error once it
+// ended, so that a pattern match runs no longer than its call's deadline.
+func contextCheck(L *lua.LState) func() error {
+	if ctx := L.Context(); ctx != nil {
+		return ctx.Err
+	}
+	return nil
 }
 
 // gsubReplacement computes one replacement like gopher-lua does; ok is false when the

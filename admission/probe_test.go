@@ -1,0 +1,224 @@
+package admission
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
+	clienttesting "k8s.io/client-go/testing"
+
+	"github.com/luaop/luaop/processing/causes"
+)
+
+// probeWorld runs Webhooks with one Fail handler against a fake API server whose
+// probe answers are chosen by the test: reached, or the API server's failure.
+type probeWorld struct {
+	w         *Webhooks
+	client    *fake.Clientset
+	reachable atomic.Bool
+	reports   atomic.Int32
+	last      atomic.Pointer[Reachability]
+	// hold, when set before Start, holds every sync after its probe (before it
+	// writes) until it is closed; held is told of each sync so held.
+	hold, held chan struct{}
+}
+
+func startProbeWorld(t *testing.T, reachable bool, opts Options, setup ...func(*probeWorld)) *probeWorld {
+	t.Helper()
+	pw := &probeWorld{}
+	for _, f := range setup {
+		f(pw)
+	}
+	pw.reachable.Store(reachable)
+	opts.Address, opts.Prefix = "127.0.0.1:0", "ops.example.com"
+	opts.detect = noDetection("https://127.0.0.1:6443")
+	opts.ProbeBudget = 300 * time.Millisecond
+	opts.OnReachability = func(r Reachability) {
+		pw.reports.Add(1)
+		pw.last.Store(&r)
+		if pw.hold != nil {
+			select {
+			case pw.held <- struct{}{}:
+			default:
+			}
+			<-pw.hold
+		}
+	}
+	w, err := New(&rest.Config{Host: "https://127.0.0.1:6443"}, nil, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw.w = w
+	pw.client = fake.NewClientset()
+	pw.client.PrependReactor("create", "leases", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		obj := a.(clienttesting.CreateAction).GetObject().(*coordinationv1.Lease)
+		token, ok := obj.Labels[ProbeLabel]
+		if !ok {
+			return false, nil, nil
+		}
+		gr := schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}
+		if pw.reachable.Load() {
+			return true, nil, apierrors.NewForbidden(gr, obj.Name, fmt.Errorf(`admission webhook "x" denied the request: %s`, probeMessage(token)))
+		}
+		return true, nil, apierrors.NewInternalError(fmt.Errorf(`failed calling webhook "reachability.probe.ops.example.com": failed to call webhook: Post "%s": dial tcp 198.18.0.1:4443: connect: no route to host`, w.URL(probePath)))
+	})
+	w.syncer.Client, w.syncer.Discovery, w.prober.client = pw.client, pw.client.Discovery(), pw.client
+	w.resyncEvery = time.Hour
+	scope := admissionregistrationv1.NamespacedScope
+	if err := w.Register(Handler{ID: "cm", Kind: causes.KindValidate,
+		Rules: []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{"*"},
+			Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}, Scope: &scope}}},
+		Admit: func(context.Context, Request) (Response, error) { return Response{Allowed: true}, nil }}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- w.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return pw
+}
+
+func (pw *probeWorld) configurations(t *testing.T) (validate, probe bool) {
+	t.Helper()
+	api := pw.client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	_, errV := api.Get(t.Context(), "ops.example.com.validate", metav1.GetOptions{})
+	_, errP := api.Get(t.Context(), "ops.example.com.probe", metav1.GetOptions{})
+	return errV == nil, errP == nil
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Reached: the handlers' configuration is written after the probe.
+func TestProbeReachedRegisters(t *testing.T) {
+	pw := startProbeWorld(t, true, Options{})
+	waitFor(t, "the validate configuration", func() bool { v, _ := pw.configurations(t); return v })
+	r := pw.w.Reachability()
+	if !r.Checked || !r.Reachable || !strings.HasPrefix(r.URL, "https://127.0.0.1:") {
+		t.Errorf("Reachability = %+v", r)
+	}
+}
+
+// Not reached: nothing is registered (no Fail webhook nobody answers), the probe's
+// configuration is removed too, and the error says what to do.
+func TestProbeNotReachedRegistersNothing(t *testing.T) {
+	pw := startProbeWorld(t, false, Options{})
+	// OnReachability is told before the sync withdraws what the probe wrote: the
+	// probe's configuration goes a moment after the report.
+	waitFor(t, "a failed probe reported and no configuration left", func() bool {
+		v, p := pw.configurations(t)
+		return pw.reports.Load() > 0 && !v && !p
+	})
+	r := pw.w.Reachability()
+	if !r.Checked || r.Reachable || !strings.Contains(r.Error, "no route to host") || !strings.Contains(r.Error, "--webhook-url") {
+		t.Errorf("Reachability = %+v", r)
+	}
+	for _, a := range pw.client.Actions() {
+		if a.GetVerb() == "create" && a.GetResource().Resource == "validatingwebhookconfigurations" {
+			if c := a.(clienttesting.CreateAction).GetObject().(*admissionregistrationv1.ValidatingWebhookConfiguration); c.Name == "ops.example.com.validate" {
+				t.Error("the handlers' configuration was written before the probe failed")
+			}
+		}
+	}
+}
+
+// Reached, then not (the tunnel died): a later probe removes what was registered.
+func TestProbeFailingLaterWithdraws(t *testing.T) {
+	pw := startProbeWorld(t, true, Options{})
+	waitFor(t, "the validate configuration", func() bool { v, _ := pw.configurations(t); return v })
+	pw.reachable.Store(false)
+	pw.w.reach.Store(&Reachability{Checked: true, Reachable: true, At: time.Now().Add(-2 * time.Hour)}) // due again
+	pw.w.Resync()
+	waitFor(t, "the configurations removed", func() bool { v, p := pw.configurations(t); return !v && !p })
+	if r := pw.w.Reachability(); r.Reachable {
+		t.Errorf("Reachability = %+v", r)
+	}
+}
+
+// Inactive (a peer works): nothing is written until SetActive(true).
+func TestInactiveWritesNothing(t *testing.T) {
+	pw := startProbeWorld(t, true, Options{Inactive: true})
+	pw.w.sync(t.Context()) // what Start's loop does on every trigger
+	if v, p := pw.configurations(t); v || p {
+		t.Fatalf("an inactive operator wrote configurations: validate %v, probe %v", v, p)
+	}
+	pw.w.SetActive(true)
+	waitFor(t, "the validate configuration once active", func() bool { v, _ := pw.configurations(t); return v })
+}
+
+// A sync under way when the operator stops owning the configurations (peering
+// pauses it) ends before WaitIdle returns: a peer that writes its own as soon as
+// this operator's pause returned keeps them (they were overwritten by the paused
+// operator's sync, the API server then calling an operator that handles nothing).
+func TestNoSyncOfAnInactiveOperatorOutlivesWaitIdle(t *testing.T) {
+	pw := startProbeWorld(t, true, Options{}, func(pw *probeWorld) {
+		pw.hold, pw.held = make(chan struct{}), make(chan struct{}, 1)
+	})
+	select {
+	case <-pw.held: // the first sync has probed and is about to write
+	case <-time.After(10 * time.Second):
+		t.Fatal("no probe")
+	}
+	pw.w.SetActive(false)
+	api := pw.client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	peerURL := "https://peer.example.com:8443/validate"
+	peerDone := make(chan error, 1)
+	go func() {
+		if err := pw.w.WaitIdle(t.Context()); err != nil {
+			peerDone <- err
+			return
+		}
+		// The peer takes over at once: its configuration, created or overwritten.
+		peer := &admissionregistrationv1.ValidatingWebhookConfiguration{
+			ObjectMeta: metav1.ObjectMeta{Name: "ops.example.com.validate"},
+			Webhooks: []admissionregistrationv1.ValidatingWebhook{{Name: "cm.validate.ops.example.com",
+				ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &peerURL}}}}
+		_, err := api.Create(context.Background(), peer, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			var cur *admissionregistrationv1.ValidatingWebhookConfiguration
+			if cur, err = api.Get(context.Background(), peer.Name, metav1.GetOptions{}); err == nil {
+				cur.Webhooks = peer.Webhooks
+				_, err = api.Update(context.Background(), cur, metav1.UpdateOptions{})
+			}
+		}
+		peerDone <- err
+	}()
+	var err error
+	select {
+	case err = <-peerDone:
+		close(pw.hold)
+	case <-time.After(300 * time.Millisecond): // WaitIdle waits for the sync held
+		close(pw.hold)
+		err = <-peerDone
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the sync under way at SetActive(false) ended", pw.w.Synced)
+	vc, err := api.Get(t.Context(), "ops.example.com.validate", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := vc.Webhooks[0].ClientConfig.URL; got == nil || *got != peerURL {
+		t.Errorf("the peer's configuration was overwritten by the paused operator's: %+v", vc.Webhooks[0].ClientConfig)
+	}
+}

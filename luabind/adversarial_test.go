@@ -1,0 +1,297 @@
+package luabind
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/luaop/luaop/luabind/adversary"
+	"github.com/luaop/luaop/processing/causes"
+)
+
+// Issue 34: every adversarial script fails its own call, within a second of its
+// deadline or at once at a limit, with file:line and a clear reason; objects of
+// other shards are served while it runs, and its own shard and object right after.
+// Peak memory is asserted on a real process (cmd/luaop TestAdversarialProcesses).
+func TestAdversarialScripts(t *testing.T) {
+	// The race detector (make test) makes Go code many times slower: the limits
+	// then need a longer deadline to be reached first.
+	deadline := 2 * time.Second
+	if raceDetector {
+		deadline = 8 * time.Second
+	}
+	src, lines := adversary.Script(adversary.Cases)
+	rt := loadedRuntime(t, Options{Shards: 2, HandlerTimeout: deadline}, adversary.File, src)
+	victim, bystander := uidsOnDifferentShards(t, rt)
+	for _, c := range adversary.Cases {
+		t.Run(c.ID, func(t *testing.T) {
+			var wg sync.WaitGroup
+			served := make(chan error, 1)
+			stop := make(chan struct{})
+			wg.Add(1)
+			go func() { // another object, on another shard, while the attack runs
+				defer wg.Done()
+				for {
+					_, _, err := invokeHandler(t, rt, "fine", createCause(bystander))
+					select {
+					case <-stop:
+						served <- err
+						return
+					default:
+					}
+					if err != nil {
+						served <- err
+						return
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}()
+			start := time.Now()
+			_, _, err := invokeHandler(t, rt, c.ID, createCause(victim))
+			took := time.Since(start)
+			close(stop)
+			wg.Wait()
+			if err := <-served; err != nil {
+				t.Errorf("another object was not served meanwhile: %v", err)
+			}
+			if err == nil {
+				t.Fatal("the attack returned without an error")
+			}
+			line := lines[c.ID]
+			if c.Result {
+				line--
+			}
+			where := fmt.Sprintf("%s:%d:", adversary.File, line)
+			msg := err.Error()
+			if !strings.Contains(msg, where) || !strings.Contains(msg, c.Want) {
+				t.Errorf("error = %.400q, want %s and %q", msg, where, c.Want)
+			}
+			var pe *causes.PermanentError
+			if c.Result && !errors.As(err, &pe) {
+				t.Errorf("not a permanent error (it would be retried): %T %v", err, err)
+			}
+			var se *ScriptError
+			if errors.As(err, &se) && len(se.Traceback) > 8<<10 {
+				t.Errorf("traceback of %d bytes", len(se.Traceback))
+			}
+			// Every case ends within a second of its deadline (those a limit stops,
+			// long before it without the race detector).
+			if took > deadline+time.Second {
+				t.Errorf("the call took %s (deadline %s): more than a second past it", took, deadline)
+			}
+			if res := mustInvoke(t, rt, "fine", createCause(victim)); res.Value != "fine" {
+				t.Errorf("the object after the attack: %#v", res.Value)
+			}
+		})
+	}
+}
+
+// uidsOnDifferentShards finds two uids served by different object shards.
+func uidsOnDifferentShards(t *testing.T, rt *Runtime) (string, string) {
+	t.Helper()
+	first := rt.shardFor("victim")
+	for i := range 100 {
+		uid := fmt.Sprintf("bystander-%d", i)
+		if rt.shardFor(uid) != first {
+			return "victim", uid
+		}
+	}
+	t.Fatal("no uid on another shard")
+	return "", ""
+}
+
+// Loading: a file saved into the watched folder that nests too deep, or that is a
+// large data table, fails (or succeeds) at once, naming file:line; the previous
+// scripts keep serving. luaop check and the scripts guard compile the same way.
+func TestAdversarialLoads(t *testing.T) {
+	timeout := 5 * time.Second
+	if raceDetector { // compiling the 589 KB data table is many times slower with it
+		timeout = time.Minute
+	}
+	rt := loadedRuntime(t, Options{Shards: 2, HandlerTimeout: timeout}, "a.lua", `local luaop = require("luaop")
+luaop.on.create("example.com/v1/widgets", function() return "a" end, {id = "a"})`)
+	for _, c := range adversary.LoadCases {
+		t.Run(c.Name, func(t *testing.T) {
+			scripts := scriptsOf("a.lua", `local luaop = require("luaop")
+luaop.on.create("example.com/v1/widgets", function() return "a" end, {id = "a"})`, "b.lua", c.Source())
+			start := time.Now()
+			_, err := rt.Load(t.Context(), scripts)
+			t.Logf("load: %s", time.Since(start))
+			checkLoad := CheckLoad(t.Context(), scripts, Options{HandlerTimeout: timeout})
+			rep := Check(t.Context(), scripts, Options{HandlerTimeout: timeout})
+			if c.Want == "" {
+				if err != nil || checkLoad != nil || len(rep.Problems) > 0 {
+					t.Fatalf("refused: load %v, guard %v, check %v", err, checkLoad, rep.Problems)
+				}
+				return
+			}
+			where := fmt.Sprintf("b.lua:%d: ", c.Line)
+			for what, err := range map[string]error{"load": err, "scripts guard": checkLoad} {
+				if err == nil || !strings.HasPrefix(err.Error(), where) || !strings.Contains(err.Error(), c.Want) {
+					t.Errorf("%s: %v, want %s...%s", what, err, where, c.Want)
+				}
+			}
+			if len(rep.Problems) != 1 || rep.Problems[0].String() != where+rep.Problems[0].Message || !strings.Contains(rep.Problems[0].Message, c.Want) {
+				t.Errorf("check: %v", rep.Problems)
+			}
+			if res := mustInvoke(t, rt, "a", createCause("u1")); res.Value != "a" {
+				t.Errorf("the previous scripts stopped serving: %#v", res.Value)
+			}
+		})
+	}
+}
+
+// Compiling is under the load's deadline: a file too large to compile in time fails
+// the load with a clear error (the previous scripts keep serving), luaop check says
+// so too.
+func TestCompileUnderTheLoadDeadline(t *testing.T) {
+	var big strings.Builder
+	for i := range 400_000 {
+		fmt.Fprintf(&big, "local function f%d(ctx) return ctx.spec.size + %d end\n", i%150, i)
+	}
+	const deadline = 300 * time.Millisecond
+	rt := loadedRuntime(t, Options{Shards: 1, HandlerTimeout: deadline}, "a.lua", `local luaop = require("luaop")
+luaop.on.create("example.com/v1/widgets", function() return "a" end, {id = "a"})`)
+	start := time.Now()
+	_, err := rt.Load(t.Context(), scriptsOf("big.lua", big.String()))
+	took := time.Since(start)
+	if err == nil || !strings.Contains(err.Error(), "compiling big.lua exceeded the 300ms load deadline") {
+		t.Fatalf("load = %v", err)
+	}
+	if took > deadline+time.Second {
+		t.Errorf("the load took %s", took)
+	}
+	if res := mustInvoke(t, rt, "a", createCause("u1")); res.Value != "a" {
+		t.Errorf("the previous scripts stopped serving: %#v", res.Value)
+	}
+	rep := Check(t.Context(), scriptsOf("big.lua", big.String()), Options{HandlerTimeout: deadline})
+	if len(rep.Problems) != 1 || !strings.Contains(rep.Problems[0].Message, "compiling took longer than the 300ms load deadline") {
+		t.Errorf("check: %v", rep.Problems)
+	}
+}
+
+// Thousands of subhandlers register in linear time (issue 34, item 10).
+func TestManySubhandlers(t *testing.T) {
+	rt := loadedRuntime(t, Options{Shards: 1}, "sub.lua", `local luaop = require("luaop")
+luaop.on.create("example.com/v1/widgets", function(ctx)
+  for i = 1, 20000 do ctx.subhandler(function() end, {id = "s" .. i}) end
+end, {id = "parent"})`)
+	res := mustInvoke(t, rt, "parent", createCause("u1"))
+	if len(res.Subhandlers) != 20000 || res.Subhandlers[19999].ID != "parent/s20000" {
+		t.Fatalf("%d subhandlers", len(res.Subhandlers))
+	}
+}
+
+func BenchmarkRegisterSubhandlers5000(b *testing.B) {
+	rt := loadedRuntime(b, Options{Shards: 1}, "sub.lua", `local luaop = require("luaop")
+luaop.on.create("example.com/v1/widgets", function(ctx)
+  for i = 1, 5000 do ctx.subhandler(function() end, {id = "s" .. i}) end
+end, {id = "parent"})`)
+	call := causes.Call{Handler: specOf(b, rt, "parent"), Cause: createCause("u1")}
+	for b.Loop() {
+		if _, err := rt.Invoke(b.Context(), call); err != nil {
+			b.Fatal(err)
+		}
+	}
+	runtime.GC()
+}
+
+// A call that holds its state past its deadline (a Go function ignoring its context:
+// every built-in is bounded, so a test stands one in) is reported (Stuck, the
+// metrics) and its state replaced: another object of the same shard is served while
+// it still runs; once it ends, nothing is reported any more.
+func TestStuckStateIsReportedAndReplaced(t *testing.T) {
+	release, started := make(chan struct{}), make(chan struct{}, 1)
+	// A logger that blocks on "hang": a Go function ignoring the call's context,
+	// as no built-in may.
+	logger := slog.New(blockingHandler{msg: "hang", started: started, release: release})
+	rt := newTestRuntime(t, Options{Shards: 1, HandlerTimeout: 300 * time.Millisecond, Logger: logger})
+	mustLoad(t, rt, "h.lua", `local luaop = require("luaop")
+luaop.on.create("example.com/v1/widgets", function(ctx) ctx.logger.info("hang") return "late" end, {id = "hang"})
+luaop.on.create("example.com/v1/widgets", function(ctx) return "fine" end, {id = "fine"})`)
+	hung := make(chan error, 1)
+	go func() {
+		_, _, err := invokeHandler(t, rt, "hang", createCause("u1"))
+		hung <- err
+	}()
+	<-started
+	// The same shard (there is one) serves another object meanwhile.
+	start := time.Now()
+	res, _, err := invokeHandler(t, rt, "fine", createCause("u2"))
+	if err != nil || res.Value != "fine" {
+		t.Fatalf("another object: %#v, %v", res.Value, err)
+	}
+	if took := time.Since(start); took > 300*time.Millisecond+stuckGrace+time.Second {
+		t.Errorf("another object waited %s", took)
+	}
+	stuck := rt.Stuck()
+	if len(stuck) != 1 || stuck[0].What != "hang" || !strings.Contains(stuck[0].String(), "Lua state 0 is held by hang") {
+		t.Fatalf("stuck = %v", stuck)
+	}
+	if got := collectBudgetMetrics(t, rt); got["luaop_lua_states_stuck"] != 1 || got["luaop_lua_states_replaced_total"] != 1 {
+		t.Errorf("metrics %v", got)
+	}
+	close(release)
+	<-hung
+	for deadline := time.Now().Add(5 * time.Second); len(rt.Stuck()) > 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("still stuck after the call ended: %v", rt.Stuck())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := collectBudgetMetrics(t, rt); got["luaop_lua_states_stuck"] != 0 {
+		t.Errorf("metrics %v", got)
+	}
+	if res := mustInvoke(t, rt, "fine", createCause("u1")); res.Value != "fine" {
+		t.Errorf("after: %#v", res.Value)
+	}
+}
+
+// blockingHandler is a slog handler that blocks on the message msg until release.
+type blockingHandler struct {
+	msg              string
+	started, release chan struct{}
+}
+
+func (h blockingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h blockingHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.started <- struct{}{}
+		<-h.release
+	}
+	return nil
+}
+func (h blockingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h blockingHandler) WithGroup(string) slog.Handler      { return h }
+
+func collectBudgetMetrics(t *testing.T, rt *Runtime) map[string]float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(rt.BudgetMetrics()); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			switch {
+			case m.GetGauge() != nil:
+				out[mf.GetName()] = m.GetGauge().GetValue()
+			case m.GetCounter() != nil:
+				out[mf.GetName()] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	return out
+}
