@@ -190,7 +190,7 @@ func newRig(t *testing.T, o rigOptions) *rig {
 	}
 	r.ledger = ledger.New(ledger.Options{Handlers: o.handlers, DeleteHandlers: o.deletes})
 	ctx, cancel := context.WithCancel(context.Background())
-	wait, err := ledger.Follow(ctx, env.Dynamic.Resource(o.resource).Namespace(r.ns), metav1.ListOptions{}, r.ledger.Observe, r.ledger.Gap)
+	wait, err := ledger.Follow(ctx, env.Dynamic.Resource(o.resource).Namespace(r.ns), metav1.ListOptions{}, r.ledger.Observe, r.ledger.Relisted)
 	if err != nil {
 		cancel()
 		t.Fatalf("following %s: %v", o.resource.Resource, err)

@@ -246,10 +246,10 @@ func (c *chaos) start(ctx context.Context) error {
 	}
 	c.ledger = ledger.New(ledger.Options{Handlers: chaosHandlers, DeleteHandlers: []string{"gone"}})
 	c.cms = c.dyn.Resource(configmapsGVR).Namespace(c.ns)
-	if _, err := ledger.Follow(ctx, c.client, metav1.ListOptions{}, c.ledger.Observe, c.ledger.Gap); err != nil {
+	if _, err := ledger.Follow(ctx, c.client, metav1.ListOptions{}, c.ledger.Observe, c.ledger.Relisted); err != nil {
 		return fmt.Errorf("following the objects: %w", err)
 	}
-	if _, err := ledger.Follow(ctx, c.cms, metav1.ListOptions{LabelSelector: ledger.RunSelector}, c.observeRecord, c.ledger.Gap); err != nil {
+	if _, err := ledger.Follow(ctx, c.cms, metav1.ListOptions{LabelSelector: ledger.RunSelector}, c.observeRecord, func(map[string]bool, int64) { c.ledger.Gap() }); err != nil {
 		return fmt.Errorf("following the run records: %w", err)
 	}
 	go c.deleteRecords(ctx)

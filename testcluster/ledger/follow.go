@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,12 +16,14 @@ import (
 // Follow lists the objects of client (with opts' selectors) and hands every one to
 // fn as ADDED, then, in a goroutine, every version a watch from that list shows, until
 // ctx ends; a watch that ends is resumed from the last version seen, one answered 410
-// lists again (calling gap, then fn with each listed object as ADDED). It returns once
-// the first list is done, so that whatever is written afterwards is seen, and a
-// function that waits for the goroutine to end after ctx did.
+// lists again (calling fn with each listed object as ADDED, then gap with the uids the
+// list showed and its resourceVersion: what was deleted in between is not in it, and
+// its DELETED event never comes; Ledger.Relisted). It returns once the first list is
+// done, so that whatever is written afterwards is seen, and a function that waits for
+// the goroutine to end after ctx did.
 func Follow(ctx context.Context, client dynamic.ResourceInterface, opts metav1.ListOptions,
-	fn func(eventType string, obj *unstructured.Unstructured), gap func()) (wait func(), err error) {
-	rv, err := listInto(ctx, client, opts, fn)
+	fn func(eventType string, obj *unstructured.Unstructured), gap func(present map[string]bool, listRV int64)) (wait func(), err error) {
+	rv, _, err := listInto(ctx, client, opts, fn)
 	if err != nil {
 		return nil, err
 	}
@@ -33,11 +36,13 @@ func Follow(ctx context.Context, client dynamic.ResourceInterface, opts metav1.L
 			case err == nil:
 				rv = next
 			case apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
-				if gap != nil {
-					gap()
-				}
 				for ctx.Err() == nil {
-					if rv, err = listInto(ctx, client, opts, fn); err == nil {
+					var present map[string]bool
+					if rv, present, err = listInto(ctx, client, opts, fn); err == nil {
+						if gap != nil {
+							listRV, _ := strconv.ParseInt(rv, 10, 64)
+							gap(present, listRV)
+						}
 						break
 					}
 					sleep(ctx, time.Second)
@@ -51,15 +56,17 @@ func Follow(ctx context.Context, client dynamic.ResourceInterface, opts metav1.L
 	return func() { <-done }, nil
 }
 
-func listInto(ctx context.Context, client dynamic.ResourceInterface, opts metav1.ListOptions, fn func(string, *unstructured.Unstructured)) (string, error) {
+func listInto(ctx context.Context, client dynamic.ResourceInterface, opts metav1.ListOptions, fn func(string, *unstructured.Unstructured)) (string, map[string]bool, error) {
 	list, err := client.List(ctx, opts)
 	if err != nil {
-		return "", fmt.Errorf("listing: %w", err)
+		return "", nil, fmt.Errorf("listing: %w", err)
 	}
+	present := make(map[string]bool, len(list.Items))
 	for i := range list.Items {
+		present[string(list.Items[i].GetUID())] = true
 		fn("ADDED", &list.Items[i])
 	}
-	return list.GetResourceVersion(), nil
+	return list.GetResourceVersion(), present, nil
 }
 
 // watchFrom watches from rv until the watch ends, and returns the last version seen.

@@ -141,6 +141,33 @@ func (l *Ledger) Gap() {
 	l.gaps++
 }
 
+// Relisted notes a gap of the watch feeding Observe (as Gap) whose list again, at
+// resourceVersion listRV, showed the objects of the uids in present. An incarnation
+// seen live before that the list does not show was deleted in the gap, its DELETED
+// event unseen: it is taken as deleted (and its finalizer released) at listRV, an
+// upper bound, so that the checks may miss a violation there, never invent one (a
+// finalizer still held at the end, when the object is long gone).
+func (l *Ledger) Relisted(present map[string]bool, listRV int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.gaps++
+	for _, uid := range l.order {
+		inc := l.incarnations[uid]
+		if inc.Versions == 0 || inc.Deleted || present[uid] || ResourceVersion(inc.Last) > listRV {
+			continue
+		}
+		inc.Deleted, inc.DeletedRV = true, listRV
+		if inc.ReleasedRV == 0 {
+			inc.ReleasedRV = listRV
+		}
+		for _, r := range inc.Runs {
+			if l.isDeleteHandler(r.Handler) {
+				l.noteStored(inc, r.Handler, r.Change, inc.ReleasedRV)
+			}
+		}
+	}
+}
+
 // Gaps is how many times the watch missed versions.
 func (l *Ledger) Gaps() int {
 	l.mu.Lock()

@@ -23,6 +23,7 @@ type version struct {
 	deleting   bool
 	inc        int64
 	annotation map[string]string
+	listed     []string // a RELISTED event's: the uids the list showed
 }
 
 func (v version) object() *unstructured.Unstructured {
@@ -71,6 +72,19 @@ func (v version) object() *unstructured.Unstructured {
 		"metadata": meta, "spec": spec, "status": status}}
 }
 
+// observe hands the ledger one event of TestCheck's: a version, or a list after a gap.
+func observe(l *Ledger, typ string, v version) {
+	if typ != "RELISTED" {
+		l.Observe(typ, v.object())
+		return
+	}
+	uids := map[string]bool{}
+	for _, uid := range v.listed {
+		uids[uid] = true
+	}
+	l.Relisted(uids, v.rv)
+}
+
 func run(h, uid, change string, rv int64) Run {
 	return Run{Handler: h, UID: uid, Object: "ns/w", Change: change, RV: rv, Record: fmt.Sprintf("run-%d", rv)}
 }
@@ -78,7 +92,7 @@ func run(h, uid, change string, rv int64) Run {
 func TestCheck(t *testing.T) {
 	opts := Options{Handlers: []string{"made", "changed", "gone"}, DeleteHandlers: []string{"gone"}}
 	type event struct {
-		typ string
+		typ string // ADDED, MODIFIED, DELETED; RELISTED: a list after a gap, at v.rv, showing v.listed
 		v   version
 	}
 	for _, tc := range []struct {
@@ -148,6 +162,40 @@ func TestCheck(t *testing.T) {
 			want: []string{RuleFinalizer},
 		},
 		{
+			name: "deleted while the watch was down (a list after a 410 no longer shows it), the delete handler ran: fine",
+			events: []event{
+				{"MODIFIED", version{uid: "u1", rv: 30, gen: 2, baseGen: 2, finalizer: true, deleting: true}},
+				{"RELISTED", version{rv: 40}},
+			},
+			runs: []Run{run("gone", "u1", "delete g2", 31)},
+		},
+		{
+			name: "deleted while the watch was down, no delete handler run: released before it ran",
+			events: []event{
+				{"MODIFIED", version{uid: "u1", rv: 30, gen: 2, baseGen: 2, finalizer: true, deleting: true}},
+				{"RELISTED", version{rv: 40}},
+			},
+			want: []string{RuleFinalizer},
+		},
+		{
+			name: "still listed after the gap, held in deletion: still held",
+			events: []event{
+				{"MODIFIED", version{uid: "u1", rv: 30, gen: 2, baseGen: 2, finalizer: true, deleting: true}},
+				{"RELISTED", version{rv: 40, listed: []string{"u1"}}},
+			},
+			runs: []Run{run("gone", "u1", "delete g2", 31)},
+			want: []string{RuleFinalizer},
+		},
+		{
+			name: "deleted in the gap, the delete handler ran again after the list: ran twice",
+			events: []event{
+				{"MODIFIED", version{uid: "u1", rv: 30, gen: 2, baseGen: 2, finalizer: true, deleting: true}},
+				{"RELISTED", version{rv: 40}},
+			},
+			runs: []Run{run("gone", "u1", "delete g2", 31), run("gone", "u1", "delete g2", 41)},
+			want: []string{RuleRanTwice},
+		},
+		{
 			name: "an older namesake's stamps on a re-created object",
 			events: []event{
 				{"ADDED", version{uid: "u2", rv: 50, gen: 1, baseGen: -1, annotation: map[string]string{"ledger.luaop.dev/made": "u1"}}},
@@ -174,7 +222,7 @@ func TestCheck(t *testing.T) {
 				l.ObserveRun(r)
 			}
 			for _, e := range tc.events {
-				l.Observe(e.typ, e.v.object())
+				observe(l, e.typ, e.v)
 			}
 			var got []string
 			for _, v := range l.Check(tc.owed) {
@@ -187,7 +235,7 @@ func TestCheck(t *testing.T) {
 			// The same with the versions first.
 			l = New(opts)
 			for _, e := range tc.events {
-				l.Observe(e.typ, e.v.object())
+				observe(l, e.typ, e.v)
 			}
 			for _, r := range tc.runs {
 				l.ObserveRun(r)
