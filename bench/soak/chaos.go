@@ -415,6 +415,12 @@ func (r *replica) supervise(ctx context.Context) {
 	}
 }
 
+func (r *replica) startCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.starts
+}
+
 func (r *replica) kill() {
 	r.mu.Lock()
 	cmd := r.cmd
@@ -751,19 +757,15 @@ func (c *chaos) killLeader(ctx context.Context) {
 		c.note("leader killed", "no leader to kill now")
 		return
 	}
-	var other *replica
-	for _, r := range c.replicas {
-		if r != l {
-			other = r
-		}
-	}
+	killedStart := l.startCount()
 	killedAt := time.Now()
 	l.kill()
 	c.note("leader killed", "replica %s (SIGKILL); started again 2 s later as a standby", l.name)
-	// The takeover: the other replica leads (its lease held) and handles.
+	// The takeover: another process leads (its lease held): the other replica, or the
+	// killed one started again, whichever acquires the lease once it expired.
 	go func() {
 		for ctx.Err() == nil && time.Since(killedAt) < 2*time.Minute {
-			if c.leader() == other {
+			if next := c.leader(); next != nil && (next != l || l.startCount() > killedStart) {
 				c.mu.Lock()
 				c.takeovers = append(c.takeovers, time.Since(killedAt))
 				c.mu.Unlock()
@@ -1084,7 +1086,7 @@ func (c *chaos) report(ch *counters, churnEnd time.Time, settled time.Duration, 
 	for _, d := range takeovers {
 		tk = append(tk, d.Round(100*time.Millisecond).String())
 	}
-	fmt.Printf("takeovers after a leader kill (the kill to the other replica holding the lease): %s\n", strings.Join(tk, ", "))
+	fmt.Printf("takeovers after a leader kill (the kill to another process holding the lease): %s\n", strings.Join(tk, ", "))
 	for _, r := range c.replicas {
 		r.mu.Lock()
 		fmt.Printf("replica %s: %d starts; ends: %s\n", r.name, r.starts, strings.Join(r.exits, "; "))
