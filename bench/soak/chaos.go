@@ -1068,6 +1068,27 @@ func (c *chaos) report(ch *counters, churnEnd time.Time, settled time.Duration, 
 
 	fmt.Printf("\nincarnations: %d (%d live, %d deleted); handler runs recorded: %d (%s); runs again on a change whose success was not stored yet (a kill or a lost answer in between): %d\n",
 		len(incs), live, deleted, len(runs), mapString(perHandler), again)
+	// What the object says of each lost change (was the handler's result stored, with
+	// no run record seen, or did it not run at all): the namespace is deleted at the end.
+	for _, inc := range incs {
+		lost := false
+		for _, v := range violations {
+			lost = lost || v.Rule == ledger.RuleLost && strings.Contains(v.Detail, inc.UID)
+		}
+		if !lost || inc.Last == nil {
+			continue
+		}
+		fmt.Printf("  lost on %s (uid %s): %d versions seen, last at resourceVersion %s, first handled spec.gen %d; its last version's bookkeeping:\n",
+			inc.Name, inc.UID, inc.Versions, inc.Last.GetResourceVersion(), inc.FirstHandledGen)
+		spec, _, _ := unstructured.NestedMap(inc.Last.Object, "spec")
+		fmt.Printf("    spec %v; finalizers %v; deletion %v\n", spec, inc.Last.GetFinalizers(), inc.Last.GetDeletionTimestamp())
+		for _, h := range chaosHandlers {
+			result, _, _ := unstructured.NestedMap(inc.Last.Object, "status", h)
+			fmt.Printf("    status.%s %v; annotation %q\n", h, result, inc.Last.GetAnnotations()["ledger.luaop.dev/"+h])
+		}
+		book, _, _ := unstructured.NestedMap(inc.Last.Object, "status", "luaop_dev")
+		fmt.Printf("    status.luaop_dev %v\n", book)
+	}
 	fmt.Printf("churn: %d spec updates (%d failed), %d re-creations (%d failed, %d skipped); %d script rewrites\n",
 		ch.updates.Load(), ch.updateErrs.Load(), ch.recreated.Load(), ch.recreateErrs.Load(), ch.recreateSkipped.Load(), ch.rewrites.Load())
 	ch.mu.Lock()
