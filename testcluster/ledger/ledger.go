@@ -52,6 +52,11 @@ type Run struct {
 	RV int64
 	// Record names the record (the ConfigMap), for messages.
 	Record string
+	// RecordUID is the record's uid: one record seen twice (a list after a gap shows
+	// it again) is one run. Not its name: a name made by generateName is free again
+	// once its record is deleted (the chaos run deletes the records it saw), and a
+	// later run's record may get it.
+	RecordUID string
 }
 
 // Options configure a Ledger.
@@ -76,7 +81,7 @@ type Ledger struct {
 	incarnations map[string]*Incarnation
 	order        []string // uids in the order first seen
 	runs         []Run
-	records      map[string]bool // the records observed, by name: a list after a gap shows them again
+	records      map[string]bool // the records observed, by uid: a list after a gap shows them again
 	gaps         int
 }
 
@@ -307,15 +312,15 @@ func (l *Ledger) isDeleteHandler(id string) bool {
 	return false
 }
 
-// ObserveRun takes one run record; one seen before (by its name) is ignored.
+// ObserveRun takes one run record; one seen before (by its uid) is ignored.
 func (l *Ledger) ObserveRun(r Run) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if r.Record != "" {
-		if l.records[r.Record] {
+	if r.RecordUID != "" {
+		if l.records[r.RecordUID] {
 			return
 		}
-		l.records[r.Record] = true
+		l.records[r.RecordUID] = true
 	}
 	l.runs = append(l.runs, r)
 	inc := l.incarnations[r.UID]
@@ -338,7 +343,7 @@ func RunFromConfigMap(cm *unstructured.Unstructured) (Run, bool) {
 	}
 	gen, _ := strconv.ParseInt(data["gen"], 10, 64)
 	return Run{Handler: data["handler"], UID: data["uid"], Object: data["object"], Change: data["change"], Gen: gen,
-		RV: ResourceVersion(cm), Record: cm.GetName()}, true
+		RV: ResourceVersion(cm), Record: cm.GetName(), RecordUID: string(cm.GetUID())}, true
 }
 
 // Runs are the runs observed so far, in the order of their records' versions.

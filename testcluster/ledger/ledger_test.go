@@ -86,7 +86,34 @@ func observe(l *Ledger, typ string, v version) {
 }
 
 func run(h, uid, change string, rv int64) Run {
-	return Run{Handler: h, UID: uid, Object: "ns/w", Change: change, RV: rv, Record: fmt.Sprintf("run-%d", rv)}
+	return Run{Handler: h, UID: uid, Object: "ns/w", Change: change, RV: rv, Record: fmt.Sprintf("run-%d", rv), RecordUID: fmt.Sprintf("record-%d", rv)}
+}
+
+// A record seen twice (a list after a gap) is one run; two records of one generated
+// name (the first deleted, its name drawn again) are two. Before, the second was
+// ignored: the chaos run reported changes lost (a create handler "never ran").
+func TestObserveRunOncePerRecord(t *testing.T) {
+	record := func(name, uid, rv, handler, objUID string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+			"metadata": map[string]any{"name": name, "namespace": "ns", "uid": uid, "resourceVersion": rv},
+			"data":     map[string]any{"handler": handler, "uid": objUID, "object": "ns/w", "change": "create g1", "gen": "1"}}}
+	}
+	l := New(Options{Handlers: []string{"made", "other"}})
+	for _, cm := range []*unstructured.Unstructured{
+		record("run-abcde", "cm-1", "10", "made", "u1"),
+		record("run-abcde", "cm-1", "10", "made", "u1"),  // listed again after a gap
+		record("run-abcde", "cm-2", "20", "other", "u2"), // the name drawn again, for another run
+	} {
+		run, ok := RunFromConfigMap(cm)
+		if !ok {
+			t.Fatalf("not a run record: %v", cm)
+		}
+		l.ObserveRun(run)
+	}
+	runs := l.Runs()
+	if len(runs) != 2 || runs[0].Handler != "made" || runs[1].Handler != "other" {
+		t.Fatalf("runs %+v, want made (once) and other", runs)
+	}
 }
 
 func TestCheck(t *testing.T) {
