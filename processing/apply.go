@@ -298,6 +298,12 @@ func (c *cycle) patchFinalizers(ctx context.Context, present bool) error {
 			return nil
 		}
 		resp, err := client.Patch(ctx, c.key.name, types.JSONPatchType, data, metav1.PatchOptions{})
+		if err != nil && writeOutcomeUnknown(err) {
+			// Applied or not: the next cycle reads the object first (a removal
+			// applied may have deleted it: its delete handlers must not run again).
+			c.mem.writeUnknown = true
+			c.mem.writeUnknownUntil = o.clock.Now().Add(o.opts.ConsistencyTimeout)
+		}
 		if obs := o.opts.Observer; obs != nil {
 			obs.PatchSent(ControllerName(c.key.resource), "", patchResult(err))
 		}
@@ -391,30 +397,52 @@ func writeOutcomeUnknown(err error) bool {
 }
 
 // readAfterUnknownWrite reads the object from the server after a write whose outcome
-// is unknown (objectMemory.writeUnknown). Handling the cached body instead would run
-// again a handler whose success that write stored, if the server applied it (kopf
-// does: a known limit there). A newer version read is expected from the watch as the
-// answer of a write would be, and handled past the consistency timeout. While the
-// server shows nothing newer and may still apply the write (writeUnknownUntil), the
-// object waits (the returned delay) and is read again.
-func (c *cycle) readAfterUnknownWrite(ctx context.Context) (time.Duration, error) {
+// is unknown (objectMemory.writeUnknown), or when the watch's body is older than a
+// consistent read showed at start (objectMemory.staleBody). Handling the cached body
+// instead would run again a handler whose success that write (or the operator before
+// this one) stored (kopf does: a known limit there). A newer version read is expected
+// from the watch as the answer of a write would be, and handled past the consistency
+// timeout. While the server shows nothing newer and may still apply the write
+// (writeUnknownUntil), the object waits (the returned delay) and is read again. An
+// incarnation the server no longer has (gone, or another object under its name)
+// stops the cycle (stop): nothing runs on what the operator holds of it, and what the
+// watch brings next (the deletion, the namesake) is handled as it comes.
+func (c *cycle) readAfterUnknownWrite(ctx context.Context) (wait time.Duration, stop bool, err error) {
 	got, err := c.op.dynamic.Resource(c.info.gvr).Namespace(c.key.namespace).Get(ctx, c.key.name, metav1.GetOptions{})
 	switch {
-	case apierrors.IsNotFound(err):
-		// Gone: the watch brings the deletion.
+	case apierrors.IsNotFound(err) || err == nil && string(got.GetUID()) != c.mem.uid:
+		c.log.Debug("the object the operator holds is gone from the server; waiting for the watch to say so",
+			"afterUnknownWrite", c.mem.writeUnknown, "staleBody", c.mem.staleBody)
+		c.mem.writeUnknown, c.mem.staleBody = false, false
+		return 0, true, nil
 	case err != nil:
-		return 0, fmt.Errorf("reading %s after a write that got no answer (it may have been applied): %w", c.key, err)
-	case string(got.GetUID()) == c.mem.uid && versionNewer(got.GetResourceVersion(), c.body.GetResourceVersion()):
-		c.log.Info("the last write got no answer; the object read from the server is newer than the watch's, and is waited for",
-			"resourceVersion", got.GetResourceVersion(), "watched", c.body.GetResourceVersion())
-		c.expectVersion(got)
+		if c.mem.staleBody {
+			return 0, false, fmt.Errorf("reading %s, whose watched body is older than the server's state at start: %w", c.key, err)
+		}
+		return 0, false, fmt.Errorf("reading %s after a write that got no answer (it may have been applied): %w", c.key, err)
+	case versionNewer(got.GetResourceVersion(), c.body.GetResourceVersion()):
+		if c.mem.staleBody {
+			c.log.Info("the watch's body is older than the server's state at start (a lagging list or watch); the object read from the server is waited for",
+				"resourceVersion", got.GetResourceVersion(), "watched", c.body.GetResourceVersion())
+		} else {
+			c.log.Info("the last write got no answer; the object read from the server is newer than the watch's, and is waited for",
+				"resourceVersion", got.GetResourceVersion(), "watched", c.body.GetResourceVersion())
+		}
+		if !c.expectVersion(got) {
+			// The watch delivered it (or newer) while the object was read: this
+			// cycle's body is the old one, and the notification queued the object
+			// again for a cycle on the new. (Whatever version an earlier write made
+			// the cycle wait for is older: the watch is past it too.)
+			c.mem.writeUnknown, c.mem.staleBody = false, false
+			return 0, true, nil
+		}
 	default:
-		if now := c.op.clock.Now(); now.Before(c.mem.writeUnknownUntil) {
-			return min(c.mem.writeUnknownUntil.Sub(now), time.Second), nil
+		if now := c.op.clock.Now(); c.mem.writeUnknown && now.Before(c.mem.writeUnknownUntil) {
+			return min(c.mem.writeUnknownUntil.Sub(now), time.Second), false, nil
 		}
 	}
-	c.mem.writeUnknown = false
-	return 0, nil
+	c.mem.writeUnknown, c.mem.staleBody = false, false
+	return 0, false, nil
 }
 
 // checkPruning reports, once per field, a status field that the server dropped: the
@@ -577,19 +605,20 @@ func truncate(s string, n int) string {
 }
 
 // expectVersion records the version our patch produced, unless the watch already
-// delivered it (notifications can be faster than the patch's response). The
-// response itself is kept as the newest body known, for when the watch stays late.
-func (c *cycle) expectVersion(resp *unstructured.Unstructured) {
+// delivered it (notifications can be faster than the patch's response): false then.
+// The response itself is kept as the newest body known, for when the watch stays late.
+func (c *cycle) expectVersion(resp *unstructured.Unstructured) bool {
 	stripManagedFields(resp) // it may stand for the watch's body (every write's answer comes here)
 	rv := resp.GetResourceVersion()
 	c.st.inbox.mu.Lock()
 	seen := c.st.inbox.lastSeenVersion
 	c.st.inbox.mu.Unlock()
 	if rv == "" || !versionOlder(seen, rv) {
-		return
+		return false
 	}
 	c.mem.expectedVersion, c.mem.expectedBody, c.mem.lateWatchWarned = rv, resp, false
 	c.mem.consistencyDeadline = c.op.clock.Now().Add(c.op.opts.ConsistencyTimeout)
+	return true
 }
 
 func patchResult(err error) string {

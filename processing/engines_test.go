@@ -298,12 +298,20 @@ func TestDaemonStoppedAsItsDelayEndsDoesNotStart(t *testing.T) {
 			return nil
 		})
 		e := startEnv(t, h, Options{})
+		var all []*daemonRun // set before the clock reaches the delay's end
+		e.clock.AfterFunc(time.Minute, func() {
+			for _, d := range all {
+				// A stop's signal, as a stop with a grace period gives it (its
+				// cancellation comes later; d.stop would arm that on the clock,
+				// whose lock is held here).
+				d.endStop()
+			}
+		})
 		for i := 0; i < n; i++ {
 			e.create(fmt.Sprintf("w%d", i), nil)
 		}
-		e.eventually("every daemon waiting its delay", func() bool { return e.op.daemons.count() == n && e.clock.Waiters() >= n })
+		e.eventually("every daemon waiting its delay", func() bool { return e.op.daemons.count() == n && e.clock.Waiters() >= n+1 })
 		e.op.daemons.mu.Lock()
-		var all []*daemonRun
 		for d := range e.op.daemons.running {
 			all = append(all, d)
 		}

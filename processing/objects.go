@@ -155,6 +155,10 @@ type objectMemory struct {
 	// they see the write or that time passes (readAfterUnknownWrite).
 	writeUnknown      bool
 	writeUnknownUntil time.Time
+	// staleBody: the watch's body is older than a consistent read at start showed
+	// (freshnessFloor): the next cycle reads the object from the server as after a
+	// write without answer, and waits for the watch to bring that version.
+	staleBody bool
 
 	// Background engines (engines.go).
 	daemons        objectDaemons

@@ -92,8 +92,14 @@ func (o *Reactor) process(ctx context.Context, key objectKey) (time.Duration, er
 		mem.eventPatch.Merge(eventPatch.Map())
 	}
 	c := &cycle{op: o, key: key, info: info, store: info.storage(), body: latest, log: log, now: now, patch: state.NewPatch(), specs: specs, st: st, mem: mem}
-	if mem.writeUnknown && !o.opts.DryRun {
-		if wait, err := c.readAfterUnknownWrite(ctx); err != nil || wait > 0 {
+	if mem.expectedVersion == "" && info.floor.Load().stale(key, latest) {
+		// Older than what a consistent read showed at start (freshness.go): what the
+		// operator already handled may be missing from it. (While a version read from
+		// the server is awaited, the consistency wait below covers it.)
+		mem.staleBody = true
+	}
+	if mem.writeUnknown && !o.opts.DryRun || mem.staleBody {
+		if wait, stop, err := c.readAfterUnknownWrite(ctx); err != nil || wait > 0 || stop {
 			return wait, err
 		}
 	}
@@ -377,6 +383,11 @@ type cycle struct {
 	// handlers whose content was in it were recorded as failed instead
 	// (refuseWrites), and the cause, if it ended, ends in the next cycle.
 	refused bool
+	// held are the field handlers' held-back values stored with the diff-base;
+	// outOfFilter, those this cycle's cause passed by (heldback.go); heldOnly: the
+	// cause is there for held-back handlers only (nothing else changed).
+	held, outOfFilter map[string]heldValue
+	heldOnly          bool
 }
 
 // ranHandler is one change handler run of a cycle. wrote: its result or its
@@ -403,6 +414,7 @@ func (c *cycle) run(ctx context.Context, facts objectFacts) (time.Duration, erro
 		c.log.Warn(detected.diffBaseProblem.Error())
 	}
 	base := causes.Cause{Reason: detected.reason, Resource: c.key.resource, Body: body, Old: detected.old, New: detected.new, Diff: detected.diff}
+	c.held = detected.held
 
 	if c.mem.released && deletionInProgress(body) {
 		// Our part of the deletion is done: only the DELETED event is left.
@@ -454,6 +466,12 @@ func (c *cycle) run(ctx context.Context, facts objectFacts) (time.Duration, erro
 		default:
 			c.finishEssence = pin.new
 		}
+	}
+	if base.Reason == causes.Noop && len(c.held) > 0 && c.heldPending(ctx, base) {
+		// Nothing changed since the last cause, but a field handler that was out of
+		// its filter then matches now, and has a change of its field to see.
+		base.Reason = causes.Update
+		c.heldOnly = true
 	}
 	if base.Reason == causes.Noop {
 		o.board.progress(c.key, c.info.kind, c.mem.uid, "", nil, c.now)
@@ -559,22 +577,23 @@ func (c *cycle) selectHandlers(ctx context.Context, cause causes.Cause, facts ob
 			continue
 		}
 		hc := cause
+		changeOfField := false
 		if len(spec.Field) > 0 {
 			switch cause.Reason {
 			case causes.Create, causes.Update:
-				hc.Diff = cause.Diff.Reduce(spec.Field)
-				if len(hc.Diff) == 0 {
+				var changed bool
+				if hc, changed = c.fieldChangeCause(spec, cause); !changed {
 					continue
 				}
-				hc.Old, _ = state.Resolve(cause.Old, spec.Field)
-				hc.New, _ = state.Resolve(cause.New, spec.Field)
-				hc.WholeOld, hc.WholeNew = cause.Old, cause.New
+				changeOfField = true
 			default:
 				var present bool
 				if hc, present = fieldCause(spec, cause); !present {
 					continue
 				}
 			}
+		} else if cause.Reason == causes.Update && len(cause.Diff) == 0 {
+			continue // a cause for held-back field handlers only
 		}
 		ok, err := c.op.handlers.Match(ctx, spec, hc)
 		if err != nil {
@@ -584,6 +603,8 @@ func (c *cycle) selectHandlers(ctx context.Context, cause causes.Cause, facts ob
 		if ok {
 			specs = append(specs, spec)
 			perHandler = append(perHandler, hc)
+		} else if changeOfField {
+			c.passedBy(spec, cause)
 		}
 	}
 	return specs, perHandler
@@ -646,6 +667,11 @@ func (c *cycle) handle(ctx context.Context, cause causes.Cause, facts objectFact
 	o := c.op
 	body := c.body.Object
 	specs, perHandler := c.selectHandlers(ctx, cause, facts)
+	if c.heldOnly && len(specs) == 0 {
+		// A cause only for held-back field handlers, whose filters no longer match
+		// (a filter that changed its mind): nothing to run, nothing to write.
+		return 0, nil
+	}
 	states := make([]handlerState, len(specs))
 	var superseded superseding
 	for i, spec := range specs {
@@ -812,6 +838,11 @@ func (c *cycle) finishCause(cause causes.Cause, states []handlerState) {
 		handled = c.finishEssence // what the first finishers saw (see run)
 	}
 	essence, _ := handled.(map[string]any)
+	ran := make(map[string]bool, len(states))
+	for _, h := range states {
+		ran[h.spec.ID] = h.record.Finished()
+	}
+	essence = withHeldBack(essence, o.opts.Prefix, heldAfterCause(c.held, c.outOfFilter, ran, handled, c.fieldHandlers()))
 	if err := c.store.diffBase.Store(body, c.patch, essence); err != nil {
 		c.log.Error("cannot store the diff-base: the next change will be seen as a creation again; "+
 			"keep big data out of the spec or use a custom storage", "error", err)

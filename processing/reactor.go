@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -34,6 +35,7 @@ type Reactor struct {
 	clock    clock.WithTickerAndDelayedExecution
 	handlers Handlers
 	dynamic  dynamic.Interface
+	metadata metadata.Interface // nil: the freshness floor lists through dynamic
 	disco    discovery.DiscoveryInterface
 	events   kubernetes.Interface // nil when events are off
 	recorder record.EventRecorder
@@ -86,6 +88,9 @@ type Reactor struct {
 type Clients struct {
 	Dynamic   dynamic.Interface
 	Discovery discovery.DiscoveryInterface
+	// Metadata lists objects' metadata only (the freshness floor, freshness.go); nil:
+	// Dynamic lists them whole.
+	Metadata metadata.Interface
 	// Events posts the framework's Events when Options.Recorder is nil; nil: none.
 	Events kubernetes.Interface
 }
@@ -108,7 +113,11 @@ func New(cfg *rest.Config, handlers Handlers, opts Options) (*Reactor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the discovery client: %w", err)
 	}
-	clients := Clients{Dynamic: dyn, Discovery: disco}
+	meta, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating the metadata client: %w", err)
+	}
+	clients := Clients{Dynamic: dyn, Discovery: disco, Metadata: meta}
 	if *opts.PostEvents && opts.Recorder == nil {
 		if clients.Events, err = kubernetes.NewForConfig(cfg); err != nil {
 			return nil, fmt.Errorf("creating the events client: %w", err)
@@ -129,6 +138,7 @@ func NewWithClients(clients Clients, handlers Handlers, opts Options) (*Reactor,
 		clock:    opts.Clock,
 		handlers: handlers,
 		dynamic:  clients.Dynamic,
+		metadata: clients.Metadata,
 		disco:    clients.Discovery,
 		events:   clients.Events,
 		log:      opts.Logger,

@@ -26,6 +26,9 @@ type resourceInfo struct {
 	statusSubresource bool
 	// store is where the resource's bookkeeping lives (storage.go).
 	store atomic.Pointer[storage]
+	// floor is what a consistent read showed when the watcher started (freshness.go);
+	// nil: none (not loaded, or not loadable).
+	floor atomic.Pointer[freshnessFloor]
 }
 
 // watcher runs the informers of one canonical resource. Informers (reflectors) list,
@@ -74,6 +77,8 @@ func (w *watcher) run(ctx context.Context) {
 			namespaces = exact
 		}
 	}
+	// Before the informers list: their first list may be older than this read.
+	w.info.floor.Store(w.loadFreshnessFloor(ctx, log, namespaces))
 	var informers []cache.SharedIndexInformer
 	for _, ns := range namespaces {
 		inf := dynamicinformer.NewFilteredDynamicInformer(w.op.dynamic, info.gvr, ns, w.op.opts.ResyncPeriod, cache.Indexers{}, nil).Informer()
