@@ -30,6 +30,9 @@ luaop.on.create(R, function(ctx)
   return "parent"
 end, {id = "parent"})
 luaop.on.event(R, function(ctx) return {seen = ctx.name} end, {id = "watch"})
+luaop.on.field(R, "spec.size", function(ctx)
+  ctx.subhandler(function(sub) return {mode = "on"} end, {id = "when_on", field = "spec.mode", value = "on"})
+end, {id = "sized"})
 luaop.on.create(R, function(ctx)
   local a = ctx.new.metadata.annotations or {}
   return {hidden = a["example.org/last"] == nil, kept = a["luaop.dev/last"] ~= nil}
@@ -99,6 +102,11 @@ func TestExpectations(t *testing.T) {
 		{name: "child error expected", c: "handler: parent\n" + obj("{childfails: true}") + "\nexpect: {error: {type: permanent, message: child broke}, status: {parent: parent, parent/good: {k: 1}}}", pass: true},
 		{name: "child results in status", c: "handler: parent\n" + obj("{}") + "\nexpect: {status: {parent: parent, parent/good: {k: 1}, parent/bad: {k: 2}, second: true}, result: parent}", pass: true},
 		{name: "child error by cause", c: "cause: create\n" + obj("{childfails: true}") + "\nexpect: {}", out: "subhandler parent/bad failed"},
+
+		// A field handler's subhandler filtering on another field sees it, as in
+		// the operator (the whole old and new objects go along with the reduced cause).
+		{name: "field subhandler on another field", c: "handler: sized\n" + obj("{size: 2, mode: on}") + "\nold: {apiVersion: example.com/v1, kind: Thing, metadata: {name: a, namespace: ns}, spec: {size: 1, mode: on}}\nexpect: {status: {sized/when_on: {mode: on}}}", pass: true},
+		{name: "field subhandler filtered out", c: "handler: sized\n" + obj("{size: 2, mode: off}") + "\nold: {apiVersion: example.com/v1, kind: Thing, metadata: {name: a, namespace: ns}, spec: {size: 1, mode: off}}\nexpect: {status: {sized/when_on: {mode: on}}}", out: "status"},
 
 		// 3. result: null asserts that nothing was returned.
 		{name: "result null and none", c: "handler: plain\n" + obj("{}") + "\nexpect: {result: null}", pass: true},

@@ -541,6 +541,10 @@ func runHandler(ctx context.Context, rt *luabind.Runtime, spec causes.Spec, c Ca
 			if (reason == causes.Create || reason == causes.Update) && len(cause.Diff) == 0 {
 				return outcome{skipped: true}
 			}
+			// As the core does (processing's fieldCause and change detection): the
+			// whole essences go along, so that a subhandler filtering on another
+			// field (a value filter) sees that field, as it does in the operator.
+			cause.WholeOld, cause.WholeNew = cause.Old, cause.New
 			cause.Old, _ = state.Resolve(cause.Old, spec.Field)
 			cause.New, _ = state.Resolve(cause.New, spec.Field)
 		}
