@@ -71,6 +71,8 @@ type Metrics struct {
 	engines           *engineCollector
 
 	queue queueMetrics
+	// sharding is registered at its first report (sharding.go).
+	sharding shardingMetrics
 	// webhookOnce registers webhookReachable at the first probe.
 	webhookOnce sync.Once
 }

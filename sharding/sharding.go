@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/luaop/luaop/leader"
+	"github.com/luaop/luaop/state"
 )
 
 // groupLabel labels the membership Leases with their group.
@@ -283,7 +284,7 @@ func NewWithClients(c Clients, opts Options) (*Sharding, error) {
 	s := &Sharding{
 		opts: opts, kube: c.Kube, meta: c.Metadata, elector: c.Elector, clock: opts.Clock,
 		member:    memberName(opts.Identity),
-		label:     opts.Prefix + "/shard",
+		label:     state.ShardLabel(opts.Prefix),
 		handover:  opts.Prefix + "/shard-handover",
 		resources: map[schema.GroupVersionResource]*resourceShare{},
 		owned:     map[objRef]struct{}{},

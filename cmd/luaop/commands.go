@@ -31,6 +31,7 @@ import (
 	"github.com/luaop/luaop/metrics"
 	"github.com/luaop/luaop/operator"
 	"github.com/luaop/luaop/peering"
+	"github.com/luaop/luaop/sharding"
 	"github.com/luaop/luaop/processing"
 	"github.com/luaop/luaop/scriptwatch"
 )
@@ -176,6 +177,16 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	}
 	m := metrics.New()
 	m.BuildInfo(luaopVersion())
+	shards, err := newSharding(cfg, s, m, log)
+	if err != nil {
+		return err
+	}
+	if shards != nil && !s.Standalone {
+		// The replicas of a shard group serve the same resources at the same
+		// priority: peering would pause them all. They coordinate by sharding.
+		log.Info("sharding across replicas: peering off (the replicas split the objects instead of pausing)")
+		s.Standalone = true
+	}
 	popts := processing.Options{
 		Namespaces:          s.Namespaces,
 		Workers:             s.Workers,
@@ -192,6 +203,9 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	if !dev {
 		// Production logs show what needs attention; `luaop dev` shows every success.
 		popts.SuccessLogLevel = slog.LevelDebug
+	}
+	if shards != nil {
+		popts.Shard = shards
 	}
 	operator.Instrument(&popts, m)
 	oopts := operator.Options{
@@ -213,6 +227,9 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	}
 	if err := op.AttachMetrics(m); err != nil {
 		return err
+	}
+	if shards != nil {
+		shards.Attach(op.Reactor())
 	}
 	var webhooks *admission.Webhooks
 	if s.WebhookAddress != "" {
@@ -259,7 +276,7 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	}
 	// The endpoints answer from now on: /readyz tells why the scripts do not load
 	// while the operator waits for them.
-	if err := serveEndpoints(ctx, log, s, op, m, elector, webhooks, peer); err != nil {
+	if err := serveEndpoints(ctx, log, s, op, m, elector, webhooks, peer, shards); err != nil {
 		return err
 	}
 	report, err := op.LoadScripts(ctx, initial.Scripts)
@@ -364,6 +381,12 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 		}
 	})
 	work := func(ctx context.Context) error { return runPeered(ctx, op, peer, stopWebhooks) }
+	if shards != nil {
+		// Every replica handles its share; ErrMembershipLost ends the process with
+		// an error (its objects went to the others), and Kubernetes restarts it.
+		log.Info("watching the cluster: this replica's share", "server", cfg.Host, "scripts", dir, "labelSelector", shards.Selector())
+		return shards.Run(ctx, work)
+	}
 	if elector != nil {
 		// Only the leader watches and handles (and takes part in peering);
 		// ErrLeadershipLost ends the process with an error, and Kubernetes restarts
@@ -466,7 +489,7 @@ func withStuckStates(probe func(context.Context) (map[string]any, bool), stuck f
 // that each can be exposed on its own); one server when both are the same. It
 // listens before it returns: an address it cannot listen on is an error (a probe
 // or a scrape that never answers would only show as restarts or a missing target).
-func serveEndpoints(ctx context.Context, log *slog.Logger, s settings, op *operator.Operator, m *metrics.Metrics, elector *leader.Elector, webhooks *admission.Webhooks, peer *peering.Peering) error {
+func serveEndpoints(ctx context.Context, log *slog.Logger, s settings, op *operator.Operator, m *metrics.Metrics, elector *leader.Elector, webhooks *admission.Webhooks, peer *peering.Peering, shards *sharding.Sharding) error {
 	var healthLn, metricsLn net.Listener
 	var err error
 	if s.HealthAddress != "" {
@@ -483,7 +506,7 @@ func serveEndpoints(ctx context.Context, log *slog.Logger, s settings, op *opera
 		}
 	}
 	if healthLn != nil {
-		health := healthMux(op, elector, webhooks, peer)
+		health := healthMux(op, elector, webhooks, peer, shards)
 		if s.Profiles {
 			serveProfiles(health)
 		}
@@ -510,7 +533,7 @@ func listen(what, flag, addr string) (net.Listener, error) {
 	return ln, nil
 }
 
-func healthMux(op *operator.Operator, elector *leader.Elector, webhooks *admission.Webhooks, peer *peering.Peering) *http.ServeMux {
+func healthMux(op *operator.Operator, elector *leader.Elector, webhooks *admission.Webhooks, peer *peering.Peering, shards *sharding.Sharding) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug", debugHandler(op.Debug, func() string {
 		switch {
@@ -527,6 +550,10 @@ func healthMux(op *operator.Operator, elector *leader.Elector, webhooks *admissi
 		}
 		if webhooks != nil {
 			doc.Webhooks = webhooksDebug(webhooks)
+		}
+		if shards != nil {
+			st := shards.State()
+			doc.Sharding = &st
 		}
 	}))
 	// /healthz answers with the on.probe handlers' results (kopf's liveness probes).

@@ -71,6 +71,8 @@ type settings struct {
 	Priority             int
 	PeeringNamespace     string
 	PeeringLeaseDuration time.Duration
+	// Sharding across replicas (scaleout.go; not --shards, the Lua states).
+	ScaleOut shardSettings
 	// Warnings are LUAOP_* variables that look like misspelled settings: logged at start.
 	Warnings []string
 }
@@ -116,6 +118,7 @@ func addOperatorFlags(fs *pflag.FlagSet, logFormat string) {
 	fs.Bool("leader-elect", false, "run several replicas: only the holder of a coordination.k8s.io Lease handles objects, the others stand by")
 	fs.String("leader-election-namespace", "", "namespace of the Lease (default: the pod's own namespace)")
 	fs.String("leader-election-name", "luaop", "name of the Lease; operators sharing one take turns")
+	addShardFlags(fs)
 	fs.Duration("reload-debounce", scriptwatch.DefaultDebounce, "quiet time after a file event before the scripts folder is read again and reloaded (> 0): raise it for editors or file systems that write a file in several pauses")
 	fs.Duration("shutdown-grace-period", 20*time.Second, "on SIGTERM, how long running handlers and daemons may take to finish before they are cancelled (> 0)")
 	fs.String("webhook-address", "", "address of the HTTPS server of the validate and mutate handlers, host:port (\":9443\"; empty: off)")
@@ -204,6 +207,7 @@ func readSettings(cmd *cobra.Command, v *viper.Viper, subset bool) (settings, er
 	s.LeaderElect = r.bool("leader-elect")
 	s.LeaderNamespace = r.dnsName("leader-election-namespace", true)
 	s.LeaderName = r.dnsName("leader-election-name", false)
+	s.ScaleOut = readShardSettings(r)
 	s.DryRun = r.bool("dry-run")
 	s.Apply = r.list("apply")
 	s.WebhookAddress = r.address("webhook-address")
