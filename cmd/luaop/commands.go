@@ -31,9 +31,9 @@ import (
 	"github.com/luaop/luaop/metrics"
 	"github.com/luaop/luaop/operator"
 	"github.com/luaop/luaop/peering"
-	"github.com/luaop/luaop/sharding"
 	"github.com/luaop/luaop/processing"
 	"github.com/luaop/luaop/scriptwatch"
+	"github.com/luaop/luaop/sharding"
 )
 
 func newDevCommand(v *viper.Viper) *cobra.Command {
