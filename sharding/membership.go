@@ -120,13 +120,13 @@ func (ms *membership) live(now time.Time) (members []string, nextExpiry time.Tim
 }
 
 // renew writes this replica's Lease (creating it when missing) with a fresh
-// renewTime.
-func (ms *membership) renew(ctx context.Context) error {
+// renewTime, within timeout.
+func (ms *membership) renew(ctx context.Context, timeout time.Duration) error {
 	o := ms.s.opts
 	leases := ms.s.kube.CoordinationV1().Leases(o.Namespace)
 	now := metav1.NewMicroTime(ms.s.clock.Now())
 	seconds := int32(o.LeaseDuration / time.Second)
-	ctx, cancel := context.WithTimeout(ctx, o.RenewEvery)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	lease, err := leases.Get(ctx, ms.leaseName(), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -162,30 +162,39 @@ func (ms *membership) leave() {
 }
 
 // keepRenewed renews every RenewEvery until ctx is done; it calls lost (once) and
-// returns when no renewal succeeded for RenewDeadline.
+// returns when no renewal succeeded for RenewDeadline. A renewal may take all the
+// time left until that deadline (a slow API server is not a lost membership), and a
+// failed one is tried again after a tenth of RenewEvery.
 func (ms *membership) keepRenewed(ctx context.Context, lastOK time.Time, lost func()) {
 	o := ms.s.opts
-	t := ms.s.clock.NewTicker(o.RenewEvery)
-	defer t.Stop()
+	wait := o.RenewEvery
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C():
+		case <-ms.s.clock.After(wait):
 		}
-		if err := ms.renew(ctx); err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			since := ms.s.clock.Since(lastOK)
-			ms.s.log.Warn("could not renew the membership Lease", "error", err, "sinceLastRenewal", since.Round(time.Millisecond))
-			if since >= o.RenewDeadline {
-				lost()
-				return
-			}
+		left := o.RenewDeadline - ms.s.clock.Since(lastOK)
+		if left <= 0 {
+			lost()
+			return
+		}
+		start := ms.s.clock.Now() // what the Lease says: the others count from there, or later
+		err := ms.renew(ctx, left)
+		if err == nil {
+			lastOK, wait = start, o.RenewEvery
 			continue
 		}
-		lastOK = ms.s.clock.Now()
+		if ctx.Err() != nil {
+			return
+		}
+		since := ms.s.clock.Since(lastOK)
+		ms.s.log.Warn("could not renew the membership Lease", "error", err, "sinceLastRenewal", since.Round(time.Millisecond), "deadline", o.RenewDeadline)
+		if since >= o.RenewDeadline {
+			lost()
+			return
+		}
+		wait = o.RenewEvery / 10
 	}
 }
 

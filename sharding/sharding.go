@@ -364,10 +364,10 @@ func (s *Sharding) Run(ctx context.Context, work func(ctx context.Context) error
 	defer stopInformer()
 	inf := s.ms.informer()
 	go inf.RunWithContext(infCtx)
-	if err := s.ms.renew(ctx); err != nil {
+	lastOK := s.clock.Now()
+	if err := s.ms.renew(ctx, s.opts.RenewDeadline); err != nil {
 		return errWriteLease(err, s.opts.Namespace)
 	}
-	lastOK := s.clock.Now()
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		return nil
 	}
