@@ -117,14 +117,33 @@ func (c *coordinator) startInformers(ctx context.Context) {
 			continue
 		}
 		inf := metadatainformer.NewFilteredMetadataInformer(s.meta, k.gvr, k.namespace, 0, cache.Indexers{}, nil).Informer()
+		// The coordinator keeps, of each object, only what it decides on: its
+		// name, version, shard label, handover annotation and deletion. The
+		// other annotations (with annotation storage, luaop's diff-base: a copy
+		// of the object) would cost the coordinator's replica the memory the
+		// label selectors save.
 		_ = inf.SetTransform(func(obj any) (any, error) {
 			if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
 				m.ManagedFields = nil
+				m.Labels = onlyKey(m.Labels, s.label)
+				m.Annotations = onlyKey(m.Annotations, s.handover)
+				m.OwnerReferences = nil
 			}
 			return obj, nil
 		})
+		// Only what changes the plan wakes it: an object coming or going, its
+		// label or handover mark changing, its deletion starting (status writes
+		// of the handlers change none of them).
 		onChange := func(any) { poke(s.coordinatorWake) }
-		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: onChange, UpdateFunc: func(_, o any) { onChange(o) }, DeleteFunc: onChange})
+		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: onChange, DeleteFunc: onChange,
+			UpdateFunc: func(old, cur any) {
+				o, ok1 := old.(*metav1.PartialObjectMetadata)
+				c, ok2 := cur.(*metav1.PartialObjectMetadata)
+				if !ok1 || !ok2 || o.Labels[s.label] != c.Labels[s.label] || o.Annotations[s.handover] != c.Annotations[s.handover] ||
+					(o.DeletionTimestamp == nil) != (c.DeletionTimestamp == nil) || len(o.Finalizers) != len(c.Finalizers) {
+					onChange(cur)
+				}
+			}})
 		go inf.RunWithContext(ctx)
 		c.mu.Lock()
 		c.informers[k] = inf
@@ -296,4 +315,13 @@ func (c *coordinator) writeNext(ctx context.Context) bool {
 		}
 	}
 	return true
+}
+
+// onlyKey is m with key alone (nil without it).
+func onlyKey(m map[string]string, key string) map[string]string {
+	v, ok := m[key]
+	if !ok {
+		return nil
+	}
+	return map[string]string{key: v}
 }
