@@ -98,7 +98,8 @@ type shardState struct {
 	Member   string   `json:"member"`
 	Members  []string `json:"members"`
 	Owned    int      `json:"owned"`
-	Draining int      `json:"draining"`
+	Draining    int      `json:"draining"`
+	Coordinator bool     `json:"coordinator"`
 }
 
 func (r *replica) shard(t *testing.T) (shardState, bool) {
@@ -340,8 +341,12 @@ func TestShardingAcrossReplicas(t *testing.T) {
 	checkBalance("three replicas", "r1", "r2", "r3")
 	exactlyOnce("three replicas", false)
 	rss3 := map[string]int{}
+	coordinator := "?"
 	for owner, r := range replicas {
 		rss3[owner] = r.rssKB(t)
+		if st, _ := r.shard(t); st.Coordinator {
+			coordinator = owner
+		}
 	}
 
 	// A new object is assigned at once: within a second here (logged, not asserted).
@@ -468,9 +473,9 @@ func TestShardingAcrossReplicas(t *testing.T) {
 	rss1 := replicas["r3"].rssKB(t)
 	largest := max(rss3["r1"], rss3["r2"], rss3["r3"])
 	t.Logf("RSS idle (no object): r1 %d kB, r2 %d kB, r3 %d kB; with three replicas sharing %d objects: r1 %d kB, r2 %d kB, r3 %d kB; "+
-		"r3 alone holding all: %d kB. Largest third / all: %.2f; above idle: %.2f",
+		"r3 alone holding all: %d kB. Largest third / all: %.2f; above idle: %.2f (the coordinator, which also holds every object's name and labels: %s)",
 		idle["r1"], idle["r2"], idle["r3"], n, rss3["r1"], rss3["r2"], rss3["r3"], rss1,
-		float64(largest)/float64(rss1), float64(largest-idle["r3"])/float64(rss1-idle["r3"]))
+		float64(largest)/float64(rss1), float64(largest-idle["r3"])/float64(rss1-idle["r3"]), coordinator)
 }
 
 func contains(list []string, s string) bool {
