@@ -95,9 +95,9 @@ func (r *replica) signal(sig syscall.Signal) {
 
 // shardState is the part of /debug this test reads.
 type shardState struct {
-	Member   string   `json:"member"`
-	Members  []string `json:"members"`
-	Owned    int      `json:"owned"`
+	Member      string   `json:"member"`
+	Members     []string `json:"members"`
+	Owned       int      `json:"owned"`
 	Draining    int      `json:"draining"`
 	Coordinator bool     `json:"coordinator"`
 }
