@@ -21,7 +21,9 @@ type testShard struct {
 	refused atomic.Int32
 }
 
-func (s *testShard) Watching(context.Context, schema.GroupVersionResource, []string) string { return "" }
+func (s *testShard) Watching(context.Context, schema.GroupVersionResource, []string) string {
+	return ""
+}
 func (s *testShard) Admits(schema.GroupVersionResource, string, *unstructured.Unstructured) bool {
 	if s.refuse.Load() {
 		s.refused.Add(1)
