@@ -3,6 +3,8 @@ package admission
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -33,6 +35,12 @@ type Request struct {
 	Subresource       string
 	Namespace, Name   string
 	Resource          metav1.GroupVersionResource
+	// Headers are the HTTP headers of the review's request (kopf's headers), one
+	// value per name (repeated ones joined with ", "), names in Go's canonical form
+	// ("User-Agent"). SSLPeer is the client's TLS certificate, when it gave one and
+	// it was verified (kopf's sslpeer; see Options.ClientCA): nil otherwise.
+	Headers map[string]string
+	SSLPeer map[string]any
 }
 
 // Response is a handler's verdict.
@@ -181,7 +189,7 @@ func (s *Server) Handlers() []Handler {
 	sortHandlers(out)
 	if rt := s.rt.Load(); rt != nil {
 		for _, spec := range rt.AdmissionHandlers() {
-			out = append(out, luaHandler(rt, spec))
+			out = append(out, luaHandler(rt, spec, s.log))
 		}
 	}
 	return out
@@ -197,7 +205,7 @@ func (s *Server) lookup(path string) (Handler, bool) {
 	}
 	if rt := s.rt.Load(); rt != nil {
 		for _, spec := range rt.AdmissionHandlers() {
-			if lh := luaHandler(rt, spec); lh.Path() == path {
+			if lh := luaHandler(rt, spec, s.log); lh.Path() == path {
 				return lh, true
 			}
 		}
@@ -205,15 +213,22 @@ func (s *Server) lookup(path string) (Handler, bool) {
 	return Handler{}, false
 }
 
-// luaHandler makes the Handler of a Lua validate or mutate handler.
-func luaHandler(rt *luabind.Runtime, spec causes.Spec) Handler {
+// serves tells whether a handler serves path now.
+func (s *Server) serves(path string) bool {
+	_, ok := s.lookup(path)
+	return ok
+}
+
+// luaHandler makes the Handler of a Lua validate or mutate handler; its ctx.logger
+// writes to log (the server's: the operator's log).
+func luaHandler(rt *luabind.Runtime, spec causes.Spec, log *slog.Logger) Handler {
 	return Handler{ID: spec.ID, Kind: spec.Kind, FailurePolicy: spec.FailurePolicy, Timeout: spec.Timeout,
 		SideEffects: spec.SideEffects, Source: spec.Source, Resource: spec.Resource, Operations: spec.Operations,
 		Subresource: spec.Subresource, ObjectSelector: objectSelector(rt.LabelFilters(spec.ID)),
 		Admit: func(ctx context.Context, req Request) (Response, error) {
 			r, err := rt.Admit(ctx, luabind.AdmissionRequest{Handler: spec, Operation: req.Operation,
 				Object: req.Object, OldObject: req.OldObject, UserInfo: req.UserInfo, DryRun: req.DryRun,
-				Subresource: req.Subresource, Logger: slog.Default().With("handler", spec.ID,
+				Subresource: req.Subresource, Headers: req.Headers, SSLPeer: req.SSLPeer, Logger: log.With("handler", spec.ID,
 					"object", objectName(req), "operation", req.Operation)})
 			return Response{Allowed: r.Allowed, Message: r.Message, Code: r.Code, Warnings: r.Warnings, Patch: r.Patch}, err
 		}}
@@ -246,14 +261,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("not an AdmissionReview with a request: %v", err), http.StatusBadRequest)
 		return
 	}
-	resp := s.review(r.Context(), r.URL.Path, review.Request)
+	resp := s.review(r.Context(), r.URL.Path, review.Request, transportOf(r))
 	out := admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}, Response: resp}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(out)
 }
 
 // review runs the handler of path on a request and builds the response.
-func (s *Server) review(ctx context.Context, path string, ar *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+func (s *Server) review(ctx context.Context, path string, ar *admissionv1.AdmissionRequest, from transport) *admissionv1.AdmissionResponse {
 	resp := &admissionv1.AdmissionResponse{UID: ar.UID}
 	policy, path := splitPolicy(path)
 	h, ok := s.lookup(path)
@@ -276,6 +291,7 @@ func (s *Server) review(ctx context.Context, path string, ar *admissionv1.Admiss
 	if err != nil {
 		return s.failed(h, resp, err)
 	}
+	req.Headers, req.SSLPeer = from.headers, from.sslPeer
 	ctx, cancel := context.WithTimeout(ctx, h.deadline())
 	defer cancel()
 	type outcome struct {
@@ -328,6 +344,77 @@ func (s *Server) review(ctx context.Context, path string, ar *admissionv1.Admiss
 		}
 	}
 	return resp
+}
+
+// transport is what the HTTP request says about a review besides its body.
+type transport struct {
+	headers map[string]string
+	sslPeer map[string]any
+}
+
+func transportOf(r *http.Request) transport {
+	t := transport{headers: make(map[string]string, len(r.Header))}
+	for name, values := range r.Header {
+		t.headers[name] = strings.Join(values, ", ")
+	}
+	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
+		t.sslPeer = peerCertificate(r.TLS.VerifiedChains[0][0])
+	}
+	return t
+}
+
+// peerCertificate describes a client certificate as kopf's sslpeer does (Python's
+// ssl getpeercert(), with its attribute names): subject and issuer by attribute
+// (commonName and serialNumber strings; organizationName, organizationalUnitName,
+// countryName, localityName, stateOrProvinceName, streetAddress, postalCode lists, as
+// a name may hold several), serialNumber (upper-case hex), notBefore and notAfter
+// (RFC 3339), version, and subjectAltName as a list of {type, value} pairs ("DNS",
+// "IP Address", "email", "URI").
+func peerCertificate(c *x509.Certificate) map[string]any {
+	name := func(n pkix.Name) map[string]any {
+		out := map[string]any{}
+		lists := map[string][]string{"countryName": n.Country, "organizationName": n.Organization,
+			"organizationalUnitName": n.OrganizationalUnit, "localityName": n.Locality,
+			"stateOrProvinceName": n.Province, "streetAddress": n.StreetAddress, "postalCode": n.PostalCode}
+		for k, v := range lists {
+			if len(v) > 0 {
+				vals := make([]any, len(v))
+				for i, x := range v {
+					vals[i] = x
+				}
+				out[k] = vals
+			}
+		}
+		if n.CommonName != "" {
+			out["commonName"] = n.CommonName
+		}
+		if n.SerialNumber != "" {
+			out["serialNumber"] = n.SerialNumber
+		}
+		return out
+	}
+	var alt []any
+	for _, d := range c.DNSNames {
+		alt = append(alt, []any{"DNS", d})
+	}
+	for _, ip := range c.IPAddresses {
+		alt = append(alt, []any{"IP Address", ip.String()})
+	}
+	for _, e := range c.EmailAddresses {
+		alt = append(alt, []any{"email", e})
+	}
+	for _, u := range c.URIs {
+		alt = append(alt, []any{"URI", u.String()})
+	}
+	out := map[string]any{
+		"subject": name(c.Subject), "issuer": name(c.Issuer), "version": int64(c.Version),
+		"serialNumber": strings.ToUpper(c.SerialNumber.Text(16)),
+		"notBefore":    c.NotBefore.UTC().Format(time.RFC3339), "notAfter": c.NotAfter.UTC().Format(time.RFC3339),
+	}
+	if len(alt) > 0 {
+		out["subjectAltName"] = alt
+	}
+	return out
 }
 
 // failed answers per the handler's failure policy.

@@ -3,12 +3,14 @@ package admission
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -46,6 +48,11 @@ type Options struct {
 	DryRun bool
 	// Namespaces are the operator's --namespaces (see Syncer.Namespaces).
 	Namespaces []string
+	// ClientCA is a PEM file of the CAs that sign the client certificates the API
+	// server may present (kopf's WebhookServer cafile; the API server's webhook
+	// client credentials, in its AdmissionConfiguration): a certificate they verify
+	// reaches the handlers as ctx.sslpeer. Empty: none is asked for.
+	ClientCA string
 	// ProbeNamespace is where the reachability probe dry-runs its Lease (probe.go):
 	// an existing namespace the operator may create Leases in. Defaults to
 	// "default".
@@ -59,9 +66,24 @@ type Options struct {
 	// SetActive(true): with peering, only the operator that works owns them.
 	Inactive bool
 	Logger   *slog.Logger
+	// CertValidity is how long a generated certificate is valid (default one
+	// year); it is renewed, without a restart, when a third of it is left.
+	CertValidity time.Duration
+	// Observer, when set, is told about every request (controller-runtime's
+	// webhook metrics).
+	Observer RequestObserver
 
 	// detect replaces the detection of the address (address.go) in tests.
 	detect func(context.Context) (Endpoint, bool)
+}
+
+// RequestObserver is told about the admission requests served, by webhook path
+// (the handler's path, "unknown" for one no handler serves): metrics.Metrics
+// implements it with controller_runtime_webhook_requests_total, _latency_seconds
+// and _requests_in_flight. Its methods must return quickly.
+type RequestObserver interface {
+	WebhookStarted(webhook string)
+	WebhookFinished(webhook string, code int, d time.Duration)
 }
 
 // Webhooks runs the admission server and keeps the configurations in sync.
@@ -70,9 +92,11 @@ type Webhooks struct {
 	cfg    *rest.Config
 	server *Server
 	certs  *Certificates
-	syncer *Syncer
-	ln     net.Listener
-	log    *slog.Logger
+	// clientCAs verify the client certificates (Options.ClientCA); nil: none asked.
+	clientCAs *x509.CertPool
+	syncer    *Syncer
+	ln        net.Listener
+	log       *slog.Logger
 	// unreachable explains why the API server cannot call this operator (a remote
 	// cluster and a loopback URL): configurations are then not written.
 	unreachable string
@@ -185,14 +209,24 @@ func New(cfg *rest.Config, rt *luabind.Runtime, opts Options) (*Webhooks, error)
 	case svcName != "" && !opts.DryRun:
 		// Replicas share one generated CA through a Secret.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		w.certs, err = SecretCertificates(ctx, client, svcNS, svcName+"-tls", hosts)
+		w.certs, err = NewSecretCertificates(ctx, client, svcNS, svcName+"-tls", hosts, CertOptions{Validity: opts.CertValidity, Logger: opts.Logger})
 		cancel()
 		if err != nil {
 			return nil, err
 		}
 	default:
-		if w.certs, err = GenerateCertificates(hosts); err != nil {
+		if w.certs, err = NewGeneratedCertificates(hosts, CertOptions{Validity: opts.CertValidity, Logger: opts.Logger}); err != nil {
 			return nil, fmt.Errorf("generating the webhook certificate: %w", err)
+		}
+	}
+	if opts.ClientCA != "" {
+		pem, err := os.ReadFile(opts.ClientCA)
+		if err != nil {
+			return nil, fmt.Errorf("--webhook-client-ca: %w", err)
+		}
+		w.clientCAs = x509.NewCertPool()
+		if !w.clientCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--webhook-client-ca=%s: no PEM certificate in it", opts.ClientCA)
 		}
 	}
 	listenAt := net.JoinHostPort(listenHost, port)
@@ -209,11 +243,16 @@ func New(cfg *rest.Config, rt *luabind.Runtime, opts Options) (*Webhooks, error)
 	if opts.DryRun {
 		w.unreachable = "dry run: the webhook configurations are not written"
 	}
+	if w.unreachable == "" {
+		// A renewed CA signs only once the configurations carry it.
+		w.certs.GatePublication()
+	}
 	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	// A rotated certificate or CA (--webhook-cert-dir) must reach the caBundle.
+	// A rotated certificate or CA (renewed, or read from --webhook-cert-dir or the
+	// Secret) must reach the caBundle.
 	w.certs.OnChange(w.Resync)
 	w.server = NewServer(rt, opts.Logger)
 	w.syncer = &Syncer{Client: client, Discovery: disco, Prefix: opts.Prefix, CABundle: w.certs.CABundle, Log: opts.Logger, Namespaces: opts.Namespaces,
@@ -247,6 +286,9 @@ func isLoopbackHost(h string) bool {
 	ip := net.ParseIP(h)
 	return ip != nil && ip.IsLoopback()
 }
+
+// Certificates are the certificates the server serves.
+func (w *Webhooks) Certificates() *Certificates { return w.certs }
 
 // Server is the admission server (register Go handlers there, or with Register).
 func (w *Webhooks) Server() *Server { return w.server }
@@ -353,22 +395,37 @@ const retryEvery = 10 * time.Second
 // the caBundle; a sync that finds them equal writes nothing.
 const resyncEvery = time.Minute
 
+// tlsConfig is the server's TLS: its certificate, and with Options.ClientCA the
+// client certificates it verifies when given (ctx.sslpeer); a client without one
+// is served all the same (the API server's default).
+func (w *Webhooks) tlsConfig() *tls.Config {
+	cfg := &tls.Config{GetCertificate: w.certs.GetCertificate, MinVersion: tls.VersionTLS12}
+	if w.clientCAs != nil {
+		cfg.ClientAuth, cfg.ClientCAs = tls.VerifyClientCertIfGiven, w.clientCAs
+	}
+	return cfg
+}
+
 // Start serves until ctx ends, syncing the configurations at start, on Resync,
 // when the certificate changes, every resyncEvery and while some are not
 // written; with RemoveOnExit it deletes them before returning.
 func (w *Webhooks) Start(ctx context.Context) error {
 	mux := http.NewServeMux()
-	mux.Handle("/", w.server)
+	mux.Handle("/", w.instrument(w.server))
 	mux.HandleFunc(probePath, answerProbe)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second,
-		TLSConfig: &tls.Config{GetCertificate: w.certs.GetCertificate, MinVersion: tls.VersionTLS12},
-		ErrorLog:  nil}
+		TLSConfig: w.tlsConfig(), ErrorLog: nil}
 	errc := make(chan error, 1)
 	go func() {
 		w.serving.Store(true)
 		errc <- srv.ServeTLS(w.ln, "", "")
 	}()
-	w.log.Info("webhook server listening", "address", w.ln.Addr().String())
+	w.log.Info("webhook server listening", "address", w.ln.Addr().String(), "certificate_not_after", w.certs.NotAfter().UTC().Format(time.RFC3339))
+	// Renewals and rotations of the certificate while serving (no restart).
+	certsDone := make(chan struct{})
+	certsCtx, stopCerts := context.WithCancel(ctx)
+	go func() { defer close(certsDone); w.certs.Run(certsCtx) }()
+	defer func() { stopCerts(); <-certsDone }()
 	w.Resync()
 	every := w.resyncEvery
 	if every <= 0 {
@@ -418,6 +475,38 @@ func (w *Webhooks) Start(ctx context.Context) error {
 	}
 }
 
+// instrument reports every request to the Observer.
+func (w *Webhooks) instrument(next http.Handler) http.Handler {
+	obs := w.opts.Observer
+	if obs == nil {
+		return next
+	}
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		// Series only for the paths of handlers: a stray client must not make
+		// unbounded ones.
+		label := "unknown"
+		if _, path := splitPolicy(r.URL.Path); w.server.serves(path) {
+			label = r.URL.Path
+		}
+		start := time.Now()
+		obs.WebhookStarted(label)
+		rec := &statusRecorder{ResponseWriter: rw, code: http.StatusOK}
+		defer func() { obs.WebhookFinished(label, rec.code, time.Since(start)) }()
+		next.ServeHTTP(rec, r)
+	})
+}
+
+// statusRecorder keeps the status code a handler wrote.
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	s.code = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
 // sync writes the configurations once; false when it should be tried again.
 //
 // When the configurations give the API server a URL (this process), the handlers'
@@ -444,11 +533,23 @@ func (w *Webhooks) sync(ctx context.Context) bool {
 			return true // tried again on the next Resync (a reload) or resyncEvery
 		}
 	}
+	bundle := w.certs.CABundle()
 	unresolved, err := w.syncer.Sync(ctx, handlers)
 	if err != nil {
 		w.log.Error("webhook configurations not (fully) written; retrying in "+retryEvery.String(), "error", err)
 		return false
 	}
+	if r := w.reach.Load(); len(handlers) > 0 && r != nil && r.Checked {
+		// The probe's configuration carries the caBundle too: it is published with
+		// the handlers' (a new CA signs only once both hold it), or the next probe
+		// would find the API server distrusting the renewed certificate and, called
+		// at a URL, withdraw the handlers' webhooks.
+		if err := w.prober.ensure(ctx); err != nil {
+			w.log.Error("the probe's webhook configuration not written; retrying in "+retryEvery.String(), "error", err)
+			return false
+		}
+	}
+	w.certs.Published(bundle)
 	w.synced.Store(true)
 	w.owner.Store(len(handlers) > 0)
 	if len(handlers) == 0 {

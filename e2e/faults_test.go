@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -771,112 +769,15 @@ func privateCluster(t *testing.T) (*testcluster.Env, string) {
 // restartComponent kills a process of the private control plane (SIGKILL: a crash,
 // and no wait for a graceful shutdown of open watches), starts it again with the same
 // command line (same ports, same data), and waits until it answers (etcd's /health)
-// and kube-apiserver is ready. A restarted process that exits fails the test with
-// the end of its log.
+// and kube-apiserver is ready (testcluster.RestartComponent). A restarted process that
+// exits fails the test with the end of its log.
 func restartComponent(t *testing.T, private *testcluster.Env, dir, name string) {
 	t.Helper()
-	pidFile := filepath.Join(dir, name+".pid")
-	data, err := os.ReadFile(pidFile)
+	took, err := testcluster.RestartComponent(t.Context(), dir, name, private.Kube)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil {
-		t.Fatalf("reading %s's command line: %v", name, err)
-	}
-	args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
-	if filepath.Base(args[0]) != name {
-		t.Fatalf("pid %d runs %s, not %s", pid, args[0], name)
-	}
-	proc, err := os.FindProcess(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := proc.Signal(syscall.SIGKILL); err != nil {
-		t.Fatalf("killing %s: %v", name, err)
-	}
-	// Its ports are free once every thread is gone: the main thread turns zombie
-	// (nobody may reap it here) while the others still exit and hold the sockets.
-	testcluster.Eventually(t, 30*time.Second, func() (bool, string) {
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			return true, ""
-		}
-		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-		return strings.Contains(string(stat), ") Z ") && (err != nil || len(tasks) <= 1),
-			fmt.Sprintf("waiting for %s to exit (%d threads left)", name, len(tasks))
-	})
-	logFile, err := os.OpenFile(filepath.Join(dir, name+".log"), os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = logFile.Close() }()
-	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Dir = dir
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting %s again: %v", name, err)
-	}
-	// down.sh stops it by this file.
-	if err := os.WriteFile(pidFile, []byte(strconv.Itoa(cmd.Process.Pid)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	started := time.Now()
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	logTail := func() string {
-		data, _ := os.ReadFile(filepath.Join(dir, name+".log"))
-		if len(data) > 4000 {
-			data = data[len(data)-4000:]
-		}
-		return string(data)
-	}
-	alive := func() {
-		t.Helper()
-		select {
-		case err := <-exited:
-			exited <- err
-			t.Fatalf("%s exited after its restart (%v); the end of its log:\n%s", name, err, logTail())
-		default:
-		}
-	}
-	if name == "etcd" {
-		// etcd first answers itself: kube-apiserver's /readyz may pass before it has
-		// noticed that etcd went away.
-		var health string
-		for i, a := range args {
-			if a == "--listen-client-urls" && i+1 < len(args) {
-				health = strings.Split(args[i+1], ",")[0] + "/health"
-			}
-		}
-		if health == "" {
-			t.Fatalf("etcd's command line has no --listen-client-urls: %q", args)
-		}
-		testcluster.Eventually(t, 60*time.Second, func() (bool, string) {
-			alive()
-			resp, err := http.Get(health)
-			if err != nil {
-				return false, fmt.Sprintf("waiting for the restarted etcd to answer at %s: %v", health, err)
-			}
-			body, _ := io.ReadAll(resp.Body)
-			_ = resp.Body.Close()
-			return resp.StatusCode == http.StatusOK && strings.Contains(string(body), `"health":"true"`),
-				fmt.Sprintf("waiting for the restarted etcd to be healthy at %s: %d %s", health, resp.StatusCode, body)
-		})
-	}
-	// kube-apiserver's etcd client reconnects with a growing backoff: after an etcd
-	// outage of 15-30 s it took up to 10 s more (measured by hand), hence the margin.
-	testcluster.Eventually(t, 120*time.Second, func() (bool, string) {
-		alive()
-		body, err := private.Kube.Discovery().RESTClient().Get().AbsPath("/readyz").Param("verbose", "1").DoRaw(t.Context())
-		return err == nil, fmt.Sprintf("waiting for kube-apiserver to be ready again after restarting %s: %v\n%s", name, err, body)
-	})
-	t.Logf("%s restarted: kube-apiserver ready %s after the new process started", name, time.Since(started).Round(time.Millisecond))
+	t.Logf("%s restarted: kube-apiserver ready %s after the new process started", name, took.Round(time.Millisecond))
 }
 
 // kube-apiserver, then etcd, is killed and started again while the operator runs

@@ -28,7 +28,8 @@ func TestMain(m *testing.M) {
 	root := testcluster.RepoRoot()
 	testcluster.Main(m, &env,
 		filepath.Join(root, "scripts", "examples", "crds"),
-		filepath.Join(root, "e2e", "testdata", "crds"))
+		filepath.Join(root, "e2e", "testdata", "crds"),
+		filepath.Join(root, "scripts", "kopf-examples", "crd.yaml"))
 }
 
 var (

@@ -119,7 +119,9 @@ func TestPeeringRunAndDevHandOver(t *testing.T) {
 	common := []string{"--kubeconfig", kubeconfig, "-n", ns, "--prefix", "peering.e2e.test", "--peering-namespace", ns,
 		"--peering-lease-duration", "4s", "--post-events=false"}
 	health := freeLoopback(t)
-	run := startPeer(t, bin, "run", "run", append(common, "--health-address", health, "--metrics-address", health)...)
+	// Plain /metrics beside the probes (luaop run's default is HTTPS with
+	// authentication, on an address of its own): the test reads luaop_peering_*.
+	run := startPeer(t, bin, "run", "run", append(common, "--health-address", health, "--metrics-address", health, "--metrics-secure=false")...)
 	run.waitLines(t, "no other operator of this prefix serves the same resources", 1)
 
 	api := env.Dynamic.Resource(widgets).Namespace(ns)

@@ -4,16 +4,20 @@
 package eventing
 
 import (
+	"context"
+	"fmt"
 	"sync"
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/reference"
 )
 
 // Component is the source component of every Event luaop posts.
@@ -93,6 +97,40 @@ func (r *Recorder) AnnotatedEventf(object runtime.Object, annotations map[string
 	if rec := r.get(); rec != nil {
 		rec.AnnotatedEventf(object, annotations, eventtype, reason, messageFmt, args...)
 	}
+}
+
+// EventOfAnyType posts an Event whose type is neither Normal nor Warning (kopf's
+// kopf.event takes any type; client-go's recorder drops such Events): written at
+// once through the core/v1 Events API, which accepts any type, without the
+// recorder's aggregation and rate limit. Normal and Warning go through the recorder
+// as Event does. After Shutdown it posts nothing.
+func (r *Recorder) EventOfAnyType(ctx context.Context, object runtime.Object, eventtype, reason, message string) error {
+	if eventtype == corev1.EventTypeNormal || eventtype == corev1.EventTypeWarning {
+		r.Event(object, eventtype, reason, message)
+		return nil
+	}
+	r.mu.Lock()
+	closed := r.closed
+	r.mu.Unlock()
+	if closed {
+		return nil
+	}
+	ref, err := reference.GetReference(scheme.Scheme, object)
+	if err != nil {
+		return fmt.Errorf("an event's object: %w", err)
+	}
+	namespace := ref.Namespace
+	if namespace == "" {
+		namespace = metav1.NamespaceDefault // as client-go's recorder does
+	}
+	now := metav1.Now()
+	ev := &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("%v.%x", ref.Name, now.UnixNano()), Namespace: namespace},
+		InvolvedObject: *ref, Reason: reason, Message: message, Type: eventtype,
+		FirstTimestamp: now, LastTimestamp: now, Count: 1, Source: corev1.EventSource{Component: Component},
+	}
+	_, err = r.core.CoreV1().Events(namespace).Create(ctx, ev, metav1.CreateOptions{})
+	return err
 }
 
 // Shutdown stops the broadcaster (Events already queued are still written, best

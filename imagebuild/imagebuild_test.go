@@ -398,7 +398,6 @@ func TestPauseImage(t *testing.T) {
 	}
 }
 
-
 func mustTag(t *testing.T, s string) *name.Tag {
 	t.Helper()
 	tag, err := name.NewTag(s)

@@ -260,7 +260,38 @@ func TestEventWithoutRecorderDoesNothing(t *testing.T) {
 	if err := c.Event(t.Context(), widget(), "Warning", "Flaky", "m"); err != nil {
 		t.Errorf("a valid event without a recorder: %v", err)
 	}
-	if err := c.Event(t.Context(), widget(), "Bad", "Flaky", "m"); err == nil {
-		t.Error("an invalid event without a recorder should still fail")
+	if err := c.Event(t.Context(), widget(), "", "Flaky", "m"); err == nil {
+		t.Error("an invalid event (no type) without a recorder should still fail")
+	}
+	if err := c.Event(t.Context(), widget(), "Warning", "", "m"); err == nil {
+		t.Error("an invalid event (no reason) without a recorder should still fail")
+	}
+}
+
+// kopf's kopf.event takes any type ("SomeType"): client-go's recorder drops such
+// Events, so the operator's recorder writes them itself, at once; the core/v1 Events
+// API accepts any type. A recorder without that capability refuses them.
+func TestEventOfAnyType(t *testing.T) {
+	cs := fake.NewClientset()
+	rec := eventing.New(cs)
+	defer rec.Shutdown()
+	c := &Client{Recorder: rec}
+	if err := c.Event(t.Context(), widget(), "SomeType", "SomeReason", "Some message"); err != nil {
+		t.Fatal(err)
+	}
+	list, err := cs.CoreV1().Events("ns").List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 1 || list.Items[0].Type != "SomeType" || list.Items[0].Reason != "SomeReason" ||
+		list.Items[0].InvolvedObject.Name != "w" || list.Items[0].InvolvedObject.UID != "u-1" || list.Items[0].Source.Component != "luaop" {
+		t.Fatalf("events %+v, want one SomeType Event about w", list.Items)
+	}
+	plain := &Client{Recorder: &captureRecorder{}}
+	if err := plain.Event(t.Context(), widget(), "SomeType", "SomeReason", ""); err == nil || !strings.Contains(err.Error(), `use "Normal" or "Warning"`) {
+		t.Errorf("a recorder that cannot: err = %v", err)
+	}
+	if err := c.Event(t.Context(), widget(), "", "SomeReason", ""); err == nil {
+		t.Error("an empty type is accepted")
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
@@ -189,7 +190,9 @@ func (c *Client) Apply(ctx context.Context, obj map[string]any, force bool) (map
 // truncated. Without a recorder (events are turned off) a valid call does nothing.
 // Posting is asynchronous: a nil error means the Event is queued, not written.
 func (c *Client) Event(ctx context.Context, obj map[string]any, eventType, reason, message string) error {
-	if eventType != corev1.EventTypeNormal && eventType != corev1.EventTypeWarning {
+	anyType, canAnyType := c.Recorder.(anyTypeRecorder)
+	standard := eventType == corev1.EventTypeNormal || eventType == corev1.EventTypeWarning
+	if strings.TrimSpace(eventType) == "" || !standard && c.Recorder != nil && !canAnyType {
 		return fmt.Errorf("event type %q: use %q or %q", eventType, corev1.EventTypeNormal, corev1.EventTypeWarning)
 	}
 	if strings.TrimSpace(reason) == "" {
@@ -205,8 +208,17 @@ func (c *Client) Event(ctx context.Context, obj map[string]any, eventType, reaso
 	if c.Recorder == nil {
 		return nil
 	}
+	if !standard {
+		return anyType.EventOfAnyType(ctx, ref, eventType, reason, eventing.Truncate(message))
+	}
 	c.Recorder.Event(ref, eventType, reason, eventing.Truncate(message))
 	return nil
+}
+
+// anyTypeRecorder is the optional capability of a recorder to post Events of a type
+// other than Normal and Warning (eventing.Recorder has it; kopf.event takes any type).
+type anyTypeRecorder interface {
+	EventOfAnyType(ctx context.Context, object runtime.Object, eventtype, reason, message string) error
 }
 
 // eventSubject is the object an Event is about, reduced to what its reference needs.

@@ -40,6 +40,11 @@ type AdmissionRequest struct {
 	// Events are logged, not sent.
 	DryRun      bool
 	Subresource string
+	// Headers are the HTTP headers of the request (kopf's headers: ctx.headers);
+	// SSLPeer the verified client certificate, nil without one (kopf's sslpeer:
+	// ctx.sslpeer). See admission.Request.
+	Headers map[string]string
+	SSLPeer map[string]any
 	// Logger receives ctx.logger and print output (defaults to the runtime's).
 	Logger *slog.Logger
 }
@@ -81,6 +86,9 @@ func (r *Runtime) Admit(ctx context.Context, req AdmissionRequest) (AdmissionRes
 	if !req.Handler.Kind.IsAdmission() {
 		return AdmissionResponse{}, fmt.Errorf("handler %s is a %s handler, not an admission handler", req.Handler.ID, req.Handler.Kind)
 	}
+	if skippedOnDeletion(req.Handler, req.Operation) {
+		return AdmissionResponse{Skipped: true, Allowed: true}, nil
+	}
 	body := req.Object
 	if body == nil {
 		body = req.OldObject // kopf: the body of a deletion is the old object
@@ -99,6 +107,23 @@ func (r *Runtime) Admit(ctx context.Context, req AdmissionRequest) (AdmissionRes
 	return withShard(ctx, func() *shard { return r.admissionShard(body) }, func(sh *shard) (AdmissionResponse, error) {
 		return sh.admit(ctx, &req, cause, f)
 	})
+}
+
+// skippedOnDeletion: a mutating handler does not run on a DELETE unless its
+// operations are exactly DELETE (kopf's WebhooksRegistry.iter_handlers): there is
+// nothing to mutate in an object being deleted, and a handler written for creations
+// and updates (operations all, the default, or CREATE and DELETE) would otherwise
+// patch it. The request is allowed untouched.
+func skippedOnDeletion(spec causes.Spec, operation string) bool {
+	if spec.Kind != causes.KindMutate || operation != "DELETE" {
+		return false
+	}
+	for _, op := range spec.Operations {
+		if op != "DELETE" {
+			return true
+		}
+	}
+	return len(spec.Operations) == 0
 }
 
 // admissionShard is the object's shard when it has a uid (ctx.memo is then the
@@ -223,6 +248,17 @@ func (s *shard) admissionField(L *lua.LState, cs *callState, key string) lua.LVa
 			adm.warnings = L.CreateTable(2, 0)
 		}
 		return adm.warnings
+	case "headers":
+		headers := make(map[string]any, len(adm.req.Headers))
+		for k, v := range adm.req.Headers {
+			headers[k] = v
+		}
+		return luavalue.NewProxyNamed(L, headers, "ctx.headers")
+	case "sslpeer":
+		if adm.req.SSLPeer == nil {
+			return lua.LNil
+		}
+		return luavalue.NewProxyNamed(L, adm.req.SSLPeer, "ctx.sslpeer")
 	}
 	return lua.LNil
 }

@@ -39,7 +39,7 @@ luaop.on.mutate("example.com/v1/widgets", function(ctx)
   if ctx.spec.color == nil then ctx.patch.spec.color = "blue" end
   ctx.patch.metadata.labels.mutated = "yes"
   if ctx.labels.drop then ctx.patch.metadata.labels.drop = luaop.null end
-end, {id = "defaults", when = function(ctx) return ctx.operation ~= "DELETE" end})
+end, {id = "defaults", when = function(ctx) return ctx.operation ~= "CONNECT" end})
 `
 
 func admObject(spec map[string]any, labels map[string]any) map[string]any {
@@ -157,10 +157,10 @@ func TestAdmitMutatePatch(t *testing.T) {
 		t.Errorf("got %+v, want patch %v", got, want)
 	}
 	// The when filter sees ctx.operation.
-	got, err = rt.Admit(t.Context(), AdmissionRequest{Handler: d, Operation: "DELETE",
-		OldObject: admObject(map[string]any{"size": int64(1)}, nil)})
+	got, err = rt.Admit(t.Context(), AdmissionRequest{Handler: d, Operation: "CONNECT",
+		Object: admObject(map[string]any{"size": int64(1)}, nil)})
 	if err != nil || !got.Skipped {
-		t.Errorf("DELETE: got %+v, %v; want skipped by the when filter", got, err)
+		t.Errorf("CONNECT: got %+v, %v; want skipped by the when filter", got, err)
 	}
 }
 
@@ -193,5 +193,43 @@ func TestAdmitReloadRemovedHandler(t *testing.T) {
 	if _, err := rt.Admit(t.Context(), AdmissionRequest{Handler: size, Operation: "CREATE", Object: admObject(nil, nil)}); err == nil ||
 		!strings.Contains(err.Error(), "no longer registered") {
 		t.Errorf("err = %v, want the handler reported as removed", err)
+	}
+}
+
+// kopf skips mutating handlers on a DELETE unless their operations are exactly
+// DELETE (WebhooksRegistry.iter_handlers): the request is allowed untouched, the
+// handler does not run. Validating handlers run on deletions as on anything else.
+func TestMutatingHandlersSkipDeletionsUnlessOnlyForThem(t *testing.T) {
+	rt := loadedRuntime(t, Options{}, "widgets.lua", `
+local luaop = require("luaop")
+local function mark(ctx) ctx.patch.metadata.labels.seen = ctx.operation; table.insert(ctx.warnings, "ran") end
+luaop.on.mutate("example.com/v1/widgets", mark, {id = "all"})
+luaop.on.mutate("example.com/v1/widgets", mark, {id = "create-and-delete", operations = {"CREATE", "DELETE"}})
+luaop.on.mutate("example.com/v1/widgets", mark, {id = "delete-only", operations = "DELETE"})
+luaop.on.validate("example.com/v1/widgets", function(ctx) table.insert(ctx.warnings, "validated") end, {id = "check"})
+`)
+	old := admObject(map[string]any{"size": int64(1)}, nil)
+	for _, tc := range []struct {
+		id, operation string
+		ran           bool
+	}{
+		{"all", "DELETE", false},
+		{"create-and-delete", "DELETE", false},
+		{"delete-only", "DELETE", true},
+		{"all", "CREATE", true},
+		{"create-and-delete", "CREATE", true},
+		{"check", "DELETE", true},
+	} {
+		req := AdmissionRequest{Handler: admHandler(t, rt, tc.id), Operation: tc.operation, OldObject: old}
+		if tc.operation != "DELETE" {
+			req.Object, req.OldObject = old, nil
+		}
+		got, err := rt.Admit(t.Context(), req)
+		if err != nil {
+			t.Fatalf("%s on %s: %v", tc.id, tc.operation, err)
+		}
+		if ran := len(got.Warnings) > 0; ran != tc.ran || got.Skipped == tc.ran || !got.Allowed {
+			t.Errorf("%s on %s: %+v; want ran=%v (and allowed)", tc.id, tc.operation, got, tc.ran)
+		}
 	}
 }

@@ -3,7 +3,9 @@ package luabind
 import (
 	"fmt"
 	"path"
+	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -166,6 +168,10 @@ func (s *shard) add(L *lua.LState, col *collected, spec causes.Spec, fn *lua.LFu
 	if opts != nil {
 		s.applyOptions(L, &spec, fns, filters, opts)
 	}
+	spec.NamedField = filters.field
+	if spec.NamedField == nil {
+		spec.NamedField = spec.Field
+	}
 	if spec.ID == "" {
 		spec.ID = defaultID(col, spec.Source, suffix)
 	}
@@ -181,7 +187,10 @@ func (s *shard) add(L *lua.LState, col *collected, spec causes.Spec, fn *lua.LFu
 		checkAdmissionSpec(L, &spec, filters)
 	}
 	if prev, dup := col.sources[spec.ID]; dup {
-		L.RaiseError("duplicate handler id %q (first registered at %s); give one of them another id = \"...\"", spec.ID, prev)
+		if s.mergeCauses(col, spec, fns, filters) {
+			return // one function for two causes under one id (kopf's two decorators)
+		}
+		L.RaiseError("duplicate handler id %q (first registered at %s); give one of them another id = \"...\" (the same function may be registered for several causes under one id, with the same options)", spec.ID, prev)
 	}
 	col.sources[spec.ID] = spec.Source
 	if other, clash := col.records[recordName(spec.ID)]; clash {
@@ -203,6 +212,34 @@ func (s *shard) add(L *lua.LState, col *collected, spec causes.Spec, fn *lua.LFu
 	default:
 		col.specs = append(col.specs, spec)
 	}
+}
+
+// mergeCauses adds the reasons of spec to the change handler already registered
+// under its id when both are the same function with the same options: kopf's two
+// decorators on one function (@kopf.on.resume and @kopf.on.create) make one handler
+// of both causes, one progress record. Anything else is a duplicate id.
+func (s *shard) mergeCauses(col *collected, spec causes.Spec, fns *handlerFns, filters *dataFilters) bool {
+	i := slices.IndexFunc(col.specs, func(x causes.Spec) bool { return x.ID == spec.ID })
+	prevFns := col.fns[spec.ID]
+	if i < 0 || spec.Kind != causes.KindChange || col.specs[i].Kind != causes.KindChange || prevFns == nil || prevFns.fn != fns.fn {
+		return false
+	}
+	prev := col.specs[i]
+	a, b := prev, spec
+	a.Reasons, b.Reasons, a.Source, b.Source = nil, nil, "", ""
+	fns.setHasFilter()
+	filters.hasCallbacks = fns.hasFilter
+	prevFilters := col.filters[spec.ID] // kept only when not empty
+	sameFilters := prevFilters == nil && filters.empty() || prevFilters != nil && reflect.DeepEqual(*prevFilters, *filters)
+	if !reflect.DeepEqual(a, b) || !sameFilters || !prevFns.same(fns) {
+		return false
+	}
+	for _, r := range spec.Reasons {
+		if !prev.Serves(r) {
+			col.specs[i].Reasons = append(slices.Clone(col.specs[i].Reasons), r)
+		}
+	}
+	return true
 }
 
 // defaultID derives a stable id from the file name and the handler kind, so that
@@ -231,14 +268,14 @@ var knownOptions = map[string]bool{
 	"id": true, "retries": true, "backoff": true, "timeout": true, "errors": true, "param": true,
 	"labels": true, "annotations": true, "field": true, "value": true, "when": true, "old": true, "new": true,
 	"optional": true, "deleted": true, "interval": true, "initial_delay": true, "idle": true, "sharp": true,
-	"cancellation_timeout": true, "operations": true, "side_effects": true, "failure_policy": true, "subresource": true,
+	"cancellation_timeout": true, "cancellation_backoff": true, "operations": true, "side_effects": true, "failure_policy": true, "subresource": true,
 }
 
 func (s *shard) applyOptions(L *lua.LState, spec *causes.Spec, fns *handlerFns, f *dataFilters, opts *lua.LTable) {
 	opts.ForEach(func(k, v lua.LValue) {
 		key, ok := k.(lua.LString)
 		if !ok || !knownOptions[string(key)] {
-			L.RaiseError("unknown handler option %s; known options: id, retries, backoff, timeout, errors, param, labels, annotations, field, value, when, old, new, optional, deleted, interval, initial_delay, idle, sharp, cancellation_timeout, operations, side_effects, failure_policy, subresource", k.String())
+			L.RaiseError("unknown handler option %s; known options: id, retries, backoff, timeout, errors, param, labels, annotations, field, value, when, old, new, optional, deleted, interval, initial_delay, idle, sharp, cancellation_backoff, cancellation_timeout, operations, side_effects, failure_policy, subresource", k.String())
 		}
 		name := string(key)
 		switch name {
@@ -302,6 +339,8 @@ func (s *shard) applyOptions(L *lua.LState, spec *causes.Spec, fns *handlerFns, 
 			spec.Sharp = lua.LVAsBool(v)
 		case "cancellation_timeout":
 			spec.CancellationTimeout = s.optSeconds(L, name, v)
+		case "cancellation_backoff":
+			spec.CancellationBackoff = s.optSeconds(L, name, v)
 		case "operations", "side_effects", "failure_policy", "subresource":
 			if !spec.Kind.IsAdmission() {
 				L.RaiseError("option %s applies to admission handlers only (luaop.on.validate, luaop.on.mutate)", name)

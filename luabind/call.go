@@ -39,6 +39,12 @@ type callState struct {
 	ctx context.Context
 	// sleep is what luaop.sleep asked for when it yielded; taken by the daemon.
 	sleep *daemonSleep
+	// A daemon's stop (daemon.go, cancellationPoint): notified once a luaop.sleep
+	// returned false to tell it of its stop; cancelled once its cancellation was
+	// raised, when cancelLua cancelled ctx (ctx is then the daemon's own, made by
+	// StartDaemon) so that no instruction runs after it. Shard lock held for all.
+	notified, cancelled bool
+	cancelLua           context.CancelFunc
 	// raised is the last error value a daemon's Lua raised, and raisedTrace where:
 	// its coroutine ends with the value alone (daemon.go, newDaemonEntry).
 	raised      lua.LValue
@@ -137,7 +143,12 @@ func (s *shard) invoke(ctx context.Context, call causes.Call) (causes.Result, er
 	if ret == lua.LNil {
 		return result, nil
 	}
-	out, err := luavalue.FromLuaLimited(ret, objectWriteLimits)
+	var out any
+	if call.Handler.Kind == causes.KindIndex {
+		out, err = indexResult(ret, indexWriteLimits) // keys may be tables, by value (kopf's tuples)
+	} else {
+		out, err = luavalue.FromLuaLimited(ret, objectWriteLimits)
+	}
 	if err != nil {
 		return causes.Result{}, &causes.PermanentError{Message: fmt.Sprintf("%s: the handler's return value: %s", call.Handler.Source, err)}
 	}
@@ -208,6 +219,12 @@ func (s *shard) convertPatch(cs *callState) (any, error) {
 // fails for good instead, naming the handler (issue 34).
 var objectWriteLimits = luavalue.Limits{MaxBytes: 1536 << 10,
 	Why: "the API server stores at most 1.5 MiB in an object (etcd's limit), so the handler fails for good"}
+
+// indexWriteLimits bound what an index function returns for one object: its
+// entries are kept in the operator's memory for as long as the object exists, so
+// one object's share is bound as an object is.
+var indexWriteLimits = luavalue.Limits{MaxBytes: 1536 << 10,
+	Why: "an object's index entries stay in the operator's memory; one object's are bound as an object (1.5 MiB)"}
 
 // endPatch ends the call's ctx.patch once it was converted: its tables are emptied
 // and get a metatable that raises, so that a patch kept beyond its call (in a
@@ -654,7 +671,7 @@ func (s *shard) ctxField(L *lua.LState, cs *callState, key string) lua.LValue {
 		}
 	case "resource":
 		return lua.LString(call.Handler.Resource.String())
-	case "operation", "userinfo", "dryrun", "subresource", "warnings":
+	case "operation", "userinfo", "dryrun", "subresource", "warnings", "headers", "sslpeer":
 		return s.admissionField(L, cs, key)
 	case "subhandler":
 		if call.Handler.Kind != causes.KindChange {
@@ -836,38 +853,6 @@ func (s *shard) registerSubhandler(L *lua.LState, cs *callState) int {
 		cs.subFilters[spec.ID] = filters
 	}
 	return 0
-}
-
-// indexesTable is ctx.indexes: ctx.indexes.<name>[key] is the list of values the
-// objects put under key. Each index is read when first touched in the call.
-func (s *shard) indexesTable(L *lua.LState, call *causes.Call) lua.LValue {
-	t := L.NewTable()
-	mt := L.NewTable()
-	mt.RawSetString("__index", L.NewFunction(func(L *lua.LState) int {
-		name := L.CheckString(2)
-		if call.Indexes == nil {
-			L.RaiseError("index %q: no indexes are registered", name)
-		}
-		// The indexes belong to the processing core: read with the shard released
-		// (no lock held while calling out of the package).
-		var entries map[string][]any
-		var ok bool
-		s.blocking(L, func(context.Context) { entries, ok = call.Indexes.Lookup(name) })
-		if !ok {
-			L.RaiseError("index %q is not registered (luaop.index(resource, fn, {id = %q}))", name, name)
-		}
-		m := make(map[string]any, len(entries))
-		for k, v := range entries {
-			list := make([]any, len(v))
-			copy(list, v)
-			m[k] = list
-		}
-		v := luavalue.NewProxy(L, m)
-		L.Push(v)
-		return 1
-	}))
-	L.SetMetatable(t, mt)
-	return t
 }
 
 // reservedLogKeys are the fields luaop's log lines carry themselves: a script's

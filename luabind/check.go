@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -47,8 +48,9 @@ type CheckReport struct {
 // loading fail with an error value) and analyses their source for what would fail
 // only at run time: syntax of Lua 5.2 and later, globals the sandbox lacks, options
 // that do not apply to a handler's kind, resource strings that do not parse. Every
-// compile error is reported (each file on its own); of the errors raised while the
-// scripts run, the first, as the operator would see it.
+// compile error is reported (each file on its own), and the errors raised while
+// the scripts run: the load's, as the operator would see it, and each handler
+// script's loaded on its own.
 //
 // opts are the operator's options the check must hold to: HandlerTimeout (each
 // file's compilation and the load run under it, as in the operator), MaxStringSize
@@ -67,9 +69,10 @@ func Check(ctx context.Context, scripts []Script, opts Options) CheckReport {
 		defer rt.Close()
 		report, err := rt.Load(ctx, scripts)
 		if err != nil {
-			p := problemOf(err)
-			if !a.covers(p) {
-				rep.Problems = append(rep.Problems, p)
+			for _, p := range loadProblems(ctx, scripts, err, opts) {
+				if !a.covers(p) && !slices.ContainsFunc(rep.Problems, func(q Problem) bool { return q.String() == p.String() }) {
+					rep.Problems = append(rep.Problems, p)
+				}
 			}
 		} else {
 			for _, h := range report.Handlers {
@@ -79,6 +82,34 @@ func Check(ctx context.Context, scripts []Script, opts Options) CheckReport {
 	}
 	sortProblems(rep.Problems)
 	return rep
+}
+
+// loadProblems are the problems of a load that failed with err: err's, and those
+// of each handler script loaded on its own with the modules (a load stops at its
+// first error, which would hide the others' problems), each under opts (the
+// check's options, as the whole load).
+func loadProblems(ctx context.Context, scripts []Script, err error, opts Options) []Problem {
+	out := []Problem{problemOf(err)}
+	var modules, handlers []Script
+	for _, s := range scripts {
+		if strings.Contains(s.Name, "/") {
+			modules = append(modules, s)
+		} else {
+			handlers = append(handlers, s)
+		}
+	}
+	if len(handlers) < 2 {
+		return out
+	}
+	for _, h := range handlers {
+		rt := New(opts)
+		_, err := rt.Load(ctx, append([]Script{h}, modules...))
+		rt.Close()
+		if err != nil {
+			out = append(out, problemOf(err))
+		}
+	}
+	return out
 }
 
 // CheckLoad loads the scripts in a throwaway runtime, the way the operator would
@@ -328,10 +359,18 @@ func optionApplies(opt, fn string) (bool, string) {
 		return kind == regTimer, "timers"
 	case "initial_delay":
 		return kind == regTimer || kind == regDaemon, "timers and daemons"
-	case "cancellation_timeout":
+	case "cancellation_timeout", "cancellation_backoff":
 		return kind == regDaemon, "daemons"
 	}
 	return true, ""
+}
+
+// literalID is the first registration of a literal handler id: where, whether a
+// change handler, and the local its function is (nil when not one).
+type literalID struct {
+	where  string
+	change bool
+	fn     *binding
 }
 
 // binding is what a local name is bound to.
@@ -362,7 +401,7 @@ type analyzer struct {
 	file     string
 	globals  map[string][]string        // the sandbox's
 	defined  map[string]map[string]bool // per file, the globals it assigns
-	ids      map[string]string          // literal handler ids -> where
+	ids      map[string]literalID       // literal handler ids -> their first registration
 	reported map[string]bool
 	quiet    bool // evaluating, not reporting
 }
@@ -398,7 +437,7 @@ func analyze(ctx context.Context, scripts []Script, timeout time.Duration) *Anal
 		}
 		chunks[s.Name] = chunk
 	}
-	z := &analyzer{a: a, globals: SandboxGlobals(), defined: map[string]map[string]bool{}, ids: map[string]string{}, reported: map[string]bool{}}
+	z := &analyzer{a: a, globals: SandboxGlobals(), defined: map[string]map[string]bool{}, ids: map[string]literalID{}, reported: map[string]bool{}}
 	names := make([]string, 0, len(chunks))
 	for n := range chunks {
 		names = append(names, n)
@@ -837,11 +876,16 @@ func (z *analyzer) call(c *ast.FuncCallExpr, sc *scope) {
 		}
 		if k.Value == "id" {
 			if id, ok := f.Value.(*ast.StringExpr); ok {
-				where := fmt.Sprintf("%s:%d", z.file, c.Line())
-				if prev, dup := z.ids[id.Value]; dup {
-					z.problem(line, span, "duplicate handler id %q (first registered at %s); give one of them another id = \"...\"", id.Value, prev)
-				} else {
-					z.ids[id.Value] = where
+				this := literalID{where: fmt.Sprintf("%s:%d", z.file, c.Line()), change: kind == regChange}
+				if fn, ok := c.Args[optArg-1].(*ast.IdentExpr); ok && kind == regChange {
+					this.fn = sc.lookup(fn.Value)
+				}
+				if prev, dup := z.ids[id.Value]; !dup {
+					z.ids[id.Value] = this
+				} else if !prev.change || !this.change || prev.fn == nil || prev.fn != this.fn {
+					// The same local function for another cause under one id is one
+					// handler (kopf's two decorators); the load checks the options.
+					z.problem(line, span, "duplicate handler id %q (first registered at %s); give one of them another id = \"...\"", id.Value, prev.where)
 				}
 			}
 		}

@@ -198,3 +198,26 @@ luaop.daemon("example.com/v1/widgets", function(ctx) end, { id = "d", side_effec
 		}
 	}
 }
+
+// Every file's load-time error is reported, not only the first the load meets.
+func TestCheckReportsEveryLoadError(t *testing.T) {
+	scripts := []Script{
+		{Name: "a.lua", Source: []byte("local luaop = require('luaop')\nerror('first broken file')\n")},
+		{Name: "b.lua", Source: []byte("local luaop = require('luaop')\nlocal x = nil\nlocal y = x.field\n")},
+		{Name: "c.lua", Source: []byte("local luaop = require('luaop')\nluaop.on.create('v1/configmaps', function(ctx) end, {id = 'fine'})\n")},
+	}
+	rep := Check(t.Context(), scripts, Options{})
+	var got []string
+	for _, p := range rep.Problems {
+		got = append(got, p.String())
+	}
+	joined := strings.Join(got, "\n")
+	for _, want := range []string{"a.lua:2: first broken file", "b.lua:3: "} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("problems:\n%s\nwant one starting %q", joined, want)
+		}
+	}
+	if len(got) != 2 {
+		t.Errorf("problems:\n%s\nwant exactly 2 (each once)", joined)
+	}
+}

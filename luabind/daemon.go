@@ -33,7 +33,10 @@ import (
 //
 // call.Daemon.Stopped ending wakes the sleep early (it returns false) and
 // ctx.stopped() becomes true; what the daemon writes into ctx.patch is handed to
-// call.Daemon.Flush at every sleep and at the end, with no lock held.
+// call.Daemon.Flush at every sleep and at the end, with no lock held. A stopped
+// daemon is told of its stop once, by a luaop.sleep returning false; once
+// call.Daemon.Cancelled has ended too, its next blocking call ends it
+// (cancellationPoint), as kopf's cancellation ends an async daemon.
 func (r *Runtime) StartDaemon(ctx context.Context, call *causes.Call, done func(error)) {
 	uid := uidOf(call.Cause.Body)
 	if uid == "" && call.Daemon != nil {
@@ -64,7 +67,10 @@ func (r *Runtime) StartDaemon(ctx context.Context, call *causes.Call, done func(
 	}
 	// From here on only the call state's copy of call is used: the caller's Call is
 	// then garbage while the daemon runs; a sleeping daemon would otherwise keep both.
-	cs := &callState{call: *call, fns: fns, logger: call.Logger, daemon: true, ctx: ctx}
+	cs := &callState{call: *call, fns: fns, logger: call.Logger, daemon: true}
+	// The daemon's own context: its cancellation cancels it (and so every deadline
+	// made under it), so that pcall cannot swallow the cancellation.
+	cs.ctx, cs.cancelLua = context.WithCancel(ctx)
 	dc := &daemonCall{sh: sh, cs: cs, done: done}
 	dc.begin(fns.fn)
 }
@@ -93,6 +99,9 @@ type daemonCall struct {
 type daemonSleep struct {
 	d     time.Duration
 	patch map[string]any // ctx.patch so far, flushed before the wait
+	// notified: the daemon was told of its stop already; its cancellation, not its
+	// stop, ends this sleep early.
+	notified bool
 }
 
 // begin starts the coroutine. Shard lock held; released by step.
@@ -116,9 +125,10 @@ func (dc *daemonCall) step(fn *lua.LFunction, args ...lua.LValue) {
 	if patch != nil {
 		cs.call.Daemon.Flush(patch)
 	}
-	if err != nil && cs.ctx.Err() != nil {
+	if err != nil && !errors.Is(err, causes.ErrDaemonCancelled) && cs.ctx.Err() != nil {
 		err = cs.ctx.Err()
 	}
+	cs.cancelLua()
 	dc.done(err)
 }
 
@@ -159,6 +169,8 @@ func (dc *daemonCall) advance(fn *lua.LFunction, args []lua.LValue) (sleep *daem
 	}
 	switch {
 	case st == lua.ResumeOK:
+	case cs.cancelled:
+		err = fmt.Errorf("%s: %w", cs.call.Handler.ID, causes.ErrDaemonCancelled)
 	case st == lua.ResumeYield:
 		// Nothing but luaop.sleep yields (scripts have no coroutine library); the
 		// coroutine is stuck half-way.
@@ -191,6 +203,7 @@ func (dc *daemonCall) park(sleep *daemonSleep) {
 		// Close ran since the daemon yielded (or the daemon caught the closed
 		// error inside pcall and went on to sleep).
 		s.unlock()
+		dc.cs.cancelLua()
 		dc.done(errClosed)
 		return
 	}
@@ -202,12 +215,28 @@ func (dc *daemonCall) park(sleep *daemonSleep) {
 	if w.fired.Load() {
 		return // Runtime.Close woke it already
 	}
-	w.timer = time.AfterFunc(sleep.d, func() { w.wake(true) })
-	if link != nil && link.Stopped != nil {
-		w.stopStopped = context.AfterFunc(link.Stopped, func() { w.wake(false) })
+	w.timer = time.AfterFunc(sleep.d, func() { w.wake(wokeSlept) })
+	// Told of its stop already (sleep.notified), a daemon sleeps on until its
+	// cancellation; else its stop wakes it.
+	switch {
+	case link == nil:
+	case !sleep.notified && link.Stopped != nil:
+		w.stopStopped = context.AfterFunc(link.Stopped, func() { w.wake(wokeStopped) })
+	case sleep.notified && link.Cancelled != nil:
+		w.stopStopped = context.AfterFunc(link.Cancelled, func() { w.wake(wokeCancelled) })
 	}
-	w.stopCtx = context.AfterFunc(dc.cs.ctx, func() { w.wake(false) })
+	w.stopCtx = context.AfterFunc(dc.cs.ctx, func() { w.wake(wokeEnded) })
 }
+
+// wokeBy says what ended a daemon's sleep.
+type wokeBy int
+
+const (
+	wokeSlept     wokeBy = iota // its time passed: luaop.sleep returns true
+	wokeStopped                 // its stop: luaop.sleep returns false (once)
+	wokeCancelled               // its cancellation: luaop.sleep raises it
+	wokeEnded                   // its context, or Runtime.Close: it ends
+)
 
 // daemonWake is one sleep of a daemon: the first of its timer, its stop, its
 // context and Runtime.Close to fire resumes the daemon (on that callback's
@@ -222,7 +251,7 @@ type daemonWake struct {
 	stopStopped, stopCtx func() bool
 }
 
-func (w *daemonWake) wake(slept bool) {
+func (w *daemonWake) wake(by wokeBy) {
 	if !w.fired.CompareAndSwap(false, true) {
 		return
 	}
@@ -237,12 +266,13 @@ func (w *daemonWake) wake(slept bool) {
 		w.stopCtx()
 	}
 	w.mu.Unlock()
-	w.dc.wake(w, slept)
+	w.dc.wake(w, by)
 }
 
 // wake takes the shard back and resumes the coroutine with the sleep's result
-// (true: it slept its time; false: stopped, cancelled or closed).
-func (dc *daemonCall) wake(w *daemonWake, slept bool) {
+// (true: it slept its time; false: stopped, or its context ended); a cancellation
+// resumes it with its context cancelled, so that it ends at once.
+func (dc *daemonCall) wake(w *daemonWake, by wokeBy) {
 	s, cs, t := dc.sh, dc.cs, dc.t
 	s.relock() // every holder releases it within a handler deadline
 	delete(s.parked, w)
@@ -250,6 +280,7 @@ func (dc *daemonCall) wake(w *daemonWake, slept bool) {
 		// Runtime.Close ran while the daemon slept: its Lua state is gone, the
 		// daemon ends where it slept.
 		s.unlock()
+		cs.cancelLua()
 		dc.done(errClosed)
 		return
 	}
@@ -261,7 +292,14 @@ func (dc *daemonCall) wake(w *daemonWake, slept bool) {
 		// the budget error; the daemon's Lua cannot catch it.
 		t.cancel()
 	}
-	dc.step(nil, lua.LBool(slept))
+	switch by {
+	case wokeStopped:
+		cs.notified = true
+	case wokeCancelled:
+		cs.cancelled = true
+		cs.cancelLua() // the wrapper's next instruction fails: advance reports it
+	}
+	dc.step(nil, lua.LBool(by == wokeSlept))
 }
 
 // newDaemonEntry compiles the function every daemon coroutine starts with. It runs
@@ -362,4 +400,53 @@ func (s *shard) takeDaemonPatch(L *lua.LState, cs *callState) map[string]any {
 		return m
 	}
 	return nil
+}
+
+// cancellationPoint is checked by the blocking functions of the API (luaop.sleep,
+// luaop.kube.*, Events) on entry and after they waited: a daemon that was told of
+// its stop (a luaop.sleep returned false) and whose cancellation came
+// (DaemonLink.Cancelled: its cancellation_backoff after the stop) is ended there,
+// as kopf's cancellation ends an async daemon at its next await. The raise cannot
+// be swallowed: the daemon's context is cancelled first, so the instruction after a
+// pcall that caught it fails too. ctx.logger is no such point: a daemon logs on its
+// way out. Shard lock held.
+func (s *shard) cancellationPoint(L *lua.LState) {
+	cs := s.callOf(L)
+	if cs == nil || !cs.daemon || !cs.notified || !daemonCancelled(cs) {
+		return
+	}
+	s.raiseCancellation(L, cs)
+}
+
+func daemonCancelled(cs *callState) bool {
+	link := cs.call.Daemon
+	return link != nil && link.Cancelled != nil && link.Cancelled.Err() != nil
+}
+
+func (s *shard) raiseCancellation(L *lua.LState, cs *callState) {
+	cs.cancelled = true
+	cs.cancelLua()
+	L.RaiseError("%s", causes.ErrDaemonCancelled.Error())
+}
+
+// blockingPoint is blocking for the API's blocking functions: a cancellation
+// point before and after the wait, and for a daemon told of its stop, a wait that
+// its cancellation interrupts.
+func (s *shard) blockingPoint(L *lua.LState, wait func(ctx context.Context)) {
+	s.cancellationPoint(L)
+	var cancelled context.Context
+	if cs := s.callOf(L); cs != nil && cs.daemon && cs.notified && cs.call.Daemon != nil {
+		cancelled = cs.call.Daemon.Cancelled
+	}
+	if cancelled == nil {
+		s.blocking(L, wait)
+		return
+	}
+	s.blocking(L, func(ctx context.Context) {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(cancelled, cancel)()
+		wait(ctx)
+	})
+	s.cancellationPoint(L)
 }

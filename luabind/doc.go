@@ -65,11 +65,18 @@
 //     loops on the Go stack) luaop.sleep blocks as below. G.CurrentThread (which
 //     only Resume reads: scripts have no coroutine library) is gopher-lua's to set;
 //     advance resets it before each Resume.
+//   - A stopped daemon (call.Daemon.Stopped) is told once: a luaop.sleep returns
+//     false (callState.notified); once call.Daemon.Cancelled has ended too, the
+//     API's blocking functions are its cancellation points (shard.cancellationPoint,
+//     shard.blockingPoint): the next one cancels the daemon's own context
+//     (callState.cancelLua) and raises, so that no instruction runs after a pcall
+//     that caught it, and advance reports causes.ErrDaemonCancelled. ctx.logger and
+//     index reads are no cancellation points.
 //
 // Which functions release the shard: every API function that waits goes through
 // shard.blocking, which converts nothing itself but releases the shard around a Go
 // function and takes it back before returning to Lua: luaop.kube.get, list, create,
-// patch, delete, apply; luaop.info, warn, exception (events); luaop.sleep, in
+// patch, delete, apply; luaop.event, info, warn, exception (events); luaop.sleep, in
 // handlers and daemons alike (in a daemon it first hands ctx.patch to call.Daemon.Flush).
 // Such functions convert their Lua arguments to Go values before releasing and push
 // results after taking the shard back; the Go function in between must not touch any

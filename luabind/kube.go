@@ -13,10 +13,10 @@ import (
 	yamlv3 "go.yaml.in/yaml/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
-	"sigs.k8s.io/yaml"
 
 	"github.com/luaop/luaop/luabind/internal/luaerr"
 	"github.com/luaop/luaop/luabind/internal/luavalue"
+	"github.com/luaop/luaop/yaml12"
 )
 
 // Kube is the cluster access that scripts get as luaop.kube and the event helpers.
@@ -43,7 +43,7 @@ func (s *shard) installKube(mod *lua.LTable) {
 			apiVersion, kind, ns, name := L.CheckString(1), L.CheckString(2), L.OptString(3, ""), L.CheckString(4)
 			var obj map[string]any
 			var err error
-			s.blocking(L, func(ctx context.Context) { obj, err = k.Get(ctx, apiVersion, kind, ns, name) })
+			s.blockingPoint(L, func(ctx context.Context) { obj, err = k.Get(ctx, apiVersion, kind, ns, name) })
 			return s.pushObject(L, obj, err)
 		},
 		"list": func(L *lua.LState) int {
@@ -58,7 +58,7 @@ func (s *shard) installKube(mod *lua.LTable) {
 			apiVersion, kind, ns := L.CheckString(1), L.CheckString(2), L.OptString(3, "")
 			var items []map[string]any
 			var err error
-			s.blocking(L, func(ctx context.Context) { items, err = k.List(ctx, apiVersion, kind, ns, selector) })
+			s.blockingPoint(L, func(ctx context.Context) { items, err = k.List(ctx, apiVersion, kind, ns, selector) })
 			if err != nil {
 				return s.pushError(L, err)
 			}
@@ -76,7 +76,7 @@ func (s *shard) installKube(mod *lua.LTable) {
 			obj := s.checkObject(L, 1)
 			var created map[string]any
 			var err error
-			s.blocking(L, func(ctx context.Context) { created, err = k.Create(ctx, obj) })
+			s.blockingPoint(L, func(ctx context.Context) { created, err = k.Create(ctx, obj) })
 			return s.pushObject(L, created, err)
 		},
 		"patch": func(L *lua.LState) int {
@@ -87,14 +87,14 @@ func (s *shard) installKube(mod *lua.LTable) {
 			k := s.kube(L)
 			apiVersion, kind, ns, name, patchType := L.CheckString(1), L.CheckString(2), L.OptString(3, ""), L.CheckString(4), L.OptString(6, "merge")
 			var out map[string]any
-			s.blocking(L, func(ctx context.Context) { out, err = k.Patch(ctx, apiVersion, kind, ns, name, patch, patchType) })
+			s.blockingPoint(L, func(ctx context.Context) { out, err = k.Patch(ctx, apiVersion, kind, ns, name, patch, patchType) })
 			return s.pushObject(L, out, err)
 		},
 		"delete": func(L *lua.LState) int {
 			k := s.kube(L)
 			apiVersion, kind, ns, name := L.CheckString(1), L.CheckString(2), L.OptString(3, ""), L.CheckString(4)
 			var err error
-			s.blocking(L, func(ctx context.Context) { err = k.Delete(ctx, apiVersion, kind, ns, name) })
+			s.blockingPoint(L, func(ctx context.Context) { err = k.Delete(ctx, apiVersion, kind, ns, name) })
 			if err != nil {
 				return s.pushError(L, err)
 			}
@@ -112,7 +112,7 @@ func (s *shard) installKube(mod *lua.LTable) {
 			k := s.kube(L)
 			var out map[string]any
 			var err error
-			s.blocking(L, func(ctx context.Context) { out, err = k.Apply(ctx, obj, force) })
+			s.blockingPoint(L, func(ctx context.Context) { out, err = k.Apply(ctx, obj, force) })
 			return s.pushObject(L, out, err)
 		},
 	}
@@ -121,21 +121,28 @@ func (s *shard) installKube(mod *lua.LTable) {
 	}
 	mod.RawSetString("kube", kube)
 
-	for name, eventType := range map[string]string{"info": "Normal", "warn": "Warning", "exception": "Warning"} {
+	// Events (kopf's posting): luaop.event(objs, type, reason, message) with any
+	// type; luaop.info / warn(objs, reason, message); luaop.exception(objs, reason,
+	// message, err) or luaop.exception(objs, err). objs is an object or a list of
+	// objects: one Event each.
+	mod.RawSetString("event", L.NewFunction(func(L *lua.LState) int {
+		objs := s.checkObjects(L, 1)
+		eventType, reason, message := L.CheckString(2), L.CheckString(3), L.OptString(4, "")
+		return s.postEvents(L, objs, eventType, reason, message)
+	}))
+	for name, eventType := range map[string]string{"info": "Normal", "warn": "Warning"} {
 		eventType := eventType
 		mod.RawSetString(name, L.NewFunction(func(L *lua.LState) int {
-			k := s.kube(L)
-			obj := s.checkObject(L, 1)
+			objs := s.checkObjects(L, 1)
 			reason, message := L.CheckString(2), L.OptString(3, "")
-			var err error
-			s.blocking(L, func(ctx context.Context) { err = k.Event(ctx, obj, eventType, reason, message) })
-			if err != nil {
-				return s.pushError(L, err)
-			}
-			L.Push(lua.LTrue)
-			return 1
+			return s.postEvents(L, objs, eventType, reason, message)
 		}))
 	}
+	mod.RawSetString("exception", L.NewFunction(func(L *lua.LState) int {
+		objs := s.checkObjects(L, 1)
+		reason, message, err := exceptionArgs(L)
+		return s.postEvents(L, objs, "Warning", reason, message+err)
+	}))
 
 	jsonMod := L.NewTable()
 	jsonMod.RawSetString("encode", L.NewFunction(func(L *lua.LState) int {
@@ -177,22 +184,22 @@ func (s *shard) installKube(mod *lua.LTable) {
 
 	yamlMod := L.NewTable()
 	yamlMod.RawSetString("decode", L.NewFunction(func(L *lua.LState) int {
+		// YAML 1.2 (the core schema): `n:` and `NO` stay strings, 014 is 14. The
+		// value budget bounds what aliases expand to as well.
 		src := []byte(L.CheckString(1))
 		var v any
 		err := s.checkDecodeSize(src)
 		if err == nil {
+			// Off Lua, so that the call's deadline holds; aliases are bounded first
+			// (the bytes they expand to, as the values are while converting).
 			s.offLua(L, func() {
 				if err = s.checkYAMLAliases(src); err != nil {
 					return
 				}
-				var data []byte
-				if data, err = yaml.YAMLToJSON(src); err != nil {
-					return
+				var node *yaml12.Node
+				if node, err = yaml12.Parse(src); err == nil && node != nil {
+					v, err = yaml12.Value(node, maxDecodeValues)
 				}
-				if err = s.checkDecodeSize(data); err != nil {
-					return
-				}
-				err = utiljson.Unmarshal(data, &v)
 			})
 		}
 		if err != nil {
@@ -211,27 +218,47 @@ func (s *shard) installKube(mod *lua.LTable) {
 	// rather than the handler deadline (which restarts after the sleep). A daemon
 	// sleeping at the top level of its Lua (not inside pcall, an iterator or a
 	// metamethod) yields its coroutine: it then waits without a goroutine (daemon.go).
+	//
+	// A stopped daemon is told so once: the sleep it is in when stopped, or its next
+	// one, returns false (at once). After that its sleeps sleep, as kopf's do, until
+	// its cancellation (cancellation_backoff after the stop), which ends the daemon
+	// there (cancellationPoint): a loop that relies on cancellation, as kopf's async
+	// daemons do, does not spin.
 	sleep := L.NewFunction(func(L *lua.LState) int {
 		d := time.Duration(float64(L.CheckNumber(1)) * float64(time.Second)) // sleepWrapper checked it
 		var patch map[string]any
 		var flush func(map[string]any)
-		var stopped <-chan struct{}
+		var stopped, cancelled <-chan struct{}
 		var daemonCtx context.Context
+		notified := false
 		if cs := s.callOf(L); cs != nil && cs.daemon {
+			s.cancellationPoint(L)
 			patch, daemonCtx = s.takeDaemonPatch(L, cs), cs.ctx // patch is nil without a link
 			if link := cs.call.Daemon; link != nil {
 				flush = link.Flush
-				if link.Stopped != nil {
+				switch {
+				case !cs.notified && link.Stopped != nil && link.Stopped.Err() != nil:
+					// Stopped since its last sleep: told so, at once.
+					cs.notified = true
+					if patch != nil {
+						s.blocking(L, func(context.Context) { flush(patch) })
+					}
+					L.Push(lua.LFalse)
+					return 1
+				case !cs.notified && link.Stopped != nil:
 					stopped = link.Stopped.Done()
+				case cs.notified && link.Cancelled != nil:
+					cancelled = link.Cancelled.Done()
 				}
 			}
+			notified = cs.notified
 			s.endStretch(L, cs)
 			if s.canYield(L) { // a daemon is a coroutine (daemon.go)
-				cs.sleep = &daemonSleep{d: d, patch: patch}
+				cs.sleep = &daemonSleep{d: d, patch: patch, notified: notified}
 				return L.Yield()
 			}
 		}
-		slept := false
+		var by wokeBy
 		s.blocking(L, func(ctx context.Context) {
 			if daemonCtx != nil {
 				ctx = daemonCtx
@@ -243,12 +270,24 @@ func (s *shard) installKube(mod *lua.LTable) {
 			defer t.Stop()
 			select {
 			case <-t.C:
-				slept = true
+				by = wokeSlept
 			case <-stopped:
+				by = wokeStopped
+			case <-cancelled:
+				by = wokeCancelled
 			case <-ctx.Done():
+				by = wokeEnded
 			}
 		})
-		L.Push(lua.LBool(slept))
+		if cs := s.callOf(L); cs != nil && cs.daemon {
+			switch by {
+			case wokeStopped:
+				cs.notified = true
+			case wokeCancelled:
+				s.raiseCancellation(L, cs)
+			}
+		}
+		L.Push(lua.LBool(by == wokeSlept))
 		return 1
 	})
 	// The scripts get sleep through a Lua function that returns exactly one value.
@@ -284,6 +323,88 @@ return function(seconds)
   return slept
 end
 `
+
+// exceptionArgs reads luaop.exception's arguments after the objects, as kopf's
+// exception(objs, reason, message, exc): (reason, message, err), or (err) alone when
+// err is a luaop error value (luaop.temporary_error(...), or one pcall caught). The
+// reason defaults to the kind of the error (TemporaryError, PermanentError,
+// AdmissionError, Error); the message is "message err" (kopf's f'{message} {exc}'),
+// returned as message and the " err" part.
+func exceptionArgs(L *lua.LState) (reason, message, errText string) {
+	var errValue lua.LValue = lua.LNil
+	if ud, ok := L.Get(2).(*lua.LUserData); ok && L.GetTop() == 2 {
+		errValue = ud
+	} else {
+		reason, message = L.OptString(2, ""), L.OptString(3, "")
+		errValue = L.Get(4)
+	}
+	if errValue != lua.LNil {
+		text := L.ToStringMeta(errValue).String()
+		kind := ""
+		if ud, ok := errValue.(*lua.LUserData); ok && ud.Metatable != lua.LNil && L.GetMetaField(ud, "__metatable") == lua.LString("luaop.error") {
+			kind = L.GetField(ud, "kind").String()
+			text = L.GetField(ud, "message").String()
+		}
+		if reason == "" {
+			reason = map[string]string{"temporary": "TemporaryError", "permanent": "PermanentError", "admission": "AdmissionError"}[kind]
+			if reason == "" {
+				reason = "Error"
+			}
+		}
+		if message != "" {
+			errText = " " + text
+		} else {
+			errText = text
+		}
+	}
+	if reason == "" {
+		L.ArgError(2, "a reason or an error expected")
+	}
+	return reason, message, errText
+}
+
+// checkObjects reads an object, or a list of objects, to post Events about.
+func (s *shard) checkObjects(L *lua.LState, n int) []map[string]any {
+	v, err := luavalue.FromLua(L.CheckAny(n))
+	if err != nil {
+		L.ArgError(n, err.Error())
+	}
+	switch x := v.(type) {
+	case map[string]any:
+		return []map[string]any{x}
+	case []any:
+		out := make([]map[string]any, 0, len(x))
+		for i, item := range x {
+			obj, ok := item.(map[string]any)
+			if !ok {
+				L.ArgError(n, fmt.Sprintf("item %d of the list is not a Kubernetes object", i+1))
+			}
+			out = append(out, obj)
+		}
+		return out
+	}
+	L.ArgError(n, "a Kubernetes object (a table with apiVersion, kind and metadata), or a list of them, expected")
+	return nil
+}
+
+// postEvents posts one Event per object and returns true, or nil, message, reason
+// of the first failure (the others are posted all the same).
+func (s *shard) postEvents(L *lua.LState, objs []map[string]any, eventType, reason, message string) int {
+	k := s.kube(L)
+	var first error
+	s.blockingPoint(L, func(ctx context.Context) {
+		for _, obj := range objs {
+			if err := k.Event(ctx, obj, eventType, reason, message); err != nil && first == nil {
+				first = err
+			}
+		}
+	})
+	if first != nil {
+		return s.pushError(L, first)
+	}
+	L.Push(lua.LTrue)
+	return 1
+}
 
 func (s *shard) kube(L *lua.LState) Kube {
 	if s.rt.opts.Kube == nil {
@@ -373,11 +494,12 @@ func (s *shard) offLua(L *lua.LState, fn func()) {
 }
 
 // checkYAMLAliases refuses a YAML document whose aliases would expand past the
-// decode limits (MaxStringSize bytes, maxDecodeValues values): YAMLToJSON expands
-// every alias before anything can be counted (a 15 MB scalar aliased 400 times is
+// decode limits (MaxStringSize bytes, maxDecodeValues values): the decoded value
+// shares an aliased string, but the script's every later use of it (encoding it,
+// patching it onto an object) expands it (a 15 MB scalar aliased 400 times is
 // 6 GB). The document is parsed into nodes, which keep aliases as they are, and
 // its expanded size computed once per anchor. A document this parser refuses is
-// left to YAMLToJSON, whose error the script gets.
+// left to yaml12.Parse, whose error (with its line) the script gets.
 func (s *shard) checkYAMLAliases(src []byte) error {
 	if !bytes.ContainsRune(src, '*') {
 		return nil // no alias

@@ -154,11 +154,36 @@
 ---@field initial_delay? number Timers and daemons: seconds to wait before the first run.
 ---@field idle? number Timers: run only after the object has been unchanged for this many seconds.
 ---@field sharp? boolean Timers: keep to the schedule (every `interval` from the first run) instead of waiting `interval` after each run ends.
----@field cancellation_timeout? number Daemons: seconds a stopped daemon may take to exit before it is cancelled (default 60).
+---@field cancellation_backoff? number Daemons: seconds after its stop during which a stopped daemon's blocking calls keep working (kopf's graceful termination; default 0). After the luaop.sleep that tells it of its stop (it returns false, once), its sleeps sleep until this backoff is over; then its next blocking call (luaop.sleep, luaop.kube.*, luaop.event/info/warn/exception) ends it, and pcall cannot catch that.
+---@field cancellation_timeout? number Daemons: seconds a cancelled daemon may take to exit before its Lua is interrupted wherever it is (default 60), counted from the end of cancellation_backoff.
 ---@field operations? LuaopAdmissionOperation|LuaopAdmissionOperation[] Admission handlers: the operations served (default: all of them, "*").
 ---@field side_effects? boolean Admission handlers: the handler writes elsewhere (sideEffects NoneOnDryRun instead of None). On dry runs its luaop.kube writes and Events are never sent either way.
 ---@field failure_policy? "Fail"|"Ignore" Admission handlers: what a failing or late handler means: "Fail" (the default) rejects with the reason, "Ignore" allows with a warning. Also the webhook's failurePolicy (when the operator cannot be reached).
 ---@field subresource? string Admission handlers: serve requests of this subresource ("status", "scale") instead of the resource itself.
+
+---A verified client certificate of an admission request (ctx.sslpeer), named as
+---Python's ssl.getpeercert() names it (kopf's sslpeer).
+---@class SSLPeer
+---@field subject SSLName The certificate's subject.
+---@field issuer SSLName Who signed it.
+---@field serialNumber string The serial number, upper-case hexadecimal.
+---@field notBefore string Valid from (RFC 3339).
+---@field notAfter string Valid until (RFC 3339).
+---@field version integer The X.509 version (3).
+---@field subjectAltName? string[][] The alternative names as {type, value} pairs: {"DNS", "host"}, {"IP Address", "10.0.0.1"}, {"email", "a@b"}, {"URI", "spiffe://..."}.
+
+---A certificate's subject or issuer: commonName and serialNumber are strings, the
+---others lists (a name may hold several).
+---@class SSLName
+---@field commonName? string
+---@field serialNumber? string
+---@field organizationName? string[]
+---@field organizationalUnitName? string[]
+---@field countryName? string[]
+---@field localityName? string[]
+---@field stateOrProvinceName? string[]
+---@field streetAddress? string[]
+---@field postalCode? string[]
 
 ---The argument of every handler and filter function: the object, the cause and the
 ---handler's tools. Fields are read on first use; body, spec, status, meta, labels,
@@ -182,6 +207,8 @@
 ---@field dryrun boolean|nil Admission handlers: true when the request will not be persisted (its luaop.kube writes are then logged, not sent).
 ---@field subresource string|nil Admission handlers: the subresource of the request ("status", "scale"), nil for the resource itself.
 ---@field warnings string[]|nil Admission handlers: append strings to send them to the client as warnings.
+---@field headers table<string, string>|nil Admission handlers: the HTTP headers of the request (kopf's headers), by canonical name ("User-Agent", "Authorization"); repeated ones joined with ", " (read-only).
+---@field sslpeer SSLPeer|nil Admission handlers: the client's TLS certificate when it gave one the --webhook-client-ca CAs verify (kopf's sslpeer); nil otherwise (read-only).
 ---@field old any Value before the change: the old object, or the old field value for field handlers (nil on creation).
 ---@field new any Value after the change: the new object, or the new field value for field handlers (nil when removed).
 ---@field diff DiffItem[] The changes between old and new (empty when none).
@@ -195,8 +222,8 @@
 ---@field param any The `param` option of the handler (nil when not given).
 ---@field resource string The handler's resource, "group/version/plural" ("v1/plural" for the core group).
 ---@field subhandler? fun(fn: LuaopHandler, opts?: HandlerOptions) Change handlers: register a child handler with its own progress; the parent finishes when all children have. Nil in other kinds of handlers.
----@field stopped fun(): boolean Daemons: true once the daemon must exit (object deleted, operator stopping, script reloaded).
----@field indexes table<string, table<string, any[]>> The indexes: ctx.indexes.<index id>[key] is the list of values that objects put under key.
+---@field stopped fun(): boolean Daemons: true once the daemon must exit (object deleted, operator stopping, script reloaded). See luaop.sleep for how a stopped daemon ends.
+---@field indexes table<string, table<any, any[]>> The indexes: ctx.indexes.<index id>[key] is the list of values that objects put under key; a key that is a table is compared by value (ctx.indexes.is_running[{ns, name}]), pairs gives keys back as they were returned (tables too), #ctx.indexes.<id> is the number of keys. Probes and startup/cleanup handlers get them too.
 
 ---The `luaop` module: `local luaop = require("luaop")`.
 ---@class LuaopModule
@@ -249,6 +276,8 @@ luaop.yaml = {}
 -- script, or in a module it requires).
 
 ---Registers a handler for the creation of objects of `resource` (kopf: on.create).
+---The same function registered for several causes under one id (opts.id), with the
+---same options, is one handler of all of them (kopf's two decorators on one function).
 ---@param resource LuaopResource "group/version/plural" ("example.com/v1/widgets") or "v1/plural".
 ---@param fn LuaopHandler The handler.
 ---@param opts? HandlerOptions Id, retries, backoff, timeout, errors, param, filters.
@@ -340,7 +369,7 @@ function luaop.on.probe(fn, opts) end
 ---that returns is not restarted, one that fails is, after its backoff.
 ---@param resource LuaopResource "group/version/plural" ("example.com/v1/widgets") or "v1/plural".
 ---@param fn LuaopHandler The daemon.
----@param opts? HandlerOptions Id, backoff, param, filters, initial_delay, cancellation_timeout.
+---@param opts? HandlerOptions Id, backoff, param, filters, initial_delay, cancellation_backoff, cancellation_timeout.
 function luaop.daemon(resource, fn, opts) end
 
 ---Registers a timer (kopf: timer): runs fn every opts.interval seconds for each object
@@ -352,8 +381,10 @@ function luaop.timer(resource, fn, opts) end
 
 ---Registers an index (kopf: index): fn runs for each object of `resource` when it
 ---changes and returns a table of key = value (or a single value, kept under key "",
----or nil to leave the object out). Every handler reads ctx.indexes.<id>[key], the
----list of the values the objects put under key.
+---or nil to leave the object out). Keys may be strings, numbers, booleans or tables
+---(kopf's tuples: {[{ctx.namespace, ctx.name}] = true}), compared by value. Every
+---handler (probes, startup and cleanup handlers too) reads ctx.indexes.<id>[key],
+---the list of the values the objects put under key.
 ---@param resource LuaopResource "group/version/plural" ("example.com/v1/widgets") or "v1/plural".
 ---@param fn fun(ctx: HandlerContext): any The index function.
 ---@param opts? HandlerOptions Id (the index's name), param, filters.
@@ -447,39 +478,60 @@ function luaop.adopt(obj, owner, opts) end
 
 -- Events ---------------------------------------------------------------------
 
----Posts a Normal Kubernetes event about obj (kopf: info).
----@param obj KubeObject The object the event is about (ctx.body).
+---Posts a Kubernetes event of any type about obj, or about each object of a list
+---(kopf: event). Normal and Warning events go through the operator's recorder
+---(rate-limited and aggregated per object); other types are written at once.
+---@param objs KubeObject|KubeObject[] The object the event is about (ctx.body), or a list of them.
+---@param type string "Normal", "Warning", or any other type: "SomeType".
 ---@param reason string Short CamelCase reason: "Scaled".
 ---@param message? string Human-readable message.
 ---@return true|nil ok
----@return string? err The error message when the event was not posted.
+---@return string? err The error message when an event was not posted (the others are).
 ---@return string? reason The API reason of the failure.
-function luaop.info(obj, reason, message) end
+function luaop.event(objs, type, reason, message) end
 
----Posts a Warning Kubernetes event about obj (kopf: warn).
----@param obj KubeObject The object the event is about (ctx.body).
+---Posts a Normal Kubernetes event about obj, or each object of a list (kopf: info).
+---@param objs KubeObject|KubeObject[] The object the event is about (ctx.body), or a list of them.
+---@param reason string Short CamelCase reason: "Scaled".
+---@param message? string Human-readable message.
+---@return true|nil ok
+---@return string? err The error message when an event was not posted.
+---@return string? reason The API reason of the failure.
+function luaop.info(objs, reason, message) end
+
+---Posts a Warning Kubernetes event about obj, or each object of a list (kopf: warn).
+---@param objs KubeObject|KubeObject[] The object the event is about (ctx.body), or a list of them.
 ---@param reason string Short CamelCase reason.
 ---@param message? string Human-readable message.
 ---@return true|nil ok
----@return string? err The error message when the event was not posted.
+---@return string? err The error message when an event was not posted.
 ---@return string? reason The API reason of the failure.
-function luaop.warn(obj, reason, message) end
+function luaop.warn(objs, reason, message) end
 
----Posts a Warning Kubernetes event about a failure concerning obj (kopf: exception).
----@param obj KubeObject The object the event is about (ctx.body).
----@param reason string Short CamelCase reason.
+---Posts a Warning Kubernetes event about a failure concerning obj, or each object of
+---a list (kopf: exception). Give the error itself (what pcall caught, or a
+---luaop.temporary_error/permanent_error value): the message becomes
+---"<message> <error>", and the reason defaults to the error's kind (TemporaryError,
+---PermanentError, AdmissionError, Error). luaop.exception(ctx.body, err) alone works
+---for a luaop error value; a plain error string goes fourth:
+---luaop.exception(ctx.body, "SyncFailed", "could not sync:", err).
+---@param objs KubeObject|KubeObject[] The object the event is about (ctx.body), or a list of them.
+---@param reason? string|LuaopError Short CamelCase reason, or the luaop error value alone.
 ---@param message? string Human-readable message.
+---@param err? any The error: a string or a luaop error value.
 ---@return true|nil ok
----@return string? err The error message when the event was not posted.
+---@return string? err The error message when an event was not posted.
 ---@return string? reason The API reason of the failure.
-function luaop.exception(obj, reason, message) end
+function luaop.exception(objs, reason, message, err) end
 
 -- Time -----------------------------------------------------------------------
 
 ---Waits `seconds`. Returns false early when the call must end (deadline, shutdown,
 ---or a daemon asked to stop). It does not hold the Lua state: other handlers run
 ---meanwhile (also when called through pcall). In daemons the daemon's ctx.patch is
----applied first.
+---applied first. A stopped daemon is told once: the sleep it is in (or its next one)
+---returns false at once; later sleeps sleep, and once its cancellation_backoff is over
+---its next blocking call (this one included) ends the daemon, which pcall cannot catch.
 ---@param seconds number Seconds to wait (fractions allowed).
 ---@return boolean slept true when the whole delay passed.
 function luaop.sleep(seconds) end

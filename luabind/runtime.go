@@ -173,7 +173,7 @@ func (r *Runtime) Close() {
 	// Sleeping daemons end now (with errClosed) rather than when they would wake;
 	// their done callbacks run here, with no lock held.
 	for _, w := range parked {
-		w.wake(false)
+		w.wake(wokeEnded)
 	}
 }
 

@@ -504,7 +504,7 @@ luaop.on.startup(function() end)
 		{ID: "widgets_delete", Kind: causes.KindChange, Resource: pods, Reasons: []causes.Reason{causes.Delete}, Optional: true, Source: "widgets.lua:5"},
 		{ID: "widgets_resume", Kind: causes.KindChange, Resource: widgets, Reasons: []causes.Reason{causes.Resume}, Deleted: true, Source: "widgets.lua:6"},
 		{ID: "widgets_field_spec_size", Kind: causes.KindChange, Resource: widgets, Reasons: []causes.Reason{causes.Create, causes.Update},
-			Field: []string{"spec", "size"}, Source: "widgets.lua:7"},
+			Field: []string{"spec", "size"}, NamedField: []string{"spec", "size"}, Source: "widgets.lua:7"},
 		{ID: "widgets_event", Kind: causes.KindEvent, Resource: widgets, Source: "widgets.lua:8"},
 		{ID: "widgets_timer", Kind: causes.KindTimer, Resource: widgets, Interval: 10 * time.Second, InitialDelay: 2 * time.Second,
 			Idle: 5 * time.Second, Sharp: true, Source: "widgets.lua:9"},

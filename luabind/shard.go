@@ -80,6 +80,24 @@ type handlerFns struct {
 	hasFilter             bool
 }
 
+// same tells whether two registrations have the same functions and param (Lua
+// values by identity).
+func (f *handlerFns) same(g *handlerFns) bool {
+	sameFns := func(a, b map[string]*lua.LFunction) bool {
+		if len(a) != len(b) {
+			return false
+		}
+		for k, fn := range a {
+			if b[k] != fn {
+				return false
+			}
+		}
+		return true
+	}
+	return f.fn == g.fn && f.when == g.when && f.valueFn == g.valueFn && f.oldFn == g.oldFn && f.newFn == g.newFn &&
+		f.param == g.param && sameFns(f.labelFns, g.labelFns) && sameFns(f.annotFns, g.annotFns)
+}
+
 func (f *handlerFns) setHasFilter() {
 	f.hasFilter = f.when != nil || len(f.labelFns) > 0 || len(f.annotFns) > 0 ||
 		f.valueFn != nil || f.oldFn != nil || f.newFn != nil

@@ -19,13 +19,18 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"runtime"
+	"slices"
+	"sort"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 	"k8s.io/client-go/tools/leaderelection"
 	clientmetrics "k8s.io/client-go/tools/metrics"
 )
@@ -50,6 +55,11 @@ type Metrics struct {
 
 	reconciles        *prometheus.CounterVec
 	reconcileErrors   *prometheus.CounterVec
+	terminalErrors    *prometheus.CounterVec
+	reconcilePanics   *prometheus.CounterVec
+	webhookRequests   *prometheus.CounterVec
+	webhookLatency    *prometheus.HistogramVec
+	webhookInFlight   *prometheus.GaugeVec
 	reconcileTime     *prometheus.HistogramVec
 	activeWorkers     *prometheus.GaugeVec
 	maxConcurrent     *prometheus.GaugeVec
@@ -71,6 +81,8 @@ type Metrics struct {
 	engines           *engineCollector
 
 	queue queueMetrics
+	// collectors are those registered, for Names.
+	collectors []prometheus.Collector
 	// sharding is registered at its first report (sharding.go).
 	sharding shardingMetrics
 	// webhookOnce registers webhookReachable at the first probe.
@@ -91,6 +103,27 @@ func New() *Metrics {
 			Name: "controller_runtime_reconcile_errors_total",
 			Help: "Total number of reconciliation errors per controller: errors of the framework (a failed patch), not failed handlers (see luaop_handler_runs_total).",
 		}, []string{"controller"}),
+		terminalErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "controller_runtime_terminal_reconcile_errors_total",
+			Help: "Total number of terminal reconciliation errors per controller: handlers that failed for good (luaop.permanent_error, retries or timeout exhausted), which are not retried.",
+		}, []string{"controller"}),
+		reconcilePanics: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "controller_runtime_reconcile_panics_total",
+			Help: "Total number of reconciliation panics per controller (a bug of the framework, recovered: the object is retried, the others keep being served).",
+		}, []string{"controller"}),
+		webhookRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "controller_runtime_webhook_requests_total",
+			Help: "Total number of admission requests by HTTP status code, per webhook path.",
+		}, []string{"webhook", "code"}),
+		webhookLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "controller_runtime_webhook_latency_seconds",
+			Help:    "Histogram of the latency of processing admission requests, per webhook path.",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"webhook"}),
+		webhookInFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "controller_runtime_webhook_requests_in_flight",
+			Help: "Current number of admission requests being served, per webhook path.",
+		}, []string{"webhook"}),
 		reconcileTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "controller_runtime_reconcile_time_seconds",
 			Help:    "Length of time per reconciliation per controller.",
@@ -174,8 +207,9 @@ func New() *Metrics {
 	m.reloads.WithLabelValues("error")
 	m.reloadLatency.WithLabelValues("ok")
 	m.reloadLatency.WithLabelValues("error")
-	m.registry.MustRegister(
-		m.reconciles, m.reconcileErrors, m.reconcileTime, m.activeWorkers, m.maxConcurrent,
+	m.register(
+		m.reconciles, m.reconcileErrors, m.terminalErrors, m.reconcilePanics, m.webhookRequests, m.webhookLatency, m.webhookInFlight,
+		m.reconcileTime, m.activeWorkers, m.maxConcurrent,
 		m.handlerRuns, m.handlerDuration, m.luaErrors, m.events, m.patches, m.reloads, m.reloadLatency,
 		m.reloadFailed, m.lastReload, m.lastReloadSuccess, m.buildInfo, m.queueDepth, m.engines,
 		m.peeringPaused, m.peeringPeers,
@@ -183,8 +217,56 @@ func New() *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
-	m.queue.register(m.registry)
+	m.queue.register(m.register)
 	return m
+}
+
+func (m *Metrics) register(cs ...prometheus.Collector) {
+	m.registry.MustRegister(cs...)
+	m.collectors = append(m.collectors, cs...)
+}
+
+// fqName reads a Desc's name (client_golang has no accessor but its String).
+var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
+
+// Names are the names of the series luaop serves (the scripts' own, luaop_script_*,
+// aside), histograms with their _bucket, _sum and _count series, sorted: what
+// dashboards and alerts may query.
+func (m *Metrics) Names() []string {
+	set := map[string]bool{}
+	// luaop_webhook_reachable is registered at the first probe: served from then on.
+	for _, c := range append(append(slices.Clone(m.collectors), m.webhookReachable), m.shardCollectors().all()...) {
+		ch := make(chan *prometheus.Desc, 64)
+		go func() { c.Describe(ch); close(ch) }()
+		for d := range ch {
+			if n := fqName.FindStringSubmatch(d.String()); n != nil {
+				set[n[1]] = true
+			}
+		}
+	}
+	// Histograms: the series of a family named NAME are NAME_bucket, _sum, _count.
+	mfs, _ := m.registry.Gather()
+	for _, mf := range mfs {
+		if mf.GetType() == dto.MetricType_HISTOGRAM || mf.GetType() == dto.MetricType_SUMMARY {
+			set[mf.GetName()+"_sum"], set[mf.GetName()+"_count"] = true, true
+			if mf.GetType() == dto.MetricType_HISTOGRAM {
+				set[mf.GetName()+"_bucket"] = true
+			}
+		}
+	}
+	for _, h := range []*prometheus.HistogramVec{m.reconcileTime, m.handlerDuration, m.reloadLatency, m.webhookLatency, m.queue.latency, m.queue.workDuration} {
+		ch := make(chan *prometheus.Desc, 1)
+		h.Describe(ch)
+		if n := fqName.FindStringSubmatch((<-ch).String()); n != nil {
+			set[n[1]+"_bucket"], set[n[1]+"_sum"], set[n[1]+"_count"] = true, true, true
+		}
+	}
+	names := make([]string, 0, len(set))
+	for n := range set {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
 }
 
 // client-go reports REST requests and leader election through process-wide hooks
@@ -261,7 +343,32 @@ func (m *Metrics) MaxConcurrentReconciles(controller string, n int) {
 		m.reconciles.WithLabelValues(controller, result)
 	}
 	m.reconcileErrors.WithLabelValues(controller)
+	m.terminalErrors.WithLabelValues(controller)
+	m.reconcilePanics.WithLabelValues(controller)
 	m.activeWorkers.WithLabelValues(controller)
+}
+
+// ReconcilePanicked counts a panic recovered while processing an object of the
+// controller (processing.PanicObserver).
+func (m *Metrics) ReconcilePanicked(controller string) {
+	m.reconcilePanics.WithLabelValues(controller).Inc()
+}
+
+// TerminalError counts a handler of the controller that failed for good.
+func (m *Metrics) TerminalError(controller string) {
+	m.terminalErrors.WithLabelValues(controller).Inc()
+}
+
+// WebhookStarted and WebhookFinished bracket one admission request of a webhook
+// path (admission.RequestObserver): controller-runtime's webhook metrics.
+func (m *Metrics) WebhookStarted(webhook string) {
+	m.webhookInFlight.WithLabelValues(webhook).Inc()
+}
+
+func (m *Metrics) WebhookFinished(webhook string, code int, d time.Duration) {
+	m.webhookInFlight.WithLabelValues(webhook).Dec()
+	m.webhookRequests.WithLabelValues(webhook, strconv.Itoa(code)).Inc()
+	m.webhookLatency.WithLabelValues(webhook).Observe(d.Seconds())
 }
 
 // EngineCounts sets where luaop_daemons_running and luaop_timers_scheduled are read

@@ -257,6 +257,33 @@ func TestFailingCollectorKeepsOwnSeries(t *testing.T) {
 	wantLines(t, scrape(t, m), `luaop_reloads_total{result="ok"} 1`)
 }
 
+// controller-runtime's terminal-error, panic and webhook series, as its dashboards
+// and alerts query them.
+func TestControllerRuntimeErrorAndWebhookSeries(t *testing.T) {
+	m := New()
+	const c = "widgets.examples.luaop.dev"
+	m.MaxConcurrentReconciles(c, 4)
+	text := scrape(t, m)
+	wantLines(t, text,
+		`controller_runtime_terminal_reconcile_errors_total{controller="`+c+`"} 0`,
+		`controller_runtime_reconcile_panics_total{controller="`+c+`"} 0`,
+	)
+	m.TerminalError(c)
+	m.ReconcilePanicked(c)
+	const hook = "/fail/validate/check-size"
+	m.WebhookStarted(hook)
+	m.WebhookStarted(hook)
+	m.WebhookFinished(hook, 200, 3*time.Millisecond)
+	text = scrape(t, m)
+	wantLines(t, text,
+		`controller_runtime_terminal_reconcile_errors_total{controller="`+c+`"} 1`,
+		`controller_runtime_reconcile_panics_total{controller="`+c+`"} 1`,
+		`controller_runtime_webhook_requests_total{code="200",webhook="`+hook+`"} 1`,
+		`controller_runtime_webhook_requests_in_flight{webhook="`+hook+`"} 1`,
+		`controller_runtime_webhook_latency_seconds_count{webhook="`+hook+`"} 1`,
+	)
+}
+
 func TestPeeringAndWebhookGauges(t *testing.T) {
 	m := New()
 	text := scrape(t, m)

@@ -49,8 +49,8 @@ func newQueueMetrics() queueMetrics {
 	}
 }
 
-func (q queueMetrics) register(r *prometheus.Registry) {
-	r.MustRegister(q.depth, q.adds, q.latency, q.workDuration, q.unfinished, q.longestRunningProcessor, q.retries)
+func (q queueMetrics) register(register func(...prometheus.Collector)) {
+	register(q.depth, q.adds, q.latency, q.workDuration, q.unfinished, q.longestRunningProcessor, q.retries)
 }
 
 // WorkqueueProvider gives the metrics of client-go work queues, to pass as the

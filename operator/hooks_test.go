@@ -2,8 +2,10 @@ package operator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -175,4 +177,48 @@ func TestProbeResultsAreCached(t *testing.T) {
 			}
 		})
 	}
+}
+
+// kopf logs "Handler 'x' succeeded." for its activities too (its hooks example
+// counts them): startup and cleanup handlers log their outcome with the fields of
+// every handler's line (handler, reason, took_ms), at the success level.
+func TestHooksLogTheirOutcomeAsEveryHandler(t *testing.T) {
+	var mu sync.Mutex
+	var buf strings.Builder
+	log := slog.New(slog.NewJSONHandler(lockedBuilder{&mu, &buf}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	op := hookOperator(t, `
+luaop.on.startup(function(ctx) if ctx.retry < 1 then error(luaop.temporary_error("later", 1)) end end, {id = "warm_up"})
+luaop.on.cleanup(function(ctx) end, {id = "tidy"})`, Options{Logger: log})
+	op.hookSleep = func(context.Context, time.Duration) error { return nil }
+	for _, kind := range []causes.Kind{causes.KindStartup, causes.KindCleanup} {
+		if err := op.runHooks(t.Context(), kind); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	got := map[string]map[string]any{}
+	for _, line := range strings.Split(buf.String(), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) == nil && m["handler"] != nil {
+			got[fmt.Sprint(m["msg"], "/", m["handler"])] = m
+		}
+	}
+	for key, reason := range map[string]string{"handler will be retried/warm_up": "startup", "handler succeeded/warm_up": "startup", "handler succeeded/tidy": "cleanup"} {
+		line := got[key]
+		if _, isNumber := line["took_ms"].(float64); line == nil || line["reason"] != reason || !isNumber {
+			t.Errorf("%s: %v; want a line with reason %s and took_ms (all: %v)", key, line, reason, got)
+		}
+	}
+}
+
+type lockedBuilder struct {
+	mu *sync.Mutex
+	b  *strings.Builder
+}
+
+func (w lockedBuilder) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
 }

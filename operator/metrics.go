@@ -28,6 +28,9 @@ func Instrument(p *processing.Options, m *metrics.Metrics) {
 			id = r.HandlerID
 		}
 		m.HandlerRun(r.Controller, id, r.Reason, string(r.Outcome), r.Duration, errors.As(r.Err, &se))
+		if r.Outcome == processing.OutcomeFailure {
+			m.TerminalError(r.Controller) // given up: controller-runtime's TerminalError
+		}
 	}
 }
 

@@ -38,6 +38,21 @@ type Options struct {
 	// liveness probe. Defaults to 10s; a negative value disables the cache. Failed
 	// probes are never cached.
 	ProbeCache time.Duration
+	// FieldManager names the operator in managedFields for the scripts' server-side
+	// applies and writes (luaop.kube), when New makes their client. Defaults to
+	// "luaop"; two operators on the same objects need different ones, or each
+	// overwrites the other's applied fields without a conflict (FieldManagerFor).
+	FieldManager string
+}
+
+// FieldManagerFor is the field manager of an operator with the given --prefix:
+// "luaop" for the default prefix luaop.dev (what earlier versions wrote), else
+// "luaop-<prefix>".
+func FieldManagerFor(prefix string) string {
+	if prefix == "" || prefix == "luaop.dev" {
+		return "luaop"
+	}
+	return "luaop-" + prefix
 }
 
 // DefaultProbeCache is kopf's probe cache duration.
@@ -106,6 +121,9 @@ func New(cfg *rest.Config, opts Options) (*Operator, error) {
 		if post {
 			kube.Recorder = opts.Processing.Recorder
 		}
+		if opts.FieldManager != "" {
+			kube.FieldManager = opts.FieldManager
+		}
 		opts.Runtime.Kube = kube
 	}
 	rt := luabind.New(opts.Runtime)
@@ -139,7 +157,9 @@ func (o *Operator) Reactor() *processing.Reactor { return o.reactor }
 // everything it knows kept) and returns once the work in flight has ended; Resume
 // undoes it. Peering drives them (processing.Reactor.Pause). Operator-level hooks
 // and the admission webhooks are not paused.
-func (o *Operator) Pause(ctx context.Context, reason string) error { return o.reactor.Pause(ctx, reason) }
+func (o *Operator) Pause(ctx context.Context, reason string) error {
+	return o.reactor.Pause(ctx, reason)
+}
 
 // Resume lets a paused operator work again.
 func (o *Operator) Resume() { o.reactor.Resume() }
@@ -245,16 +265,25 @@ func (o *Operator) runHooks(ctx context.Context, kind causes.Kind) error {
 			if h.started.IsZero() {
 				h.started = now
 			}
-			o.log.Info("running "+string(kind)+" handler", "handler", h.spec.ID, "retry", h.retries)
+			o.log.Info("running "+string(kind)+" handler", "handler", h.spec.ID, "reason", string(kind), "retry", h.retries)
+			t0 := time.Now()
 			_, err := o.runtime.Invoke(ctx, causes.Call{Handler: h.spec, Retry: h.retries, Started: h.started,
-				Runtime: now.Sub(h.started), Logger: o.log.With("handler", h.spec.ID)})
+				Runtime: now.Sub(h.started), Logger: o.log.With("handler", h.spec.ID, "reason", string(kind)), Indexes: o.reactor.Indexes()})
+			// The fields of every handler's outcome line (processing logs them alike).
+			fields := []any{"handler", h.spec.ID, "reason", string(kind), "took_ms", float64(time.Since(t0).Microseconds()) / 1000}
 			if ctx.Err() != nil {
 				return fmt.Errorf("%s handler %s: %w", kind, h.spec.ID, ctx.Err())
 			}
-			retryIn, final := hookOutcome(h.spec, err)
+			spec := h.spec
+			if spec.Backoff <= 0 {
+				spec.Backoff = o.opts.Processing.DefaultBackoff // 0: kopf's 60 s
+			}
+			retryIn, final := hookOutcome(spec, err)
 			if err == nil || (final && h.spec.Errors == causes.ErrorsIgnored && !causes.IsPermanent(err)) {
 				if err != nil {
-					o.log.Warn(string(kind)+" handler failed; ignored as configured (errors=ignored)", "handler", h.spec.ID, "error", err)
+					o.log.Warn("handler failed; ignored as configured (errors=ignored)", append(fields, "error", err)...)
+				} else {
+					o.log.Log(ctx, o.opts.Processing.SuccessLogLevel, "handler succeeded", fields...)
 				}
 				h.done = true
 				continue
@@ -270,13 +299,13 @@ func (o *Operator) runHooks(ctx context.Context, kind causes.Kind) error {
 			}
 			if final {
 				h.done = true
-				o.log.Error(string(kind)+" handler failed for good", "handler", h.spec.ID, "error", err)
+				o.log.Error("handler failed for good", append(fields, "error", err)...)
 				if failed == nil {
 					failed = fmt.Errorf("%s handler %s failed: %w", kind, h.spec.ID, err)
 				}
 				continue
 			}
-			o.log.Warn(string(kind)+" handler will be retried", "handler", h.spec.ID, "retry", h.retries, "in", retryIn, "error", err)
+			o.log.Warn("handler will be retried", append(fields, "error", err, "retry", h.retries, "in", retryIn)...)
 			h.next = at
 			pending = true
 			if wake.IsZero() || at.Before(wake) {
@@ -395,22 +424,35 @@ func (o *Operator) probe(ctx context.Context) (map[string]any, bool) {
 			continue
 		}
 		done := make(chan outcome, 1)
+		t0 := time.Now()
 		go func() {
-			res, err := o.runtime.Invoke(ctx, causes.Call{Handler: h, Started: time.Now(), Logger: o.log.With("handler", h.ID)})
+			// kopf gives probes (all activities) the indexes: a probe can report
+			// what the index handlers collected.
+			res, err := o.runtime.Invoke(ctx, causes.Call{Handler: h, Started: time.Now(), Logger: o.log.With("handler", h.ID, "reason", "probe"),
+				Indexes: o.reactor.Indexes()})
 			done <- outcome{res, err}
 		}()
+		failed := true
 		select {
 		case r := <-done:
 			switch {
 			case r.err != nil && ctx.Err() != nil:
-				out[h.ID], healthy = late(r.err), false
+				out[h.ID] = late(r.err)
 			case r.err != nil:
-				out[h.ID], healthy = map[string]any{"error": r.err.Error()}, false
+				out[h.ID] = map[string]any{"error": r.err.Error()}
 			default:
-				out[h.ID] = r.res.Value
+				out[h.ID], failed = r.res.Value, false
 			}
 		case <-ctx.Done():
-			out[h.ID], healthy = late(ctx.Err()), false
+			out[h.ID] = late(ctx.Err())
+		}
+		healthy = healthy && !failed
+		fields := []any{"handler", h.ID, "reason", "probe", "took_ms", float64(time.Since(t0).Microseconds()) / 1000}
+		if failed {
+			o.log.Warn("handler failed; the liveness probe fails", append(fields, "error", out[h.ID].(map[string]any)["error"])...)
+		} else {
+			// At debug level: the kubelet probes every few seconds.
+			o.log.Debug("handler succeeded", fields...)
 		}
 	}
 	return out, healthy

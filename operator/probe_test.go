@@ -52,3 +52,36 @@ func TestProbeReportsFailedAndLateProbes(t *testing.T) {
 		})
 	}
 }
+
+// kopf gives probes the indexes (its indexing example reports an index's size on
+// /healthz): a probe reads the same operator-wide indexes that timers and change
+// handlers read.
+func TestProbesReadTheIndexes(t *testing.T) {
+	src := `local luaop = require('luaop')
+luaop.index("v1/pods", function(ctx) return { [{ctx.namespace, ctx.name}] = true } end, {id = "is_running"})
+luaop.on.probe(function(ctx)
+  local n = 0
+  for _ in pairs(ctx.indexes.is_running) do n = n + 1 end
+  return n
+end, {id = "pod_count"})
+`
+	op, err := New(&rest.Config{Host: "http://127.0.0.1:1"}, Options{
+		Scripts:    []luabind.Script{{Name: "probe.lua", Source: []byte(src)}},
+		ProbeCache: -1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { op.runtime.Close(); op.stopEvents() })
+	if _, err := op.Load(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if results, healthy := op.Probe(t.Context()); !healthy || fmt.Sprint(results["pod_count"]) != "0" {
+		t.Fatalf("before any pod: %v (healthy %v), want pod_count 0", results, healthy)
+	}
+	op.Reactor().Indexes().Set("is_running", "default/p1", map[string]any{"p1": true})
+	op.Reactor().Indexes().Set("is_running", "default/p2", map[string]any{"p2": false})
+	if results, healthy := op.Probe(t.Context()); !healthy || fmt.Sprint(results["pod_count"]) != "2" {
+		t.Fatalf("with two pods indexed: %v (healthy %v), want pod_count 2", results, healthy)
+	}
+}

@@ -498,6 +498,11 @@ func (l *loop) evaluate(ctx context.Context) time.Time {
 			return d.Recheck
 		}
 		l.cancelPause()
+		// What /debug, the view and the metric show says "working" before the
+		// Worker works, as it says "paused" before the Worker has paused: whoever
+		// sees the Worker work reads the same from the state.
+		l.peers = append(append(append([]Peer{}, d.Higher...), d.Same...), d.Lower...)
+		l.publish()
 		l.worker.Resume()
 		switch {
 		case l.alone != "" || l.unlisted != "":

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -34,6 +35,7 @@ func (c *cycle) apply(ctx context.Context) error {
 		after = nil
 	}
 	if c.patch.IsEmpty() {
+		c.stored()
 		return nil
 	}
 	o := c.op
@@ -123,10 +125,10 @@ func (c *cycle) apply(ctx context.Context) error {
 		first, second = sendMain, sendStatus
 	}
 	if err := first(); err != nil {
-		return err
+		return c.refuseWrites(ctx, err)
 	}
 	if err := second(); err != nil {
-		return err
+		return c.refuseWrites(ctx, err)
 	}
 	// After a fallback the storage in use is annotations, which the removals are
 	// about: what was moved there must stay. A failed removal leaves a stale copy in
@@ -160,7 +162,111 @@ func (c *cycle) apply(ctx context.Context) error {
 		}
 		c.succeeded = nil
 	}
+	c.stored()
 	return nil
+}
+
+// stored: what the handlers of the cycle wrote so far is on the object (or there
+// was nothing to write); their successes are reported now.
+func (c *cycle) stored() {
+	for _, u := range c.unreported {
+		u.report()
+	}
+	c.unreported, c.ran = nil, nil
+}
+
+// refuseWrites turns a write the API server will never store (refusedAsTooLarge:
+// the object would be over what etcd keeps) into permanent failures of the change
+// handlers whose results or ctx.patch went into it, as a PermanentError would:
+// never retried, the failure in their progress records, written in a patch of its
+// own without what they wrote; no success of theirs is reported. Running them again
+// would only be refused again, for ever. A parent that finished in the refused
+// write is recorded unfinished, so that the next cycle folds its children's
+// outcomes again; a cause that ended in it ends in the next cycle (the event of
+// this write). What daemons, event handlers and timers wrote in it is dropped.
+// Any other error, or a refusal with no handler's content in it (the write is
+// retried without what daemons and event handlers wrote: keepTheirs), is returned.
+func (c *cycle) refuseWrites(ctx context.Context, err error) error {
+	var refusal *tooLargeError
+	if !errors.As(err, &refusal) || c.refused {
+		return err // a refusal of the failure records too: the object is full already
+	}
+	culprits := 0
+	for _, r := range c.ran {
+		if r.wrote {
+			culprits++
+		}
+	}
+	if culprits == 0 {
+		return err
+	}
+	c.refused = true
+	c.patch = state.NewPatch()
+	if c.carried {
+		c.log.Error("the server refused the object's patch as too large; what daemons and event handlers wrote in it is dropped", "error", refusal.cause)
+	}
+	var failedIDs, failedRuns []string
+	for i, r := range c.ran {
+		rec := r.record
+		switch {
+		case r.wrote:
+			msg := fmt.Sprintf("the API server refused to store the object with what handler %s wrote (its result or ctx.patch): %s; "+
+				"keep big data out of the object (in a ConfigMap or Secret of its own)", r.spec.ID, refusal.reason())
+			now := c.now
+			rec.Success, rec.Failure, rec.Stopped, rec.Delayed, rec.Message = false, true, &now, nil, truncate(msg, 1000)
+			failedIDs, failedRuns = append(failedIDs, r.spec.ID), append(failedRuns, r.spec.ID+"/"+string(r.reason))
+			c.log.Error("handler failed for good", "handler", r.spec.ID, "reason", string(r.reason), "error", msg)
+			c.post("Warning", "HandlerFailed", fmt.Sprintf("Handler %s failed permanently: %s", r.spec.ID, msg))
+			c.op.observeAs(c.key, r.spec.ID, c.topID(r.spec.ID), string(r.reason), OutcomeFailure, 0, errors.New(msg))
+		case len(rec.Subrefs) > 0 && rec.Finished():
+			// Its outcome came from children this refusal may have failed.
+			rec.Success, rec.Failure, rec.Stopped, rec.Message = false, false, nil, ""
+			failedIDs, failedRuns = append(failedIDs, r.spec.ID), append(failedRuns, r.spec.ID+"/"+string(r.reason))
+		}
+		c.ran[i].record = rec
+		c.store.progress.Store(c.body.Object, c.patch, r.spec.ID, rec)
+	}
+	c.unreported = slices.DeleteFunc(c.unreported, func(u unreportedSuccess) bool { return slices.Contains(failedIDs, u.id) })
+	c.succeeded = slices.DeleteFunc(c.succeeded, func(s string) bool { return slices.Contains(failedRuns, s) })
+	return c.apply(ctx)
+}
+
+// tooLargeError is a write the API server refused because the object would be larger
+// than it stores (refusedAsTooLarge).
+type tooLargeError struct {
+	key   objectKey
+	cause error
+}
+
+func (e *tooLargeError) Error() string {
+	return fmt.Sprintf("the API server refused to store %s: %s", e.key, e.reason())
+}
+
+func (e *tooLargeError) Unwrap() error { return e.cause }
+
+// reason is the server's own words.
+func (e *tooLargeError) reason() string {
+	if r := apierrors.ReasonForError(e.cause); r != metav1.StatusReasonUnknown && r != metav1.StatusReasonInternalError {
+		return fmt.Sprintf("%s (%s)", e.cause, r)
+	}
+	return e.cause.Error()
+}
+
+// refusedAsTooLarge tells whether the API server will never store a write: the
+// object (or the request) is larger than it keeps. It answers 413
+// RequestEntityTooLarge for a request over its own limit, and passes on etcd's
+// refusal of a value over etcd's limit (`etcdserver: request is too large`, 1.5 MiB
+// by default) as a 500 with that message. The one place that says so: such a write
+// was not applied (writeOutcomeUnknown) and is not retried (refuseWrites).
+func refusedAsTooLarge(err error) bool {
+	if err == nil {
+		return false
+	}
+	if apierrors.IsRequestEntityTooLargeError(err) {
+		return true
+	}
+	msg := strings.ToLower(err.Error())
+	return strings.Contains(msg, "request is too large") || strings.Contains(msg, "request entity too large")
 }
 
 // patchFinalizers adds or removes this operator's finalizer and nothing else: a JSON
@@ -192,6 +298,12 @@ func (c *cycle) patchFinalizers(ctx context.Context, present bool) error {
 			return nil
 		}
 		resp, err := client.Patch(ctx, c.key.name, types.JSONPatchType, data, metav1.PatchOptions{})
+		if err != nil && writeOutcomeUnknown(err) {
+			// Applied or not: the next cycle reads the object first (a removal
+			// applied may have deleted it: its delete handlers must not run again).
+			c.mem.writeUnknown = true
+			c.mem.writeUnknownUntil = o.clock.Now().Add(o.opts.ConsistencyTimeout)
+		}
 		if obs := o.opts.Observer; obs != nil {
 			obs.PatchSent(ControllerName(c.key.resource), "", patchResult(err))
 		}
@@ -236,6 +348,9 @@ func (c *cycle) send(ctx context.Context, subresource string, do func([]byte) (*
 		return nil, nil
 	}
 	resp, err := do(data)
+	if refusedAsTooLarge(err) {
+		err = &tooLargeError{key: c.key, cause: err}
+	}
 	if err != nil && writeOutcomeUnknown(err) {
 		c.mem.writeUnknown = true
 		c.mem.writeUnknownUntil = c.op.clock.Now().Add(c.op.opts.ConsistencyTimeout)
@@ -255,6 +370,8 @@ func (c *cycle) send(ctx context.Context, subresource string, do func([]byte) (*
 	case (apierrors.IsConflict(err) || apierrors.IsInvalid(err)) && c.replaced():
 		c.log.Debug("object was re-created under its name before the patch; the new one gets its own cycle")
 		return nil, nil
+	case errors.As(err, new(*tooLargeError)):
+		return nil, err
 	case apierrors.IsInvalid(err), apierrors.IsConflict(err):
 		return nil, fmt.Errorf("the server rejected the patch of %s (%s): %w; the patch was %s", c.key, apierrors.ReasonForError(err), err, truncate(string(data), 500))
 	default:
@@ -268,7 +385,7 @@ func (c *cycle) send(ctx context.Context, subresource string, do func([]byte) (*
 // in between may say so after the server applied it). A refused connection and the
 // server's other answers (a conflict, a rejection) say it was not applied.
 func writeOutcomeUnknown(err error) bool {
-	if errors.Is(err, syscall.ECONNREFUSED) {
+	if errors.Is(err, syscall.ECONNREFUSED) || refusedAsTooLarge(err) {
 		return false
 	}
 	var status apierrors.APIStatus
@@ -280,30 +397,52 @@ func writeOutcomeUnknown(err error) bool {
 }
 
 // readAfterUnknownWrite reads the object from the server after a write whose outcome
-// is unknown (objectMemory.writeUnknown). Handling the cached body instead would run
-// again a handler whose success that write stored, if the server applied it (kopf
-// does: a known limit there). A newer version read is expected from the watch as the
-// answer of a write would be, and handled past the consistency timeout. While the
-// server shows nothing newer and may still apply the write (writeUnknownUntil), the
-// object waits (the returned delay) and is read again.
-func (c *cycle) readAfterUnknownWrite(ctx context.Context) (time.Duration, error) {
+// is unknown (objectMemory.writeUnknown), or when the watch's body is older than a
+// consistent read showed at start (objectMemory.staleBody). Handling the cached body
+// instead would run again a handler whose success that write (or the operator before
+// this one) stored (kopf does: a known limit there). A newer version read is expected
+// from the watch as the answer of a write would be, and handled past the consistency
+// timeout. While the server shows nothing newer and may still apply the write
+// (writeUnknownUntil), the object waits (the returned delay) and is read again. An
+// incarnation the server no longer has (gone, or another object under its name)
+// stops the cycle (stop): nothing runs on what the operator holds of it, and what the
+// watch brings next (the deletion, the namesake) is handled as it comes.
+func (c *cycle) readAfterUnknownWrite(ctx context.Context) (wait time.Duration, stop bool, err error) {
 	got, err := c.op.dynamic.Resource(c.info.gvr).Namespace(c.key.namespace).Get(ctx, c.key.name, metav1.GetOptions{})
 	switch {
-	case apierrors.IsNotFound(err):
-		// Gone: the watch brings the deletion.
+	case apierrors.IsNotFound(err) || err == nil && string(got.GetUID()) != c.mem.uid:
+		c.log.Debug("the object the operator holds is gone from the server; waiting for the watch to say so",
+			"afterUnknownWrite", c.mem.writeUnknown, "staleBody", c.mem.staleBody)
+		c.mem.writeUnknown, c.mem.staleBody = false, false
+		return 0, true, nil
 	case err != nil:
-		return 0, fmt.Errorf("reading %s after a write that got no answer (it may have been applied): %w", c.key, err)
-	case string(got.GetUID()) == c.mem.uid && versionNewer(got.GetResourceVersion(), c.body.GetResourceVersion()):
-		c.log.Info("the last write got no answer; the object read from the server is newer than the watch's, and is waited for",
-			"resourceVersion", got.GetResourceVersion(), "watched", c.body.GetResourceVersion())
-		c.expectVersion(got)
+		if c.mem.staleBody {
+			return 0, false, fmt.Errorf("reading %s, whose watched body is older than the server's state at start: %w", c.key, err)
+		}
+		return 0, false, fmt.Errorf("reading %s after a write that got no answer (it may have been applied): %w", c.key, err)
+	case versionNewer(got.GetResourceVersion(), c.body.GetResourceVersion()):
+		if c.mem.staleBody {
+			c.log.Info("the watch's body is older than the server's state at start (a lagging list or watch); the object read from the server is waited for",
+				"resourceVersion", got.GetResourceVersion(), "watched", c.body.GetResourceVersion())
+		} else {
+			c.log.Info("the last write got no answer; the object read from the server is newer than the watch's, and is waited for",
+				"resourceVersion", got.GetResourceVersion(), "watched", c.body.GetResourceVersion())
+		}
+		if !c.expectVersion(got) {
+			// The watch delivered it (or newer) while the object was read: this
+			// cycle's body is the old one, and the notification queued the object
+			// again for a cycle on the new. (Whatever version an earlier write made
+			// the cycle wait for is older: the watch is past it too.)
+			c.mem.writeUnknown, c.mem.staleBody = false, false
+			return 0, true, nil
+		}
 	default:
-		if now := c.op.clock.Now(); now.Before(c.mem.writeUnknownUntil) {
-			return min(c.mem.writeUnknownUntil.Sub(now), time.Second), nil
+		if now := c.op.clock.Now(); c.mem.writeUnknown && now.Before(c.mem.writeUnknownUntil) {
+			return min(c.mem.writeUnknownUntil.Sub(now), time.Second), false, nil
 		}
 	}
-	c.mem.writeUnknown = false
-	return 0, nil
+	c.mem.writeUnknown, c.mem.staleBody = false, false
+	return 0, false, nil
 }
 
 // checkPruning reports, once per field, a status field that the server dropped: the
@@ -466,19 +605,20 @@ func truncate(s string, n int) string {
 }
 
 // expectVersion records the version our patch produced, unless the watch already
-// delivered it (notifications can be faster than the patch's response). The
-// response itself is kept as the newest body known, for when the watch stays late.
-func (c *cycle) expectVersion(resp *unstructured.Unstructured) {
+// delivered it (notifications can be faster than the patch's response): false then.
+// The response itself is kept as the newest body known, for when the watch stays late.
+func (c *cycle) expectVersion(resp *unstructured.Unstructured) bool {
 	stripManagedFields(resp) // it may stand for the watch's body (every write's answer comes here)
 	rv := resp.GetResourceVersion()
 	c.st.inbox.mu.Lock()
 	seen := c.st.inbox.lastSeenVersion
 	c.st.inbox.mu.Unlock()
 	if rv == "" || !versionOlder(seen, rv) {
-		return
+		return false
 	}
 	c.mem.expectedVersion, c.mem.expectedBody, c.mem.lateWatchWarned = rv, resp, false
 	c.mem.consistencyDeadline = c.op.clock.Now().Add(c.op.opts.ConsistencyTimeout)
+	return true
 }
 
 func patchResult(err error) string {

@@ -25,6 +25,9 @@ type detectedCause struct {
 	// diffBaseProblem is set when the stored diff-base could not be read; the object
 	// is then treated as never handled (create), and the problem is reported.
 	diffBaseProblem error
+	// held are the field handlers' held-back values stored with the diff-base
+	// (heldback.go); old is without them.
+	held map[string]heldValue
 }
 
 // detectChangeCause applies kopf's rules in kopf's order to an object that exists
@@ -54,14 +57,15 @@ func detectChangeCause(body map[string]any, prefix, statusField, finalizer strin
 	if !found {
 		return detectedCause{reason: causes.Create, new: essence, diff: state.Compare(nil, essence)}
 	}
+	stored, held := splitHeldBack(stored, prefix)
 	diff := state.Compare(stored, essence)
 	if len(diff) == 0 {
 		if facts.noticedByListing && !facts.resumeIsHandled {
-			return detectedCause{reason: causes.Resume, old: stored, new: essence}
+			return detectedCause{reason: causes.Resume, old: stored, new: essence, held: held}
 		}
-		return detectedCause{reason: causes.Noop, old: stored, new: essence}
+		return detectedCause{reason: causes.Noop, old: stored, new: essence, held: held}
 	}
-	return detectedCause{reason: causes.Update, old: stored, new: essence, diff: diff}
+	return detectedCause{reason: causes.Update, old: stored, new: essence, diff: diff, held: held}
 }
 
 func deletionInProgress(body map[string]any) bool {

@@ -25,8 +25,24 @@
 // same way, where kopf would handle its cached body and run again what the write had
 // recorded as done.
 //
+// The informers' first list and watch may be older than what was handled already (a
+// lagging watch cache, an API server that is behind, a watch replaying history): each
+// watcher reads its resource consistently before its informers list (freshness.go),
+// and a body older than that read is read again from the server, as after a write
+// without answer, before any handler runs on it.
+//
+// A field handler out of its filters when a cause completes has the value of its
+// field it last handled held back in the stored diff-base (heldback.go): when it
+// matches again, its cause starts from that value, whatever the watch showed in
+// between.
+//
 // Delays that handlers ask for (TemporaryError, backoff) are kept in the work queue:
-// no dummy "touch" patches load the API server, unlike kopf.
+// no dummy "touch" patches load the API server, unlike kopf. A handler's progress
+// record is written only when it changed (kopf's State.store). A cycle that fails on
+// an error of the framework (an API failure) is tried again after the object's
+// failure backoff (Reactor.failures) or on a new event; wake-ups before that run the
+// object's timers only, in a write of their own (kopf's timers are tasks of their
+// own: a failing patch must not stop them).
 //
 // # Concurrency: who owns what
 //

@@ -3,6 +3,7 @@ package processing
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -38,34 +39,76 @@ type daemonRun struct {
 	key  objectKey
 	// stopped ends when the daemon is asked to stop (endStop): a context, so that a
 	// sleeping daemon is woken by a callback rather than a waiting goroutine.
+	// cancelled ends when it is cancelled, its cancellation backoff after the stop
+	// (causes.DaemonLink.Cancelled); cancel ends its context, its cancellation
+	// timeout after that (or at once: its object is gone, the operator stops).
 	stopped   context.Context
 	endStop   context.CancelFunc
+	cancelled context.Context
+	endCancel context.CancelFunc
 	stopOnce  sync.Once
 	cancel    context.CancelFunc
 	done      chan struct{}
 	returned  atomic.Bool // it returned by itself (or failed for good): not restarted
 	startedAt time.Time
-	clock     clock.WithTicker
+	clock     clock.WithTickerAndDelayedExecution
+
+	// mu orders the stop and the start of an attempt (begin): a daemon stopped
+	// before an attempt begins never begins it, whichever goroutine gets there first
+	// (kopf checks the stop after each wait). Leaf lock.
+	mu            sync.Mutex
+	stopRequested bool
+	// begun: an attempt began; stoppedBeforeStart: the stop came before any did.
+	begun, stoppedBeforeStart bool
 }
 
-// stop asks the daemon to stop, then cancels it after timeout (0: at once).
-func (d *daemonRun) stop(timeout time.Duration) {
+// stop asks the daemon to stop, as kopf terminates a daemon: at once its stop flag
+// (ctx.stopped(), a sleep returning false); after backoff its cancellation (its
+// blocking calls end it); timeout after that, its context (its Lua is interrupted
+// wherever it is). Zero durations mean at once.
+func (d *daemonRun) stop(backoff, timeout time.Duration) {
 	d.stopOnce.Do(func() {
+		d.mu.Lock()
+		d.stopRequested = true
+		d.stoppedBeforeStart = !d.begun
+		d.mu.Unlock()
+		// The timers are set before the stop is seen: whoever sees it sees them.
+		var soft clock.Timer
+		if backoff > 0 {
+			soft = d.clock.AfterFunc(backoff, d.endCancel)
+		}
+		var hard clock.Timer
+		if backoff+timeout > 0 {
+			hard = d.clock.AfterFunc(backoff+timeout, d.cancel)
+		}
 		d.endStop()
-		if timeout <= 0 {
-			d.cancel()
+		if backoff <= 0 {
+			d.endCancel()
+		}
+		if hard == nil {
+			d.cancel() // (backoff and timeout 0: nothing to stop later)
 			return
 		}
-		t := d.clock.NewTimer(timeout)
 		go func() {
-			defer t.Stop()
-			select {
-			case <-t.C():
-				d.cancel()
-			case <-d.done:
+			<-d.done
+			hard.Stop()
+			if soft != nil {
+				soft.Stop()
 			}
 		}()
 	})
+}
+
+// begin tells whether an attempt may begin, and marks the daemon as begun: false
+// once the daemon was asked to stop (or its context ended).
+func (d *daemonRun) begin(ctx context.Context) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stopRequested || ctx.Err() != nil {
+		return false
+	}
+	d.begun = true
+	return true
 }
 
 // objectDaemons are the daemons of one object, at most one per handler id: a
@@ -143,11 +186,10 @@ func (r *daemonRegistry) stopAll(grace time.Duration) {
 	}
 	r.mu.Unlock()
 	for _, d := range all {
-		timeout := d.spec.CancellationTimeout
-		if timeout <= 0 || timeout > grace {
-			timeout = grace
-		}
-		d.stop(timeout)
+		// Both within the grace period: the backoff first, the timeout in what is left.
+		backoff := min(d.spec.CancellationBackoff, grace)
+		timeout := min(cancellationTimeout(*d.spec), grace-backoff)
+		d.stop(backoff, timeout)
 	}
 }
 
@@ -200,12 +242,12 @@ func (c *cycle) adjustDaemons(ctx context.Context) {
 			c.startDaemon(runner, spec)
 		case !wanted && d != nil && !d.stopping() && !d.exited():
 			c.log.Info("stopping daemon", "handler", spec.ID, "deleting", deleting)
-			d.stop(cancellationTimeout(*spec))
+			d.stop(spec.CancellationBackoff, cancellationTimeout(*spec))
 		case wanted && d != nil && d.spec.CodeHash != spec.CodeHash && !d.stopping() && !d.exited():
 			// Its code changed in a reload: stop it gracefully; the next cycle
 			// (its exit wakes one) starts the new code, with the same memo.
 			c.log.Info("restarting daemon with its new code", "handler", spec.ID)
-			d.stop(cancellationTimeout(*spec))
+			d.stop(spec.CancellationBackoff, cancellationTimeout(*spec))
 		case wanted && d != nil && d.returned.Load() && d.spec.CodeHash != spec.CodeHash:
 			// A daemon that had returned runs again when its code changed.
 			c.mem.daemons.remove(spec.ID)
@@ -215,7 +257,7 @@ func (c *cycle) adjustDaemons(ctx context.Context) {
 	// Daemons whose handler no longer exists (a reload removed it) stop too.
 	for _, d := range c.mem.daemons {
 		if !hasSpec(c.specs, d.spec.ID) && !d.stopping() {
-			d.stop(defaultCancellationTimeout)
+			d.stop(d.spec.CancellationBackoff, cancellationTimeout(*d.spec))
 		}
 	}
 }
@@ -245,13 +287,15 @@ func (c *cycle) startDaemon(runner DaemonRunner, spec *causes.Spec) {
 	d := &daemonRun{spec: spec, key: key, done: make(chan struct{}), startedAt: c.now, clock: o.clock}
 	// Set before add: stopAll may stop d as soon as it is registered.
 	d.stopped, d.endStop = context.WithCancel(context.Background())
+	d.cancelled, d.endCancel = context.WithCancel(context.Background())
 	ctx, ok := o.daemons.add(d)
 	if !ok {
 		d.endStop()
+		d.endCancel()
 		return // the operator is stopping or paused (Resume gives the object a cycle)
 	}
 	c.mem.daemons.put(d)
-	log := o.log.With(objectAttrs(key, c.info.kind, uid, "handler", spec.ID, "reason", "daemon")...)
+	log := o.log.With(objectAttrs(key, c.info.kind, uid)...)
 	latest := func() map[string]any {
 		if b := in.latestOf(uid); b != nil {
 			return b.Object
@@ -272,8 +316,8 @@ func (c *cycle) startDaemon(runner DaemonRunner, spec *causes.Spec) {
 		in.mu.Unlock()
 		o.queue.Add(key)
 	}
-	link := &causes.DaemonLink{Stopped: d.stopped, Latest: latest, Flush: flush, UID: uid, Name: key.name, Namespace: key.namespace}
-	go (&daemonLoop{op: o, runner: runner, d: d, ctx: ctx, log: log, link: link}).run()
+	link := &causes.DaemonLink{Stopped: d.stopped, Cancelled: d.cancelled, Latest: latest, Flush: flush, UID: uid, Name: key.name, Namespace: key.namespace}
+	go (&daemonLoop{op: o, runner: runner, d: d, ctx: ctx, log: log, callLog: log.With("handler", spec.ID, "reason", "daemon"), link: link}).run()
 }
 
 // daemonLoop runs one daemon: after its initial delay, attempt after attempt until it
@@ -299,8 +343,10 @@ type daemonLoop struct {
 	runner DaemonRunner
 	d      *daemonRun
 	ctx    context.Context // d's context: d.cancel ends it
-	log    *slog.Logger
-	link   *causes.DaemonLink
+	// log is the object's logger (its lines add handler, reason and took_ms, as
+	// every handler's outcome line does); callLog the daemon's ctx.logger.
+	log, callLog *slog.Logger
+	link         *causes.DaemonLink
 	// first is when the first attempt started: retries' timeout counts from it.
 	first time.Time
 }
@@ -323,6 +369,10 @@ func (l *daemonLoop) run() {
 //
 //go:noinline
 func (l *daemonLoop) attempt(n int) {
+	if !l.d.begin(l.ctx) {
+		l.finish() // stopped before this attempt began: it never does
+		return
+	}
 	call := l.callFor(n, l.first)
 	if call == nil {
 		l.finish()
@@ -374,7 +424,8 @@ func (l *daemonLoop) after(d time.Duration, then func()) {
 				w.stopCtx()
 				w.mu.Unlock()
 				// kopf checks the stop again after every wait: a daemon stopped while
-				// its timer was firing does not start.
+				// its timer was firing does not start (attempt checks it again, in
+				// order with the stop: daemonRun.begin).
 				if ok && !l.d.stopping() && l.ctx.Err() == nil {
 					then()
 				} else {
@@ -418,16 +469,16 @@ func (l *daemonLoop) callFor(attempt int, first time.Time) *causes.Call {
 		return nil
 	}
 	if msg, over := engineExhausted(*spec, attempt, o.clock.Now().Sub(first)); over {
-		l.log.Error("daemon failed for good; not restarted", "error", msg)
+		logOutcome(l.log, o.opts.SuccessLogLevel, spec.ID, "daemon", OutcomeFailure, 0, errors.New(msg), "restarted", false)
 		l.d.returned.Store(true)
 		return nil
 	}
-	l.log.Info("daemon started", "attempt", attempt)
+	l.log.Info("daemon started", "handler", spec.ID, "reason", "daemon", "attempt", attempt)
 	return &causes.Call{
 		// No body: a daemon reads its newest body through Latest, and its identity
 		// from the link; it must not keep its first body alive for its whole life.
 		Handler: *spec, Cause: causes.Cause{Resource: l.d.key.resource},
-		Retry: attempt, Started: l.d.startedAt, Runtime: o.clock.Now().Sub(first), Logger: l.log,
+		Retry: attempt, Started: l.d.startedAt, Runtime: o.clock.Now().Sub(first), Logger: l.callLog,
 		Daemon: l.link, Indexes: o.indexes,
 	}
 }
@@ -438,29 +489,37 @@ func (l *daemonLoop) callFor(attempt int, first time.Time) *causes.Call {
 //go:noinline
 func (l *daemonLoop) judge(err error, attempt int, first, t0 time.Time) (delay time.Duration, again bool) {
 	o, d, spec := l.op, l.d, l.d.spec
+	took := time.Since(t0)
 	if err == nil {
 		d.returned.Store(!d.stopping())
-		l.log.Info("daemon exited", "took_ms", tookMs(time.Since(t0)))
-		o.observe(d.key, spec.ID, "daemon", OutcomeSuccess, time.Since(t0), nil)
+		// kopf: a daemon that returns succeeded; it is not restarted.
+		logOutcome(l.log, o.opts.SuccessLogLevel, spec.ID, "daemon", OutcomeSuccess, took, nil, "restarted", false)
+		o.observe(d.key, spec.ID, "daemon", OutcomeSuccess, took, nil)
+		return 0, false
+	}
+	if errors.Is(err, causes.ErrDaemonCancelled) {
+		// kopf: "is cancelled. Will escalate." A daemon that went on after its stop
+		// (a loop relying on cancellation, as kopf's async daemons do) ends here.
+		l.log.Info("daemon cancelled: it went on after its stop", "handler", spec.ID, "reason", "daemon", "took_ms", tookMs(took))
 		return 0, false
 	}
 	if d.stopping() || l.ctx.Err() != nil {
-		l.log.Info("daemon stopped", "took_ms", tookMs(time.Since(t0)))
+		l.log.Info("daemon stopped", "handler", spec.ID, "reason", "daemon", "took_ms", tookMs(took))
 		return 0, false
 	}
-	outcome, delay, msg := judgeEngineAttempt(*spec, attempt, o.clock.Now().Sub(first), err)
-	o.observe(d.key, spec.ID, "daemon", outcome, time.Since(t0), err)
+	outcome, delay, msg := judgeEngineAttempt(o.opts.withBackoff(*spec), attempt, o.clock.Now().Sub(first), err)
+	o.observe(d.key, spec.ID, "daemon", outcome, took, err)
 	switch outcome {
 	case OutcomeIgnored:
-		l.log.Warn("daemon failed; the error is ignored and it is not restarted", "error", err)
+		logOutcome(l.log, o.opts.SuccessLogLevel, spec.ID, "daemon", outcome, took, err, "restarted", false)
 		d.returned.Store(true)
 		return 0, false
 	case OutcomeFailure:
-		l.log.Error("daemon failed for good; not restarted", "error", msg)
+		logOutcome(l.log, o.opts.SuccessLogLevel, spec.ID, "daemon", outcome, took, errors.New(msg), "restarted", false)
 		d.returned.Store(true)
 		return 0, false
 	}
-	l.log.Error("daemon failed; restarting after the backoff", "error", err, "backoff", delay, "retry", attempt+1)
+	logOutcome(l.log, o.opts.SuccessLogLevel, spec.ID, "daemon", OutcomeRetry, took, err, "backoff", delay, "retry", attempt+1)
 	return delay, true
 }
 
@@ -585,7 +644,7 @@ func (c *cycle) runTimer(ctx context.Context, spec causes.Spec, ts *timerState, 
 	if msg, over := engineExhausted(spec, ts.retries, now.Sub(ts.started)); over {
 		// Strict check: the time or the tries ran out while the timer waited.
 		err, outcome = &causes.PermanentError{Message: msg}, OutcomeFailure
-		c.log.Error("timer failed for good; it runs again at its next interval", "handler", spec.ID, "error", err)
+		logOutcome(c.log, o.opts.SuccessLogLevel, spec.ID, "timer", outcome, 0, err, "next", "its next interval")
 	} else {
 		var result causes.Result
 		result, err = o.handlers.Invoke(ctx, causes.Call{
@@ -597,14 +656,15 @@ func (c *cycle) runTimer(ctx context.Context, spec causes.Spec, ts *timerState, 
 			c.patch.Set([]string{"status", spec.ID}, result.Value)
 		}
 		var msg string
-		outcome, delay, msg = judgeEngineAttempt(spec, ts.retries, o.clock.Now().Sub(ts.started), err)
+		outcome, delay, msg = judgeEngineAttempt(o.opts.withBackoff(spec), ts.retries, o.clock.Now().Sub(ts.started), err)
+		took := time.Since(t0)
 		switch outcome {
 		case OutcomeRetry:
-			c.log.Error("timer failed; retrying after its backoff", "handler", spec.ID, "error", err, "backoff", delay, "retry", ts.retries+1)
+			logOutcome(c.log, o.opts.SuccessLogLevel, spec.ID, "timer", outcome, took, err, "backoff", delay, "retry", ts.retries+1)
 		case OutcomeFailure:
-			c.log.Error("timer failed for good; it runs again at its next interval", "handler", spec.ID, "error", msg)
-		case OutcomeIgnored:
-			c.log.Warn("timer failed; the error is ignored", "handler", spec.ID, "error", err)
+			logOutcome(c.log, o.opts.SuccessLogLevel, spec.ID, "timer", outcome, took, errors.New(msg), "next", "its next interval")
+		default:
+			logOutcome(c.log, o.opts.SuccessLogLevel, spec.ID, "timer", outcome, took, err)
 		}
 	}
 	o.observe(c.key, spec.ID, "timer", outcome, time.Since(t0), err)
@@ -698,13 +758,18 @@ func (c *cycle) updateIndexes(ctx context.Context) {
 			o.indexes.Set(spec.ID, c.key.String(), nil)
 			continue
 		}
+		t0 := time.Now()
 		result, err := o.handlers.Invoke(ctx, causes.Call{Handler: spec, Cause: cause, Patch: state.NewPatch(),
-			Started: c.now, Logger: c.log.With("handler", spec.ID), Indexes: o.indexes})
+			Started: c.now, Logger: c.log.With("handler", spec.ID, "reason", "index"), Indexes: o.indexes})
+		took := time.Since(t0)
 		if err != nil {
-			c.log.Error("index function failed; the object's entries are left out", "handler", spec.ID, "error", err)
+			c.log.Error("handler failed; the object's index entries are left out", "handler", spec.ID, "reason", "index", "took_ms", tookMs(took), "error", err)
 			o.indexes.Set(spec.ID, c.key.String(), nil)
 			continue
 		}
+		// At debug level whatever the setting, as kopf's terse logger of indexes:
+		// they run on every change of every object of the resource.
+		logOutcome(c.log, slog.LevelDebug, spec.ID, "index", OutcomeSuccess, took, nil)
 		o.indexes.Set(spec.ID, c.key.String(), indexEntries(result.Value))
 	}
 	c.mem.indexedVersion = rv
@@ -749,9 +814,22 @@ func (o *Reactor) indexesReady(idx *specIndex) bool {
 }
 
 // noteEssentialChange remembers when the object's essence (what users change, not
-// status or the operator's annotations) last changed, for idle timers.
+// status or the operator's annotations) last changed, for idle timers. The fields
+// the resource's handlers name (a timer's field = "status.phase" included) are part
+// of it, as kopf adds them to the essence; they are read without luaop's own
+// bookkeeping.
 func (c *cycle) noteEssentialChange() {
-	encoded, err := state.EncodeEssence(state.Essence(c.body.Object, c.op.opts.Prefix))
+	essence := state.Essence(c.body.Object, c.op.opts.Prefix)
+	var named [][]string
+	for _, s := range c.specs {
+		if len(s.NamedField) > 0 {
+			named = append(named, s.NamedField)
+		}
+	}
+	if len(named) > 0 {
+		essence = withFields(essence, state.WithoutBookkeeping(c.body.Object, c.op.opts.Prefix, c.op.opts.StatusField), named)
+	}
+	encoded, err := state.EncodeEssence(essence)
 	if err != nil {
 		return
 	}

@@ -266,8 +266,10 @@ func startEnvPruning(t *testing.T, h *fakeHandlers, opts Options, prune string, 
 	if opts.Workers == 0 {
 		opts.Workers = 4
 	}
-	f := false
-	opts.PostEvents = &f
+	if opts.PostEvents == nil {
+		f := false
+		opts.PostEvents = &f
+	}
 	op, err := NewWithClients(Clients{Dynamic: dyn, Discovery: fakeDiscovery()}, h, opts)
 	if err != nil {
 		t.Fatal(err)

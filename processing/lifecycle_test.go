@@ -69,7 +69,7 @@ func TestSelectToRun(t *testing.T) {
 			handlers: []handlerState{handler("a", delayedBy(time.Second)), handler("b", delayedBy(time.Hour))}, want: nil},
 		{name: "asap: all finished runs nothing", lifecycle: LifecycleAsap,
 			handlers: []handlerState{handler("a", succeeded), handler("b", failed)}, want: nil},
-		{name: "an unknown lifecycle behaves as asap", lifecycle: Lifecycle("randomized"),
+		{name: "an unknown lifecycle behaves as asap", lifecycle: Lifecycle("sometimes"),
 			handlers: []handlerState{handler("a", retries(1)), handler("b")}, want: []string{"b"}},
 
 		// one-by-one: one handler, registration order, retries do not matter.
@@ -109,6 +109,43 @@ func TestSelectToRun(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// kopf's randomized runs one awake handler per cycle, chosen at random; shuffled
+// runs every awake one, in a random order. The choice is pick's (scripted here);
+// finished and sleeping handlers are never chosen, and the input is not reordered.
+func TestSelectToRunRandomizedAndShuffled(t *testing.T) {
+	states := []handlerState{handler("a"), handler("b", succeeded), handler("c"), handler("d", delayedBy(time.Minute)), handler("e")}
+	input := ids(states)
+	var asked []int
+	picks := []int{2, 0, 1}
+	pick := func(n int) int {
+		asked = append(asked, n)
+		p := picks[0]
+		picks = picks[1:]
+		return p
+	}
+	if got := ids(selectToRunWith(LifecycleRandomized, states, t0, pick)); !slices.Equal(got, []string{"e"}) {
+		t.Errorf("randomized with pick 2 of the awake [a c e] = %v, want [e]", got)
+	}
+	// Fisher-Yates over [a c e]: swap 2 with pick(3)=0 -> [e c a], swap 1 with pick(2)=1 -> [e c a].
+	if got := ids(selectToRunWith(LifecycleShuffled, states, t0, pick)); !slices.Equal(got, []string{"e", "c", "a"}) {
+		t.Errorf("shuffled = %v, want [e c a]", got)
+	}
+	if !slices.Equal(asked, []int{3, 3, 2}) {
+		t.Errorf("pick asked for %v, want [3 3 2] (only the awake handlers are drawn from)", asked)
+	}
+	if !slices.Equal(ids(states), input) {
+		t.Errorf("the input was reordered: %v", ids(states))
+	}
+	for _, name := range []string{"randomized", "shuffled", "asap", "one-by-one", "all-at-once"} {
+		if _, err := ParseLifecycle(name); err != nil {
+			t.Errorf("ParseLifecycle(%q): %v", name, err)
+		}
+	}
+	if _, err := ParseLifecycle("sometimes"); err == nil {
+		t.Error("ParseLifecycle accepts an unknown lifecycle")
 	}
 }
 

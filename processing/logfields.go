@@ -1,5 +1,11 @@
 package processing
 
+import (
+	"context"
+	"log/slog"
+	"time"
+)
+
 // objectAttrs are the log fields that name an object, each a field of its own so
 // that JSON logs can be queried by any of them: resource (as the scripts spell it,
 // group/version/plural), kind, namespace (absent for cluster-scoped objects), name
@@ -26,4 +32,33 @@ func (o *Reactor) kindOf(key objectKey) string {
 		return info.kind
 	}
 	return ""
+}
+
+// logOutcome writes the line of one handler attempt's outcome, for every kind of
+// handler alike (kopf logs "Handler 'x' succeeded." and its failures for each):
+// "handler succeeded" at successLevel, "handler will be retried" (a warning),
+// "handler failed for good" (an error), "handler failed; ignored as configured
+// (errors=ignored)" (a warning), each with the fields handler, reason (create,
+// update, delete, resume, event, timer, daemon, index, startup, cleanup, probe) and
+// took_ms, then error when there is one, then more.
+func logOutcome(log *slog.Logger, successLevel slog.Level, id, reason string, outcome Outcome, took time.Duration, err error, more ...any) {
+	if outcome == OutcomeSuccess && !log.Enabled(context.Background(), successLevel) {
+		return // the common case in production (successes at debug): nothing built
+	}
+	attrs := make([]any, 0, 8+len(more))
+	attrs = append(attrs, "handler", id, "reason", reason, "took_ms", tookMs(took))
+	if err != nil {
+		attrs = append(attrs, "error", err)
+	}
+	attrs = append(attrs, more...)
+	switch outcome {
+	case OutcomeSuccess:
+		log.Log(context.Background(), successLevel, "handler succeeded", attrs...)
+	case OutcomeRetry:
+		log.Warn("handler will be retried", attrs...)
+	case OutcomeFailure:
+		log.Error("handler failed for good", attrs...)
+	case OutcomeIgnored:
+		log.Warn("handler failed; ignored as configured (errors=ignored)", attrs...)
+	}
 }

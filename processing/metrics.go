@@ -29,6 +29,13 @@ type ReconcileObserver interface {
 	MaxConcurrentReconciles(controller string, n int)
 }
 
+// PanicObserver is an optional capability of Options.Observer: it is told about
+// every panic recovered while processing an object (controller-runtime's
+// controller_runtime_reconcile_panics_total).
+type PanicObserver interface {
+	ReconcilePanicked(controller string)
+}
+
 // ControllerName is the name of a resource in metrics and status: its plural and
 // group, "widgets.example.com" ("configmaps" for the core group), as
 // controller-runtime's controller label and client-go's work queue names go.

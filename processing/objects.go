@@ -102,6 +102,13 @@ func (in *objectInbox) takeDaemonPatch(uid string) map[string]any {
 	return p
 }
 
+// hasDaemonPatch tells whether daemons of incarnation uid handed over a patch.
+func (in *objectInbox) hasDaemonPatch(uid string) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.daemonPatch != nil && in.daemonPatchUID == uid
+}
+
 // restoreDaemonPatch hands back a daemon patch that could not be written, under
 // what daemons wrote since (newer writes win).
 func (in *objectInbox) restoreDaemonPatch(uid string, p map[string]any) {
@@ -148,6 +155,10 @@ type objectMemory struct {
 	// they see the write or that time passes (readAfterUnknownWrite).
 	writeUnknown      bool
 	writeUnknownUntil time.Time
+	// staleBody: the watch's body is older than a consistent read at start showed
+	// (freshnessFloor): the next cycle reads the object from the server as after a
+	// write without answer, and waits for the watch to bring that version.
+	staleBody bool
 
 	// Background engines (engines.go).
 	daemons        objectDaemons
@@ -168,6 +179,13 @@ type objectMemory struct {
 	succeededAt map[string]string
 	// eventPatch is what event handlers wrote, until a cycle applies it.
 	eventPatch *state.Patch
+	// retryAt is when the change handling that failed on a framework error (a
+	// write the server refused) may be tried again without a new event; until
+	// then the object's wake-ups run its timers only (kopf's timers are tasks of
+	// their own). seenVersion is the newest resourceVersion a cycle took from the
+	// inbox: a newer one is a new event.
+	retryAt     time.Time
+	seenVersion string
 }
 
 // readiness derives /readyz from the set of keys still to process, never from

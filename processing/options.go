@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 
+	"github.com/luaop/luaop/processing/causes"
 	"github.com/luaop/luaop/state"
 )
 
@@ -39,6 +40,11 @@ type Options struct {
 	DiffBase state.DiffBaseStorage
 	// Lifecycle picks the handlers run per cycle. Defaults to LifecycleAsap.
 	Lifecycle Lifecycle
+	// DefaultBackoff is the delay before retrying a handler that failed with an
+	// arbitrary error (not a temporary_error, which says its own delay), for the
+	// handlers that set no backoff of their own (kopf's
+	// settings.execution.default_backoff). Defaults to 60s.
+	DefaultBackoff time.Duration
 	// ConsistencyTimeout is how long change handlers of an object wait for the watch
 	// to deliver the version the operator's own last patch produced. Defaults to 5s.
 	ConsistencyTimeout time.Duration
@@ -125,6 +131,9 @@ func (o *Options) setDefaults() {
 	if o.Lifecycle == "" {
 		o.Lifecycle = LifecycleAsap
 	}
+	if o.DefaultBackoff <= 0 {
+		o.DefaultBackoff = defaultBackoff
+	}
 	if o.ConsistencyTimeout <= 0 {
 		o.ConsistencyTimeout = 5 * time.Second
 	}
@@ -159,6 +168,14 @@ func ParseStorageMode(s string) (StorageMode, error) {
 		return m, nil
 	}
 	return "", fmt.Errorf("unknown storage %q: use auto, annotations or status", s)
+}
+
+// withBackoff is spec with its backoff, or the operator's default when it sets none.
+func (o *Options) withBackoff(spec causes.Spec) causes.Spec {
+	if spec.Backoff <= 0 {
+		spec.Backoff = o.DefaultBackoff
+	}
+	return spec
 }
 
 // Finalizer is the finalizer this operator puts on objects that need it.

@@ -209,7 +209,7 @@ func (o *Reactor) Paused() (bool, string) {
 }
 
 // pause marks the registry paused (no daemon starts) and asks every running daemon
-// to stop, within its cancellation timeout; it returns those daemons.
+// to stop, with its cancellation backoff and timeout; it returns those daemons.
 func (r *daemonRegistry) pause() []*daemonRun {
 	r.mu.Lock()
 	r.paused = true
@@ -219,7 +219,7 @@ func (r *daemonRegistry) pause() []*daemonRun {
 	}
 	r.mu.Unlock()
 	for _, d := range all {
-		d.stop(cancellationTimeout(*d.spec))
+		d.stop(d.spec.CancellationBackoff, cancellationTimeout(*d.spec))
 	}
 	return all
 }

@@ -56,6 +56,7 @@ func (o *Reactor) process(ctx context.Context, key objectKey) (time.Duration, er
 		}
 	}
 
+	handled := mem.uid != "" && mem.uid == in.uid // a cycle saw this incarnation
 	if mem.uid != "" && (in.gone || mem.uid != in.uid) {
 		// This incarnation is over: deleted, or deleted and re-created under the
 		// same name before this worker ran. Its daemons, index entries and memo go
@@ -65,6 +66,10 @@ func (o *Reactor) process(ctx context.Context, key objectKey) (time.Duration, er
 		*mem = objectMemory{}
 	}
 	if in.gone {
+		if handled {
+			// kopf: "Deleted, really deleted, and we are notified."
+			log.Log(ctx, o.opts.SuccessLogLevel, "deleted, really deleted, and the operator is notified", "reason", string(causes.Gone))
+		}
 		if o.objects.dropIfGone(key, st) && o.ready.forget(key) {
 			o.wakeIndexWaiters()
 		}
@@ -90,8 +95,14 @@ func (o *Reactor) process(ctx context.Context, key objectKey) (time.Duration, er
 		mem.eventPatch.Merge(eventPatch.Map())
 	}
 	c := &cycle{op: o, key: key, info: info, store: info.storage(), body: latest, log: log, now: now, patch: state.NewPatch(), specs: specs, st: st, mem: mem}
-	if mem.writeUnknown && !o.opts.DryRun {
-		if wait, err := c.readAfterUnknownWrite(ctx); err != nil || wait > 0 {
+	if mem.expectedVersion == "" && info.floor.Load().stale(key, latest) {
+		// Older than what a consistent read showed at start (freshness.go): what the
+		// operator already handled may be missing from it. (While a version read from
+		// the server is awaited, the consistency wait below covers it.)
+		mem.staleBody = true
+	}
+	if mem.writeUnknown && !o.opts.DryRun || mem.staleBody {
+		if wait, stop, err := c.readAfterUnknownWrite(ctx); err != nil || wait > 0 || stop {
 			return wait, err
 		}
 	}
@@ -132,6 +143,14 @@ func (o *Reactor) process(ctx context.Context, key objectKey) (time.Duration, er
 	// consistency (daemons read theirs through the inbox, as the watch delivers it).
 	c.updateIndexes(ctx)
 	c.adjustDaemons(ctx)
+	newEvent := in.lastSeenVersion != mem.seenVersion
+	mem.seenVersion = in.lastSeenVersion
+	if mem.retryAt.After(now) && !newEvent && !st.inbox.hasDaemonPatch(mem.uid) && mem.eventPatch == nil {
+		// The change handling failed on a framework error and waits for its
+		// backoff; nothing new arrived: this wake-up is for the timers, which keep
+		// their schedule (kopf's timers are tasks of their own).
+		return soonest(c.runTimersAlone(ctx), mem.retryAt.Sub(now)), errBackingOff
+	}
 	if waitForConsistency > 0 {
 		return waitForConsistency, nil
 	}
@@ -164,7 +183,7 @@ func (o *Reactor) process(ctx context.Context, key objectKey) (time.Duration, er
 		if c.carriedWritten {
 			return // written already: handing it back would write old values again
 		}
-		if apierrors.IsInvalid(err) {
+		if apierrors.IsInvalid(err) || refusedAsTooLarge(err) {
 			log.Error("the server refused the object's patch; what daemons and event handlers wrote in it is dropped", "error", err)
 			return
 		}
@@ -187,18 +206,46 @@ func (o *Reactor) process(ctx context.Context, key objectKey) (time.Duration, er
 	o.ready.processed(key)
 	if err != nil {
 		keepTheirs(err)
-		return 0, err
+		// The timers run all the same, in a write of their own.
+		return c.frameworkFailed(ctx, c.runTimersAlone(ctx), err)
 	}
 	timersWake := c.runTimers(ctx)
 	o.board.setTimers(key, mem.timers)
 	if err := c.apply(ctx); err != nil { // what timers (or daemons) wrote
 		keepTheirs(err)
-		return 0, err
+		return c.frameworkFailed(ctx, timersWake, err)
 	}
+	mem.retryAt = time.Time{}
 	if c.resumeIsHandled {
 		mem.resumeIsHandled = true
 	}
 	return soonest(requeue, timersWake), nil
+}
+
+// errBackingOff: a cycle ran only the object's timers, while the change handling
+// waits for the backoff of a framework error (processNext keeps that backoff).
+var errBackingOff = errors.New("backing off after a framework error; only the timers ran")
+
+// frameworkFailed is the end of a cycle that failed on a framework error: the
+// change handling is tried again after the object's failure backoff, or on a new
+// event; the timers' next run may come sooner.
+func (c *cycle) frameworkFailed(ctx context.Context, timersWake time.Duration, err error) (time.Duration, error) {
+	retryIn := c.op.failures.When(c.key)
+	c.mem.retryAt = c.now.Add(retryIn)
+	return soonest(retryIn, timersWake), err
+}
+
+// runTimersAlone runs the timers that are due, in a write of their own: in a cycle
+// whose change handling failed or is backing off (its patch is not theirs to lose).
+func (c *cycle) runTimersAlone(ctx context.Context) time.Duration {
+	c.patch = state.NewPatch()
+	c.carried, c.endsCause = false, false
+	wake := c.runTimers(ctx)
+	c.op.board.setTimers(c.key, c.mem.timers)
+	if err := c.apply(ctx); err != nil {
+		c.log.Error("the timers' patch failed; their results are lost, they run again at their next time", "error", err)
+	}
+	return wake
 }
 
 // soonest returns the smaller positive duration (0 means none).
@@ -221,7 +268,7 @@ func soonest(a, b time.Duration) time.Duration {
 func (o *Reactor) forgetIncarnation(key objectKey, mem *objectMemory) {
 	var exiting []*daemonRun
 	for _, d := range mem.daemons {
-		d.stop(0)
+		d.stop(0, 0)
 		exiting = append(exiting, d)
 	}
 	o.indexes.Remove(key.String())
@@ -261,14 +308,19 @@ func (o *Reactor) runEventHandlers(ctx context.Context, log *slog.Logger, key ob
 		}
 		start := time.Now()
 		result, err := o.handlers.Invoke(ctx, causes.Call{Handler: spec, Cause: cause, Patch: patch, Started: start, Logger: log.With("handler", spec.ID, "reason", "event"), Indexes: o.indexes})
+		took := time.Since(start)
 		outcome := OutcomeSuccess
 		if err != nil {
+			// kopf: event handlers' errors are ignored (never retried), and logged.
 			outcome = OutcomeIgnored
-			log.Error("event handler failed (event handlers are never retried)", "handler", spec.ID, "event", ev.eventType, "error", err)
-		} else if result.Value != nil {
-			patch.Set([]string{"status", spec.ID}, result.Value)
+			log.Error("handler failed; event handlers are never retried", "handler", spec.ID, "reason", "event", "took_ms", tookMs(took), "error", err, "event", ev.eventType)
+		} else {
+			if result.Value != nil {
+				patch.Set([]string{"status", spec.ID}, result.Value)
+			}
+			logOutcome(log, o.opts.SuccessLogLevel, spec.ID, "event", OutcomeSuccess, took, nil, "event", ev.eventType)
 		}
-		o.observe(key, spec.ID, "event", outcome, time.Since(start), err)
+		o.observe(key, spec.ID, "event", outcome, took, err)
 	}
 	return patch
 }
@@ -325,6 +377,35 @@ type cycle struct {
 	// succeeded are the handlers ("id/reason") that succeeded in this cycle, noted
 	// in the memory with the version of the write that stored them.
 	succeeded []string
+	// ran are the change handlers that ran in this cycle, in order, with the
+	// records they got; unreported holds their successes, reported (log, Event,
+	// metrics) once a write stored them (apply).
+	ran        []ranHandler
+	unreported []unreportedSuccess
+	// refused: the server refused to store a write of this cycle for good; the
+	// handlers whose content was in it were recorded as failed instead
+	// (refuseWrites), and the cause, if it ended, ends in the next cycle.
+	refused bool
+	// held are the field handlers' held-back values stored with the diff-base;
+	// outOfFilter, those this cycle's cause passed by (heldback.go); heldOnly: the
+	// cause is there for held-back handlers only (nothing else changed).
+	held, outOfFilter map[string]heldValue
+	heldOnly          bool
+}
+
+// ranHandler is one change handler run of a cycle. wrote: its result or its
+// ctx.patch went into the cycle's patch.
+type ranHandler struct {
+	spec   causes.Spec
+	reason causes.Reason
+	record state.HandlerRecord
+	wrote  bool
+}
+
+// unreportedSuccess is a success that no write stored yet.
+type unreportedSuccess struct {
+	id     string
+	report func()
 }
 
 func (c *cycle) run(ctx context.Context, facts objectFacts) (time.Duration, error) {
@@ -336,6 +417,7 @@ func (c *cycle) run(ctx context.Context, facts objectFacts) (time.Duration, erro
 		c.log.Warn(detected.diffBaseProblem.Error())
 	}
 	base := causes.Cause{Reason: detected.reason, Resource: c.key.resource, Body: body, Old: detected.old, New: detected.new, Diff: detected.diff}
+	c.held = detected.held
 
 	if c.mem.released && deletionInProgress(body) {
 		// Our part of the deletion is done: only the DELETED event is left.
@@ -387,6 +469,12 @@ func (c *cycle) run(ctx context.Context, facts objectFacts) (time.Duration, erro
 		default:
 			c.finishEssence = pin.new
 		}
+	}
+	if base.Reason == causes.Noop && len(c.held) > 0 && c.heldPending(ctx, base) {
+		// Nothing changed since the last cause, but a field handler that was out of
+		// its filter then matches now, and has a change of its field to see.
+		base.Reason = causes.Update
+		c.heldOnly = true
 	}
 	if base.Reason == causes.Noop {
 		o.board.progress(c.key, c.info.kind, c.mem.uid, "", nil, c.now)
@@ -492,22 +580,23 @@ func (c *cycle) selectHandlers(ctx context.Context, cause causes.Cause, facts ob
 			continue
 		}
 		hc := cause
+		changeOfField := false
 		if len(spec.Field) > 0 {
 			switch cause.Reason {
 			case causes.Create, causes.Update:
-				hc.Diff = cause.Diff.Reduce(spec.Field)
-				if len(hc.Diff) == 0 {
+				var changed bool
+				if hc, changed = c.fieldChangeCause(spec, cause); !changed {
 					continue
 				}
-				hc.Old, _ = state.Resolve(cause.Old, spec.Field)
-				hc.New, _ = state.Resolve(cause.New, spec.Field)
-				hc.WholeOld, hc.WholeNew = cause.Old, cause.New
+				changeOfField = true
 			default:
 				var present bool
 				if hc, present = fieldCause(spec, cause); !present {
 					continue
 				}
 			}
+		} else if cause.Reason == causes.Update && len(cause.Diff) == 0 {
+			continue // a cause for held-back field handlers only
 		}
 		ok, err := c.op.handlers.Match(ctx, spec, hc)
 		if err != nil {
@@ -517,6 +606,8 @@ func (c *cycle) selectHandlers(ctx context.Context, cause causes.Cause, facts ob
 		if ok {
 			specs = append(specs, spec)
 			perHandler = append(perHandler, hc)
+		} else if changeOfField {
+			c.passedBy(spec, cause)
 		}
 	}
 	return specs, perHandler
@@ -579,15 +670,39 @@ func (c *cycle) handle(ctx context.Context, cause causes.Cause, facts objectFact
 	o := c.op
 	body := c.body.Object
 	specs, perHandler := c.selectHandlers(ctx, cause, facts)
+	if c.heldOnly && len(specs) == 0 {
+		// A cause only for held-back field handlers, whose filters no longer match
+		// (a filter that changed its mind): nothing to run, nothing to write.
+		return 0, nil
+	}
 	states := make([]handlerState, len(specs))
+	var superseded superseding
 	for i, spec := range specs {
 		rec, found := c.store.progress.Fetch(body, spec.ID)
-		if found && rec.Purpose != "" && rec.Purpose != string(cause.Reason) {
-			// A record left by another cause (an update arrived while a create
-			// was retrying): this cause starts fresh.
-			rec, found = state.HandlerRecord{}, false
+		stored := rec
+		switch {
+		case !found || rec.Purpose == "" || rec.Purpose == string(cause.Reason):
+		case rec.Purpose == string(causes.Resume) && !spec.Serves(cause.Reason):
+			// A resume handler that joins the update superseding a resume keeps its
+			// progress (kopf re-purposes it): one that succeeded does not run again.
+			superseded.count(rec)
+			rec.Purpose = string(cause.Reason)
+		default:
+			// A record left by another cause (a resume superseded by an update, for
+			// a handler of both): this cause starts it afresh. The subhandlers its
+			// earlier calls registered stay listed, so that the cause's end purges
+			// their records too (kopf keeps the union of subrefs).
+			superseded.count(rec)
+			rec, found = state.HandlerRecord{Subrefs: rec.Subrefs}, false
 		}
-		states[i] = handlerState{spec: spec, record: rec, found: found}
+		states[i] = handlerState{spec: spec, record: rec, found: found, stored: stored}
+	}
+	startedBefore := slices.ContainsFunc(states, func(h handlerState) bool { return h.stored.Purpose == string(cause.Reason) })
+	if superseded.any() && !startedBefore {
+		// kopf: "Resuming is superseded by updating: 1 succeeded; 0 failed; 1 left."
+		// Once, in the new cause's first cycle (no record of it yet).
+		c.log.Info("a cause in progress is superseded by "+string(cause.Reason), "reason", string(cause.Reason),
+			"succeeded", superseded.succeeded, "failed", superseded.failed, "left", superseded.left)
 	}
 
 	for _, h := range selectToRun(o.opts.Lifecycle, states, c.now) {
@@ -625,17 +740,24 @@ func (c *cycle) handle(ctx context.Context, cause causes.Cause, facts objectFact
 		if err := c.apply(ctx); err != nil {
 			return 0, err // the pin stays: the cause is not complete until written
 		}
+		if c.refused {
+			// Failures recorded instead of what the server refused: the cause
+			// ends in the next cycle, which this write's event starts.
+			return 0, nil
+		}
 		c.mem.pinned = nil
 		if c.releaseFinalizer {
 			return 0, c.patchFinalizers(ctx, false)
 		}
 		return 0, nil
 	}
-	if cause.Reason != causes.Delete && c.mem.pinned == nil && anyFinished(states) {
+	// A resume is not pinned: it changes nothing, and a change made meanwhile
+	// supersedes it (kopf), with the resume handlers' progress kept (above).
+	if cause.Reason != causes.Delete && cause.Reason != causes.Resume && c.mem.pinned == nil && anyFinished(states) {
 		c.mem.pinned = &pinnedCause{reason: cause.Reason, old: cause.Old, new: cause.New, diff: cause.Diff}
 	}
 	for _, h := range states {
-		if h.found || h.record.Started != nil {
+		if h.changed() {
 			c.store.progress.Store(body, c.patch, h.spec.ID, h.record)
 		}
 	}
@@ -654,6 +776,22 @@ func (c *cycle) handle(ctx context.Context, cause causes.Cause, facts objectFact
 	}
 	return 0, nil
 }
+
+// superseding counts the records of the cause a new one supersedes, for the log.
+type superseding struct{ succeeded, failed, left int }
+
+func (s *superseding) count(rec state.HandlerRecord) {
+	switch {
+	case rec.Success:
+		s.succeeded++
+	case rec.Failure:
+		s.failed++
+	default:
+		s.left++
+	}
+}
+
+func (s superseding) any() bool { return s.succeeded+s.failed+s.left > 0 }
 
 // finishCause stores the diff-base (the essence now handled), purges progress records
 // (of every handler of the resource, kopf: not only those that ran in this cause),
@@ -703,6 +841,11 @@ func (c *cycle) finishCause(cause causes.Cause, states []handlerState) {
 		handled = c.finishEssence // what the first finishers saw (see run)
 	}
 	essence, _ := handled.(map[string]any)
+	ran := make(map[string]bool, len(states))
+	for _, h := range states {
+		ran[h.spec.ID] = h.record.Finished()
+	}
+	essence = withHeldBack(essence, o.opts.Prefix, heldAfterCause(c.held, c.outOfFilter, ran, handled, c.fieldHandlers()))
 	if err := c.store.diffBase.Store(body, c.patch, essence); err != nil {
 		c.log.Error("cannot store the diff-base: the next change will be seen as a creation again; "+
 			"keep big data out of the spec or use a custom storage", "error", err)
@@ -752,7 +895,7 @@ func (c *cycle) runChangeHandler(ctx context.Context, h handlerState, cause caus
 	rec.Purpose = string(reason)
 	if msg, ex := exhausted(h.spec, rec, c.now); ex {
 		rec.Failure, rec.Stopped, rec.Delayed, rec.Message = true, &c.now, nil, msg
-		c.log.Error("handler failed for good", "handler", h.spec.ID, "reason", string(reason), "error", msg)
+		logOutcome(c.log, o.opts.SuccessLogLevel, h.spec.ID, string(reason), OutcomeFailure, 0, errors.New(msg))
 		c.post("Warning", "HandlerFailed", msg)
 		o.observeAs(c.key, h.spec.ID, c.topID(h.spec.ID), string(reason), OutcomeFailure, 0, errors.New(msg))
 		return rec
@@ -761,8 +904,11 @@ func (c *cycle) runChangeHandler(ctx context.Context, h handlerState, cause caus
 	if rec.Started != nil {
 		started = *rec.Started
 	}
+	// The handler writes into a patch of its own, merged into the cycle's: what it
+	// wrote is known, should the server refuse to store it (refuseWrites).
+	own := state.NewPatch()
 	call := causes.Call{
-		Handler: h.spec, Cause: cause, Patch: c.patch, Retry: rec.Retries,
+		Handler: h.spec, Cause: cause, Patch: own, Retry: rec.Retries,
 		Started: started, Runtime: c.now.Sub(started),
 		Logger: c.log.With("handler", h.spec.ID, "reason", string(reason)), Indexes: o.indexes,
 	}
@@ -770,16 +916,23 @@ func (c *cycle) runChangeHandler(ctx context.Context, h handlerState, cause caus
 	result, err := o.handlers.Invoke(ctx, call)
 	took := time.Since(t0)
 	if err == nil && result.Value != nil {
-		c.patch.Set([]string{"status", h.spec.ID}, result.Value)
+		own.Set([]string{"status", h.spec.ID}, result.Value)
+	}
+	wrote := !own.IsEmpty()
+	if wrote {
+		c.patch.Merge(own.Map())
 	}
 	if err == nil && len(result.Subhandlers) > 0 {
-		return c.runSubhandlers(ctx, h.spec, rec, result.Subhandlers, cause, reason)
+		rec = c.runSubhandlers(ctx, h.spec, rec, result.Subhandlers, cause, reason)
+	} else {
+		var outcome Outcome
+		rec, outcome = foldOutcome(o.opts.withBackoff(h.spec), rec, c.now, err)
+		if outcome == OutcomeFailure && err != nil && rec.Message != err.Error() {
+			err = errors.New(rec.Message) // "exceeded its N retries (last error: ...)"
+		}
+		c.report(h.spec.ID, reason, rec, outcome, took, err)
 	}
-	rec, outcome := foldOutcome(h.spec, rec, c.now, err)
-	if outcome == OutcomeFailure && err != nil && rec.Message != err.Error() {
-		err = errors.New(rec.Message) // "exceeded its N retries (last error: ...)"
-	}
-	c.report(h.spec.ID, reason, rec, outcome, took, err)
+	c.ran = append(c.ran, ranHandler{spec: h.spec, reason: reason, record: rec, wrote: wrote})
 	return rec
 }
 
@@ -801,34 +954,48 @@ func (c *cycle) runSubhandlers(ctx context.Context, parent causes.Spec, rec stat
 	// that the cause's end purges the records of children a later call dropped.
 	registeredBefore := rec.Subrefs
 	rec.Subrefs = make([]string, 0, len(subs)+len(registeredBefore))
-	if c.topIDs == nil {
-		c.topIDs = map[string]string{}
-	}
 	for i, sub := range subs {
-		c.topIDs[sub.ID] = c.topID(parent.ID)
 		child, found := c.store.progress.Fetch(body, sub.ID)
+		stored := child
 		if found && child.Purpose != "" && child.Purpose != string(reason) {
 			child, found = state.HandlerRecord{}, false
 		}
-		children[i] = handlerState{spec: sub, record: child, found: found}
+		children[i] = handlerState{spec: sub, record: child, found: found, stored: stored}
 		rec.Subrefs = append(rec.Subrefs, sub.ID)
+		c.subhandlerIDs = append(c.subhandlerIDs, sub.ID)
 	}
-	for _, id := range registeredBefore {
-		if !slices.Contains(rec.Subrefs, id) {
-			rec.Subrefs = append(rec.Subrefs, id)
+	if !slices.Equal(registeredBefore, rec.Subrefs) {
+		registered := make(map[string]bool, len(rec.Subrefs))
+		for _, id := range rec.Subrefs {
+			registered[id] = true
 		}
+		for _, id := range registeredBefore {
+			if !registered[id] {
+				registered[id] = true
+				rec.Subrefs = append(rec.Subrefs, id)
+			}
+		}
+	}
+	if c.topIDs == nil {
+		c.topIDs = map[string]string{}
 	}
 	for _, h := range selectToRun(o.opts.Lifecycle, children, c.now) {
 		i := indexOf(children, h.spec.ID)
+		c.topIDs[h.spec.ID] = c.topID(parent.ID)
 		children[i].record = c.runChangeHandler(ctx, h, cause, reason)
-	}
-	for _, ch := range children {
-		if ch.found || ch.record.Started != nil {
-			c.store.progress.Store(body, c.patch, ch.spec.ID, ch.record)
+		// Only the children that ran have new records: the others' are on the
+		// object as they are (kopf's asap lifecycle runs one child per cycle, so
+		// looking at every record again would make each cycle cost all of them).
+		if children[i].changed() {
+			c.store.progress.Store(body, c.patch, h.spec.ID, children[i].record)
 		}
-		c.subhandlerIDs = append(c.subhandlerIDs, ch.spec.ID)
 	}
 	if !allFinished(children) {
+		// kopf counts the attempt (HandlerChildrenRetry is an outcome like any):
+		// the parent's ctx.retry goes up, and its retries and timeout bound how
+		// long its subhandlers may take.
+		rec.Retries++
+		rec.Message = "subhandlers pending: " + pendingSummary(pendingIDs(children))
 		rec.Delayed = nil
 		if !anyAwake(children, c.now) {
 			if at, ok := earliestWakeup(children, c.now); ok {
@@ -850,6 +1017,30 @@ func (c *cycle) runSubhandlers(ctx context.Context, parent causes.Spec, rec stat
 	return rec
 }
 
+// pendingIDs are the ids of the handlers not finished yet.
+// pendingListed is how many pending subhandlers a parent's message names: the
+// message is written into the parent's record at every cycle, so naming all of
+// 20,000 would outgrow the 256 KiB annotations may hold (and cost each write).
+const pendingListed = 5
+
+// pendingSummary names the first pendingListed ids and counts the others.
+func pendingSummary(ids []string) string {
+	if len(ids) <= pendingListed {
+		return strings.Join(ids, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(ids[:pendingListed], ", "), len(ids)-pendingListed)
+}
+
+func pendingIDs(states []handlerState) []string {
+	var ids []string
+	for _, h := range states {
+		if !h.record.Finished() {
+			ids = append(ids, h.spec.ID)
+		}
+	}
+	return ids
+}
+
 func anyAwake(states []handlerState, now time.Time) bool {
 	for _, h := range states {
 		if h.record.Awake(now) {
@@ -861,18 +1052,26 @@ func anyAwake(states []handlerState, now time.Time) bool {
 
 // report logs, posts and observes one handler outcome.
 func (c *cycle) report(id string, reason causes.Reason, rec state.HandlerRecord, outcome Outcome, took time.Duration, err error) {
+	if outcome == OutcomeSuccess {
+		// Reported once a write stored it: a success the server refused to store is
+		// a failure (refuseWrites).
+		c.unreported = append(c.unreported, unreportedSuccess{id: id, report: func() {
+			logOutcome(c.log, c.op.opts.SuccessLogLevel, id, string(reason), outcome, took, err)
+			c.post("Normal", "HandlerSucceeded", fmt.Sprintf("Handler %s succeeded (%s).", id, reason))
+			c.op.observeAs(c.key, id, c.topID(id), string(reason), outcome, took, err)
+		}})
+		return
+	}
+	var more []any
+	if outcome == OutcomeRetry {
+		more = []any{"retry", rec.Retries, "at", rec.Delayed.Format(time.RFC3339)}
+	}
+	logOutcome(c.log, c.op.opts.SuccessLogLevel, id, string(reason), outcome, took, err, more...)
 	switch outcome {
-	case OutcomeSuccess:
-		c.log.Log(context.Background(), c.op.opts.SuccessLogLevel, "handler succeeded", "handler", id, "reason", string(reason), "took_ms", tookMs(took))
-		c.post("Normal", "HandlerSucceeded", fmt.Sprintf("Handler %s succeeded (%s).", id, reason))
 	case OutcomeRetry:
-		c.log.Warn("handler will be retried", "handler", id, "reason", string(reason), "retry", rec.Retries, "at", rec.Delayed.Format(time.RFC3339), "error", err)
 		c.post("Warning", "HandlerRetrying", fmt.Sprintf("Handler %s failed, retry %d: %s", id, rec.Retries, err))
 	case OutcomeFailure:
-		c.log.Error("handler failed for good", "handler", id, "reason", string(reason), "error", err)
 		c.post("Warning", "HandlerFailed", fmt.Sprintf("Handler %s failed permanently: %s", id, err))
-	case OutcomeIgnored:
-		c.log.Warn("handler failed; ignored as configured (errors=ignored)", "handler", id, "reason", string(reason), "error", err)
 	}
 	c.op.observeAs(c.key, id, c.topID(id), string(reason), outcome, took, err)
 }

@@ -2,6 +2,7 @@ package processing
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -33,13 +35,15 @@ type Reactor struct {
 	clock    clock.WithTickerAndDelayedExecution
 	handlers Handlers
 	dynamic  dynamic.Interface
+	metadata metadata.Interface // nil: the freshness floor lists through dynamic
 	disco    discovery.DiscoveryInterface
 	events   kubernetes.Interface // nil when events are off
 	recorder record.EventRecorder
 	log      *slog.Logger
 	filter   namespaceFilter
 
-	queue workqueue.TypedRateLimitingInterface[objectKey]
+	queue    workqueue.TypedRateLimitingInterface[objectKey]
+	failures workqueue.TypedRateLimiter[objectKey] // the queue's; set by Start
 	// qmetrics feeds the work queue's metrics per resource; nil without
 	// Options.QueueMetrics.
 	qmetrics *queueMetrics
@@ -86,6 +90,9 @@ type Reactor struct {
 type Clients struct {
 	Dynamic   dynamic.Interface
 	Discovery discovery.DiscoveryInterface
+	// Metadata lists objects' metadata only (the freshness floor, freshness.go); nil:
+	// Dynamic lists them whole.
+	Metadata metadata.Interface
 	// Events posts the framework's Events when Options.Recorder is nil; nil: none.
 	Events kubernetes.Interface
 }
@@ -108,7 +115,11 @@ func New(cfg *rest.Config, handlers Handlers, opts Options) (*Reactor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the discovery client: %w", err)
 	}
-	clients := Clients{Dynamic: dyn, Discovery: disco}
+	meta, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating the metadata client: %w", err)
+	}
+	clients := Clients{Dynamic: dyn, Discovery: disco, Metadata: meta}
 	if *opts.PostEvents && opts.Recorder == nil {
 		if clients.Events, err = kubernetes.NewForConfig(cfg); err != nil {
 			return nil, fmt.Errorf("creating the events client: %w", err)
@@ -129,6 +140,7 @@ func NewWithClients(clients Clients, handlers Handlers, opts Options) (*Reactor,
 		clock:    opts.Clock,
 		handlers: handlers,
 		dynamic:  clients.Dynamic,
+		metadata: clients.Metadata,
 		disco:    clients.Discovery,
 		events:   clients.Events,
 		log:      opts.Logger,
@@ -158,8 +170,11 @@ func (o *Reactor) Start(ctx context.Context) error {
 		defer stopUpdates()
 		go o.qmetrics.runUpdates(updates, o.clock)
 	}
+	// The failure backoff of framework errors: process asks it (When) and keeps the
+	// retry time in the object's memory; the queue's Forget resets it.
+	o.failures = workqueue.NewTypedItemExponentialFailureRateLimiter[objectKey](time.Second, 5*time.Minute)
 	o.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
-		workqueue.NewTypedItemExponentialFailureRateLimiter[objectKey](time.Second, 5*time.Minute),
+		o.failures,
 		workqueue.TypedRateLimitingQueueConfig[objectKey]{Clock: o.clock,
 			DelayingQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[objectKey]{
 				Clock: o.clock, Queue: workqueue.NewTypedWithConfig(baseConfig)})},
@@ -279,6 +294,10 @@ func engineSignature(specs []causes.Spec) string {
 	return strings.Join(lines, "\n")
 }
 
+// Indexes are the operator-wide indexes the index handlers build: operator-level
+// hooks (startup, cleanup, probes) read them too, as kopf's activities do.
+func (o *Reactor) Indexes() *state.Indexes { return o.indexes }
+
 // Synced tells whether every watched resource finished its initial listing and the
 // objects found there went through one cycle at least.
 func (o *Reactor) Synced() bool {
@@ -352,12 +371,24 @@ func (o *Reactor) processNext(ctx context.Context) bool {
 	o.board.end(key)
 	result := "success"
 	switch {
+	case errors.Is(err, errBackingOff):
+		// Only the timers ran: the failure's backoff goes on (no Forget).
+		result = "requeue_after"
+		o.queue.AddAfter(key, requeueAfter)
+		if o.qmetrics != nil {
+			o.qmetrics.retry(key)
+		}
 	case err != nil:
-		// Framework errors (API failures) are throttled per object; handler
-		// failures never come here, they are outcomes.
+		// Framework errors (API failures) are throttled per object (process took
+		// the delay from o.failures, and the object's timers may be due sooner);
+		// handler failures never come here, they are outcomes.
 		result = "error"
 		o.log.Error("processing failed; will retry", objectAttrs(key, o.kindOf(key), "", "error", err)...)
-		o.queue.AddRateLimited(key)
+		if requeueAfter > 0 {
+			o.queue.AddAfter(key, requeueAfter)
+		} else {
+			o.queue.AddRateLimited(key)
+		}
 		if o.qmetrics != nil {
 			o.qmetrics.retry(key)
 		}
@@ -383,6 +414,9 @@ func (o *Reactor) processSafely(ctx context.Context, key objectKey) (requeue tim
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("internal error while processing %s: %v (please report it)", key, r)
+			if po, ok := o.opts.Observer.(PanicObserver); ok {
+				po.ReconcilePanicked(ControllerName(key.resource))
+			}
 		}
 	}()
 	return o.process(ctx, key)

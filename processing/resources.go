@@ -256,6 +256,15 @@ func (o *Reactor) specs() *specIndex {
 		}
 		idx.kinds[canonical][s.Kind] = true
 	}
+	// Every index of the scripts exists from their load on, empty until its objects
+	// are indexed (kopf's, and luaop test's): a handler of another resource reading
+	// one before any of its objects went through a cycle (created together, or none
+	// yet) sees no entry, not an "index not registered" error and a retry.
+	for _, s := range source {
+		if s.Kind == causes.KindIndex {
+			o.indexes.Declare(s.ID)
+		}
+	}
 	o.specIdx.current.Store(idx)
 	return idx
 }

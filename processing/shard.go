@@ -130,7 +130,7 @@ func (o *Reactor) releaseNow(key objectKey, done chan struct{}) {
 	o.indexes.Remove(key.String())
 	exiting := make([]*daemonRun, 0, len(mem.daemons))
 	for _, d := range mem.daemons {
-		d.stop(cancellationTimeout(*d.spec))
+		d.stop(d.spec.CancellationBackoff, cancellationTimeout(*d.spec))
 		exiting = append(exiting, d)
 	}
 	uid := mem.uid

@@ -26,6 +26,9 @@ type resourceInfo struct {
 	statusSubresource bool
 	// store is where the resource's bookkeeping lives (storage.go).
 	store atomic.Pointer[storage]
+	// floor is what a consistent read showed when the watcher started (freshness.go);
+	// nil: none (not loaded, or not loadable).
+	floor atomic.Pointer[freshnessFloor]
 }
 
 // watcher runs the informers of one canonical resource. Informers (reflectors) list,
@@ -82,6 +85,8 @@ func (w *watcher) run(ctx context.Context) {
 			namespaces = exact
 		}
 	}
+	// Before the informers list: their first list may be older than this read.
+	w.info.floor.Store(w.loadFreshnessFloor(ctx, log, namespaces))
 	// A Shard (sharding across replicas) may narrow the watch to this replica's
 	// objects with a label selector: memory and watch load split, not only work.
 	var tweak dynamicinformer.TweakListOptionsFunc

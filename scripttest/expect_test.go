@@ -2,8 +2,10 @@ package scripttest
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -90,7 +92,7 @@ func TestExpectations(t *testing.T) {
 		{name: "objects [] and none", c: "handler: plain\n" + obj("{}") + "\nexpect: {objects: []}", pass: true},
 		{name: "objects [] but one made", c: "handler: plain\n" + obj("{kube: true}") + "\nexpect: {objects: []}", out: "want the fake API to hold no objects (objects: []), it holds v1 ConfigMap ns/made"},
 		{name: "objects {} but one made", c: "handler: plain\n" + obj("{kube: true}") + "\nexpect: {objects: {}}", out: "want the fake API to hold no objects"},
-		{name: "unknown expectation still rejected", c: "handler: plain\n" + obj("{}") + "\nexpect: {patches: {}}", out: "unknown field"},
+		{name: "unknown expectation still rejected", c: "handler: plain\n" + obj("{}") + "\nexpect: {patches: {}}", out: `cases.yaml:4: unknown key "patches" in expect:; the keys of expect: are allowed, code,`},
 
 		// 2. Subhandlers run, their results and errors count.
 		{name: "child error fails the case", c: "handler: parent\n" + obj("{childfails: true}") + "\nexpect: {}", out: "unexpected error: subhandler parent/bad failed: permanent error \"child broke\""},
@@ -125,5 +127,52 @@ func TestExpectations(t *testing.T) {
 				t.Errorf("output lacks %q:\n%s", tc.out, out)
 			}
 		})
+	}
+}
+
+// A test file is YAML 1.2, and a misspelled key is reported at its line with the
+// keys allowed there (not as a JSON error of the whole file).
+func TestFixturesAreYAML12WithLines(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "h.lua"), []byte(`local luaop = require("luaop")
+luaop.on.create("v1/configmaps", function(ctx)
+  local n = 0
+  for k, v in pairs(ctx.body.data) do n = n + 1 end
+  return {keys = n, country = ctx.body.data.country, n = ctx.body.data.n}
+end, {id = "count"})
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	// YAML 1.1 made n: a "false" key and NO false.
+	good := write("cases.yaml", "cases:\n- name: yaml 1.2\n  handler: count\n  object: {apiVersion: v1, kind: ConfigMap, metadata: {name: c}, data: {n: \"2\", country: NO}}\n  expect:\n    result: {keys: 2, country: \"NO\", n: \"2\"}\n")
+	var out strings.Builder
+	sum, err := Run(t.Context(), Options{Scripts: dir, Tests: []string{good}, Out: &out})
+	if err != nil || sum.Passed != 1 {
+		t.Fatalf("YAML 1.2 case: %+v %v\n%s", sum, err, out.String())
+	}
+	if sum.Cases[0].Line != 2 || sum.Cases[0].Name != "yaml 1.2" {
+		t.Errorf("case result %+v: want line 2", sum.Cases[0])
+	}
+	bad := write("bad.yaml", "cases:\n- name: typo\n  handler: count\n  object: {apiVersion: v1, kind: ConfigMap, metadata: {name: c}}\n  expcet:\n    result: {}\n- name: wrong type\n  handler: count\n  object: {apiVersion: v1, kind: ConfigMap}\n  expect:\n    allowed: \"yes\"\n")
+	_, err = Run(t.Context(), Options{Scripts: dir, Tests: []string{bad}, Out: &out})
+	for _, want := range []string{
+		bad + `:5: unknown key "expcet" in a case; the keys of a case are cause, dryRun, eventType, expect, handler,`,
+		bad + `:11: case 2: expect.allowed: a string where bool is expected`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v\nwant it to contain %q", err, want)
+		}
+	}
+	// --run matching nothing is an error, not a pass.
+	_, err = Run(t.Context(), Options{Scripts: dir, Tests: []string{good}, Out: &out, Run: regexp.MustCompile("nomatch")})
+	if !errors.Is(err, ErrNoCaseMatches) || !strings.Contains(err.Error(), "cases.yaml/yaml 1.2") {
+		t.Errorf("--run nomatch: %v, want ErrNoCaseMatches listing the cases", err)
 	}
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/luaop/luaop/luabind"
 	"github.com/luaop/luaop/processing/causes"
 	"github.com/luaop/luaop/state"
+	"github.com/luaop/luaop/yaml12"
 )
 
 // File is one YAML file of test cases.
@@ -46,8 +47,8 @@ type Case struct {
 	// filters match, in registration order. One of them is required.
 	Handler string `json:"handler,omitempty"`
 	Cause   string `json:"cause,omitempty"`
-	// Object is the object, inline; ObjectFile a YAML file holding it (relative to
-	// the test file). Old is the previous version (updates, field handlers).
+	// Object is the object, inline; ObjectFile a YAML file holding it (a relative
+	// path is relative to the test file, an absolute one is used as it is). Old is the previous version (updates, field handlers).
 	Object     map[string]any `json:"object,omitempty"`
 	ObjectFile string         `json:"objectFile,omitempty"`
 	Old        map[string]any `json:"old,omitempty"`
@@ -171,11 +172,35 @@ const DefaultHandlerTimeout = 10 * time.Second
 // DefaultPrefix is luaop run's default --prefix.
 const DefaultPrefix = "luaop.dev"
 
-// Summary counts the cases.
-type Summary struct{ Passed, Failed int }
+// Summary counts the cases and holds each one's result.
+type Summary struct {
+	Passed, Failed int
+	Cases          []CaseResult
+	Took           time.Duration
+}
+
+// CaseResult is the outcome of one case.
+type CaseResult struct {
+	// File is the test file's path, Name the case's name (case<N> when it has none),
+	// Line where the case starts in the file.
+	File, Name string
+	Line       int
+	Took       time.Duration
+	// Failures are what did not match (empty: passed), each a message that may span
+	// lines (a diff).
+	Failures []string
+}
+
+// FullName is "FILE/NAME" as --run matches it (FILE: the file's base name).
+func (c CaseResult) FullName() string { return filepath.Base(c.File) + "/" + c.Name }
+
+// ErrNoCaseMatches is returned when Options.Run selects no case: a --run that
+// matches nothing is a mistake, not a pass.
+var ErrNoCaseMatches = errors.New("no case matches")
 
 // Run runs the test cases and writes go-test-like output: "ok"/"FAIL" per case, a
-// diff for each failure, and a last line.
+// diff for each failure, and a last line. A test file that does not parse, or
+// whose keys are not the format's, is an error naming its file:line.
 func Run(ctx context.Context, o Options) (Summary, error) {
 	var sum Summary
 	scripts, err := luabind.ReadDir(o.Scripts)
@@ -186,49 +211,67 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
+	out := o.Out
+	if out == nil {
+		out = io.Discard
+	}
 	start := time.Now()
+	var all []string
 	for _, path := range o.Tests {
 		data, err := os.ReadFile(path)
 		if err != nil {
 			return sum, err
 		}
-		var f File
-		if err := yaml.UnmarshalStrict(data, &f); err != nil {
-			return sum, fmt.Errorf("%s: %w", path, err)
+		cases, err := decodeFile(path, data)
+		if err != nil {
+			return sum, err
 		}
-		for i, c := range f.Cases {
-			name := c.Name
-			if name == "" {
-				name = fmt.Sprintf("case%d", i+1)
-			}
-			full := filepath.Base(path) + "/" + name
+		for _, c := range cases {
+			res := CaseResult{File: path, Name: caseName(c.Case, c.Index), Line: c.Line}
+			full := res.FullName()
+			all = append(all, full)
 			if o.Run != nil && !o.Run.MatchString(full) {
 				continue
 			}
 			t0 := time.Now()
-			failures := runCase(ctx, scripts, filepath.Dir(path), prefix, o.handlerTimeout(), c)
-			took := time.Since(t0).Round(time.Millisecond)
-			if len(failures) == 0 {
+			res.Failures = runCase(ctx, scripts, filepath.Dir(path), prefix, o.handlerTimeout(), c.Case)
+			res.Took = time.Since(t0)
+			sum.Cases = append(sum.Cases, res)
+			took := res.Took.Round(time.Millisecond)
+			if len(res.Failures) == 0 {
 				sum.Passed++
 				if o.Verbose {
-					fmt.Fprintf(o.Out, "ok    %s (%s)\n", full, took)
+					fmt.Fprintf(out, "ok    %s (%s)\n", full, took)
 				}
 				continue
 			}
 			sum.Failed++
-			fmt.Fprintf(o.Out, "FAIL  %s (%s)\n", full, took)
-			for _, f := range failures {
-				fmt.Fprintf(o.Out, "    %s\n", strings.ReplaceAll(strings.TrimRight(f, "\n"), "\n", "\n    "))
+			fmt.Fprintf(out, "FAIL  %s (%s)\n", full, took)
+			for _, f := range res.Failures {
+				fmt.Fprintf(out, "    %s\n", strings.ReplaceAll(strings.TrimRight(f, "\n"), "\n", "\n    "))
 			}
 		}
 	}
-	took := time.Since(start).Round(time.Millisecond)
+	sum.Took = time.Since(start)
+	if o.Run != nil && len(sum.Cases) == 0 {
+		return sum, fmt.Errorf("%w --run %q (of %d case(s): %s)", ErrNoCaseMatches, o.Run.String(), len(all), summarizeNames(all))
+	}
+	took := sum.Took.Round(time.Millisecond)
 	if sum.Failed > 0 {
-		fmt.Fprintf(o.Out, "FAIL  %d of %d case(s) failed (%s)\n", sum.Failed, sum.Failed+sum.Passed, took)
+		fmt.Fprintf(out, "FAIL  %d of %d case(s) failed (%s)\n", sum.Failed, sum.Failed+sum.Passed, took)
 	} else {
-		fmt.Fprintf(o.Out, "ok    %d case(s) passed (%s)\n", sum.Passed, took)
+		fmt.Fprintf(out, "ok    %d case(s) passed (%s)\n", sum.Passed, took)
 	}
 	return sum, nil
+}
+
+// summarizeNames lists a few names, then how many more.
+func summarizeNames(names []string) string {
+	const shown = 5
+	if len(names) <= shown {
+		return strings.Join(names, ", ")
+	}
+	return strings.Join(names[:shown], ", ") + fmt.Sprintf(" and %d more", len(names)-shown)
 }
 
 // outcome is what running a case produced.
@@ -249,12 +292,20 @@ func (o Options) handlerTimeout() time.Duration {
 func runCase(ctx context.Context, scripts []luabind.Script, dir, prefix string, timeout time.Duration, c Case) []string {
 	obj := c.Object
 	if c.ObjectFile != "" {
-		data, err := os.ReadFile(filepath.Join(dir, c.ObjectFile))
+		path := c.ObjectFile
+		if !filepath.IsAbs(path) {
+			path = filepath.Join(dir, path) // relative to the test file
+		}
+		data, err := os.ReadFile(path)
 		if err != nil {
 			return []string{err.Error()}
 		}
-		if err := yaml.Unmarshal(data, &obj); err != nil {
+		v, err := yaml12.Unmarshal(data)
+		if err != nil {
 			return []string{fmt.Sprintf("%s: %v", c.ObjectFile, err)}
+		}
+		if obj, _ = v.(map[string]any); obj == nil {
+			return []string{fmt.Sprintf("%s: not a Kubernetes object (a YAML mapping)", c.ObjectFile)}
 		}
 	}
 	if obj == nil {
@@ -285,7 +336,8 @@ func runCase(ctx context.Context, scripts []luabind.Script, dir, prefix string, 
 		indexes.Declare(name)
 		for key, values := range byKey {
 			for i, v := range values {
-				indexes.Set(name, fmt.Sprintf("test/%s/%d", key, i), map[string]any{key: v})
+				// A key written as JSON (["ns","name"]) is a table key, by value.
+				indexes.Set(name, fmt.Sprintf("test/%s/%d", key, i), map[string]any{luabind.IndexKeyFromText(key): v})
 			}
 		}
 	}
@@ -510,15 +562,19 @@ func runHandler(ctx context.Context, rt *luabind.Runtime, spec causes.Spec, c Ca
 	}
 	if spec.Kind == causes.KindDaemon {
 		// One iteration: the first luaop.sleep hands the patch over and stops the
-		// daemon (sleep returns false, ctx.stopped() is true).
+		// daemon (sleep returns false, ctx.stopped() is true); a daemon that goes on
+		// is cancelled at its next blocking call, as the operator cancels it.
 		stopped, stop := context.WithCancel(ctx)
 		defer stop()
-		call.Daemon = &causes.DaemonLink{Stopped: stopped, Latest: func() map[string]any { return obj }}
+		call.Daemon = &causes.DaemonLink{Stopped: stopped, Cancelled: stopped, Latest: func() map[string]any { return obj }}
 		call.Daemon.Flush = func(p map[string]any) {
 			patch.Merge(p)
 			stop()
 		}
 		err := rt.RunDaemon(ctx, &call)
+		if errors.Is(err, causes.ErrDaemonCancelled) {
+			err = nil
+		}
 		return outcome{patch: patch, err: err}
 	}
 	res, err := rt.Invoke(ctx, call)
@@ -529,6 +585,14 @@ func runHandler(ctx context.Context, rt *luabind.Runtime, spec causes.Spec, c Ca
 	}
 	if err == nil && len(res.Subhandlers) > 0 {
 		err = runSubhandlers(ctx, rt, call, res.Subhandlers)
+	}
+	if m, ok := res.Value.(map[string]any); ok && spec.Kind == causes.KindIndex {
+		// An index function's table keys read as their JSON (["ns","name"]).
+		keyed := make(map[string]any, len(m))
+		for k, v := range m {
+			keyed[luabind.IndexKeyText(k)] = v
+		}
+		res.Value = keyed
 	}
 	return outcome{patch: patch, result: res.Value, err: err}
 }

@@ -3,6 +3,7 @@ package testcluster
 import (
 	"context"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -28,9 +29,10 @@ type Proxy struct {
 	// Env connects through the proxy: give it to the operator under test.
 	Env *Env
 
-	upstream *url.URL
-	rp       *httputil.ReverseProxy
-	server   *httptest.Server
+	upstream  *url.URL
+	transport http.RoundTripper
+	rp        *httputil.ReverseProxy
+	server    *httptest.Server
 
 	mu         sync.Mutex
 	latency    func(*http.Request) time.Duration
@@ -41,6 +43,14 @@ type Proxy struct {
 	held       map[*activeWatch]struct{}
 	release    chan struct{} // closed by AnswerGone
 	answered   int
+
+	intercept Interceptor // SetInterceptor
+	cut       int         // requests an interceptor cut
+	// streams are the watch streams running now (eventStream), for
+	// CoalesceWatchEvents; coalesce is the hold in force (nil: none).
+	streams  map[*eventStream]struct{}
+	coalesce *coalescing
+	stale    *staleList // ServeStaleList, until it served one
 }
 
 // Request is one request the proxy received.
@@ -53,6 +63,11 @@ type Request struct {
 	Delay time.Duration
 	// Gone is set when the proxy answered it with 410 Gone instead of forwarding it.
 	Gone bool
+	// Cut is set when an interceptor cut it before it was forwarded (a cut after
+	// the upstream answered is not recorded here: the request did reach it).
+	Cut bool
+	// Stale is set when the proxy answered it from a saved list (ServeStaleList).
+	Stale bool
 }
 
 type activeWatch struct {
@@ -76,74 +91,102 @@ type ProxyOptions struct {
 func (e *Env) NewProxy(t testing.TB, opts ProxyOptions) *Proxy {
 	t.Helper()
 	e.Require(t)
-	upstream, err := url.Parse(e.Config.Host)
+	p, err := StartProxy(e.Config, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// StartProxy starts a proxy in front of the kube-apiserver cfg connects to, for
+// programs that are not tests (bench/soak's chaos run); Close stops it.
+func StartProxy(cfg *rest.Config, opts ProxyOptions) (*Proxy, error) {
+	upstream, err := url.Parse(cfg.Host)
 	if err != nil || upstream.Host == "" {
-		t.Fatalf("the test cluster's address %q: %v", e.Config.Host, err)
+		return nil, fmt.Errorf("the cluster's address %q: %v", cfg.Host, err)
 	}
 	if upstream.Scheme == "" {
 		upstream.Scheme = "https"
 	}
-	transport, err := rest.TransportFor(e.Config)
+	transport, err := rest.TransportFor(cfg)
 	if err != nil {
-		t.Fatalf("the test cluster's transport: %v", err)
+		return nil, fmt.Errorf("the cluster's transport: %w", err)
 	}
-	p := &Proxy{upstream: upstream, latency: opts.Latency, eventDelay: opts.WatchEventDelay,
-		active: map[*activeWatch]struct{}{}, held: map[*activeWatch]struct{}{}}
+	p := &Proxy{upstream: upstream, transport: transport, latency: opts.Latency, eventDelay: opts.WatchEventDelay,
+		active: map[*activeWatch]struct{}{}, held: map[*activeWatch]struct{}{}, streams: map[*eventStream]struct{}{}}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.SetURL(upstream)
 			r.Out.Host = upstream.Host
+			if IsWatch(r.In) {
+				// A watch's events are read here (eventStream): the proxy's transport
+				// asks for a compressed stream itself and inflates it, which it does
+				// not when the client asked (client-go does).
+				r.Out.Header.Del("Accept-Encoding")
+			}
 		},
 		Transport:     transport,
 		FlushInterval: -1, // watch events go through at once
 		ErrorLog:      log.New(io.Discard, "", 0),
 		ModifyResponse: func(resp *http.Response) error {
-			if resp.Request != nil && IsWatch(resp.Request) && resp.Request.Context().Err() != nil {
+			if resp.Request == nil {
+				return nil
+			}
+			if !IsWatch(resp.Request) {
+				return p.interceptAnswer(resp)
+			}
+			if resp.Request.Context().Err() != nil {
 				// Cut before the upstream answered: its answer (an empty 200 once it
 				// saw the proxy go away) must not reach the client, which would take
 				// it for a watch that ended normally. ErrorHandler aborts instead.
 				return resp.Request.Context().Err()
 			}
+			if resp.StatusCode == http.StatusOK && strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+				resp.Body = p.newEventStream(resp.Request, resp.Body)
+			}
 			p.mu.Lock()
 			delay := p.eventDelay
 			p.mu.Unlock()
-			if delay != nil && resp.Request != nil && IsWatch(resp.Request) {
+			if delay != nil {
 				resp.Body = newDelayedBody(resp.Body, func() time.Duration { return delay(resp.Request) })
 			}
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if r.Context().Err() == nil {
+			if r.Context().Err() == nil && !errors.Is(err, errCut) {
 				http.Error(w, "proxy: "+err.Error(), http.StatusBadGateway)
 				return
 			}
-			// The client's request was cut (ExpireWatches, or the client went away)
-			// before the upstream answered: abort the response, so that the client
-			// sees its connection end rather than an empty 200.
+			// The client's request was cut (ExpireWatches, an interceptor, or the
+			// client went away) before its answer was relayed: abort the response,
+			// so that the client sees its connection end rather than an empty 200.
 			panic(http.ErrAbortHandler)
 		},
 	}
 	p.server = httptest.NewUnstartedServer(http.HandlerFunc(p.serve))
 	p.server.Config.ErrorLog = log.New(io.Discard, "", 0)
 	p.server.StartTLS()
-	t.Cleanup(p.close)
 
-	cfg := rest.AnonymousClientConfig(e.Config) // the proxy adds the credentials
-	cfg.Host = p.server.URL
-	cfg.TLSClientConfig = rest.TLSClientConfig{
+	proxied := rest.AnonymousClientConfig(cfg) // the proxy adds the credentials
+	proxied.Host = p.server.URL
+	proxied.TLSClientConfig = rest.TLSClientConfig{
 		CAData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: p.server.Certificate().Raw}),
 	}
-	p.Env = &Env{Config: cfg}
-	if p.Env.Dynamic, err = dynamic.NewForConfig(cfg); err != nil {
-		t.Fatal(err)
+	p.Env = &Env{Config: proxied}
+	if p.Env.Dynamic, err = dynamic.NewForConfig(proxied); err != nil {
+		p.Close()
+		return nil, err
 	}
-	if p.Env.Kube, err = kubernetes.NewForConfig(cfg); err != nil {
-		t.Fatal(err)
+	if p.Env.Kube, err = kubernetes.NewForConfig(proxied); err != nil {
+		p.Close()
+		return nil, err
 	}
-	return p
+	return p, nil
 }
 
-func (p *Proxy) close() {
+// Close stops the proxy: its watches end, its connections are cut.
+func (p *Proxy) Close() {
 	p.mu.Lock()
 	if p.release != nil {
 		close(p.release)
@@ -193,8 +236,19 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if !IsWatch(r) {
+	if stale := p.takeStale(r); stale != nil {
+		rec.Stale = true
 		p.record(rec)
+		p.serveStale(w, r, stale)
+		return
+	}
+	if !IsWatch(r) {
+		r, cut := p.interceptRequest(r)
+		rec.Cut = cut
+		p.record(rec)
+		if cut {
+			panic(http.ErrAbortHandler) // the client sees its connection end
+		}
 		p.rp.ServeHTTP(w, r)
 		return
 	}

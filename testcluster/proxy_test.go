@@ -2,7 +2,10 @@ package testcluster
 
 import (
 	"bufio"
+	"compress/gzip"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 )
 
@@ -23,13 +27,22 @@ type fakeUpstream struct {
 	server *httptest.Server
 	events chan string
 
-	mu   sync.Mutex
-	sent map[string]time.Time // event -> when it was flushed
+	mu      sync.Mutex
+	sent    map[string]time.Time // event -> when it was flushed
+	served  int                  // requests that are not watches
+	watches []url.Values         // the queries of the watches, in order
 }
 
 func newFakeUpstream(t *testing.T) *fakeUpstream {
 	u := &fakeUpstream{events: make(chan string, 16), sent: map[string]time.Time{}}
 	u.server = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.mu.Lock()
+		if IsWatch(r) {
+			u.watches = append(u.watches, r.URL.Query())
+		} else {
+			u.served++
+		}
+		u.mu.Unlock()
 		if !IsWatch(r) {
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = io.WriteString(w, `{"kind":"Widget"}`)
@@ -40,15 +53,25 @@ func newFakeUpstream(t *testing.T) *fakeUpstream {
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
+		var out io.Writer = w
+		flush := func() { w.(http.Flusher).Flush() }
+		if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+			// As kube-apiserver does for a client that accepts it.
+			w.Header().Set("Content-Encoding", "gzip")
+			gz := gzip.NewWriter(w)
+			defer gz.Close()
+			out = gz
+			flush = func() { _ = gz.Flush(); w.(http.Flusher).Flush() }
+		}
 		w.WriteHeader(http.StatusOK)
-		w.(http.Flusher).Flush()
+		flush()
 		for {
 			select {
 			case <-r.Context().Done():
 				return
 			case e := <-u.events:
-				_, _ = io.WriteString(w, e+"\n")
-				w.(http.Flusher).Flush()
+				_, _ = io.WriteString(out, e+"\n")
+				flush()
 				u.mu.Lock()
 				u.sent[e] = time.Now()
 				u.mu.Unlock()
@@ -239,5 +262,263 @@ func TestProxyWatchEventDelay(t *testing.T) {
 		if sent := u.sentAt(e); got.Sub(sent) < delay {
 			t.Errorf("event %s came through %s after the upstream sent it, want at least %s", e, got.Sub(sent), delay)
 		}
+	}
+}
+
+func (u *fakeUpstream) servedCount() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.served
+}
+
+// An interceptor sees each request before it is forwarded and its answer before it
+// is relayed; cutting before keeps it from the upstream, cutting after lets the
+// upstream apply it and keeps the answer from the client.
+func TestProxyInterceptorCutsBeforeAndAfter(t *testing.T) {
+	p, u, c := newTestProxy(t, ProxyOptions{})
+	var mu sync.Mutex
+	var seen []string
+	cutAt := BeforeUpstream
+	p.SetInterceptor(func(x *Exchange) Verdict {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, fmt.Sprintf("%s %s %s %d %s", x.Stage, x.Request.Method, x.Body, x.Status, x.Answer))
+		if x.Request.URL.Query().Get("cut") == "yes" && x.Stage == cutAt {
+			return Cut
+		}
+		return Forward
+	})
+	patch := func(query string) (string, error) {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPatch, p.Env.Config.Host+widgetsPath+"/w0?"+query, strings.NewReader(`{"spec":1}`))
+		resp, err := c.Do(req)
+		if err != nil {
+			return "", err
+		}
+		defer func() { _ = resp.Body.Close() }()
+		body, err := io.ReadAll(resp.Body)
+		return string(body), err
+	}
+	if body, err := patch("cut=no"); err != nil || body != `{"kind":"Widget"}` {
+		t.Fatalf("a request the interceptor forwards: %q, %v", body, err)
+	}
+	if u.servedCount() != 1 {
+		t.Fatalf("the upstream served %d requests, want 1", u.servedCount())
+	}
+	if _, err := patch("cut=yes"); err == nil {
+		t.Fatalf("a request cut before the upstream was answered")
+	}
+	if u.servedCount() != 1 {
+		t.Fatalf("a request cut before the upstream reached it (served %d)", u.servedCount())
+	}
+	cutAt = AfterUpstream
+	if _, err := patch("cut=yes"); err == nil {
+		t.Fatalf("an answer cut after the upstream reached the client")
+	}
+	if u.servedCount() != 2 {
+		t.Fatalf("a request cut after the upstream did not reach it (served %d, want 2)", u.servedCount())
+	}
+	if p.CutRequests() != 2 {
+		t.Fatalf("CutRequests = %d, want 2", p.CutRequests())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{
+		`before PATCH {"spec":1} 0 `, `after PATCH {"spec":1} 200 {"kind":"Widget"}`,
+		`before PATCH {"spec":1} 0 `,
+		`before PATCH {"spec":1} 0 `, `after PATCH {"spec":1} 200 {"kind":"Widget"}`,
+	}
+	if strings.Join(seen, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("the interceptor saw\n%s\nwant\n%s", strings.Join(seen, "\n"), strings.Join(want, "\n"))
+	}
+	reqs := p.Requests()
+	if len(reqs) != 3 || reqs[0].Cut || !reqs[1].Cut || reqs[2].Cut {
+		t.Fatalf("recorded %+v, want the second request cut (before), the others forwarded", reqs)
+	}
+}
+
+func watchEvent(typ, name, uid string, n int) string {
+	return fmt.Sprintf(`{"type":%q,"object":{"kind":"Widget","metadata":{"namespace":"ns","name":%q,"uid":%q,"resourceVersion":"%d"}}}`, typ, name, uid, n)
+}
+
+// While a hold is in force, a watch delivers nothing; at its end, the last event of
+// each object, in the order of their last changes: a delete and re-create is the new
+// object's event alone.
+func TestProxyCoalescesWatchEvents(t *testing.T) {
+	p, u, c := newTestProxy(t, ProxyOptions{})
+	resp, cancel, err := openWatch(t, p, c, "resourceVersion=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cancel()
+	defer func() { _ = resp.Body.Close() }()
+	lines := bufio.NewReader(resp.Body)
+	u.events <- watchEvent("ADDED", "w0", "u0", 2)
+	if line, err := lines.ReadString('\n'); err != nil || strings.TrimSpace(line) != watchEvent("ADDED", "w0", "u0", 2) {
+		t.Fatalf("before the hold: %q, %v", line, err)
+	}
+
+	release := p.CoalesceWatchEvents(func(r *http.Request) bool { return strings.Contains(r.URL.Path, "/widgets") })
+	burst := []string{
+		watchEvent("MODIFIED", "w0", "u0", 3),
+		watchEvent("ADDED", "w1", "u1", 4),
+		watchEvent("MODIFIED", "w0", "u0", 5),
+		watchEvent("DELETED", "w0", "u0", 6),
+		watchEvent("MODIFIED", "w1", "u1", 7),
+		watchEvent("ADDED", "w0", "u2", 8),
+		`{"type":"BOOKMARK","object":{"kind":"Widget","metadata":{"resourceVersion":"9"}}}`,
+	}
+	for _, e := range burst {
+		u.events <- e
+	}
+	// Nothing comes through while the hold is in force: the upstream flushed every
+	// event; give the proxy the time to (wrongly) hand one on.
+	Eventually(t, 5*time.Second, func() (bool, string) {
+		return !u.sentAt(burst[len(burst)-1]).IsZero(), "waiting for the upstream to send the burst"
+	})
+	got := make(chan string, 16)
+	go func() {
+		for {
+			line, err := lines.ReadString('\n')
+			if err != nil {
+				close(got)
+				return
+			}
+			got <- strings.TrimSpace(line)
+		}
+	}()
+	select {
+	case line := <-got:
+		t.Fatalf("an event came through the hold: %s", line)
+	case <-time.After(200 * time.Millisecond):
+	}
+	stats := release()
+	want := []string{watchEvent("MODIFIED", "w1", "u1", 7), watchEvent("ADDED", "w0", "u2", 8), burst[len(burst)-1]}
+	for _, w := range want {
+		select {
+		case line := <-got:
+			if line != w {
+				t.Fatalf("after the hold: %s, want %s", line, w)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("after the hold: nothing, want %s", w)
+		}
+	}
+	if stats.Held != len(burst) || stats.Delivered != len(want) {
+		t.Fatalf("stats %+v, want %d held, %d delivered", stats, len(burst), len(want))
+	}
+	// Once released, events go through again.
+	u.events <- watchEvent("MODIFIED", "w1", "u1", 10)
+	if line := <-got; line != watchEvent("MODIFIED", "w1", "u1", 10) {
+		t.Fatalf("after the hold ended: %s", line)
+	}
+}
+
+// The next list of widgets is answered from a saved list (a watch that starts with
+// the collection's objects gets them as ADDED events and the bookmark ending them),
+// then, after the lag, the upstream's watch from the saved version; reads that must
+// be consistent, and later lists, go to the upstream.
+func TestProxyServesAStaleList(t *testing.T) {
+	p, u, c := newTestProxy(t, ProxyOptions{})
+	list := &unstructured.UnstructuredList{Object: map[string]any{"apiVersion": "examples.luaop.dev/v1", "kind": "WidgetList",
+		"metadata": map[string]any{"resourceVersion": "5"}}}
+	for _, name := range []string{"w0", "w1"} {
+		list.Items = append(list.Items, unstructured.Unstructured{Object: map[string]any{"apiVersion": "examples.luaop.dev/v1", "kind": "Widget",
+			"metadata": map[string]any{"namespace": "ns", "name": name, "resourceVersion": "4"}}})
+	}
+	p.ServeStaleList(func(r *http.Request) bool { return strings.Contains(r.URL.Path, "/widgets") }, list, 100*time.Millisecond)
+
+	// A consistent list (no resourceVersion) is not answered from it.
+	resp, err := c.Get(p.Env.Config.Host + widgetsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if u.servedCount() != 1 || !p.StaleListPending() {
+		t.Fatalf("a consistent list was answered from the saved list")
+	}
+
+	start := time.Now()
+	resp, cancel, err := openWatch(t, p, c, "sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion=&allowWatchBookmarks=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cancel()
+	defer func() { _ = resp.Body.Close() }()
+	lines := bufio.NewReader(resp.Body)
+	var types []string
+	for range 3 {
+		line, err := lines.ReadString('\n')
+		if err != nil {
+			t.Fatalf("the stale watch: %v (so far %v)", err, types)
+		}
+		var ev struct {
+			Type   string
+			Object unstructured.Unstructured
+		}
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatalf("the stale watch sent %q: %v", line, err)
+		}
+		types = append(types, ev.Type+" "+ev.Object.GetName()+" "+ev.Object.GetResourceVersion()+" "+ev.Object.GetAnnotations()["k8s.io/initial-events-end"])
+	}
+	if want := "ADDED w0 4 |ADDED w1 4 |BOOKMARK  5 true"; strings.Join(types, "|") != want {
+		t.Fatalf("the stale watch began with %q, want %q", strings.Join(types, "|"), want)
+	}
+	u.events <- watchEvent("MODIFIED", "w0", "u0", 6)
+	line, err := lines.ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != watchEvent("MODIFIED", "w0", "u0", 6) {
+		t.Fatalf("after the lag: %q, %v", line, err)
+	}
+	if since := time.Since(start); since < 100*time.Millisecond {
+		t.Errorf("the upstream's watch came %s after the stale list, want the lag (100ms) at least", since)
+	}
+	u.mu.Lock()
+	q := u.watches[len(u.watches)-1]
+	u.mu.Unlock()
+	if q.Get("resourceVersion") != "5" || q.Has("sendInitialEvents") || q.Has("resourceVersionMatch") {
+		t.Fatalf("the upstream's watch was %v, want one from resourceVersion 5 without initial events", q)
+	}
+	if p.StaleListPending() {
+		t.Fatalf("the saved list is still pending after serving a list")
+	}
+	reqs := p.Requests()
+	if len(reqs) != 2 || reqs[0].Stale || !reqs[1].Stale {
+		t.Fatalf("recorded %+v, want the consistent list forwarded, the watch answered stale", reqs)
+	}
+}
+
+// A client that accepts a compressed stream (client-go does) gets the events
+// through the proxy, which reads them (a hold coalesces them).
+func TestProxyReadsACompressedWatch(t *testing.T) {
+	p, u, c := newTestProxy(t, ProxyOptions{})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.Env.Config.Host+widgetsPath+"?watch=true&resourceVersion=1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept-Encoding", "gzip") // set by hand: the client does not inflate it
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var body io.Reader = resp.Body
+	if resp.Header.Get("Content-Encoding") == "gzip" {
+		if body, err = gzip.NewReader(resp.Body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lines := bufio.NewReader(body)
+	release := p.CoalesceWatchEvents(func(*http.Request) bool { return true })
+	u.events <- watchEvent("ADDED", "w0", "u0", 2)
+	u.events <- watchEvent("MODIFIED", "w0", "u0", 3)
+	Eventually(t, 5*time.Second, func() (bool, string) {
+		return !u.sentAt(watchEvent("MODIFIED", "w0", "u0", 3)).IsZero(), "waiting for the upstream to send"
+	})
+	if stats := release(); stats.Held != 2 || stats.Delivered != 1 {
+		t.Fatalf("the hold saw %+v of a compressed stream, want 2 held, 1 delivered", stats)
+	}
+	if line, err := lines.ReadString('\n'); err != nil || strings.TrimSpace(line) != watchEvent("MODIFIED", "w0", "u0", 3) {
+		t.Fatalf("through the proxy: %q, %v", line, err)
 	}
 }

@@ -284,6 +284,10 @@ func DecodeYAML(r io.Reader) ([]*unstructured.Unstructured, error) {
 var unsafeNameChars = regexp.MustCompile(`[^a-z0-9-]+`)
 
 // Namespace creates a namespace for this test and deletes it when the test ends.
+// Its name is the test's, cut to 40 characters, and a random number: subtests of one
+// long name (the fault-injection harness makes hundreds) differ by the number only,
+// so a name taken (by a sibling, or by a namespace of an earlier run still being
+// deleted) is drawn again.
 func (e *Env) Namespace(t testing.TB) string {
 	t.Helper()
 	e.Require(t)
@@ -291,10 +295,17 @@ func (e *Env) Namespace(t testing.TB) string {
 	if len(base) > 40 {
 		base = base[:40]
 	}
-	name := fmt.Sprintf("%s-%05d", strings.TrimRight(base, "-"), rand.IntN(100000))
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	if _, err := e.Kube.CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating namespace %s: %v", name, err)
+	var name string
+	for attempt := 0; ; attempt++ {
+		name = fmt.Sprintf("%s-%05d", strings.TrimRight(base, "-"), rand.IntN(100000))
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		_, err := e.Kube.CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{})
+		if err == nil {
+			break
+		}
+		if !apierrors.IsAlreadyExists(err) || attempt == 20 {
+			t.Fatalf("creating namespace %s: %v", name, err)
+		}
 	}
 	t.Cleanup(func() {
 		_ = e.Kube.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})

@@ -137,6 +137,10 @@ type options struct {
 	objects, updates, recreates   int
 	workers                       int
 	keep                          bool
+	// chaos: the chaos run (chaos.go) instead of the soak.
+	chaos              bool
+	faultMin, faultMax time.Duration
+	leaderKillsUntil   float64 // fraction of the churn
 }
 
 func envDuration(name string, def time.Duration) time.Duration {
@@ -159,6 +163,10 @@ func realMain() int {
 	flag.IntVar(&o.recreates, "recreates", 2, "objects deleted and re-created under the same name every second")
 	flag.IntVar(&o.workers, "workers", 16, "luaop --workers")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary folder (binary, scripts, luaop's log)")
+	flag.BoolVar(&o.chaos, "chaos", false, "the chaos run (make chaos): two replicas under --leader-elect behind a proxy, faults at random intervals, every handler run counted outside the operator")
+	flag.DurationVar(&o.faultMin, "fault-min", 90*time.Second, "chaos: the shortest wait between two faults")
+	flag.DurationVar(&o.faultMax, "fault-max", 4*time.Minute, "chaos: the longest wait between two faults")
+	flag.Float64Var(&o.leaderKillsUntil, "leader-kills-until", 0.3, "chaos: the leader is killed only in this first part of the churn, so that one process serves the second half, whose memory is checked")
 	flag.Parse()
 
 	kubeconfig := os.Getenv("LUAOP_TEST_KUBECONFIG")
@@ -190,7 +198,12 @@ func realMain() int {
 		return 1
 	}
 	defer s.cleanup()
-	failed := s.run(ctx)
+	var failed bool
+	if o.chaos {
+		failed = newChaos(s).run(ctx)
+	} else {
+		failed = s.run(ctx)
+	}
 	if ctx.Err() != nil {
 		return 130
 	}
@@ -217,6 +230,7 @@ type soak struct {
 	exitErr    error
 	port       int
 	commit     string
+	bin        string
 
 	mon monitor
 }
@@ -262,6 +276,7 @@ func setup(ctx context.Context, kubeconfig string, o options) (*soak, error) {
 	if err := s.writeHandlers(0); err != nil {
 		return s, err
 	}
+	s.bin = bin
 	if err := s.installCRD(ctx); err != nil {
 		return s, err
 	}
@@ -271,6 +286,9 @@ func setup(ctx context.Context, kubeconfig string, o options) (*soak, error) {
 	}
 	s.client = s.dyn.Resource(soakGVR).Namespace(s.ns)
 	progress("namespace %s; scripts in %s", s.ns, s.scripts)
+	if o.chaos {
+		return s, nil // chaos.go starts its replicas
+	}
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -285,7 +303,7 @@ func setup(ctx context.Context, kubeconfig string, o options) (*soak, error) {
 	}
 	s.luaop = exec.Command(bin, "run", s.scripts, "--kubeconfig", kubeconfig, "--namespaces", s.ns,
 		"--workers", strconv.Itoa(o.workers), "--post-events=false", "--log-format=json", "--log-level=info", "--profiles",
-		"--health-address=127.0.0.1:"+strconv.Itoa(s.port), "--metrics-address=127.0.0.1:"+strconv.Itoa(s.port))
+		"--health-address=127.0.0.1:"+strconv.Itoa(s.port), "--metrics-address=127.0.0.1:"+strconv.Itoa(s.port), "--metrics-secure=false")
 	s.luaop.Stdout, s.luaop.Stderr = logf, logf
 	s.luaop.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := s.luaop.Start(); err != nil {
@@ -301,7 +319,11 @@ func (s *soak) writeHandlers(rev int) error {
 	// Written next to it under a hidden name (luaop ignores dotfiles), then renamed:
 	// luaop never reads a half-written file.
 	tmp := filepath.Join(s.scripts, ".handlers.lua.tmp")
-	if err := os.WriteFile(tmp, []byte(handlersScript(rev)), 0o644); err != nil {
+	src := handlersScript(rev)
+	if s.o.chaos {
+		src = chaosHandlersScript(rev)
+	}
+	if err := os.WriteFile(tmp, []byte(src), 0o644); err != nil {
 		return err
 	}
 	return os.Rename(tmp, filepath.Join(s.scripts, "handlers.lua"))

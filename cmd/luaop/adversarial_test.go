@@ -108,8 +108,8 @@ func TestAdversarialProcesses(t *testing.T) {
 		start := time.Now()
 		out, code, rss := runMeasured(t, bin, "check", "--handler-timeout", deadline.String(), dir)
 		t.Logf("luaop check: exit %d in %s, peak RSS %.1f MiB:\n%s", code, time.Since(start), float64(rss)/(1<<20), out)
-		if code != 1 {
-			t.Errorf("exit %d, want 1 (problems found)", code)
+		if code != exitProblems {
+			t.Errorf("exit %d, want %d (problems found)", code, exitProblems)
 		}
 		for _, c := range adversary.LoadCases {
 			if c.Want == "" {

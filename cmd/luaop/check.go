@@ -11,6 +11,7 @@ import (
 )
 
 func newCheckCommand() *cobra.Command {
+	var format string
 	var handlerTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "check DIR",
@@ -22,35 +23,57 @@ for what would only fail at run time: options that do not apply to a handler's k
 lacks (io, os.getenv, coroutine, ...), Lua 5.2+ syntax that Lua 5.1 rejects ('//',
 bitwise operators, <const>).
 
-Problems are printed as FILE:LINE: MESSAGE, one a line; the exit status is 1 when
-there is any. --handler-timeout is the operator's: each file must compile, and the
-scripts load, within it, as "luaop run" requires.`,
-		Args: cobra.ExactArgs(1),
+Every problem is reported, not only the first: each handler script is also loaded on
+its own, so that a runtime error in one does not hide those of the others. Problems
+are printed as FILE:LINE: MESSAGE, one a line (--format json: one JSON document;
+--format sarif: SARIF 2.1.0, for code scanning); the exit status is 3 when there is
+any. --handler-timeout is the operator's: each file must compile, and the scripts
+load, within it, as "luaop run" requires.`,
+		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dir := args[0]
 			if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-				return fmt.Errorf("%s is not a folder of Lua scripts", dir)
+				return usageError(fmt.Errorf("%s is not a folder of Lua scripts", dir))
 			}
 			scripts, err := luabind.ReadDir(dir)
 			if err != nil {
 				return err
 			}
 			if handlerTimeout <= 0 {
-				return fmt.Errorf("--handler-timeout must be greater than 0 (the operator's, 30s by default)")
+				return usageError(fmt.Errorf("--handler-timeout must be greater than 0 (the operator's, 30s by default)"))
 			}
 			rep := luabind.Check(cmd.Context(), scripts, luabind.Options{HandlerTimeout: handlerTimeout})
 			out := cmd.OutOrStdout()
+			switch format {
+			case "json", "sarif":
+				write := writeCheckJSON
+				if format == "sarif" {
+					write = writeCheckSARIF
+				}
+				if err := write(out, dir, rep); err != nil {
+					return err
+				}
+				if n := len(rep.Problems); n > 0 {
+					fmt.Fprintf(cmd.ErrOrStderr(), "%d problem(s) in %s\n", n, dir)
+					return silentError(exitProblems, fmt.Errorf("%d problem(s)", n))
+				}
+				return nil
+			case "text":
+			default:
+				return usageError(fmt.Errorf("--format=%q: use text, json or sarif", format))
+			}
 			for _, p := range rep.Problems {
 				fmt.Fprintln(out, p.String())
 			}
 			if n := len(rep.Problems); n > 0 {
 				fmt.Fprintf(cmd.ErrOrStderr(), "%d problem(s) in %s\n", n, dir)
-				return silentError{fmt.Errorf("%d problem(s)", n)}
+				return silentError(exitProblems, fmt.Errorf("%d problem(s)", n))
 			}
 			fmt.Fprintf(out, "ok: %d file(s), %d handler(s)\n", rep.Files, len(rep.Handlers))
 			return nil
 		},
 	}
+	cmd.Flags().StringVar(&format, "format", "text", "output format: text, json or sarif")
 	cmd.Flags().DurationVar(&handlerTimeout, "handler-timeout", 30*time.Second, "the operator's deadline of one Lua call, script loading and compiling included (as luaop run --handler-timeout)")
 	return cmd
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/luaop/luaop/admission"
 	"github.com/luaop/luaop/devloop"
+	"github.com/luaop/luaop/kubeauth"
 	"github.com/luaop/luaop/kubeclient"
 	"github.com/luaop/luaop/leader"
 	"github.com/luaop/luaop/luabind"
@@ -32,6 +34,7 @@ import (
 	"github.com/luaop/luaop/operator"
 	"github.com/luaop/luaop/peering"
 	"github.com/luaop/luaop/processing"
+	"github.com/luaop/luaop/scripttest"
 	"github.com/luaop/luaop/scriptwatch"
 	"github.com/luaop/luaop/sharding"
 )
@@ -48,7 +51,7 @@ server-side apply, CustomResourceDefinitions first (waiting until they are
 Established), so that no kubectl is needed:
 
   luaop dev --apply examples/crds --apply examples/objects examples`,
-		Args: cobra.ExactArgs(1),
+		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			s, err := loadSettings(cmd, v)
 			if err != nil {
@@ -70,8 +73,9 @@ Established), so that no kubectl is needed:
 	// The guard of the scripts ConfigMap is for production: `luaop dev` reads a
 	// folder of the developer's.
 	// kopf's `run --dev`: the developer's session wins over the deployed operator.
+	// Metrics, when asked for, are plain HTTP on the developer's machine.
 	for flag, value := range map[string]string{"webhook-address": "127.0.0.1:0", "webhook-cleanup": "true", "scripts-webhook": "false",
-		"priority": strconv.Itoa(peering.DevPriority)} {
+		"metrics-secure": "false", "priority": strconv.Itoa(peering.DevPriority)} {
 		setDefault(cmd.Flags(), flag, value)
 	}
 	return cmd
@@ -93,7 +97,7 @@ func newRunCommand(v *viper.Viper) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run DIR",
 		Short: "Run the scripts of DIR as a production operator (JSON logs, health endpoint)",
-		Args:  cobra.ExactArgs(1),
+		Args:  usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			s, err := loadSettings(cmd, v)
 			if err != nil {
@@ -107,9 +111,7 @@ func newRunCommand(v *viper.Viper) *cobra.Command {
 }
 
 func newLogger(s settings) *slog.Logger {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(s.LogLevel))
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: logLevel(s)}
 	if s.LogFormat == "json" {
 		return slog.New(slog.NewJSONHandler(logOutput, opts))
 	}
@@ -128,16 +130,21 @@ func clientConfig(s settings) clientcmd.ClientConfig {
 func restConfig(s settings) (*rest.Config, error) {
 	cfg, err := clientConfig(s).ClientConfig()
 	if err != nil {
-		return nil, fmt.Errorf("no usable kubeconfig (%w); give --kubeconfig, set KUBECONFIG, or start a local cluster with `make cluster`", err)
+		return nil, unreachableError(fmt.Errorf("no usable kubeconfig (%w); give --kubeconfig, set KUBECONFIG, or start a local cluster with `make cluster`", err))
 	}
 	cfg.QPS, cfg.Burst = 500, 1000
+	if s.QPS > 0 {
+		cfg.QPS = float32(s.QPS)
+	}
+	if s.Burst > 0 {
+		cfg.Burst = s.Burst
+	}
 	cfg.UserAgent = "luaop"
 	return cfg, nil
 }
 
 func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(s.LogLevel))
+	level := logLevel(s)
 	log := newLogger(s)
 	var view *devloop.View
 	if dev {
@@ -145,12 +152,13 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 		log = slog.New(view.Handler())
 	}
 	slog.SetDefault(log)
+	routeKlog(log, s.Verbosity)
 	log.Info("luaop starting", "version", luaopVersion(), "go", runtime.Version())
 	for _, w := range s.Warnings {
 		log.Warn(w)
 	}
 	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-		return fmt.Errorf("%s is not a folder of Lua scripts", dir)
+		return usageError(fmt.Errorf("%s is not a folder of Lua scripts", dir))
 	}
 	cfg, err := restConfig(s)
 	if err != nil {
@@ -193,6 +201,7 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 		Prefix:              s.Prefix,
 		Lifecycle:           processing.Lifecycle(s.Lifecycle),
 		ConsistencyTimeout:  s.ConsistencyTimeout,
+		DefaultBackoff:      s.DefaultBackoff,
 		PostEvents:          &s.PostEvents,
 		ShutdownGracePeriod: s.ShutdownGrace,
 		Logger:              log,
@@ -214,9 +223,11 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 		Runtime:    luabindOptions(s, log),
 		Logger:     log,
 		ProbeCache: probeCache(s),
+		// Two operators (two prefixes) own their applied fields apart.
+		FieldManager: operator.FieldManagerFor(s.Prefix),
 	}
 	if s.DryRun {
-		if err := applyDryRun(cfg, &oopts, log); err != nil {
+		if err := applyDryRun(cfg, &oopts, log, oopts.FieldManager); err != nil {
 			return err
 		}
 		log.Warn("dry run: nothing is written to the cluster; every write is logged instead")
@@ -233,10 +244,10 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	}
 	var webhooks *admission.Webhooks
 	if s.WebhookAddress != "" {
-		webhooks, err = admission.New(cfg, op.Runtime(), admission.Options{Address: s.WebhookAddress, CertDir: s.WebhookCertDir,
+		webhooks, err = admission.New(cfg, op.Runtime(), admission.Options{Address: s.WebhookAddress, CertDir: s.WebhookCertDir, ClientCA: s.WebhookClientCA,
 			Service: s.WebhookService, URL: s.WebhookURL, Prefix: s.Prefix, RemoveOnExit: s.WebhookCleanup, DryRun: s.DryRun, Namespaces: s.Namespaces,
 			ProbeNamespace: probeNamespace(s), OnReachability: reachabilityReport(m, view, op.Runtime),
-			Inactive: !s.Standalone && !s.DryRun, Logger: log})
+			Inactive: !s.Standalone && !s.DryRun, Logger: log, Observer: m})
 		if err != nil {
 			return err
 		}
@@ -260,7 +271,8 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	if s.LeaderElect && s.DryRun {
 		log.Warn("dry run: --leader-elect ignored (a dry run takes no Lease)")
 	} else if s.LeaderElect {
-		if elector, err = leader.New(cfg, leader.Options{Namespace: s.LeaderNamespace, Name: s.LeaderName, Logger: log}); err != nil {
+		if elector, err = leader.New(cfg, leader.Options{Namespace: s.LeaderNamespace, Name: s.LeaderName, Logger: log,
+			LeaseDuration: s.LeaseDuration, RenewDeadline: s.RenewDeadline, RetryPeriod: s.RetryPeriod}); err != nil {
 			return fmt.Errorf("leader election: %w; give --leader-election-namespace when running outside a pod", err)
 		}
 	}
@@ -276,7 +288,13 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	}
 	// The endpoints answer from now on: /readyz tells why the scripts do not load
 	// while the operator waits for them.
-	if err := serveEndpoints(ctx, log, s, op, m, elector, webhooks, peer, shards); err != nil {
+	var kube kubernetes.Interface
+	if s.MetricsSecure && s.MetricsAddress != "" {
+		if kube, err = kubernetes.NewForConfig(cfg); err != nil {
+			return err
+		}
+	}
+	if err := serveEndpoints(ctx, log, s, op, m, elector, webhooks, peer, kube, shards); err != nil {
 		return err
 	}
 	report, err := op.LoadScripts(ctx, initial.Scripts)
@@ -442,7 +460,7 @@ func checkReachable(cfg *rest.Config) error {
 		return err
 	}
 	if err := client.Get().AbsPath("/version").Do(context.Background()).Error(); err != nil {
-		return fmt.Errorf("the cluster at %s cannot be reached: %w; is it running? (a local one: `make cluster`)", cfg.Host, err)
+		return unreachableError(fmt.Errorf("the cluster at %s cannot be reached: %w; is it running? (a local one: `make cluster`)", cfg.Host, err))
 	}
 	return nil
 }
@@ -489,7 +507,14 @@ func withStuckStates(probe func(context.Context) (map[string]any, bool), stuck f
 // that each can be exposed on its own); one server when both are the same. It
 // listens before it returns: an address it cannot listen on is an error (a probe
 // or a scrape that never answers would only show as restarts or a missing target).
-func serveEndpoints(ctx context.Context, log *slog.Logger, s settings, op *operator.Operator, m *metrics.Metrics, elector *leader.Elector, webhooks *admission.Webhooks, peer *peering.Peering, shards *sharding.Sharding) error {
+//
+// With --metrics-secure, /metrics is served over HTTPS (the certificate of
+// --metrics-cert-dir, else a self-signed one renewed before it expires) to clients
+// whose bearer token kube's API server authenticates and authorizes for get on
+// /metrics, as controller-runtime's secure metrics. /debug and Go's profiles answer
+// loopback clients only (kubectl port-forward arrives on the pod's loopback): they
+// show object names and handler messages, the probes nothing but ok.
+func serveEndpoints(ctx context.Context, log *slog.Logger, s settings, op *operator.Operator, m *metrics.Metrics, elector *leader.Elector, webhooks *admission.Webhooks, peer *peering.Peering, kube kubernetes.Interface, shards *sharding.Sharding) error {
 	var healthLn, metricsLn net.Listener
 	var err error
 	if s.HealthAddress != "" {
@@ -505,22 +530,74 @@ func serveEndpoints(ctx context.Context, log *slog.Logger, s settings, op *opera
 			return err
 		}
 	}
+	if metricsLn != nil && s.MetricsSecure {
+		if metricsLn, err = secureListener(ctx, metricsLn, s.MetricsCertDir, log); err != nil {
+			return err
+		}
+	}
 	if healthLn != nil {
-		health := healthMux(op, elector, webhooks, peer, shards)
+		health := healthMux(op, elector, webhooks, peer, s.ProbesAffectLiveness, shards)
 		if s.Profiles {
 			serveProfiles(health)
 		}
 		if s.MetricsAddress == s.HealthAddress {
 			health.Handle("/metrics", m.Handler())
 		}
-		go serve(ctx, log, "health endpoint", healthLn, health)
+		go serve(ctx, log, "health endpoint", healthLn, loopbackOnly(health, "/debug"))
 	}
 	if metricsLn != nil {
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", m.Handler())
-		go serve(ctx, log, "metrics endpoint", metricsLn, mux)
+		var h http.Handler = m.Handler()
+		if s.MetricsSecure {
+			h = kubeauth.New(kubeauth.Options{Client: kube, Logger: log}).Wrap(h)
+		}
+		mux.Handle("/metrics", h)
+		what := "metrics endpoint"
+		if s.MetricsSecure {
+			what = "metrics endpoint (HTTPS, authenticated and authorized by the API server)"
+		}
+		go serve(ctx, log, what, metricsLn, mux)
 	}
 	return nil
+}
+
+// secureListener serves ln over TLS with the certificate of dir (tls.crt, tls.key,
+// read again when they change), else a self-signed one renewed before it expires.
+func secureListener(ctx context.Context, ln net.Listener, dir string, log *slog.Logger) (net.Listener, error) {
+	var certs *admission.Certificates
+	var err error
+	if dir != "" {
+		certs, err = admission.LoadCertificates(dir)
+	} else {
+		host, _ := os.Hostname()
+		certs, err = admission.NewGeneratedCertificates([]string{host}, admission.CertOptions{Logger: log})
+	}
+	if err != nil {
+		_ = ln.Close()
+		return nil, fmt.Errorf("the certificate of /metrics (--metrics-secure): %w", err)
+	}
+	go certs.Run(ctx)
+	return tls.NewListener(ln, &tls.Config{GetCertificate: certs.GetCertificate, MinVersion: tls.VersionTLS12}), nil
+}
+
+// loopbackOnly answers the paths under prefix to loopback clients only.
+func loopbackOnly(next http.Handler, prefix string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, prefix) && !fromLoopback(r) {
+			http.Error(w, "Forbidden: "+r.URL.Path+" answers loopback clients only: kubectl -n NAMESPACE port-forward pod/POD 8080, then luaop status", http.StatusForbidden)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func fromLoopback(r *http.Request) bool {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // listen listens on the address of --flag, serving what.
@@ -533,7 +610,7 @@ func listen(what, flag, addr string) (net.Listener, error) {
 	return ln, nil
 }
 
-func healthMux(op *operator.Operator, elector *leader.Elector, webhooks *admission.Webhooks, peer *peering.Peering, shards *sharding.Sharding) *http.ServeMux {
+func healthMux(op *operator.Operator, elector *leader.Elector, webhooks *admission.Webhooks, peer *peering.Peering, probesAffectLiveness bool, shards *sharding.Sharding) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug", debugHandler(op.Debug, func() string {
 		switch {
@@ -556,12 +633,21 @@ func healthMux(op *operator.Operator, elector *leader.Elector, webhooks *admissi
 			doc.Sharding = &st
 		}
 	}))
-	// /healthz answers with the on.probe handlers' results (kopf's liveness probes).
-	// Probe bounds them by its probe deadline (800ms, below the kubelet's 1s default)
+	// The on.probe handlers' results (kopf's probes) decide readiness: a failing
+	// dependency takes the pod out of the Services (the webhooks') without
+	// restarting every replica. With --probes-affect-liveness they decide /healthz
+	// too, as kopf's liveness endpoint: the kubelet then restarts the pod. Probe
+	// bounds them by its probe deadline (800ms, below the kubelet's 1s default)
 	// under the request's context: a probe that does not finish in time is reported
 	// as failed, and the answer never waits behind object handlers. A failed probe
-	// answers 500: the kubelet reads the status code, not the body.
-	mux.HandleFunc("/healthz", healthz(withStuckStates(op.Probe, op.Runtime().Stuck)))
+	// answers 500 (/healthz) or 503 (/readyz): the kubelet reads the status code.
+	// A Lua call holding its state past its deadline fails /healthz whatever the
+	// flag (withStuckStates): only a restart gets its goroutine back.
+	liveness := alive
+	if probesAffectLiveness {
+		liveness = op.Probe
+	}
+	mux.HandleFunc("/healthz", healthz(withStuckStates(liveness, op.Runtime().Stuck)))
 	mux.HandleFunc("/readyz", readyz(op, elector, webhooks, peer))
 	return mux
 }
@@ -576,14 +662,15 @@ func healthMux(op *operator.Operator, elector *leader.Elector, webhooks *admissi
 // serving (a start on broken scripts and no last good ones) is unready, with the
 // error.
 //
-// An operator paused by peering is ready ("ok (paused: ...)"): it holds the scripts
-// and serves admission reviews, as a standby does. When the webhooks are called at
-// a URL naming this process and the reachability probe failed, it is not ready
-// (the API server cannot call it); through a Service the probe's failure is a
-// "degraded" note only: a pod is an endpoint of its Service once ready, and its
-// readiness must not wait for a probe that needs a ready endpoint.
+// An operator paused by peering is ready ("ok (paused: ...)") unless an on.probe
+// handler fails: it holds the scripts and serves admission reviews, as a standby
+// does. When the webhooks are called at a URL naming this process and the
+// reachability probe failed, it is not ready (the API server cannot call it);
+// through a Service the probe's failure is a "degraded" note only: a pod is an
+// endpoint of its Service once ready, and its readiness must not wait for a probe
+// that needs a ready endpoint.
 func readyz(op *operator.Operator, elector *leader.Elector, webhooks *admission.Webhooks, peer *peering.Peering) http.HandlerFunc {
-	return func(w http.ResponseWriter, _ *http.Request) {
+	return func(w http.ResponseWriter, r *http.Request) {
 		loaded, lastGood, failed := op.ScriptsState()
 		if !loaded {
 			msg := "not ready: scripts not loaded"
@@ -607,6 +694,13 @@ func readyz(op *operator.Operator, elector *leader.Elector, webhooks *admission.
 			http.Error(w, "not ready: the webhook server is not serving yet", http.StatusServiceUnavailable)
 			return
 		}
+		// The scripts' on.probe handlers (a standby's and a paused operator's too:
+		// they serve the webhooks).
+		if results, healthy := op.Probe(r.Context()); !healthy {
+			body, _ := json.Marshal(results)
+			http.Error(w, "not ready: an on.probe handler failed: "+string(body), http.StatusServiceUnavailable)
+			return
+		}
 		if peer != nil {
 			// Paused, it owns no webhook configuration: their reachability is the
 			// working operator's business.
@@ -616,12 +710,12 @@ func readyz(op *operator.Operator, elector *leader.Elector, webhooks *admission.
 			}
 		}
 		if webhooks != nil {
-			if r := webhooks.Reachability(); r.Checked && !r.Reachable {
+			if reach := webhooks.Reachability(); reach.Checked && !reach.Reachable {
 				if !webhooks.ByService() {
-					http.Error(w, "not ready: "+r.Error, http.StatusServiceUnavailable)
+					http.Error(w, "not ready: "+reach.Error, http.StatusServiceUnavailable)
 					return
 				}
-				note += "degraded: " + r.Error + "\n"
+				note += "degraded: " + reach.Error + "\n"
 			}
 		}
 		if elector != nil && !elector.IsLeader() {
@@ -637,6 +731,9 @@ func readyz(op *operator.Operator, elector *leader.Elector, webhooks *admission.
 		fmt.Fprintf(w, "ok\nscripts %s\n%s", op.Runtime().Hash(), note)
 	}
 }
+
+// alive is /healthz without --probes-affect-liveness: the process serves.
+func alive(context.Context) (map[string]any, bool) { return map[string]any{"status": "alive"}, true }
 
 // loadLastGood loads the last good scripts kept by the operator, when the
 // scripts folder does not load at start.
@@ -664,8 +761,10 @@ func loadLastGood(ctx context.Context, op *operator.Operator, store *lastGoodSto
 }
 
 // serve serves mux on ln until ctx is done.
-func serve(ctx context.Context, log *slog.Logger, what string, ln net.Listener, mux *http.ServeMux) {
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+func serve(ctx context.Context, log *slog.Logger, what string, ln net.Listener, h http.Handler) {
+	// The server's own errors (a client speaking HTTP to the HTTPS port, ...) go
+	// to the operator's log at debug level, not to stderr.
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 	log.Info("serving "+what, "address", ln.Addr().String())
 	go func() { <-ctx.Done(); _ = srv.Close() }()
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -678,7 +777,7 @@ func serve(ctx context.Context, log *slog.Logger, what string, ln net.Listener, 
 func statusField(prefix string) string { return strings.ReplaceAll(prefix, ".", "_") }
 
 func newStubsCommand() *cobra.Command {
-	var output, luacheckrc string
+	var output, luacheckrc, luarc, schemaFile string
 	cmd := &cobra.Command{
 		Use:   "stubs",
 		Short: "Write the Lua Language Server definitions of the luaop API (completion and types in editors)",
@@ -686,25 +785,57 @@ func newStubsCommand() *cobra.Command {
 scripts folder (a .lua file there would be loaded as a handler script) and list its
 folder in your editor's Lua.workspace.library setting.
 
+With --luarc FILE it also writes a .luarc.json for the Lua Language Server: Lua 5.1
+(not its default 5.4, which accepts //, utf8 and integer division), the libraries the
+sandbox lacks disabled (io, debug, coroutine, package; os with only time, date and
+clock, declared in the definitions), and the folder of -o as its workspace library.
+Put it as .luarc.json in the scripts folder.
+
 With --luacheckrc FILE it also writes a luacheck configuration describing the sandbox
 (Lua 5.1, exactly the globals luaop's scripts see), so that luacheck (Debian's
-lua-check) agrees with luaop: put it as .luacheckrc in the scripts folder or above.`,
-		Args: cobra.NoArgs,
+lua-check) agrees with luaop: put it as .luacheckrc in the scripts folder or above.
+
+With --schema FILE it also writes the JSON Schema of luaop test's files: a test file
+whose first line is "# yaml-language-server: $schema=FILE" (relative to it) is then
+completed and checked by yaml-language-server (VS Code's YAML extension).`,
+		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			stubs := luabind.Stubs()
 			if luacheckrc != "" {
 				if err := writeFileMkdir(luacheckrc, luabind.Luacheckrc()); err != nil {
 					return err
 				}
 			}
+			if luarc != "" {
+				stubs = luabind.StubsWithSandbox()
+				library := ""
+				if output != "" && output != "-" {
+					abs, err := filepath.Abs(filepath.Dir(output))
+					if err != nil {
+						return err
+					}
+					library = abs
+				}
+				if err := writeFileMkdir(luarc, luabind.Luarc(library)); err != nil {
+					return err
+				}
+			}
+			if schemaFile != "" {
+				if err := writeFileMkdir(schemaFile, scripttest.Schema()); err != nil {
+					return err
+				}
+			}
 			if output == "" || output == "-" {
-				_, err := fmt.Fprint(cmd.OutOrStdout(), luabind.Stubs())
+				_, err := fmt.Fprint(cmd.OutOrStdout(), stubs)
 				return err
 			}
-			return writeFileMkdir(output, luabind.Stubs())
+			return writeFileMkdir(output, stubs)
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "", "file to write (default: standard output)")
 	cmd.Flags().StringVar(&luacheckrc, "luacheckrc", "", "also write a .luacheckrc describing the sandbox to this file")
+	cmd.Flags().StringVar(&luarc, "luarc", "", "also write a .luarc.json (Lua Language Server: Lua 5.1, the sandbox's libraries, the stubs' folder as library) to this file")
+	cmd.Flags().StringVar(&schemaFile, "schema", "", "also write the JSON Schema of luaop test's files to this file")
 	return cmd
 }
 

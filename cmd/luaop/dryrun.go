@@ -19,7 +19,7 @@ import (
 // its patches and finalizer changes instead of sending them (processing's DryRun),
 // the scripts' luaop.kube writes and events are logged, and the framework's Events
 // go to the log. Reads still go to the cluster.
-func applyDryRun(cfg *rest.Config, opts *operator.Options, log *slog.Logger) error {
+func applyDryRun(cfg *rest.Config, opts *operator.Options, log *slog.Logger, fieldManager string) error {
 	opts.Processing.DryRun = true
 	opts.Processing.Recorder = dryRunRecorder{log: log}
 	kube, err := kubeclient.New(cfg)
@@ -27,6 +27,9 @@ func applyDryRun(cfg *rest.Config, opts *operator.Options, log *slog.Logger) err
 		return fmt.Errorf("creating the scripts' cluster client: %w", err)
 	}
 	kube.Recorder = nil // validates events, posts none
+	if fieldManager != "" {
+		kube.FieldManager = fieldManager
+	}
 	opts.Runtime.Kube = luabind.DryRunKube(kube, log)
 	return nil
 }

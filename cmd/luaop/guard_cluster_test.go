@@ -89,7 +89,7 @@ func TestGuardOfTheScripts(t *testing.T) {
 		v := viper.New()
 		cmd := newRunCommand(v)
 		cmd.Flags().String("config", "", "")
-		args := append([]string{"--kubeconfig", kubeconfig, "--namespaces", ns, "--health-address", addr, "--metrics-address", addr,
+		args := append([]string{"--kubeconfig", kubeconfig, "--namespaces", ns, "--health-address", addr, "--metrics-address", addr, "--metrics-secure=false",
 			"--post-events=false", "--prefix", prefix, "--webhook-address", "127.0.0.1:0", "--webhook-cleanup",
 			"--scripts-configmap", ns + "/luaop-scripts"}, extra...)
 		if err := cmd.ParseFlags(args); err != nil {

@@ -6,24 +6,15 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 )
 
 func main() {
+	installKlog() // before any client: klog's logger cannot change under them
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := newRootCommand().ExecuteContext(ctx); err != nil {
-		var quiet silentError
-		if !errors.As(err, &quiet) {
-			fmt.Fprintln(os.Stderr, "luaop:", err)
-		}
-		os.Exit(1)
-	}
+	code := execute(ctx, os.Args[1:])
+	stop()
+	os.Exit(code)
 }
-
-// silentError is an error already shown to the user.
-type silentError struct{ error }

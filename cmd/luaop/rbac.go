@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/luaop/luaop/admission"
 	"github.com/luaop/luaop/luabind"
 )
 
@@ -26,6 +27,15 @@ type rbacOptions struct {
 	// validating webhook even without admission handlers in the scripts.
 	ScriptsConfigMap string
 	ScriptsWebhook   bool
+	// Prefix is the operator's --prefix: it names the webhook configurations the
+	// operator may write ("<prefix>.validate", "<prefix>.mutate", "<prefix>.probe").
+	Prefix string
+	// WebhookService ([namespace/]name) names the Secret of the generated webhook
+	// certificate, "<name>-tls".
+	WebhookService string
+	// MetricsAuth grants what --metrics-secure needs: TokenReviews and
+	// SubjectAccessReviews.
+	MetricsAuth bool
 	// Standalone: the operator runs with --standalone (no peering Role);
 	// PeeringNamespace is its --peering-namespace (default: the ServiceAccount's).
 	Standalone       bool
@@ -54,7 +64,7 @@ Without a cluster, resource names cannot be discovered: the plural of a kind is
 derived by Kubernetes' usual rules (Ingress -> ingresses, Policy -> policies), and a
 few short names of built-in resources (cm, svc, deploy, ...) are known; a kind with an
 irregular plural (e.g. Endpoints) must be checked by hand.`,
-		Args: cobra.ExactArgs(1),
+		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.command = rbacCommandLine(args[0], o)
 			out, warnings, err := generateRBAC(cmd, args[0], o)
@@ -78,6 +88,9 @@ irregular plural (e.g. Endpoints) must be checked by hand.`,
 	fs.BoolVar(&o.Standalone, "standalone", false, "the operator runs with --standalone: no Role for the peering Leases")
 	fs.StringVar(&o.PeeringNamespace, "peering-namespace", "", "the operator's --peering-namespace (default: the ServiceAccount's)")
 	fs.StringSliceVar(&o.Namespaces, "namespaces", nil, "namespaces the operator serves (plain names): Roles in each instead of a ClusterRole")
+	fs.StringVar(&o.Prefix, "prefix", "luaop.dev", "the operator's --prefix: the webhook configurations it writes are <prefix>.validate, <prefix>.mutate and <prefix>.probe (granted by name)")
+	fs.StringVar(&o.WebhookService, "webhook-service", "luaop-webhook", "the operator's --webhook-service ([namespace/]name): the generated webhook certificate is kept in the Secret <name>-tls (granted by name)")
+	fs.BoolVar(&o.MetricsAuth, "metrics-auth", true, "grant TokenReviews and SubjectAccessReviews, with which --metrics-secure (luaop run's default) authenticates and authorizes the clients of /metrics")
 	return cmd
 }
 
@@ -90,6 +103,37 @@ var builtinShortNames = map[string]string{
 	"cj": "cronjobs", "ep": "endpoints", "endpoints": "endpoints", "Endpoints": "endpoints",
 	"netpol": "networkpolicies", "pdb": "poddisruptionbudgets", "hpa": "horizontalpodautoscalers",
 	"crd": "customresourcedefinitions", "crds": "customresourcedefinitions",
+}
+
+// builtinGroups are the API groups of Kubernetes itself; withStatus their resources
+// that have a status subresource. A custom resource is assumed to have one (a CRD
+// without it answers 404 to the status patch, which luaop does not send then).
+var (
+	builtinGroups = []string{"", "apps", "batch", "autoscaling", "policy", "networking.k8s.io", "rbac.authorization.k8s.io",
+		"storage.k8s.io", "coordination.k8s.io", "discovery.k8s.io", "events.k8s.io", "scheduling.k8s.io", "node.k8s.io",
+		"certificates.k8s.io", "admissionregistration.k8s.io", "apiextensions.k8s.io", "apiregistration.k8s.io", "flowcontrol.apiserver.k8s.io",
+		"resource.k8s.io", "storagemigration.k8s.io", "internal.apiserver.k8s.io"}
+	withStatus = map[string]bool{
+		"/pods": true, "/services": true, "/nodes": true, "/namespaces": true, "/persistentvolumes": true,
+		"/persistentvolumeclaims": true, "/replicationcontrollers": true, "/resourcequotas": true,
+		"apps/deployments": true, "apps/statefulsets": true, "apps/daemonsets": true, "apps/replicasets": true,
+		"batch/jobs": true, "batch/cronjobs": true, "autoscaling/horizontalpodautoscalers": true,
+		"policy/poddisruptionbudgets": true, "networking.k8s.io/ingresses": true, "networking.k8s.io/servicecidrs": true,
+		"storage.k8s.io/volumeattachments": true, "certificates.k8s.io/certificatesigningrequests": true,
+		"apiextensions.k8s.io/customresourcedefinitions": true, "apiregistration.k8s.io/apiservices": true,
+		"flowcontrol.apiserver.k8s.io/flowschemas": true, "flowcontrol.apiserver.k8s.io/prioritylevelconfigurations": true,
+		"admissionregistration.k8s.io/validatingadmissionpolicies": true, "resource.k8s.io/resourceclaims": true,
+		"internal.apiserver.k8s.io/storageversions": true,
+	}
+)
+
+// hasStatus tells whether a resource has a status subresource: configmaps, secrets
+// or events have none, and a rule for "configmaps/status" grants nothing.
+func hasStatus(group, plural string) bool {
+	if !slices.Contains(builtinGroups, group) {
+		return true
+	}
+	return withStatus[group+"/"+plural]
 }
 
 // pluralOf turns a resource string's last part or a kind into a plural resource.
@@ -165,7 +209,9 @@ func generateRBAC(cmd *cobra.Command, dir string, o rbacOptions) (string, []stri
 		plural := pluralOf(gv, h.Resource.Resource)
 		file, _, _ := strings.Cut(h.Source, ":")
 		watched.add(gv.Group, plural, file, "get", "list", "watch", "patch")
-		watched.add(gv.Group, plural+"/status", file, "patch")
+		if hasStatus(gv.Group, plural) {
+			watched.add(gv.Group, plural+"/status", file, "patch")
+		}
 	}
 	var unresolved []string
 	for _, c := range luabind.Analyze(scripts).KubeCalls {
@@ -229,13 +275,40 @@ func generateRBAC(cmd *cobra.Command, dir string, o rbacOptions) (string, []stri
 		// Webhook configurations are cluster-scoped: a ClusterRole of their own,
 		// whether the rest is a ClusterRole or Roles.
 		name := o.Name + "-webhooks"
-		fmt.Fprintf(&b, "---\n# Admission webhooks (luaop.on.validate, luaop.on.mutate in %s): the operator writes\n# the configurations \"<prefix>.validate\", \"<prefix>.mutate\" and \"<prefix>.probe\" (--webhook-address).\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: %s\nrules:\n- apiGroups: [admissionregistration.k8s.io]\n  resources: [mutatingwebhookconfigurations, validatingwebhookconfigurations]\n  verbs: [get, create, update, delete]\n",
-			strings.Join(admissionSources, ", "), name)
+		vname, mname := admission.ConfigurationNames(o.Prefix)
+		pname := admission.ProbeConfigurationName(o.Prefix)
+		fmt.Fprintf(&b, "---\n# Admission webhooks (luaop.on.validate, luaop.on.mutate in %s): the operator writes\n# the configurations %s, %s and %s (the reachability\n# probe's; --prefix %s) and no other; creating cannot be narrowed to a name\n# (Kubernetes authorizes a create before the object has one).\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: %s\nrules:\n- apiGroups: [admissionregistration.k8s.io]\n  resources: [mutatingwebhookconfigurations, validatingwebhookconfigurations]\n  verbs: [create]\n- apiGroups: [admissionregistration.k8s.io]\n  resources: [validatingwebhookconfigurations]\n  resourceNames: [%s, %s]\n  verbs: [get, update, delete]\n- apiGroups: [admissionregistration.k8s.io]\n  resources: [mutatingwebhookconfigurations]\n  resourceNames: [%s]\n  verbs: [get, update, delete]\n",
+			strings.Join(admissionSources, ", "), vname, mname, pname, o.Prefix, name, vname, pname, mname)
 		fmt.Fprintf(&b, "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: %s\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: %s\nsubjects:\n- kind: ServiceAccount\n  name: %s\n  namespace: %s\n",
 			name, name, saName, saNS)
-		fmt.Fprintf(&b, "---\n# The webhook's certificate: generated once and kept in the Secret \"<service>-tls\" of the\n# operator's namespace (--webhook-service without --webhook-cert-dir), shared by the replicas;\n# the reachability probe: a dry run of a Lease created there (--standalone too).\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: %s\n  namespace: %s\nrules:\n- apiGroups: [\"\"]\n  resources: [secrets]\n  verbs: [get, create]\n- apiGroups: [coordination.k8s.io]\n  resources: [leases]\n  verbs: [create]\n", name, saNS)
+		secretNS, secret := saNS, o.WebhookService
+		if ns, n, ok := strings.Cut(o.WebhookService, "/"); ok {
+			secretNS, secret = ns, n
+		}
+		secret += "-tls"
+		// The reachability probe dry-runs the create of a Lease in the operator's own
+		// namespace (--standalone and another --peering-namespace too).
+		const probeRule = "- apiGroups: [coordination.k8s.io]\n  resources: [leases]\n  verbs: [create]\n"
+		probeNote, secretProbeRule := ";\n# the reachability probe: a dry run of a Lease created here", probeRule
+		if secretNS != saNS {
+			probeNote, secretProbeRule = "", ""
+		}
+		fmt.Fprintf(&b, "---\n# The webhook's certificate: generated and kept in the Secret %s of the operator's\n# namespace (--webhook-service without --webhook-cert-dir), shared by the replicas, renewed\n# before it expires (update); no other Secret is readable%s.\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: %s\n  namespace: %s\nrules:\n- apiGroups: [\"\"]\n  resources: [secrets]\n  verbs: [create]\n- apiGroups: [\"\"]\n  resources: [secrets]\n  resourceNames: [%s]\n  verbs: [get, update]\n%s",
+			secret, probeNote, name, secretNS, secret, secretProbeRule)
 		fmt.Fprintf(&b, "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: %s\n  namespace: %s\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: %s\nsubjects:\n- kind: ServiceAccount\n  name: %s\n  namespace: %s\n",
-			name, saNS, name, saName, saNS)
+			name, secretNS, name, saName, saNS)
+		if secretNS != saNS {
+			probe := name + "-probe"
+			fmt.Fprintf(&b, "---\n# The webhooks' reachability probe: a dry run of a Lease created in the operator's namespace.\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: %s\n  namespace: %s\nrules:\n%s", probe, saNS, probeRule)
+			fmt.Fprintf(&b, "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: %s\n  namespace: %s\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: %s\nsubjects:\n- kind: ServiceAccount\n  name: %s\n  namespace: %s\n",
+				probe, saNS, probe, saName, saNS)
+		}
+	}
+	if o.MetricsAuth {
+		name := o.Name + "-metrics-auth"
+		fmt.Fprintf(&b, "---\n# Secure metrics (--metrics-secure, luaop run's default): the bearer token of a client of\n# /metrics is authenticated with a TokenReview and authorized with a SubjectAccessReview\n# (get on the non-resource URL /metrics), as controller-runtime's secure metrics do.\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: %s\nrules:\n- apiGroups: [authentication.k8s.io]\n  resources: [tokenreviews]\n  verbs: [create]\n- apiGroups: [authorization.k8s.io]\n  resources: [subjectaccessreviews]\n  verbs: [create]\n", name)
+		fmt.Fprintf(&b, "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: %s\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: %s\nsubjects:\n- kind: ServiceAccount\n  name: %s\n  namespace: %s\n",
+			name, name, saName, saNS)
 	}
 	if o.ScriptsConfigMap != "" {
 		ns, cm, ok := strings.Cut(o.ScriptsConfigMap, "/")
@@ -365,6 +438,15 @@ func rbacCommandLine(dir string, o rbacOptions) string {
 	}
 	if o.ScriptsWebhook {
 		args = append(args, "--scripts-webhook")
+	}
+	if o.Prefix != "" && o.Prefix != "luaop.dev" {
+		args = append(args, "--prefix", o.Prefix)
+	}
+	if o.WebhookService != "" && o.WebhookService != "luaop-webhook" {
+		args = append(args, "--webhook-service", o.WebhookService)
+	}
+	if !o.MetricsAuth {
+		args = append(args, "--metrics-auth=false")
 	}
 	if o.Standalone {
 		args = append(args, "--standalone")

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -86,7 +87,7 @@ luaop.timer("example.com/v1/Policy", function(ctx) end, { interval = 5 })
 	}
 	for _, want := range []string{
 		"- apiGroups: [\"\"]\n  resources: [configmaps]\n  verbs: [get, list, watch, patch]\n",
-		"- apiGroups: [\"\"]\n  resources: [configmaps/status]\n  verbs: [patch]\n",
+		"# Secure metrics (--metrics-secure, luaop run's default)",
 		"- apiGroups: [apps]\n  resources: [deployments]\n  verbs: [create, patch]\n",
 		"- apiGroups: [example.com]\n  resources: [policies]\n",
 		"- apiGroups: [networking.k8s.io]\n  resources: [ingresses]\n  verbs: [delete]\n",
@@ -99,8 +100,19 @@ luaop.timer("example.com/v1/Policy", function(ctx) end, { interval = 5 })
 			t.Errorf("output lacks\n%s\n---\n%s", want, out)
 		}
 	}
-	if strings.Contains(out, "ClusterRole") || strings.Contains(out, "leases") {
-		t.Errorf("namespaced output without --leader-elect and with --standalone has a ClusterRole or leases:\n%s", out)
+	// ConfigMaps have no status subresource: a rule for it would grant nothing.
+	if strings.Contains(out, "configmaps/status") {
+		t.Errorf("output grants configmaps/status, which does not exist:\n%s", out)
+	}
+	// Only the reviews of secure metrics are cluster-wide (TokenReviews and
+	// SubjectAccessReviews are cluster-scoped).
+	for _, m := range regexp.MustCompile(`kind: ClusterRole(?:Binding)?\n(?:metadata:\n)?  name: (\S+)`).FindAllStringSubmatch(out, -1) {
+		if m[1] != "luaop-metrics-auth" {
+			t.Errorf("namespaced output has the cluster-wide %s:\n%s", m[1], out)
+		}
+	}
+	if strings.Contains(out, "leases") {
+		t.Errorf("namespaced output without --leader-elect and with --standalone has leases:\n%s", out)
 	}
 	if !strings.Contains(stderr, "warning: 1 luaop.kube call(s) whose apiVersion or kind is not a literal; grant their resources by hand:\n  a.lua:7: luaop.kube.list") {
 		t.Errorf("stderr: %s", stderr)
@@ -129,13 +141,32 @@ luaop.on.mutate("example.com/v1/gizmos", function(ctx) end)
 			t.Errorf("admission handlers' resource granted as watched:\n%s", out)
 		}
 		for _, want := range []string{
-			"kind: ClusterRole\nmetadata:\n  name: luaop-webhooks\nrules:\n- apiGroups: [admissionregistration.k8s.io]\n  resources: [mutatingwebhookconfigurations, validatingwebhookconfigurations]\n  verbs: [get, create, update, delete]\n",
+			// Creates of any name (a create cannot be narrowed), the rest by name:
+			// the handlers' two configurations and the probe's.
+			"kind: ClusterRole\nmetadata:\n  name: luaop-webhooks\nrules:\n- apiGroups: [admissionregistration.k8s.io]\n  resources: [mutatingwebhookconfigurations, validatingwebhookconfigurations]\n  verbs: [create]\n- apiGroups: [admissionregistration.k8s.io]\n  resources: [validatingwebhookconfigurations]\n  resourceNames: [luaop.dev.validate, luaop.dev.probe]\n  verbs: [get, update, delete]\n- apiGroups: [admissionregistration.k8s.io]\n  resources: [mutatingwebhookconfigurations]\n  resourceNames: [luaop.dev.mutate]\n  verbs: [get, update, delete]\n",
 			"kind: ClusterRoleBinding\nmetadata:\n  name: luaop-webhooks\n",
-			"kind: Role\nmetadata:\n  name: luaop-webhooks\n  namespace: ops\nrules:\n- apiGroups: [\"\"]\n  resources: [secrets]\n  verbs: [get, create]\n- apiGroups: [coordination.k8s.io]\n  resources: [leases]\n  verbs: [create]\n",
+			// The webhook certificate's Secret by name only, updated by renewals; the
+			// probe's Lease creates.
+			"kind: Role\nmetadata:\n  name: luaop-webhooks\n  namespace: ops\nrules:\n- apiGroups: [\"\"]\n  resources: [secrets]\n  verbs: [create]\n- apiGroups: [\"\"]\n  resources: [secrets]\n  resourceNames: [luaop-webhook-tls]\n  verbs: [get, update]\n- apiGroups: [coordination.k8s.io]\n  resources: [leases]\n  verbs: [create]\n",
 		} {
 			if !strings.Contains(out, want) {
 				t.Errorf("luaop rbac %v: output lacks\n%s\n---\n%s", args, want, out)
 			}
+		}
+	}
+	// A webhook Service in another namespace: its Secret there, the probe's Lease
+	// creates still in the operator's namespace.
+	out, _, err := runCLI(t, "rbac", "--namespaces", "team-a", "--service-account", "ops/op", "--webhook-service", "certs/hook", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"kind: Role\nmetadata:\n  name: luaop-webhooks\n  namespace: certs\nrules:\n- apiGroups: [\"\"]\n  resources: [secrets]\n  verbs: [create]\n- apiGroups: [\"\"]\n  resources: [secrets]\n  resourceNames: [hook-tls]\n  verbs: [get, update]\n---\n",
+		"kind: Role\nmetadata:\n  name: luaop-webhooks-probe\n  namespace: ops\nrules:\n- apiGroups: [coordination.k8s.io]\n  resources: [leases]\n  verbs: [create]\n",
+		"kind: RoleBinding\nmetadata:\n  name: luaop-webhooks-probe\n  namespace: ops\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("luaop rbac --webhook-service certs/hook: output lacks\n%s\n---\n%s", want, out)
 		}
 	}
 }

@@ -58,7 +58,7 @@ and prints it: nothing is written.`,
   luaop release -n team-a --dry-run scripts/   # what would change in team-a
   luaop release --purge --prefix ops.example.com scripts/
   luaop release --resource example.com/v1/widgets`,
-		Args: cobra.MaximumNArgs(1),
+		Args: usageArgs(cobra.MaximumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			s, err := loadSubsetSettings(cmd, v)
 			if err != nil {

@@ -40,29 +40,51 @@ type settings struct {
 	HandlerTimeout     time.Duration
 	LuaMemoryBudget    int64 // bytes; 0: luabind's default; -1: off
 	ConsistencyTimeout time.Duration
+	DefaultBackoff     time.Duration
 	LogFormat          string
 	LogLevel           string
-	HealthAddress      string
-	MetricsAddress     string
-	ProbeCache         time.Duration
-	PostEvents         bool
-	LogEvents          string
-	ShutdownGrace      time.Duration
-	ReloadDebounce     time.Duration
-	Profiles           bool
-	LeaderElect        bool
-	LeaderNamespace    string
-	LeaderName         string
-	DryRun             bool
-	Apply              []string
-	WebhookAddress     string
-	WebhookCertDir     string
-	WebhookService     string
-	WebhookURL         string
-	WebhookCleanup     bool
-	ScriptsConfigMap   string // namespace/name
-	ScriptsWebhook     bool
-	LastGoodConfigMap  string // a name in ScriptsConfigMap's namespace; "none": off
+	// Verbosity is kubectl's -v N (klog's): client-go's messages up to V(N) are
+	// logged (6: every request's URL, 8: bodies); 4 or more is debug level.
+	Verbosity       int
+	HealthAddress   string
+	MetricsAddress  string
+	ProbeCache      time.Duration
+	PostEvents      bool
+	LogEvents       string
+	ShutdownGrace   time.Duration
+	ReloadDebounce  time.Duration
+	Profiles        bool
+	LeaderElect     bool
+	LeaderNamespace string
+	LeaderName      string
+	// LeaseDuration, RenewDeadline and RetryPeriod time the leader election
+	// (controller-runtime's and client-go's defaults: 15s, 10s, 2s).
+	LeaseDuration time.Duration
+	RenewDeadline time.Duration
+	RetryPeriod   time.Duration
+	// QPS and Burst limit the requests to the API server (client-go's rate
+	// limiter): the framework's and the scripts' together.
+	QPS   float64
+	Burst int
+	// MetricsSecure serves /metrics over HTTPS to authenticated and authorized
+	// clients only (TokenReview and SubjectAccessReview), as controller-runtime's
+	// secure metrics; MetricsCertDir holds its certificate (empty: generated).
+	MetricsSecure  bool
+	MetricsCertDir string
+	// ProbesAffectLiveness makes /healthz run the on.probe handlers (kopf's
+	// liveness probes); by default they decide /readyz only.
+	ProbesAffectLiveness bool
+	DryRun               bool
+	Apply                []string
+	WebhookAddress       string
+	WebhookCertDir       string
+	WebhookClientCA      string
+	WebhookService       string
+	WebhookURL           string
+	WebhookCleanup       bool
+	ScriptsConfigMap     string // namespace/name
+	ScriptsWebhook       bool
+	LastGoodConfigMap    string // a name in ScriptsConfigMap's namespace; "none": off
 	// AllowContexts are the kubeconfig contexts luaop dev may use although they are
 	// not local clusters (clusterguard.go).
 	AllowContexts []string
@@ -85,12 +107,70 @@ func addClusterFlags(fs *pflag.FlagSet) {
 	fs.String("context", "", "kubeconfig context to use (default: its current context)")
 	fs.StringSliceP("namespaces", "n", nil, "namespaces to serve, repeatable or comma-separated (also --namespace): names, globs (team-*), exclusions (!kube-*); none means cluster-wide")
 	fs.BoolP("all-namespaces", "A", false, "serve every namespace (overrides namespaces from LUAOP_NAMESPACES or the config file)")
-	fs.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
-		if name == "namespace" {
-			name = "namespaces"
-		}
-		return pflag.NormalizedName(name)
-	})
+	fs.SetNormalizeFunc(normalizeFlagName)
+}
+
+// flagAliases are the spellings of other tools accepted for luaop's flags:
+// kubectl's --namespace, controller-runtime's (kubebuilder's main.go) and
+// component-base's leader-election and client flags. An alias is the same flag: it
+// is shown once, under luaop's name, and its LUAOP_* variable and config key are
+// luaop's.
+var flagAliases = map[string]string{
+	"namespace":                       "namespaces",
+	"metrics-bind-address":            "metrics-address",
+	"health-probe-bind-address":       "health-address",
+	"leader-elect-resource-namespace": "leader-election-namespace",
+	"leader-elect-resource-name":      "leader-election-name",
+	"leader-election-id":              "leader-election-name",
+	"kubeconfig-context":              "context",
+}
+
+func normalizeFlagName(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+	if canonical, ok := flagAliases[name]; ok {
+		name = canonical
+	}
+	return pflag.NormalizedName(name)
+}
+
+// verbosityFlag is kubectl's -v N (klog's -v) on a flag that, given alone (-v), is
+// kopf's --verbose: debug level, as -v=4.
+type verbosityFlag struct{ level *int }
+
+// verboseAlone is the level of -v given without a number: debug.
+const verboseAlone = 4
+
+func (f verbosityFlag) String() string {
+	if f.level == nil {
+		return "0"
+	}
+	return strconv.Itoa(*f.level)
+}
+
+func (f verbosityFlag) Set(v string) error {
+	n, err := parseVerbosity(v)
+	if err != nil {
+		return err
+	}
+	*f.level = n
+	return nil
+}
+
+func (verbosityFlag) Type() string { return "N" }
+
+// parseVerbosity reads a verbosity: a whole number of at least 0, or true (4) and
+// false (0) as LUAOP_VERBOSE=true and "verbose: true" in a config file had it.
+func parseVerbosity(v string) (int, error) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "true":
+		return verboseAlone, nil
+	case "false", "":
+		return 0, nil
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%q is not a verbosity: use a whole number of at least 0 (kubectl's -v: 4 debug, 6 requests, 8 request bodies)", v)
+	}
+	return n, nil
 }
 
 // addOperatorFlags declares the settings shared by dev and run, with their defaults.
@@ -101,16 +181,25 @@ func addOperatorFlags(fs *pflag.FlagSet, logFormat string) {
 	fs.String("prefix", "luaop.dev", "prefix of the annotations and the finalizer this operator writes (a DNS subdomain; two operators on the same objects need different ones)")
 	fs.String("progress-storage", "auto", "where handler progress is kept: auto (per resource: status when the CRD has a status subresource whose schema keeps unknown fields, else annotations), annotations or status")
 	fs.String("diffbase-storage", "auto", "where the last handled state is kept: auto, annotations or status (status for both makes one /status patch per handled change)")
-	fs.String("lifecycle", "asap", "handlers run per cycle: asap (one, fewest retries first), one-by-one, all-at-once")
+	fs.String("lifecycle", "asap", "handlers run per cycle: asap (one, fewest retries first), one-by-one, all-at-once, randomized (one, at random), shuffled (all, in a random order)")
 	fs.Duration("handler-timeout", 30*time.Second, "deadline of one Lua handler call (> 0)")
 	fs.String("lua-memory-budget", "auto", "heap the operator may reach while Lua runs; the Lua call running longest when it is passed fails with \"memory budget exceeded\" and is retried: auto (half of GOMEMLIMIT, else half of the container's memory limit, else 1Gi), a size (512Mi, 1G) or off")
 	fs.Duration("consistency-timeout", 5*time.Second, "how long change handlers wait for the operator's own last patch to come back through the watch (> 0)")
+	fs.Duration("default-backoff", 60*time.Second, "how long a handler that failed with an arbitrary error waits before its retry, unless it sets its own backoff (> 0; kopf's settings.execution.default_backoff)")
 	fs.String("log-format", logFormat, "log format: plain or json")
 	fs.String("log-level", "info", "log level: debug, info, warn, error")
-	fs.BoolP("verbose", "v", false, "log at debug level (--log-level=debug)")
+	level := 0
+	verbose := fs.VarPF(verbosityFlag{&level}, "verbose", "v", "log verbosity as kubectl's -v N: 4 (or -v alone, as kopf's --verbose) is debug level, 6 adds client-go's request URLs, 8 their bodies")
+	verbose.NoOptDefVal = strconv.Itoa(verboseAlone)
+	fs.Bool("debug", false, "kopf's --debug: debug level and client-go's requests (-v=6)")
 	fs.BoolP("quiet", "q", false, "log warnings and errors only (--log-level=warn)")
-	fs.String("health-address", ":8080", "address of /healthz, /readyz and /debug, host:port (empty: off)")
-	fs.String("metrics-address", ":9090", "address of /metrics for Prometheus, host:port (empty: off; the same as --health-address: one server for both)")
+	fs.String("health-address", ":8080", "address of /healthz, /readyz and /debug, host:port (empty: off; also --health-probe-bind-address). /debug and Go's profiles answer loopback clients only (kubectl port-forward)")
+	fs.String("metrics-address", ":9090", "address of /metrics for Prometheus, host:port (empty: off; the same as --health-address: one server for both, without --metrics-secure; also --metrics-bind-address)")
+	fs.Bool("metrics-secure", true, "serve /metrics over HTTPS to clients whose bearer token the API server authenticates (TokenReview) and authorizes for get on /metrics (SubjectAccessReview), as controller-runtime's secure metrics; false: plain HTTP to anyone who reaches it")
+	fs.String("metrics-cert-dir", "", "folder with tls.crt and tls.key for --metrics-secure (read again when they change); empty: a self-signed certificate, renewed before it expires")
+	fs.Bool("probes-affect-liveness", false, "run the on.probe handlers for /healthz too (kopf's liveness probes: a failing probe restarts the pod); by default they decide /readyz only, so that a flaky dependency takes the pod out of the Service without restarting every replica")
+	fs.Float64("kube-api-qps", 500, "requests per second to the API server the operator may make in the long run, the framework's and the scripts' together (client-go's rate limiter)")
+	fs.Int("kube-api-burst", 1000, "requests above --kube-api-qps allowed in a burst")
 	fs.Duration("probe-cache", 10*time.Second, "how long /healthz reuses the results of successful on.probe handlers before running them again (0: run them on every request)")
 	fs.Bool("profiles", false, "serve Go's profiles on --health-address at /debug/pprof/heap, allocs, goroutine and profile?seconds=N (off by default: they show the process's memory), for go tool pprof")
 	fs.Bool("post-events", true, "post Kubernetes Events: handler outcomes and the scripts' luaop.info/warn/exception (rate-limited per object)")
@@ -118,16 +207,20 @@ func addOperatorFlags(fs *pflag.FlagSet, logFormat string) {
 	fs.Bool("leader-elect", false, "run several replicas: only the holder of a coordination.k8s.io Lease handles objects, the others stand by")
 	fs.String("leader-election-namespace", "", "namespace of the Lease (default: the pod's own namespace)")
 	fs.String("leader-election-name", "luaop", "name of the Lease; operators sharing one take turns")
+	fs.Duration("leader-elect-lease-duration", 15*time.Second, "how long standbys wait after the leader's last renewal before taking the Lease over (whole seconds, at least 1s)")
+	fs.Duration("leader-elect-renew-deadline", 10*time.Second, "how long the leader tries to renew before it gives the leadership up (less than the lease duration)")
+	fs.Duration("leader-elect-retry-period", 2*time.Second, "how often to try to acquire or renew the Lease (the renew deadline must exceed 1.2 times it)")
 	addShardFlags(fs)
 	fs.Duration("reload-debounce", scriptwatch.DefaultDebounce, "quiet time after a file event before the scripts folder is read again and reloaded (> 0): raise it for editors or file systems that write a file in several pauses")
 	fs.Duration("shutdown-grace-period", 20*time.Second, "on SIGTERM, how long running handlers and daemons may take to finish before they are cancelled (> 0)")
 	fs.String("webhook-address", "", "address of the HTTPS server of the validate and mutate handlers, host:port (\":9443\"; empty: off)")
 	fs.String("webhook-cert-dir", "", "folder with tls.crt, tls.key and optionally ca.crt (cert-manager, a mounted Secret); empty: a CA and a certificate are generated at start")
+	fs.String("webhook-client-ca", "", "PEM file of the CAs of the client certificates the API server may present; a verified one reaches admission handlers as ctx.sslpeer (kopf's cafile); empty: none is asked for")
 	fs.String("webhook-service", "", "namespace/name of the Service the API server calls the webhooks through (in-cluster); empty: --webhook-url")
 	fs.String("webhook-url", "", "https base URL the API server calls the webhooks at; empty: https://127.0.0.1:<port> (a control plane on this machine)")
 	fs.Bool("webhook-cleanup", false, "delete the webhook configurations when the operator stops")
 	fs.String("scripts-configmap", "", "namespace/name of the ConfigMap the scripts folder is mounted from: with --webhook-address its updates are validated (scripts that do not load are rejected with file:line), and the last good scripts are kept next to it for a start on broken scripts")
-	fs.Bool("scripts-webhook", true, "with --scripts-configmap and --webhook-address, validate the updates of the scripts ConfigMap (false: opt out; always off in `luaop dev`)")
+	fs.Bool("scripts-webhook", true, "with --scripts-configmap and --webhook-address, validate the updates of the scripts ConfigMap (false: opt out; always off in luaop dev)")
 	fs.String("last-good-configmap", "", "ConfigMap (in --scripts-configmap's namespace) where the operator keeps the last scripts that loaded (default: <name>-last-good; none: keep none)")
 	fs.StringSlice("allow-context", nil, "luaop dev: a kubeconfig context it may use although it is not a local cluster (kind-*, k3d-*, minikube, docker-desktop, a server on this machine); repeatable (Tilt's allow_k8s_contexts); --context NAME also allows NAME")
 	fs.Bool("standalone", false, "no peering: do not coordinate with other operators of the same --prefix (kopf's --standalone)")
@@ -145,7 +238,8 @@ var notSettings = []string{"help", "config", "version"}
 // flags are read; the config file may hold no other key. Every invalid value is
 // reported, naming where it came from and what is allowed.
 func loadSettings(cmd *cobra.Command, v *viper.Viper) (settings, error) {
-	return readSettings(cmd, v, false)
+	s, err := readSettings(cmd, v, false)
+	return s, usageError(err)
 }
 
 // loadSubsetSettings is loadSettings for a command that reads a few of the operator's
@@ -153,7 +247,8 @@ func loadSettings(cmd *cobra.Command, v *viper.Viper) (settings, error) {
 // may also hold the settings of luaop run and dev, which it ignores; a key that is
 // no setting of luaop is still refused, with the nearest one suggested.
 func loadSubsetSettings(cmd *cobra.Command, v *viper.Viper) (settings, error) {
-	return readSettings(cmd, v, true)
+	s, err := readSettings(cmd, v, true)
+	return s, usageError(err)
 }
 
 func readSettings(cmd *cobra.Command, v *viper.Viper, subset bool) (settings, error) {
@@ -190,12 +285,14 @@ func readSettings(cmd *cobra.Command, v *viper.Viper, subset bool) (settings, er
 	s.Prefix = r.prefix("prefix")
 	s.ProgressStorage = r.storage("progress-storage")
 	s.DiffBaseStorage = r.storage("diffbase-storage")
-	s.Lifecycle = r.oneOf("lifecycle", "asap", "one-by-one", "all-at-once")
+	s.Lifecycle = r.oneOf("lifecycle", "asap", "one-by-one", "all-at-once", "randomized", "shuffled")
 	s.HandlerTimeout = r.duration("handler-timeout", false)
 	s.LuaMemoryBudget = r.memoryBudget("lua-memory-budget")
 	s.ConsistencyTimeout = r.duration("consistency-timeout", false)
+	s.DefaultBackoff = r.duration("default-backoff", false)
 	s.LogFormat = r.oneOf("log-format", "plain", "json")
 	s.LogLevel = r.logLevel()
+	s.Verbosity = r.verbosity
 	s.HealthAddress = r.address("health-address")
 	s.MetricsAddress = r.address("metrics-address")
 	s.ProbeCache = r.duration("probe-cache", true)
@@ -208,10 +305,35 @@ func readSettings(cmd *cobra.Command, v *viper.Viper, subset bool) (settings, er
 	s.LeaderNamespace = r.dnsName("leader-election-namespace", true)
 	s.LeaderName = r.dnsName("leader-election-name", false)
 	s.ScaleOut = readShardSettings(r)
+	s.LeaseDuration = r.duration("leader-elect-lease-duration", false)
+	s.RenewDeadline = r.duration("leader-elect-renew-deadline", false)
+	s.RetryPeriod = r.duration("leader-elect-retry-period", false)
+	if r.has("leader-elect-lease-duration") {
+		switch {
+		case s.LeaseDuration%time.Second != 0:
+			r.invalid("leader-elect-lease-duration", s.LeaseDuration.String(), "a whole number of seconds (the Lease stores seconds), such as 15s")
+		case s.RenewDeadline >= s.LeaseDuration && s.RenewDeadline > 0:
+			r.fail("%s must be less than %s: the leader stops before a standby may take over",
+				r.describe("leader-elect-renew-deadline", s.RenewDeadline.String()), r.describe("leader-elect-lease-duration", s.LeaseDuration.String()))
+		case float64(s.RenewDeadline) <= 1.2*float64(s.RetryPeriod) && s.RetryPeriod > 0:
+			r.fail("%s must exceed 1.2 times %s (client-go's jitter)",
+				r.describe("leader-elect-renew-deadline", s.RenewDeadline.String()), r.describe("leader-elect-retry-period", s.RetryPeriod.String()))
+		}
+	}
+	s.QPS = r.float("kube-api-qps")
+	s.Burst = r.int("kube-api-burst", 1, "a whole number of at least 1 (requests)")
+	s.MetricsSecure = r.bool("metrics-secure")
+	s.MetricsCertDir = r.str("metrics-cert-dir")
+	if s.MetricsSecure && s.MetricsAddress != "" && s.MetricsAddress == s.HealthAddress {
+		r.fail("%s is %s: with --metrics-secure, /metrics is served over HTTPS and needs an address of its own (the probes stay on plain HTTP); give another --metrics-address, or --metrics-secure=false",
+			r.describe("metrics-address", s.MetricsAddress), r.describe("health-address", s.HealthAddress))
+	}
+	s.ProbesAffectLiveness = r.bool("probes-affect-liveness")
 	s.DryRun = r.bool("dry-run")
 	s.Apply = r.list("apply")
 	s.WebhookAddress = r.address("webhook-address")
 	s.WebhookCertDir = r.str("webhook-cert-dir")
+	s.WebhookClientCA = r.str("webhook-client-ca")
 	s.WebhookService = r.str("webhook-service")
 	if ns, name, ok := strings.Cut(s.WebhookService, "/"); s.WebhookService != "" && (!ok || ns == "" || name == "") {
 		r.invalid("webhook-service", s.WebhookService, "namespace/name of a Service")
@@ -260,6 +382,8 @@ type settingsReader struct {
 	fileKeys map[string]bool
 	errs     []error
 	subset   bool // the command reads a subset of luaop's settings: ignore the others
+	// verbosity is what logLevel read of -v N and --debug.
+	verbosity int
 }
 
 // Where a setting's value comes from, lowest precedence first.
@@ -675,27 +799,104 @@ func (r *settingsReader) logLevel() string {
 	}
 	// The higher source wins (flag > LUAOP_* > file > default); two of them from one
 	// source conflict.
-	verbose, quiet := r.bool("verbose"), r.bool("quiet")
+	// -v N below 4 only adds client-go's messages up to V(N): the level stays.
+	r.verbosity = r.verbosityOf("verbose")
+	if r.bool("debug") && r.verbosity < 6 {
+		r.verbosity = 6
+	}
+	verbose, quiet := r.verbosity >= verboseAlone, r.bool("quiet")
+	vkey := "verbose"
+	if r.bool("debug") && r.source("debug") >= r.source("verbose") {
+		vkey = "debug"
+	}
 	short, shortKey := "", ""
-	switch vs, qs := r.source("verbose"), r.source("quiet"); {
+	switch vs, qs := r.source(vkey), r.source("quiet"); {
 	case verbose && quiet && vs == qs:
-		r.fail("%s and %s: give one of them", r.describe("verbose", true), r.describe("quiet", true))
+		r.fail("%s and %s: give one of them", r.describe(vkey, unquoted(fmt.Sprint(r.v.Get(vkey)))), r.describe("quiet", true))
 		return level
 	case verbose && (!quiet || vs > qs):
-		short, shortKey = "debug", "verbose"
+		short, shortKey = "debug", vkey
 	case quiet:
 		short, shortKey = "warn", "quiet"
+		r.verbosity = 0
 	}
 	if short == "" {
 		return level
 	}
 	switch ls, ss := r.source("log-level"), r.source(shortKey); {
 	case ls == ss:
-		r.fail("%s and %s: give one of them", r.describe("log-level", r.str("log-level")), r.describe(shortKey, true))
+		r.fail("%s and %s: give one of them", r.describe("log-level", r.str("log-level")), r.describe(shortKey, unquoted(fmt.Sprint(r.v.Get(shortKey)))))
 	case ss > ls:
 		level = short
+	default:
+		r.verbosity = 0 // --log-level wins over the file's verbose
 	}
 	return level
+}
+
+// unquoted is a value describe writes as it is (a number or true given as text).
+type unquoted string
+
+// verbosityOf reads a verbosity (-v N, LUAOP_VERBOSE=N, verbose: N; true is 4).
+func (r *settingsReader) verbosityOf(key string) int {
+	if !r.has(key) {
+		return 0
+	}
+	raw := r.v.Get(key)
+	switch x := raw.(type) {
+	case bool:
+		if x {
+			return verboseAlone
+		}
+		return 0
+	case int:
+		if x >= 0 {
+			return x
+		}
+	case int64:
+		if x >= 0 {
+			return int(x)
+		}
+	case float64:
+		if x >= 0 && x == math.Trunc(x) {
+			return int(x)
+		}
+	case string:
+		if n, err := parseVerbosity(x); err == nil {
+			return n
+		}
+	}
+	r.invalid(key, raw, "a whole number of at least 0 (kubectl's -v: 4 debug, 6 requests, 8 request bodies), or true (4)")
+	return 0
+}
+
+// float reads a number of at least 0.
+func (r *settingsReader) float(key string) float64 {
+	if !r.has(key) {
+		return 0
+	}
+	var f float64
+	switch x := r.v.Get(key).(type) {
+	case float64:
+		f = x
+	case int:
+		f = float64(x)
+	case int64:
+		f = float64(x)
+	case string:
+		var err error
+		if f, err = strconv.ParseFloat(strings.TrimSpace(x), 64); err != nil {
+			r.invalid(key, x, "a number greater than 0")
+			return 0
+		}
+	default:
+		r.invalid(key, x, "a number greater than 0")
+		return 0
+	}
+	if f <= 0 || math.IsNaN(f) || math.IsInf(f, 0) {
+		r.invalid(key, f, "a number greater than 0")
+	}
+	return f
 }
 
 // address reads a listen address: host:port, :port, or empty for off.

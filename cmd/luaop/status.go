@@ -72,8 +72,12 @@ func newStatusCommand() *cobra.Command {
 the scripts' hash, the handlers, the objects in flight with their handlers'
 progress, the running daemons and timers, and the last reload's error.
 
-In a cluster: kubectl -n luaop port-forward deploy/luaop 8080, then luaop status.`,
-		Args: cobra.NoArgs,
+In a cluster (deploy/'s namespace is luaop-system; with --leader-elect only the
+leader, the holder of the Lease luaop, handles objects):
+  kubectl -n luaop-system port-forward pod/$(kubectl -n luaop-system get lease luaop -o jsonpath='{.spec.holderIdentity}' | cut -d_ -f1) 8080
+  luaop status
+/debug answers loopback clients only, which port-forward is.`,
+		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			doc, body, err := fetchDebug(cmd.Context(), address)
 			if err != nil {

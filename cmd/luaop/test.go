@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,7 +14,7 @@ import (
 )
 
 func newTestCommand() *cobra.Command {
-	var run, tests, prefix string
+	var run, tests, prefix, format string
 	var verbose bool
 	var handlerTimeout time.Duration
 	cmd := &cobra.Command{
@@ -27,38 +28,62 @@ calls with what the case expects. Daemons run one iteration (until their first
 luaop.sleep), timers one tick. The format is in README.md ("Test your handlers").
 
 Prints FAIL and a diff for each failing case (ok for each passing one with -v) and
-exits with status 1 when any fails.`,
-		Args: cobra.ExactArgs(1),
+exits with status 4 when any fails. --format junit (JUnit XML) or json writes a
+report on standard output for CI, the text going to standard error. A --run that
+matches no case is an error (status 2), as is a test file that does not parse or
+has a key the format does not know (with its file:line and the keys allowed).
+The format's JSON Schema: luaop stubs --schema FILE.`,
+		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dir := args[0]
 			if tests == "" {
 				tests = filepath.Join(dir, "tests")
+			}
+			if format != "text" && format != "junit" && format != "json" {
+				return usageError(fmt.Errorf("--format=%q: use text, junit or json", format))
 			}
 			files, err := scripttest.Files(tests)
 			if err != nil {
 				return err
 			}
 			if len(files) == 0 {
-				return fmt.Errorf("no test files (*.yaml) in %s", tests)
+				return usageError(fmt.Errorf("no test files (*.yaml) in %s", tests))
 			}
 			if handlerTimeout <= 0 {
-				return fmt.Errorf("--handler-timeout must be greater than 0")
+				return usageError(fmt.Errorf("--handler-timeout must be greater than 0"))
 			}
-			opts := scripttest.Options{Scripts: dir, Tests: files, Out: cmd.OutOrStdout(), Verbose: verbose, Prefix: prefix, HandlerTimeout: handlerTimeout}
+			text := cmd.OutOrStdout()
+			if format != "text" {
+				text = cmd.ErrOrStderr()
+			}
+			opts := scripttest.Options{Scripts: dir, Tests: files, Out: text, Verbose: verbose, Prefix: prefix, HandlerTimeout: handlerTimeout}
 			if run != "" {
 				if opts.Run, err = regexp.Compile(run); err != nil {
-					return fmt.Errorf("-run: %w", err)
+					return usageError(fmt.Errorf("--run: %w", err))
 				}
 			}
 			if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-				return fmt.Errorf("%s is not a folder of Lua scripts", dir)
+				return usageError(fmt.Errorf("%s is not a folder of Lua scripts", dir))
 			}
+			started := time.Now()
 			sum, err := scripttest.Run(cmd.Context(), opts)
+			if errors.Is(err, scripttest.ErrNoCaseMatches) {
+				return usageError(err)
+			}
+			if err != nil {
+				return err
+			}
+			switch format {
+			case "junit":
+				err = writeTestJUnit(cmd.OutOrStdout(), sum, started)
+			case "json":
+				err = writeTestJSON(cmd.OutOrStdout(), sum)
+			}
 			if err != nil {
 				return err
 			}
 			if sum.Failed > 0 {
-				return silentError{fmt.Errorf("%d case(s) failed", sum.Failed)}
+				return silentError(exitTestsFailed, fmt.Errorf("%d case(s) failed", sum.Failed))
 			}
 			return nil
 		},
@@ -67,6 +92,7 @@ exits with status 1 when any fails.`,
 	cmd.Flags().StringVar(&tests, "tests", "", "folder of the test files (default: DIR/tests)")
 	cmd.Flags().StringVar(&prefix, "prefix", scripttest.DefaultPrefix, "prefix of the operator's annotations, as given to luaop run --prefix (its annotations are not part of the handlers' view of the object)")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "print passing cases too")
+	cmd.Flags().StringVar(&format, "format", "text", "report format: text, junit or json (junit and json on standard output, the text on standard error)")
 	cmd.Flags().DurationVar(&handlerTimeout, "handler-timeout", scripttest.DefaultHandlerTimeout, "deadline of each handler call, script loading and compiling included (luaop run --handler-timeout)")
 	return cmd
 }

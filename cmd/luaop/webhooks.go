@@ -30,7 +30,7 @@ MutatingWebhookConfiguration "<prefix>.mutate" that luaop run/dev wrote for the
 validate and mutate handlers. Use it after uninstalling an operator, or after a
 luaop dev session that was killed before it could remove them: a webhook nobody
 answers rejects every request it covers (failure_policy "Fail").`,
-		Args: cobra.NoArgs,
+		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := restConfig(s)
 			if err != nil {

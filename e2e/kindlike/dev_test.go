@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -447,7 +447,7 @@ func TestRunReportsWebhookReachability(t *testing.T) {
 			health := freeAddress(t)
 			p := &devProcess{log: &testcluster.LogBuffer{}, exited: make(chan struct{})}
 			p.cmd = exec.Command(c.Luaop, "run", "--kubeconfig", c.Kubeconfig, "-n", ns, "--prefix", "kl-run.test", "--peering-namespace", ns,
-				"--webhook-address", tc.listen, "--webhook-cleanup", "--health-address", health, "--metrics-address", health, scripts)
+				"--webhook-address", tc.listen, "--webhook-cleanup", "--health-address", health, "--metrics-address", health, "--metrics-secure=false", scripts)
 			p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 			if err := p.cmd.Start(); err != nil {
 				t.Fatal(err)

@@ -64,7 +64,8 @@ func TestDeployOnNode(t *testing.T) {
 		{"RollingUpdate", s.rollingUpdate},
 		{"NoHandlerRanTwice", s.noHandlerRanTwice},
 		{"ReadinessFollowsReadyz", s.readiness},
-		{"LivenessRestarts", s.liveness},
+		{"ProbeFailureUnready", s.probeReadiness},
+		{"LivenessRestartsWhenAsked", s.liveness},
 		{"MemoryBomb", s.memoryBomb},
 		{"Uninstall", func(t *testing.T) { s.uninstall(t, operatorNS, filepath.Join(s.overlay, "examples")) }},
 		{"OverlayInAnotherNamespace", s.otherNamespace},
@@ -211,15 +212,44 @@ func (s *suite) applyExamples(t *testing.T) {
 	if _, err := c.kube.CoreV1().ConfigMaps(objectsNS).Get(t.Context(), "my-generator-generated", metaGet); err != nil {
 		t.Errorf("the generator's ConfigMap: %v", err)
 	}
+	// /metrics as Prometheus scrapes it (deploy/components: the ServiceMonitor's
+	// HTTPS and bearer token, the ClusterRole luaop-metrics-reader bound to its
+	// ServiceAccount); the operator asks the API server about each token
+	// (TokenReview, SubjectAccessReview). Without a token, 401; with one the role is
+	// not bound to, 403.
+	c.mustKubectl(t, "apply", "-f", filepath.Join(c.repo, "deploy", "components", "prometheus", "metrics-reader.yaml"))
+	defer func() {
+		// Cluster-wide, and not part of the overlay: the uninstall must not find them.
+		c.mustKubectl(t, "delete", "clusterrolebinding", "e2e-metrics-scraper", "--ignore-not-found")
+		c.mustKubectl(t, "delete", "-f", filepath.Join(c.repo, "deploy", "components", "prometheus", "metrics-reader.yaml"), "--ignore-not-found")
+	}()
+	scraper := c.serviceAccountToken(t, objectsNS, "e2e-scraper")
+	stranger := c.serviceAccountToken(t, objectsNS, "e2e-stranger")
+	c.mustKubectl(t, "create", "clusterrolebinding", "e2e-metrics-scraper", "--clusterrole", "luaop-metrics-reader", "--serviceaccount", objectsNS+":e2e-scraper")
+	for token, want := range map[string]int{"": 401, stranger: 403} {
+		code, body, err := getMetrics(t.Context(), leader.Status.PodIP, 9090, token)
+		if err != nil || code != want {
+			t.Errorf("/metrics of %s with the token of %s: %d %v %.200q, want %d", leader.Name, map[string]string{"": "nobody", stranger: "a ServiceAccount without luaop-metrics-reader"}[token], code, err, body, want)
+		}
+	}
+	if code, _, err := get(t.Context(), leader.Status.PodIP, 9090, "/metrics"); err == nil && code == 200 {
+		t.Errorf("/metrics of %s answers plain HTTP; want HTTPS only", leader.Name)
+	}
 	// The standby handled nothing; the leader did.
 	for _, p := range []struct {
 		pod    corev1.Pod
 		leader bool
 	}{{leader, true}, {standby, false}} {
-		code, text, err := get(t.Context(), p.pod.Status.PodIP, 9090, "/metrics")
-		if err != nil || code != 200 {
-			t.Fatalf("/metrics of %s: %d %v", p.pod.Name, code, err)
-		}
+		var code int
+		var text string
+		var err error
+		// The API server's RBAC authorizer sees the binding just made through its
+		// informers (soon, not at once); a denial meanwhile is reused by the operator
+		// for 10 s (kubeauth's DeniedTTL), then asked again.
+		eventually(t, 30*time.Second, func() (bool, string) {
+			code, text, err = getMetrics(t.Context(), p.pod.Status.PodIP, 9090, scraper)
+			return err == nil && code == 200, fmt.Sprintf("/metrics of %s with luaop-metrics-reader: %d %v %.200q", p.pod.Name, code, err, text)
+		})
 		runs, master := metricSum(text, "luaop_handler_runs_total"), metricSum(text, "leader_election_master_status")
 		if p.leader && (runs == 0 || master != 1) {
 			t.Errorf("leader %s: %v handler runs, leader_election_master_status %v", p.pod.Name, runs, master)
@@ -716,12 +746,72 @@ func (s *suite) readiness(t *testing.T) {
 	s.checkOnce(t)
 }
 
-// liveness: the examples' probe handlers make /healthz fail (the ConfigMap
-// e2e-liveness says so): the kubelet restarts the containers after three failed
-// probes, and the restarted operator resumes without running handlers again.
-func (s *suite) liveness(t *testing.T) {
+// probeReadiness: by default an on.probe handler that fails takes the pods out of
+// Ready (and so out of their Services' endpoints) and restarts nothing: /healthz
+// keeps answering, /readyz says which probe failed. Ready again once it passes.
+func (s *suite) probeReadiness(t *testing.T) {
 	c := s.c
 	pods := c.waitPods(t, operatorNS, 2, "", time.Minute)
+	before := map[string]int32{}
+	for _, p := range pods {
+		before[p.Name] = restarts(p)
+	}
+	flag := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "e2e-liveness"}, Data: map[string]string{"fail": "true"}}
+	if _, err := c.kube.CoreV1().ConfigMaps(operatorNS).Create(t.Context(), flag, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	failing := time.Now()
+	eventually(t, time.Minute, func() (bool, string) {
+		var ready []string
+		for _, p := range c.operatorPods(t, operatorNS) {
+			if podReady(p) {
+				ready = append(ready, p.Name)
+			}
+		}
+		return len(ready) == 0, fmt.Sprintf("still Ready: %v", ready)
+	})
+	s.report.add("  probe handler fails -> both pods not Ready", "%s", ms(time.Since(failing)))
+	unready := time.Now()
+	for _, p := range c.operatorPods(t, operatorNS) {
+		if code, body, err := get(t.Context(), p.Status.PodIP, 8080, "/readyz"); err != nil || code != 503 || !strings.Contains(body, "e2e-liveness") {
+			t.Errorf("pod %s: /readyz %d %v %q; want 503 naming the failing probe e2e-liveness", p.Name, code, err, body)
+		}
+		if code, body, err := get(t.Context(), p.Status.PodIP, 8080, "/healthz"); err != nil || code != 200 {
+			t.Errorf("pod %s: /healthz %d %v %q; want 200 (the probes decide readiness only)", p.Name, code, err, body)
+		}
+	}
+	// Unready for longer than the kubelet's liveness probe takes to restart a
+	// container (deploy/base: 3 failures 10 s apart): none restarted.
+	time.Sleep(35*time.Second - time.Since(unready))
+	for _, p := range c.operatorPods(t, operatorNS) {
+		if restarts(p) != before[p.Name] {
+			t.Errorf("pod %s restarted (%d -> %d) for a failing probe handler; want it unready only", p.Name, before[p.Name], restarts(p))
+		}
+		events := c.mustKubectl(t, "-n", operatorNS, "get", "events", "--field-selector", "involvedObject.name="+p.Name, "-o", "jsonpath={range .items[*]}{.reason}: {.message}{\"\\n\"}{end}")
+		if strings.Contains(events, "Liveness probe failed") {
+			t.Errorf("pod %s: its liveness probe failed for a failing probe handler:\n%s", p.Name, events)
+		}
+	}
+	if err := c.kube.CoreV1().ConfigMaps(operatorNS).Delete(t.Context(), "e2e-liveness", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	passing := time.Now()
+	c.waitPods(t, operatorNS, 2, "", 2*time.Minute)
+	s.report.add("  probe handler passes again -> both pods Ready", "%s", ms(time.Since(passing)))
+}
+
+// liveness: with LUAOP_PROBES_AFFECT_LIVENESS=true (kopf's behaviour, asked for)
+// the examples' probe handlers make /healthz fail too (the ConfigMap e2e-liveness
+// says so): the kubelet restarts the containers after three failed probes, and the
+// restarted operator resumes without running handlers again.
+func (s *suite) liveness(t *testing.T) {
+	c := s.c
+	// kopf's behaviour, when asked: the probes decide liveness too.
+	began := time.Now()
+	c.mustKubectl(t, "-n", operatorNS, "set", "env", "deployment/luaop", "LUAOP_PROBES_AFFECT_LIVENESS=true")
+	c.mustKubectl(t, "-n", operatorNS, "rollout", "status", "deployment/luaop", "--timeout=3m")
+	pods := c.waitPods(t, operatorNS, 2, "", 2*time.Minute)
+	s.report.add("  LUAOP_PROBES_AFFECT_LIVENESS=true rolled out", "%s", ms(time.Since(began)))
 	before := map[string]int32{}
 	for _, p := range pods {
 		before[p.Name] = restarts(p)

@@ -91,6 +91,12 @@ type Spec struct {
 	// receives old/new/diff of that field only. FieldValue, when non-nil, requires the
 	// field's new value to equal it.
 	Field []string
+	// NamedField is the field the handler's field option (or on.field's path) names,
+	// for every kind: for a change handler it is Field; for a daemon, a timer, an
+	// event handler or an index it is a filter (evaluated by the binding). kopf adds
+	// the fields every handler names to the essence: a change of one resets the
+	// object's idle timers.
+	NamedField []string
 	// Retries is the maximum number of attempts; 0 means unlimited.
 	Retries int
 	// Backoff is the delay after an arbitrary error. Defaults to 60s (kopf).
@@ -107,8 +113,12 @@ type Spec struct {
 	InitialDelay time.Duration
 	Idle         time.Duration
 	Sharp        bool
-	// CancellationTimeout is how long a stopped daemon may take to exit before it is
-	// cancelled. Defaults to 60s.
+	// CancellationBackoff is how long a stopped daemon's blocking calls keep working
+	// after the stop (kopf's graceful termination): when it is over, the daemon is
+	// cancelled (see DaemonLink.Cancelled). Defaults to 0: at once.
+	CancellationBackoff time.Duration
+	// CancellationTimeout is how long a cancelled daemon may take to exit before its
+	// Lua is interrupted wherever it is (kopf abandons it then). Defaults to 60s.
 	CancellationTimeout time.Duration
 	// Admission handlers (KindValidate, KindMutate): the operations they serve
 	// (CREATE, UPDATE, DELETE, CONNECT; empty means all of them, as in kopf),
@@ -217,6 +227,12 @@ type DaemonLink struct {
 	// must stop: a context rather than a channel, so that a sleeping daemon can be
 	// woken by a callback (context.AfterFunc) instead of a goroutine waiting on it.
 	Stopped context.Context
+	// Cancelled ends when a stopped daemon is cancelled: its cancellation backoff
+	// after the stop (kopf's cancellation_backoff; at once by default). From then on,
+	// once the daemon has been told of its stop (a luaop.sleep returned false), its
+	// next blocking call ends it with ErrDaemonCancelled, which it cannot catch.
+	// nil: never (the daemon only sees Stopped).
+	Cancelled context.Context
 	// Latest returns the newest body of the object (nil once it is gone).
 	Latest func() map[string]any
 	// UID, Name and Namespace are the object's identity: what a daemon has of its
@@ -254,6 +270,10 @@ type PermanentError struct {
 }
 
 func (e *PermanentError) Error() string { return e.Message }
+
+// ErrDaemonCancelled ends a daemon that went on after its stop: kopf's asyncio
+// cancellation of an async daemon, raised at its next blocking call.
+var ErrDaemonCancelled = errors.New("the daemon was cancelled: it was stopped and went on after luaop.sleep returned false")
 
 // IsPermanent reports whether err is (or wraps) a PermanentError.
 func IsPermanent(err error) bool {

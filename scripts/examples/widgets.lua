@@ -1,6 +1,8 @@
 -- A first handler: greet every new Widget; a field handler that follows spec.size
 -- only (changes of other fields do not call it); admission handlers checking and
--- defaulting spec.size before a Widget is stored.
+-- defaulting spec.size before a Widget is stored. Handlers read objects defensively:
+-- any field a CRD does not require may be missing (ctx.spec and ctx.status are empty
+-- tables then, ctx.old of an admission request is the whole old object).
 local luaop = require("luaop")
 local WIDGETS = "examples.luaop.dev/v1/widgets"
 
@@ -27,7 +29,8 @@ luaop.on.validate(WIDGETS, function(ctx)
   if size ~= nil and (type(size) ~= "number" or size < 1 or size > 100) then
     return false, "spec.size must be a number from 1 to 100, got " .. tostring(size)
   end
-  if ctx.operation == "UPDATE" and ctx.old.spec.size and size == nil then
+  local old_spec = (ctx.old and ctx.old.spec) or {}
+  if ctx.operation == "UPDATE" and old_spec.size ~= nil and size == nil then
     table.insert(ctx.warnings, "spec.size removed: the widget gets size 1 again only on creation")
   end
 end, { id = "check-size", operations = { "CREATE", "UPDATE" }, failure_policy = "Ignore" })

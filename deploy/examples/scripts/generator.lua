@@ -10,7 +10,11 @@ local function desired(ctx)
     metadata = { name = ctx.name .. "-generated" },
     data = {},
   }
-  for k, v in pairs(ctx.spec.data or {}) do cm.data[k] = v end
+  -- spec.data may be missing; ConfigMap values must be strings.
+  local data = ctx.spec.data
+  if type(data) == "table" then
+    for k, v in pairs(data) do cm.data[k] = tostring(v) end
+  end
   luaop.label(cm, { ["app.kubernetes.io/managed-by"] = "luaop" })
   return luaop.adopt(cm) -- owner reference to the Generator, same namespace
 end

@@ -8,7 +8,9 @@ luaop.daemon("examples.luaop.dev/v1/monitors", function(ctx)
   local checks = 0
   while not ctx.stopped() do
     -- ctx.spec is always the newest spec: edit the Monitor and the loop follows.
-    local cm = luaop.kube.get("v1", "ConfigMap", ctx.namespace, ctx.spec.configmap)
+    -- A Monitor without spec.configmap watches nothing, and says so.
+    local name = ctx.spec.configmap
+    local cm = name and luaop.kube.get("v1", "ConfigMap", ctx.namespace, name)
     checks = checks + 1
     ctx.patch.status.found = cm ~= nil
     ctx.patch.status.checks = checks

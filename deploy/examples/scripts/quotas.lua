@@ -8,9 +8,10 @@ luaop.timer("examples.luaop.dev/v1/quotas", function(ctx)
     error(luaop.temporary_error("cannot list ConfigMaps: " .. err, 5))
   end
   local used = #list
-  if used > (ctx.spec.maxConfigMaps or 0) then
-    luaop.warn(ctx.body, "OverQuota", used .. " ConfigMaps, the quota allows " .. ctx.spec.maxConfigMaps)
+  local max = tonumber(ctx.spec.maxConfigMaps) or 0 -- a Quota without it allows none
+  if used > max then
+    luaop.warn(ctx.body, "OverQuota", used .. " ConfigMaps, the quota allows " .. max)
   end
   -- The return value lands in status.usage.
-  return { used = used, over = used > (ctx.spec.maxConfigMaps or 0) }
+  return { used = used, over = used > max }
 end, { id = "usage", interval = 10, sharp = true })

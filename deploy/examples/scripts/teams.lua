@@ -3,8 +3,9 @@
 local luaop = require("luaop")
 
 luaop.index("examples.luaop.dev/v1/tenants", function(ctx)
-  if ctx.spec.team == nil then return nil end -- not in the index
-  return { [ctx.spec.team] = ctx.name }
+  local team = ctx.spec.team
+  if type(team) ~= "string" or team == "" then return nil end -- not in the index
+  return { [team] = ctx.name }
 end, { id = "tenants_by_team" })
 
 local function members(ctx)

@@ -6,7 +6,11 @@ local TENANTS = "examples.luaop.dev/v1/tenants"
 
 local function registry_name(ctx) return "tenant-registry" end
 
-local function registry_namespace(ctx) return ctx.spec.registry or "default" end
+local function registry_namespace(ctx)
+  local ns = ctx.spec.registry
+  if type(ns) ~= "string" or ns == "" then return "default" end
+  return ns
+end
 
 luaop.on.create(TENANTS, function(ctx)
   local key = ctx.namespace .. "." .. ctx.name

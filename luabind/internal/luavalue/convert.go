@@ -3,6 +3,7 @@ package luavalue
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"reflect"
@@ -312,15 +313,33 @@ const (
 
 // FromLuaLimited is FromLua within limits (zero fields: the defaults).
 func FromLuaLimited(lv lua.LValue, limits Limits) (any, error) {
+	return NewBudget(limits).FromLua(lv)
+}
+
+// Budget is one set of Limits shared by several conversions: what a value built
+// in parts (an index function's entries, each converted on its own) may build in
+// all is bound as one value is.
+type Budget struct{ count *counter }
+
+// NewBudget starts a Budget of limits (zero fields: the defaults).
+func NewBudget(limits Limits) *Budget {
 	if limits.MaxValues <= 0 {
 		limits.MaxValues = DefaultMaxValues
 	}
 	if limits.MaxBytes <= 0 {
 		limits.MaxBytes = DefaultMaxBytes
 	}
-	w := walker{count: &counter{limits: limits}}
+	return &Budget{count: &counter{limits: limits}}
+}
+
+// FromLua is FromLua counting against the budget what earlier conversions left.
+func (b *Budget) FromLua(lv lua.LValue) (any, error) {
+	w := walker{count: b.count}
 	return w.from(lv, 0)
 }
+
+// ErrTooLarge is wrapped by the error of a conversion that passed its Limits.
+var ErrTooLarge = errors.New("value too large")
 
 // counter counts what a conversion built against its limits.
 type counter struct {
@@ -337,13 +356,13 @@ func (c *counter) add(n int) error {
 	c.bytes += n
 	switch {
 	case c.values > c.limits.MaxValues:
-		return fmt.Errorf("value too large: more than %d values (a table referenced from several places counts each time)", c.limits.MaxValues)
+		return fmt.Errorf("%w: more than %d values (a table referenced from several places counts each time)", ErrTooLarge, c.limits.MaxValues)
 	case c.bytes > c.limits.MaxBytes:
 		why := ""
 		if c.limits.Why != "" {
 			why = ": " + c.limits.Why
 		}
-		return fmt.Errorf("value too large: more than %d bytes as JSON (a string or table referenced from several places counts each time)%s", c.limits.MaxBytes, why)
+		return fmt.Errorf("%w: more than %d bytes as JSON (a string or table referenced from several places counts each time)%s", ErrTooLarge, c.limits.MaxBytes, why)
 	}
 	return nil
 }
@@ -371,6 +390,15 @@ func (w *walker) errorf(format string, args ...any) error {
 		p = "value"
 	}
 	return fmt.Errorf("%s: %s", p, fmt.Sprintf(format, args...))
+}
+
+// wrap is errorf of an error kept for errors.Is.
+func (w *walker) wrap(err error) error {
+	p := formatPath(w.path)
+	if p == "" {
+		p = "value"
+	}
+	return fmt.Errorf("%s: %w", p, err)
 }
 
 // formatPath renders steps as `spec.items[3]["app.kubernetes.io/name"]`.
@@ -421,7 +449,7 @@ func (w *walker) from(lv lua.LValue, depth int) (any, error) {
 		n = len(s) + 2
 	}
 	if err := w.count.add(n); err != nil {
-		return nil, w.errorf("%v", err)
+		return nil, w.wrap(err)
 	}
 	switch x := lv.(type) {
 	case *lua.LNilType:
@@ -439,7 +467,7 @@ func (w *walker) from(lv lua.LValue, depth int) (any, error) {
 		if pd := proxyDataOf(x); pd != nil {
 			v, err := normalizeCounted(pd.v, depth, w.count)
 			if err != nil {
-				return nil, w.errorf("%v", err)
+				return nil, w.wrap(err)
 			}
 			return v, nil
 		}
