@@ -60,7 +60,7 @@ func startReplica(t *testing.T, bin, owner string, args ...string) *replica {
 		t.Fatal(err)
 	}
 	r := &replica{owner: owner, health: freeLoopback(t), log: &testcluster.LogBuffer{}, exited: make(chan struct{})}
-	all := append([]string{"run", "--health-address", r.health, "--metrics-address", r.health}, args...)
+	all := append([]string{"run", "--health-address", r.health, "--metrics-address="}, args...)
 	r.cmd = exec.Command(bin, append(all, dir)...)
 	r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
 	if err := r.cmd.Start(); err != nil {
