@@ -894,3 +894,41 @@ func checkWebhook(t *testing.T, objs []unstructured.Unstructured) {
 	one(t, objs, "Role", "luaop-webhooks", &role)
 	requireVerbs(t, "Role luaop-webhooks", role.Rules, "", "secrets", "get", "create")
 }
+
+// The sharding component, added to an overlay: three replicas sharing the objects
+// (leader election off, sharding on) and the Role of the membership Leases.
+func TestShardingComponent(t *testing.T) {
+	deployDir, _, _ := paths(t)
+	overlay := t.TempDir()
+	kustomization := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+- %s
+components:
+- %s
+`, relPath(t, overlay, filepath.Join(deployDir, "examples")), relPath(t, overlay, filepath.Join(deployDir, "components", "sharding")))
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, objs := render(t, kubectl(t), overlay)
+	var d appsv1.Deployment
+	one(t, objs, "Deployment", "luaop", &d)
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 3 {
+		t.Errorf("replicas %v, want 3", d.Spec.Replicas)
+	}
+	env := map[string]string{}
+	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+		if _, dup := env[e.Name]; dup {
+			t.Errorf("%s set twice", e.Name)
+		}
+		env[e.Name] = e.Value
+	}
+	if env["LUAOP_SHARD_ACROSS_REPLICAS"] != "true" || env["LUAOP_LEADER_ELECT"] != "false" {
+		t.Errorf("sharding %q, leader election %q: want true and false", env["LUAOP_SHARD_ACROSS_REPLICAS"], env["LUAOP_LEADER_ELECT"])
+	}
+	role := one(t, objs, "Role", "luaop-sharding", nil)
+	if role.GetNamespace() != namespace {
+		t.Errorf("Role in %q, want %q", role.GetNamespace(), namespace)
+	}
+	one(t, objs, "RoleBinding", "luaop-sharding", nil)
+}

@@ -83,6 +83,8 @@ type Metrics struct {
 	queue queueMetrics
 	// collectors are those registered, for Names.
 	collectors []prometheus.Collector
+	// sharding is registered at its first report (sharding.go).
+	sharding shardingMetrics
 	// webhookOnce registers webhookReachable at the first probe.
 	webhookOnce sync.Once
 }
@@ -233,7 +235,7 @@ var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
 func (m *Metrics) Names() []string {
 	set := map[string]bool{}
 	// luaop_webhook_reachable is registered at the first probe: served from then on.
-	for _, c := range append(slices.Clone(m.collectors), m.webhookReachable) {
+	for _, c := range append(append(slices.Clone(m.collectors), m.webhookReachable), m.shardCollectors().all()...) {
 		ch := make(chan *prometheus.Desc, 64)
 		go func() { c.Describe(ch); close(ch) }()
 		for d := range ch {

@@ -77,6 +77,9 @@ type Options struct {
 	// DryRun logs every write the core would send (patches of objects, status and
 	// finalizers) instead of sending it. Handlers still run.
 	DryRun bool
+	// Shard, when set, limits the Reactor to its share of the objects (sharding
+	// across replicas: shard.go). Nil: every object.
+	Shard Shard
 	// Clock drives every wait of the core: the work queue's delays and backoffs,
 	// retries, timers, daemons' delays, consistency waits. Tests give a fake clock
 	// (k8s.io/utils/clock/testing). Defaults to the real clock.

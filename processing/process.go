@@ -24,6 +24,9 @@ import (
 // The worker calling it holds the object's key (the work queue gives a key to one
 // worker at a time), so it owns st.mem; it holds no lock while handlers run.
 func (o *Reactor) process(ctx context.Context, key objectKey) (time.Duration, error) {
+	if o.releaseIfRequested(key) {
+		return 0, nil // handed to another replica (shard.go)
+	}
 	st := o.objects.get(key)
 	if st == nil {
 		if o.ready.forget(key) {

@@ -57,6 +57,8 @@ type Reactor struct {
 	daemons daemonRegistry
 	// pause gates the workers while the Reactor is paused (pause.go).
 	pause pauseGate
+	// rel are the objects waiting to be released to another replica (shard.go).
+	rel releases
 	// forgetting counts the goroutines that forget old incarnations after their
 	// daemons exited (Start waits for them).
 	forgetting sync.WaitGroup

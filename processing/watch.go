@@ -38,10 +38,12 @@ type watcher struct {
 	op       *Reactor
 	resource causes.Resource // canonical
 	info     *resourceInfo   // set before the watcher is published, read-only after
-	mu       sync.Mutex      // leaf lock: guards syncedFn
+	mu       sync.Mutex      // leaf lock: guards syncedFn and informers
 	syncedFn []cache.InformerSynced
-	ready    atomic.Bool
-	done     chan struct{}
+	// informers are the running informers (Revisit reads their stores).
+	informers []cache.SharedIndexInformer
+	ready     atomic.Bool
+	done      chan struct{}
 }
 
 func newWatcher(op *Reactor, r causes.Resource, info *resourceInfo) *watcher {
@@ -52,6 +54,12 @@ func (w *watcher) syncedFns() []cache.InformerSynced {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return append([]cache.InformerSynced(nil), w.syncedFn...)
+}
+
+func (w *watcher) informersSnapshot() []cache.SharedIndexInformer {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]cache.SharedIndexInformer(nil), w.informers...)
 }
 
 func (w *watcher) synced() bool {
@@ -79,9 +87,18 @@ func (w *watcher) run(ctx context.Context) {
 	}
 	// Before the informers list: their first list may be older than this read.
 	w.info.floor.Store(w.loadFreshnessFloor(ctx, log, namespaces))
+	// A Shard (sharding across replicas) may narrow the watch to this replica's
+	// objects with a label selector: memory and watch load split, not only work.
+	var tweak dynamicinformer.TweakListOptionsFunc
+	if w.op.opts.Shard != nil {
+		if selector := w.op.opts.Shard.Watching(ctx, info.gvr, namespaces); selector != "" {
+			tweak = func(lo *metav1.ListOptions) { lo.LabelSelector = selector }
+			log.Info("watching this replica's share", "labelSelector", selector)
+		}
+	}
 	var informers []cache.SharedIndexInformer
 	for _, ns := range namespaces {
-		inf := dynamicinformer.NewFilteredDynamicInformer(w.op.dynamic, info.gvr, ns, w.op.opts.ResyncPeriod, cache.Indexers{}, nil).Informer()
+		inf := dynamicinformer.NewFilteredDynamicInformer(w.op.dynamic, info.gvr, ns, w.op.opts.ResyncPeriod, cache.Indexers{}, tweak).Informer()
 		if err := inf.SetTransform(stripManagedFieldsTransform); err != nil {
 			log.Error("cannot watch", "error", err)
 			return
@@ -99,6 +116,7 @@ func (w *watcher) run(ctx context.Context) {
 		informers = append(informers, inf)
 		w.mu.Lock()
 		w.syncedFn = append(w.syncedFn, reg.HasSynced)
+		w.informers = append(w.informers, inf)
 		w.mu.Unlock()
 	}
 	w.ready.Store(true)
@@ -219,6 +237,9 @@ func (w *watcher) notify(eventType string, obj any, initial bool) {
 	ns := u.GetNamespace()
 	if ns != "" && !o.filter.allows(ns) {
 		return
+	}
+	if o.opts.Shard != nil && !o.opts.Shard.Admits(w.info.gvr, eventType, u) {
+		return // another replica's, or being handed over (shard.go)
 	}
 	if obs := o.opts.Observer; obs != nil {
 		obs.EventReceived(ControllerName(w.resource), eventType)

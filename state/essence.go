@@ -69,12 +69,28 @@ func storeMarker(obj map[string]any, patch *Patch, prefix string) {
 	patch.SetAnnotation(key, &yes)
 }
 
+// ShardLabel is the label that gives an object to one replica when replicas share the
+// objects (package sharding). The operator writes it itself, when it assigns or moves
+// the object: like its own annotations, it is not part of the essence (moving an
+// object between replicas is not a change of it).
+func ShardLabel(prefix string) string { return prefix + "/shard" }
+
+func withoutKey(m map[string]any, key string) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		if k != key {
+			out[k] = v
+		}
+	}
+	return out
+}
+
 // LastHandledKey is the annotation holding the essence last handled successfully (the diff-base).
 func LastHandledKey(prefix string) string { return prefix + "/last-handled-configuration" }
 
 // Essence is the part of an object whose changes are "real" changes (kopf's essence): the object
 // without apiVersion, kind, status and metadata, but keeping metadata.labels and
-// metadata.annotations, minus the annotations under "<prefix>/", under any prefix marked as an
+// metadata.annotations, minus the label ShardLabel and the annotations under "<prefix>/", under any prefix marked as an
 // operator's (ManagedMarker, kopf's marker) and kubectl's last-applied annotation. Those are excluded because the operator itself, or kubectl, rewrites them all the
 // time; counting them would make the operator react to its own writes. Empty labels, annotations
 // and metadata are dropped so that "no labels" equals "empty labels", and so are top-level nils.
@@ -94,7 +110,12 @@ func Essence(obj map[string]any, prefix string) map[string]any {
 	meta, _ := obj["metadata"].(map[string]any)
 	essMeta := map[string]any{}
 	if labels, ok := meta["labels"].(map[string]any); ok && len(labels) > 0 {
-		essMeta["labels"] = DeepCopyValue(labels)
+		if _, sharded := labels[ShardLabel(prefix)]; sharded {
+			labels = withoutKey(labels, ShardLabel(prefix))
+		}
+		if len(labels) > 0 {
+			essMeta["labels"] = DeepCopyValue(labels)
+		}
 	}
 	if annotations, ok := meta["annotations"].(map[string]any); ok {
 		if kept := essentialAnnotations(annotations, prefix); len(kept) > 0 {

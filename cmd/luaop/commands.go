@@ -36,6 +36,7 @@ import (
 	"github.com/luaop/luaop/processing"
 	"github.com/luaop/luaop/scripttest"
 	"github.com/luaop/luaop/scriptwatch"
+	"github.com/luaop/luaop/sharding"
 )
 
 func newDevCommand(v *viper.Viper) *cobra.Command {
@@ -184,6 +185,16 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	}
 	m := metrics.New()
 	m.BuildInfo(luaopVersion())
+	shards, err := newSharding(cfg, s, m, log)
+	if err != nil {
+		return err
+	}
+	if shards != nil && !s.Standalone {
+		// The replicas of a shard group serve the same resources at the same
+		// priority: peering would pause them all. They coordinate by sharding.
+		log.Info("sharding across replicas: peering off (the replicas split the objects instead of pausing)")
+		s.Standalone = true
+	}
 	popts := processing.Options{
 		Namespaces:          s.Namespaces,
 		Workers:             s.Workers,
@@ -201,6 +212,9 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	if !dev {
 		// Production logs show what needs attention; `luaop dev` shows every success.
 		popts.SuccessLogLevel = slog.LevelDebug
+	}
+	if shards != nil {
+		popts.Shard = shards
 	}
 	operator.Instrument(&popts, m)
 	oopts := operator.Options{
@@ -224,6 +238,9 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	}
 	if err := op.AttachMetrics(m); err != nil {
 		return err
+	}
+	if shards != nil {
+		shards.Attach(op.Reactor())
 	}
 	var webhooks *admission.Webhooks
 	if s.WebhookAddress != "" {
@@ -277,7 +294,7 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 			return err
 		}
 	}
-	if err := serveEndpoints(ctx, log, s, op, m, elector, webhooks, peer, kube); err != nil {
+	if err := serveEndpoints(ctx, log, s, op, m, elector, webhooks, peer, kube, shards); err != nil {
 		return err
 	}
 	report, err := op.LoadScripts(ctx, initial.Scripts)
@@ -382,6 +399,12 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 		}
 	})
 	work := func(ctx context.Context) error { return runPeered(ctx, op, peer, stopWebhooks) }
+	if shards != nil {
+		// Every replica handles its share; ErrMembershipLost ends the process with
+		// an error (its objects went to the others), and Kubernetes restarts it.
+		log.Info("watching the cluster: this replica's share", "server", cfg.Host, "scripts", dir, "labelSelector", shards.Selector())
+		return shards.Run(ctx, work)
+	}
 	if elector != nil {
 		// Only the leader watches and handles (and takes part in peering);
 		// ErrLeadershipLost ends the process with an error, and Kubernetes restarts
@@ -491,7 +514,7 @@ func withStuckStates(probe func(context.Context) (map[string]any, bool), stuck f
 // /metrics, as controller-runtime's secure metrics. /debug and Go's profiles answer
 // loopback clients only (kubectl port-forward arrives on the pod's loopback): they
 // show object names and handler messages, the probes nothing but ok.
-func serveEndpoints(ctx context.Context, log *slog.Logger, s settings, op *operator.Operator, m *metrics.Metrics, elector *leader.Elector, webhooks *admission.Webhooks, peer *peering.Peering, kube kubernetes.Interface) error {
+func serveEndpoints(ctx context.Context, log *slog.Logger, s settings, op *operator.Operator, m *metrics.Metrics, elector *leader.Elector, webhooks *admission.Webhooks, peer *peering.Peering, kube kubernetes.Interface, shards *sharding.Sharding) error {
 	var healthLn, metricsLn net.Listener
 	var err error
 	if s.HealthAddress != "" {
@@ -513,7 +536,7 @@ func serveEndpoints(ctx context.Context, log *slog.Logger, s settings, op *opera
 		}
 	}
 	if healthLn != nil {
-		health := healthMux(op, elector, webhooks, peer, s.ProbesAffectLiveness)
+		health := healthMux(op, elector, webhooks, peer, s.ProbesAffectLiveness, shards)
 		if s.Profiles {
 			serveProfiles(health)
 		}
@@ -587,7 +610,7 @@ func listen(what, flag, addr string) (net.Listener, error) {
 	return ln, nil
 }
 
-func healthMux(op *operator.Operator, elector *leader.Elector, webhooks *admission.Webhooks, peer *peering.Peering, probesAffectLiveness bool) *http.ServeMux {
+func healthMux(op *operator.Operator, elector *leader.Elector, webhooks *admission.Webhooks, peer *peering.Peering, probesAffectLiveness bool, shards *sharding.Sharding) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug", debugHandler(op.Debug, func() string {
 		switch {
@@ -604,6 +627,10 @@ func healthMux(op *operator.Operator, elector *leader.Elector, webhooks *admissi
 		}
 		if webhooks != nil {
 			doc.Webhooks = webhooksDebug(webhooks)
+		}
+		if shards != nil {
+			st := shards.State()
+			doc.Sharding = &st
 		}
 	}))
 	// The on.probe handlers' results (kopf's probes) decide readiness: a failing

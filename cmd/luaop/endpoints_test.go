@@ -35,7 +35,7 @@ func TestEndpointsThatCannotListenFailTheStart(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
-			err := serveEndpoints(ctx, log, settings{HealthAddress: tt.health, MetricsAddress: tt.metrics}, nil, metrics.New(), nil, nil, nil, nil)
+			err := serveEndpoints(ctx, log, settings{HealthAddress: tt.health, MetricsAddress: tt.metrics}, nil, metrics.New(), nil, nil, nil, nil, nil)
 			if err == nil {
 				t.Fatal("no error")
 			}
@@ -59,7 +59,7 @@ func TestEndpointsServeMetrics(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if err := serveEndpoints(ctx, log, settings{MetricsAddress: addr}, nil, metrics.New(), nil, nil, nil, nil); err != nil {
+	if err := serveEndpoints(ctx, log, settings{MetricsAddress: addr}, nil, metrics.New(), nil, nil, nil, nil, nil); err != nil {
 		t.Skipf("the port was taken meanwhile: %v", err)
 	}
 	resp, err := http.Get("http://" + addr + "/metrics")

@@ -58,7 +58,7 @@ func TestSecureMetricsAuthenticatesAndAuthorizes(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	m := metrics.New()
 	m.BuildInfo("v-secure-test")
-	if err := serveEndpoints(ctx, log, settings{MetricsAddress: addr, MetricsSecure: true}, nil, m, nil, nil, nil, env.Kube); err != nil {
+	if err := serveEndpoints(ctx, log, settings{MetricsAddress: addr, MetricsSecure: true}, nil, m, nil, nil, nil, env.Kube, nil); err != nil {
 		t.Fatal(err)
 	}
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // a self-signed certificate, as Prometheus' insecureSkipVerify

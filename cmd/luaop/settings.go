@@ -93,6 +93,8 @@ type settings struct {
 	Priority             int
 	PeeringNamespace     string
 	PeeringLeaseDuration time.Duration
+	// Sharding across replicas (scaleout.go; not --shards, the Lua states).
+	ScaleOut shardSettings
 	// Warnings are LUAOP_* variables that look like misspelled settings: logged at start.
 	Warnings []string
 }
@@ -208,6 +210,7 @@ func addOperatorFlags(fs *pflag.FlagSet, logFormat string) {
 	fs.Duration("leader-elect-lease-duration", 15*time.Second, "how long standbys wait after the leader's last renewal before taking the Lease over (whole seconds, at least 1s)")
 	fs.Duration("leader-elect-renew-deadline", 10*time.Second, "how long the leader tries to renew before it gives the leadership up (less than the lease duration)")
 	fs.Duration("leader-elect-retry-period", 2*time.Second, "how often to try to acquire or renew the Lease (the renew deadline must exceed 1.2 times it)")
+	addShardFlags(fs)
 	fs.Duration("reload-debounce", scriptwatch.DefaultDebounce, "quiet time after a file event before the scripts folder is read again and reloaded (> 0): raise it for editors or file systems that write a file in several pauses")
 	fs.Duration("shutdown-grace-period", 20*time.Second, "on SIGTERM, how long running handlers and daemons may take to finish before they are cancelled (> 0)")
 	fs.String("webhook-address", "", "address of the HTTPS server of the validate and mutate handlers, host:port (\":9443\"; empty: off)")
@@ -301,6 +304,7 @@ func readSettings(cmd *cobra.Command, v *viper.Viper, subset bool) (settings, er
 	s.LeaderElect = r.bool("leader-elect")
 	s.LeaderNamespace = r.dnsName("leader-election-namespace", true)
 	s.LeaderName = r.dnsName("leader-election-name", false)
+	s.ScaleOut = readShardSettings(r)
 	s.LeaseDuration = r.duration("leader-elect-lease-duration", false)
 	s.RenewDeadline = r.duration("leader-elect-renew-deadline", false)
 	s.RetryPeriod = r.duration("leader-elect-retry-period", false)

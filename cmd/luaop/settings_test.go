@@ -184,6 +184,8 @@ func TestSettingsRejectBadValues(t *testing.T) {
 		{[]string{"--workers", "-2"}, nil, []string{"--workers=-2", "at least 1"}},
 		{nil, map[string]string{"LUAOP_WORKERS": "many"}, []string{`LUAOP_WORKERS="many"`, "whole number"}},
 		{[]string{"--shards", "-3"}, nil, []string{"--shards=-3", "at least 0"}},
+		{[]string{"--shard-lease-duration", "1500ms"}, nil, []string{"--shard-lease-duration", "whole number of seconds, at least 2s"}},
+		{nil, map[string]string{"LUAOP_SHARD_GROUP": "Not_A_Name"}, []string{"LUAOP_SHARD_GROUP"}},
 		{[]string{"--handler-timeout", "0s"}, nil, []string{"--handler-timeout", "greater than 0"}},
 		{[]string{"--lua-memory-budget", "lots"}, nil, []string{"--lua-memory-budget", "auto, off or a size of at least 16Mi"}},
 		{nil, map[string]string{"LUAOP_LUA_MEMORY_BUDGET": "1Ki"}, []string{`LUAOP_LUA_MEMORY_BUDGET="1Ki"`, "at least 16Mi"}},

@@ -15,6 +15,7 @@ import (
 	"github.com/luaop/luaop/admission"
 	"github.com/luaop/luaop/operator"
 	"github.com/luaop/luaop/peering"
+	"github.com/luaop/luaop/sharding"
 )
 
 // debugDoc is the document /debug serves: the operator's Debug and its version.
@@ -27,6 +28,8 @@ type debugDoc struct {
 	// API server calls the admission handlers and whether the probe proved it.
 	Peering  *peering.State `json:"peering,omitempty"`
 	Webhooks *webhooksDoc   `json:"webhooks,omitempty"`
+	// Sharding is this replica's part in sharding (with --shard-across-replicas).
+	Sharding *sharding.State `json:"sharding,omitempty"`
 	operator.Debug
 }
 
@@ -165,6 +168,7 @@ func printStatus(out io.Writer, d debugDoc, now time.Time) {
 		}
 	}
 	printPeeringAndWebhooks(out, d, now)
+	printSharding(out, d.Sharding)
 	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "\nhandlers (%d):\n", len(d.Handlers))
 	for _, h := range d.Handlers {

@@ -9,6 +9,7 @@ import (
 	"github.com/luaop/luaop/operator"
 	"github.com/luaop/luaop/peering"
 	"github.com/luaop/luaop/processing"
+	"github.com/luaop/luaop/sharding"
 )
 
 // luaop status prints what /debug says in lines an SRE reads at a glance.
@@ -100,6 +101,23 @@ func TestPrintStatusOfPeeringAndWebhooks(t *testing.T) {
 		"peering: PAUSED (paused in favour of me@laptop/1 (priority 666, luaop dev on laptop)); priority 0, Lease luaop-system/luaop.dev-peer-1\n",
 		"  peer me@laptop/1 (priority 666, luaop dev on laptop): working\n",
 		"webhooks: NOT REACHED by the API server (1m0s ago): the API server cannot call the webhooks through Service luaop-system/luaop: no endpoints\n",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("luaop status lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestPrintStatusOfSharding(t *testing.T) {
+	doc := debugDoc{Version: "v1", Sharding: &sharding.State{Group: "luaop", Namespace: "luaop-system", Member: "luaop-7d9f-1a2b",
+		Members: []string{"luaop-7d9f-1a2b", "luaop-7d9f-3c4d", "luaop-7d9f-5e6f"}, Coordinator: true, Owned: 1003, Draining: 2, Released: 17,
+		Resources: []sharding.ResourceState{{Resource: "widgets.examples.luaop.dev", Mode: "label selector"}}}}
+	var out strings.Builder
+	printStatus(&out, doc, time.Now())
+	for _, want := range []string{
+		"sharding: member and coordinator luaop-7d9f-1a2b of group luaop-system/luaop; owns 1003 objects (fair share 1/3), 2 being handed over, 17 handed over\n",
+		"  members (3): luaop-7d9f-1a2b, luaop-7d9f-3c4d, luaop-7d9f-5e6f\n",
+		"  widgets.examples.luaop.dev: label selector\n",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("luaop status lacks %q:\n%s", want, out.String())

@@ -1,0 +1,46 @@
+// Package sharding lets several replicas of one operator share its objects, each
+// watching and handling only its own: scale-out, where leader election (package
+// leader) gives one active replica and standbys.
+//
+// # Members and assignment
+//
+// Every replica holds a coordination.k8s.io/v1 Lease of its own,
+// <group>-member-<member>, labelled luaop.dev/shard-group=<group>: its membership,
+// renewed every RenewEvery; a replica that cannot renew for RenewDeadline stops
+// handling (Run returns ErrMembershipLost) before the others may take its objects
+// (LeaseDuration after its last renewal, as they observe it). One replica, elected
+// on the Lease <group>-coordinator with the leader package (no extra component),
+// is the coordinator: it watches the metadata of every object of the sharded
+// resources and writes each object's member into the label <prefix>/shard.
+// Objects are placed by consistent hashing with virtual nodes and bounded loads
+// (Ring, Plan): balanced within DefaultTolerance whatever the members' names, and
+// a member coming or going moves only the objects it takes or gives. Each
+// replica's Reactor watches with the label selector <prefix>/shard=<member>
+// (processing.Shard), so memory and watch load split, not only work. A resource
+// whose objects luaop may not patch cannot be labelled: every replica watches all
+// of it and keeps what the ring gives it (Admits), said in the log.
+//
+// # Handover
+//
+// To move an object from a live member, the coordinator sets the annotation
+// <prefix>/shard-handover=<new member>, and nothing else. The owner's watch
+// delivers it; from that notification on, the owner refuses the object's
+// notifications, lets the cycle in flight finish, stops its daemons and timers
+// and forgets it (processing.Reactor.Release), and only then moves the label to
+// the new member and removes the annotation, in one JSON patch that tests the
+// annotation. The new member's watch sees the object only after that write:
+// never two handlers at once, and no gap but the handover itself. Progress and
+// the diff-base live on the object, so the new member resumes where the old one
+// stopped; memos are in memory and start empty. A member that is gone (Lease
+// deleted by a clean stop, or expired) releases nothing: the coordinator writes
+// the label of its objects directly.
+//
+// # Who owns what
+//
+// The membership (membership.go) owns the observed Leases behind a leaf mutex.
+// Sharding's leaf mutex guards the resources, the objects this replica owns and
+// those it is handing over; Admits (an informer goroutine) and the handover
+// workers (a client-go work queue) are its only writers. The coordinator
+// (coordinator.go) owns its informers and the plan; one goroutine plans, its
+// workers write. No lock is held while calling the API or the Reactor.
+package sharding
