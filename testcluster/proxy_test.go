@@ -386,6 +386,7 @@ func TestProxyCoalescesWatchEvents(t *testing.T) {
 			got <- strings.TrimSpace(line)
 		}
 	}()
+	waitHeld(t, p, len(burst))
 	select {
 	case line := <-got:
 		t.Fatalf("an event came through the hold: %s", line)
@@ -515,10 +516,25 @@ func TestProxyReadsACompressedWatch(t *testing.T) {
 	Eventually(t, 5*time.Second, func() (bool, string) {
 		return !u.sentAt(watchEvent("MODIFIED", "w0", "u0", 3)).IsZero(), "waiting for the upstream to send"
 	})
+	waitHeld(t, p, 2)
 	if stats := release(); stats.Held != 2 || stats.Delivered != 1 {
 		t.Fatalf("the hold saw %+v of a compressed stream, want 2 held, 1 delivered", stats)
 	}
 	if line, err := lines.ReadString('\n'); err != nil || strings.TrimSpace(line) != watchEvent("MODIFIED", "w0", "u0", 3) {
 		t.Fatalf("through the proxy: %q, %v", line, err)
 	}
+}
+
+// waitHeld waits until the hold in force has kept n events back: the upstream having
+// sent them does not mean the proxy's reader of that stream has read them yet.
+func waitHeld(t *testing.T, p *Proxy, n int) {
+	t.Helper()
+	Eventually(t, 5*time.Second, func() (bool, string) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.coalesce == nil {
+			return false, "no hold in force"
+		}
+		return p.coalesce.stats.Held >= n, fmt.Sprintf("waiting for the proxy to hold %d events (%d so far)", n, p.coalesce.stats.Held)
+	})
 }
