@@ -412,6 +412,9 @@ type ranHandler struct {
 	reason causes.Reason
 	record state.HandlerRecord
 	wrote  bool
+	// wroteMain and wroteStatus: what it wrote went to the object's write, to the
+	// /status write (a status subresource splits the cycle's patch in two writes).
+	wroteMain, wroteStatus bool
 }
 
 // unreportedSuccess is a success that no write stored yet.
@@ -932,8 +935,11 @@ func (c *cycle) runChangeHandler(ctx context.Context, h handlerState, cause caus
 		own.Set([]string{"status", h.spec.ID}, result.Value)
 	}
 	wrote := !own.IsEmpty()
+	var wroteMain, wroteStatus bool
 	if wrote {
 		c.patch.Merge(own.Map())
+		main, status := own.Split()
+		wroteMain, wroteStatus = len(main) > 0, len(status) > 0
 	}
 	if err == nil && len(result.Subhandlers) > 0 {
 		rec = c.runSubhandlers(ctx, h.spec, rec, result.Subhandlers, cause, reason)
@@ -945,7 +951,7 @@ func (c *cycle) runChangeHandler(ctx context.Context, h handlerState, cause caus
 		}
 		c.report(h.spec.ID, reason, rec, outcome, took, err)
 	}
-	c.ran = append(c.ran, ranHandler{spec: h.spec, reason: reason, record: rec, wrote: wrote})
+	c.ran = append(c.ran, ranHandler{spec: h.spec, reason: reason, record: rec, wrote: wrote, wroteMain: wroteMain, wroteStatus: wroteStatus})
 	return rec
 }
 
