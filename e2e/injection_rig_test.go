@@ -167,6 +167,9 @@ type rig struct {
 	counts   map[string]int // calls per kind so far
 	armed    *injection
 	fired    bool
+	// stopping: stopAll began; no fault fires from then on (a restart's Add after
+	// stopAll's Wait began would misuse the WaitGroup).
+	stopping bool
 	restarts sync.WaitGroup
 }
 
@@ -296,6 +299,9 @@ func (r *rig) stop() {
 }
 
 func (r *rig) stopAll() {
+	r.mu.Lock()
+	r.stopping = true
+	r.mu.Unlock()
 	r.restarts.Wait()
 	r.stop()
 	r.mu.Lock()
@@ -342,7 +348,7 @@ func (r *rig) intercept(x *testcluster.Exchange) testcluster.Verdict {
 		r.trace = append(r.trace, call{kind: kind, object: object, step: r.step})
 	}
 	in := r.armed
-	hit := in != nil && !r.fired && in.kind == kind && in.stage == x.Stage && r.counts[kind] == in.ordinal
+	hit := in != nil && !r.fired && !r.stopping && in.kind == kind && in.stage == x.Stage && r.counts[kind] == in.ordinal
 	if x.Stage == testcluster.AfterUpstream && hit && x.Status >= 300 {
 		// The server refused it: nothing applied, nothing to crash after. The next
 		// call of the kind is the one.

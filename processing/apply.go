@@ -193,7 +193,7 @@ func (c *cycle) refuseWrites(ctx context.Context, err error) error {
 	}
 	culprits := 0
 	for _, r := range c.ran {
-		if r.wrote {
+		if c.inRefusedWrite(r, refusal) {
 			culprits++
 		}
 	}
@@ -209,7 +209,7 @@ func (c *cycle) refuseWrites(ctx context.Context, err error) error {
 	for i, r := range c.ran {
 		rec := r.record
 		switch {
-		case r.wrote:
+		case c.inRefusedWrite(r, refusal):
 			msg := fmt.Sprintf("the API server refused to store the object with what handler %s wrote (its result or ctx.patch): %s; "+
 				"keep big data out of the object (in a ConfigMap or Secret of its own)", r.spec.ID, refusal.reason())
 			now := c.now
@@ -236,6 +236,24 @@ func (c *cycle) refuseWrites(ctx context.Context, err error) error {
 type tooLargeError struct {
 	key   objectKey
 	cause error
+	// subresource is the write refused: "" the object's, "status" its /status.
+	subresource string
+}
+
+// inRefusedWrite tells whether what a handler wrote went into the refused write:
+// with a status subresource the cycle's patch goes in two writes, and the one sent
+// first may have been stored (its handlers' results are on the object).
+func (c *cycle) inRefusedWrite(r ranHandler, refusal *tooLargeError) bool {
+	if !r.wrote {
+		return false
+	}
+	if !c.info.statusSubresource {
+		return true
+	}
+	if refusal.subresource == "status" {
+		return r.wroteStatus
+	}
+	return r.wroteMain
 }
 
 func (e *tooLargeError) Error() string {
@@ -349,7 +367,7 @@ func (c *cycle) send(ctx context.Context, subresource string, do func([]byte) (*
 	}
 	resp, err := do(data)
 	if refusedAsTooLarge(err) {
-		err = &tooLargeError{key: c.key, cause: err}
+		err = &tooLargeError{key: c.key, cause: err, subresource: subresource}
 	}
 	if err != nil && writeOutcomeUnknown(err) {
 		c.mem.writeUnknown = true

@@ -448,14 +448,16 @@ type delayedAttempt struct {
 	stopStopped, stopCtx func() bool
 }
 
-// finish marks the daemon exited and lets its object's worker see it.
+// finish marks the daemon exited and lets its object's worker see it. It leaves
+// the registry first: whoever waited for done (Pause, a deletion) then finds the
+// registry without it (/debug, the daemons gauge).
 //
 //go:noinline
 func (l *daemonLoop) finish() {
+	l.op.daemons.remove(l.d)
 	close(l.d.done)
 	l.d.cancel()
 	l.op.queue.Add(l.d.key)
-	l.op.daemons.remove(l.d)
 }
 
 // callFor is the call of one attempt, or nil when the daemon must not run again: its

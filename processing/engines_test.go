@@ -298,19 +298,11 @@ func TestDaemonStoppedAsItsDelayEndsDoesNotStart(t *testing.T) {
 			return nil
 		})
 		e := startEnv(t, h, Options{})
-		var all []*daemonRun // set before the clock reaches the delay's end
-		e.clock.AfterFunc(time.Minute, func() {
-			for _, d := range all {
-				// A stop's signal, as a stop with a grace period gives it (its
-				// cancellation comes later; d.stop would arm that on the clock,
-				// whose lock is held here).
-				d.endStop()
-			}
-		})
+		var all []*daemonRun
 		for i := 0; i < n; i++ {
 			e.create(fmt.Sprintf("w%d", i), nil)
 		}
-		e.eventually("every daemon waiting its delay", func() bool { return e.op.daemons.count() == n && e.clock.Waiters() >= n+1 })
+		e.eventually("every daemon waiting its delay", func() bool { return e.op.daemons.count() == n && e.clock.Waiters() >= n })
 		e.op.daemons.mu.Lock()
 		for d := range e.op.daemons.running {
 			all = append(all, d)
@@ -318,7 +310,7 @@ func TestDaemonStoppedAsItsDelayEndsDoesNotStart(t *testing.T) {
 		e.op.daemons.mu.Unlock()
 		go e.clock.Step(time.Minute)
 		for _, d := range all {
-			d.stop(0, 0)
+			d.stop(time.Hour, time.Hour)
 		}
 		// (Their objects' next cycles start new daemons, with a delay of their own.)
 		e.eventually("every stopped daemon finished", func() bool {

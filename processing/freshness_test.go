@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -103,6 +104,9 @@ func TestAStaleFirstListRunsNothingAgain(t *testing.T) {
 			}
 			var lists, gets atomic.Int64
 			var started atomic.Pointer[env]
+			// The informer's watch, once started: an update made through the tracker
+			// before it would never reach the watch (the fake tracker replays nothing).
+			var watching atomic.Bool
 			opts := Options{ConsistencyTimeout: 2 * time.Second, ProgressStorage: StorageAnnotations, DiffBaseStorage: StorageAnnotations}
 			e := startEnvWith(t, h, opts, func(dyn *dynamicfake.FakeDynamicClient) {
 				dyn.PrependReactor("list", "widgets", func(clienttesting.Action) (bool, runtime.Object, error) {
@@ -111,7 +115,17 @@ func TestAStaleFirstListRunsNothingAgain(t *testing.T) {
 					}
 					return true, listOf("40", stale), nil // the informer's: older
 				})
+				dyn.PrependWatchReactor("widgets", func(clienttesting.Action) (bool, watch.Interface, error) {
+					watching.Store(true) // the default reaction registers the watcher, under the same lock
+					return false, nil, nil
+				})
 				dyn.PrependReactor("get", "widgets", func(clienttesting.Action) (bool, runtime.Object, error) {
+					if watchCatchesUp && gets.Load() == 0 && !watching.Load() {
+						// The cycle read the object before the informer watched: this read
+						// fails (a passing error, tried again) so that the read the test is
+						// about happens with the watch there to catch up.
+						return true, nil, apierrors.NewTooManyRequests("the test's watch is not there yet", 1)
+					}
 					if gets.Add(1) == 1 && watchCatchesUp {
 						// A newer version comes through the watch before the read answers.
 						// (Through the tracker: the fake client's lock is held here.)
@@ -147,7 +161,12 @@ func TestAStaleFirstListRunsNothingAgain(t *testing.T) {
 				})
 			}, handled)
 			started.Store(e)
-			e.eventually("the object read from the server", func() bool { return gets.Load() > 0 })
+			e.eventually("the object read from the server", func() bool {
+				if gets.Load() == 0 {
+					e.clock.Step(100 * time.Millisecond) // past the backoff of a refused read
+				}
+				return gets.Load() > 0
+			})
 			start := e.clock.Now()
 			e.eventually("the cycles past the consistency timeout", func() bool {
 				e.clock.Step(500 * time.Millisecond)

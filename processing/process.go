@@ -103,6 +103,12 @@ func (o *Reactor) process(ctx context.Context, key objectKey) (time.Duration, er
 	}
 	if mem.writeUnknown && !o.opts.DryRun || mem.staleBody {
 		if wait, stop, err := c.readAfterUnknownWrite(ctx); err != nil || wait > 0 || stop {
+			if wait > 0 && !stop && err == nil {
+				// The change handling waits to learn what the unanswered write did;
+				// the timers do not (kopf's timers are tasks of their own): they keep
+				// their schedule while the API server answers writes with errors.
+				return soonest(wait, c.runTimersAlone(ctx)), nil
+			}
 			return wait, err
 		}
 	}
@@ -183,7 +189,7 @@ func (o *Reactor) process(ctx context.Context, key objectKey) (time.Duration, er
 		if c.carriedWritten {
 			return // written already: handing it back would write old values again
 		}
-		if apierrors.IsInvalid(err) || refusedAsTooLarge(err) {
+		if c.refused || apierrors.IsInvalid(err) || refusedAsTooLarge(err) {
 			log.Error("the server refused the object's patch; what daemons and event handlers wrote in it is dropped", "error", err)
 			return
 		}
@@ -240,9 +246,18 @@ func (c *cycle) frameworkFailed(ctx context.Context, timersWake time.Duration, e
 func (c *cycle) runTimersAlone(ctx context.Context) time.Duration {
 	c.patch = state.NewPatch()
 	c.carried, c.endsCause = false, false
+	// The change handlers' write failed: their successes were not stored, and must
+	// not be reported (or blamed, by a refusal of this write) as if they were.
+	c.unreported, c.ran, c.succeeded = nil, nil, nil
 	wake := c.runTimers(ctx)
 	c.op.board.setTimers(c.key, c.mem.timers)
+	// This write carries no handler's record: when its answer is lost, nothing is
+	// to be learned before the change handling goes on (no handler could run twice),
+	// so it does not open the wait after an unanswered write; the timers' own failing
+	// writes would otherwise keep that wait, and the timers behind it, going.
+	unknown, unknownUntil := c.mem.writeUnknown, c.mem.writeUnknownUntil
 	if err := c.apply(ctx); err != nil {
+		c.mem.writeUnknown, c.mem.writeUnknownUntil = unknown, unknownUntil
 		c.log.Error("the timers' patch failed; their results are lost, they run again at their next time", "error", err)
 	}
 	return wake
@@ -400,6 +415,9 @@ type ranHandler struct {
 	reason causes.Reason
 	record state.HandlerRecord
 	wrote  bool
+	// wroteMain and wroteStatus: what it wrote went to the object's write, to the
+	// /status write (a status subresource splits the cycle's patch in two writes).
+	wroteMain, wroteStatus bool
 }
 
 // unreportedSuccess is a success that no write stored yet.
@@ -898,6 +916,7 @@ func (c *cycle) runChangeHandler(ctx context.Context, h handlerState, cause caus
 		logOutcome(c.log, o.opts.SuccessLogLevel, h.spec.ID, string(reason), OutcomeFailure, 0, errors.New(msg))
 		c.post("Warning", "HandlerFailed", msg)
 		o.observeAs(c.key, h.spec.ID, c.topID(h.spec.ID), string(reason), OutcomeFailure, 0, errors.New(msg))
+		c.ran = append(c.ran, ranHandler{spec: h.spec, reason: reason, record: rec})
 		return rec
 	}
 	started := c.now
@@ -919,8 +938,11 @@ func (c *cycle) runChangeHandler(ctx context.Context, h handlerState, cause caus
 		own.Set([]string{"status", h.spec.ID}, result.Value)
 	}
 	wrote := !own.IsEmpty()
+	var wroteMain, wroteStatus bool
 	if wrote {
 		c.patch.Merge(own.Map())
+		main, status := own.Split()
+		wroteMain, wroteStatus = len(main) > 0, len(status) > 0
 	}
 	if err == nil && len(result.Subhandlers) > 0 {
 		rec = c.runSubhandlers(ctx, h.spec, rec, result.Subhandlers, cause, reason)
@@ -932,7 +954,7 @@ func (c *cycle) runChangeHandler(ctx context.Context, h handlerState, cause caus
 		}
 		c.report(h.spec.ID, reason, rec, outcome, took, err)
 	}
-	c.ran = append(c.ran, ranHandler{spec: h.spec, reason: reason, record: rec, wrote: wrote})
+	c.ran = append(c.ran, ranHandler{spec: h.spec, reason: reason, record: rec, wrote: wrote, wroteMain: wroteMain, wroteStatus: wroteStatus})
 	return rec
 }
 
