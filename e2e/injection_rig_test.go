@@ -159,14 +159,14 @@ type rig struct {
 	ledger     *ledger.Ledger
 	stopFollow func()
 
-	mu       sync.Mutex
-	op       *process
-	ops      []*process // every process started, for the logs of a failure
-	step     string
-	trace    []call
-	counts   map[string]int // calls per kind so far
-	armed    *injection
-	fired    bool
+	mu     sync.Mutex
+	op     *process
+	ops    []*process // every process started, for the logs of a failure
+	step   string
+	trace  []call
+	counts map[string]int // calls per kind so far
+	armed  *injection
+	fired  bool
 	// stopping: stopAll began; no fault fires from then on (a restart's Add after
 	// stopAll's Wait began would misuse the WaitGroup).
 	stopping bool
