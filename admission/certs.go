@@ -495,6 +495,12 @@ func (c *Certificates) reload() (changed bool, err error) {
 		bundle, _ = os.ReadFile(crt)
 	}
 	bundle = append(bytes.TrimSpace(bundle), '\n')
+	if old != nil {
+		// The previous CA stays trusted while it is valid: replicas whose volume the
+		// kubelet has not refreshed yet still serve leaves it signed (cert-manager
+		// rotates a CA's key by default), and the API server must accept both.
+		bundle = bundleWith(bundle, old.ca, time.Now())
+	}
 	c.state.Store(&certState{cert: &pair, ca: bundle, leaf: leaf, modTime: newest})
 	return old != nil && (!bytes.Equal(old.ca, bundle) || !sameCertificate(old.cert, &pair)), nil
 }

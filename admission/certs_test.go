@@ -3,6 +3,8 @@ package admission
 import (
 	"crypto/x509"
 	"encoding/pem"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -145,5 +147,40 @@ func TestSecretCertificatesRenewedOnceForAllReplicas(t *testing.T) {
 	}
 	if len(sec.Data["ca.key"]) == 0 {
 		t.Error("the Secret keeps no ca.key: the next renewal could not sign with its CA")
+	}
+}
+
+// Certificates from a folder (cert-manager's Secret mounted): when the CA changes,
+// the bundle keeps the previous CA while it is valid, so that the API server still
+// trusts replicas whose volume the kubelet has not refreshed yet.
+func TestFolderCertificatesKeepThePreviousCA(t *testing.T) {
+	dir := t.TempDir()
+	write := func() {
+		t.Helper()
+		certPEM, keyPEM, caPEM, err := generatePEM([]string{"127.0.0.1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, data := range map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM, "ca.crt": caPEM} {
+			if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	write()
+	c, err := LoadCertificates(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, n := poolOf(t, c.CABundle()); n != 1 {
+		t.Fatalf("the first bundle holds %d CAs, want 1", n)
+	}
+	time.Sleep(10 * time.Millisecond) // a newer modification time
+	write()
+	if err := c.Rotate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, n := poolOf(t, c.CABundle()); n != 2 {
+		t.Fatalf("after the CA changed the bundle holds %d CAs, want 2 (the new and the previous)", n)
 	}
 }

@@ -48,6 +48,8 @@ func TestExitCodes(t *testing.T) {
 		{"tests failed", []string{"test", failing}, exitTestsFailed, ""},
 		{"--run matches nothing", []string{"test", "--run", "nomatch", failing}, exitUsage, `no case matches --run "nomatch"`},
 		{"cluster unreachable", []string{"run", "--kubeconfig", unreachable, "--health-address=", "--metrics-address=", examples}, exitUnreachable, "cannot be reached"},
+		{"release without what to release", []string{"release"}, exitUsage, "give the scripts' folder"},
+		{"webhooks remove, cluster unreachable", []string{"webhooks", "remove", "--kubeconfig", unreachable}, exitUnreachable, "cannot be reached"},
 		{"-v 6 is a verbosity, not an argument", []string{"check", "-v", "6", examples}, exitUsage, "unknown shorthand flag: 'v'"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -68,7 +68,7 @@ and prints it: nothing is written.`,
 				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
 			}
 			if len(args) == 0 && len(o.resources) == 0 {
-				return errors.New("give the scripts' folder (luaop release DIR) or the resources (--resource group/version/plural)")
+				return usageError(errors.New("give the scripts' folder (luaop release DIR) or the resources (--resource group/version/plural)"))
 			}
 			if len(args) == 1 {
 				o.dir = args[0]

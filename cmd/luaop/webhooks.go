@@ -36,6 +36,9 @@ answers rejects every request it covers (failure_policy "Fail").`,
 			if err != nil {
 				return err
 			}
+			if err := checkReachable(cfg); err != nil { // exit status 5, as every command reaching the cluster
+				return err
+			}
 			client, err := kubernetes.NewForConfig(cfg)
 			if err != nil {
 				return err
