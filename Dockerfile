@@ -10,7 +10,7 @@
 # imagebuild) as an image archive; imagebuild's TestDockerfileAgrees checks that the
 # two recipes agree (user, entrypoint, command, paths, build flags, handlers).
 #
-# The build stage needs only the Go module proxy (GOPROXY, default proxy.golang.org).
+# The build stage needs only the Go module proxy (GOPROXY).
 
 FROM --platform=$BUILDPLATFORM golang:1.26 AS build
 WORKDIR /src
