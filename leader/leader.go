@@ -56,6 +56,26 @@ const (
 // serviceAccountNamespace holds the namespace of the Pod the process runs in.
 const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
+// PodNamespace is the namespace of the Pod the process runs in; false outside a Pod.
+// (Leader election and sharding place their Leases there by default.)
+func PodNamespace() (string, bool) {
+	data, err := os.ReadFile(serviceAccountNamespace)
+	ns := strings.TrimSpace(string(data))
+	return ns, err == nil && ns != ""
+}
+
+// UniqueIdentity is the host name and a random suffix joined by sep: the holder
+// identity of a Lease, unique across restarts of a Pod (its name stays).
+func UniqueIdentity(sep string) string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "luaop"
+	}
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return host + sep + hex.EncodeToString(b)
+}
+
 // Options configure the election. The zero value of every field means its default.
 type Options struct {
 	// Namespace of the Lease. Defaults to the namespace of the Pod the process runs
@@ -89,24 +109,17 @@ type Options struct {
 // withDefaults fills the defaults in and validates.
 func (o Options) withDefaults() (Options, error) {
 	if o.Namespace == "" {
-		data, err := os.ReadFile(serviceAccountNamespace)
-		if ns := strings.TrimSpace(string(data)); err == nil && ns != "" {
-			o.Namespace = ns
-		} else {
+		ns, ok := PodNamespace()
+		if !ok {
 			return o, errors.New("leader election needs the namespace of its Lease: not running in a Pod, so give it")
 		}
+		o.Namespace = ns
 	}
 	if o.Name == "" {
 		o.Name = DefaultName
 	}
 	if o.Identity == "" {
-		host, err := os.Hostname()
-		if err != nil || host == "" {
-			host = "luaop"
-		}
-		b := make([]byte, 4)
-		_, _ = rand.Read(b)
-		o.Identity = host + "_" + hex.EncodeToString(b)
+		o.Identity = UniqueIdentity("_")
 	}
 	if o.LeaseDuration == 0 {
 		o.LeaseDuration = DefaultLeaseDuration

@@ -2,13 +2,10 @@ package sharding
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -182,29 +179,19 @@ func (r objRef) String() string {
 	return r.gvr.Resource + " " + r.namespace + "/" + r.name
 }
 
-// serviceAccountNamespace holds the namespace of the Pod the process runs in.
-const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-
 func (o Options) withDefaults() (Options, error) {
 	if o.Namespace == "" {
-		data, err := os.ReadFile(serviceAccountNamespace)
-		if ns := strings.TrimSpace(string(data)); err == nil && ns != "" {
-			o.Namespace = ns
-		} else {
+		ns, ok := leader.PodNamespace()
+		if !ok {
 			return o, errors.New("sharding needs the namespace of its Leases: not running in a Pod, so give it (--shard-namespace)")
 		}
+		o.Namespace = ns
 	}
 	if o.Group == "" {
 		o.Group = DefaultGroup
 	}
 	if o.Identity == "" {
-		host, err := os.Hostname()
-		if err != nil || host == "" {
-			host = "luaop"
-		}
-		b := make([]byte, 4)
-		_, _ = rand.Read(b)
-		o.Identity = host + "-" + hex.EncodeToString(b)
+		o.Identity = leader.UniqueIdentity("-") // part of a Lease's name: no "_"
 	}
 	if o.Prefix == "" {
 		o.Prefix = DefaultPrefix

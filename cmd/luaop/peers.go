@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"log/slog"
-	"os"
-	"strings"
 	"sync"
 
 	"k8s.io/client-go/discovery"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/luaop/luaop/admission"
 	"github.com/luaop/luaop/devloop"
+	"github.com/luaop/luaop/leader"
 	"github.com/luaop/luaop/luabind"
 	"github.com/luaop/luaop/metrics"
 	"github.com/luaop/luaop/operator"
@@ -27,16 +26,10 @@ import (
 // ownership of the webhook configurations (the webhook server keeps answering what
 // is sent to it).
 
-// podNamespaceFile holds the namespace of the Pod the process runs in.
-const podNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-
 // podNamespace is the namespace of the Pod the process runs in, "" outside one.
 func podNamespace() string {
-	data, err := os.ReadFile(podNamespaceFile)
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(data))
+	ns, _ := leader.PodNamespace()
+	return ns
 }
 
 // peeringNamespace is --peering-namespace, else the pod's namespace, else
