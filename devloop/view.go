@@ -15,7 +15,7 @@ import (
 	"github.com/mattn/go-isatty"
 
 	"github.com/luaop/luaop/luabind"
-	"github.com/luaop/luaop/scriptwatch"
+	"github.com/luaop/luaop/reloading"
 )
 
 // View is the live terminal view of `luaop dev`: the loaded scripts and their
@@ -103,7 +103,7 @@ func (v *View) Note(ok bool, text string) {
 }
 
 // Reloaded shows one reload attempt.
-func (v *View) Reloaded(ev scriptwatch.ReloadEvent) {
+func (v *View) Reloaded(ev reloading.Event) {
 	stamp := v.render(v.styles.dim, time.Now().Format("15:04:05"))
 	files := strings.Join(ev.Files, ", ")
 	if ev.Err != nil {

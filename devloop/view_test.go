@@ -12,7 +12,7 @@ import (
 
 	"github.com/luaop/luaop/luabind"
 	"github.com/luaop/luaop/processing/causes"
-	"github.com/luaop/luaop/scriptwatch"
+	"github.com/luaop/luaop/reloading"
 )
 
 // The dev view shows an object as namespace/name, whatever fields the log line
@@ -59,9 +59,9 @@ func TestViewShowsHandlersReloadsAndBrokenSaves(t *testing.T) {
 			{ID: "ready", Kind: causes.KindStartup, Source: "widgets.lua:9"},
 		},
 	})
-	v.Reloaded(scriptwatch.ReloadEvent{Files: []string{"widgets.lua"}, Latency: 42 * time.Millisecond,
+	v.Reloaded(reloading.Event{Files: []string{"widgets.lua"}, Latency: 42 * time.Millisecond,
 		Report: luabind.LoadReport{Handlers: make([]causes.Spec, 2)}})
-	v.Reloaded(scriptwatch.ReloadEvent{Files: []string{"widgets.lua"},
+	v.Reloaded(reloading.Event{Files: []string{"widgets.lua"},
 		Err: errors.New("widgets.lua:7: '=' expected near 'end'")})
 	slog.New(v.Handler()).Info("handler succeeded", "namespace", "default", "name", "w1", "handler", "widgets_create")
 	slog.New(v.Handler()).Debug("below the level")

@@ -20,7 +20,7 @@ import (
 	"github.com/luaop/luaop/luabind"
 	"github.com/luaop/luaop/operator"
 	"github.com/luaop/luaop/processing"
-	"github.com/luaop/luaop/scriptwatch"
+	"github.com/luaop/luaop/reloading"
 	"github.com/luaop/luaop/testcluster"
 )
 
@@ -100,6 +100,21 @@ func (l *rulLog) Handle(_ context.Context, r slog.Record) error {
 		}
 	}
 	return nil
+}
+
+// rulOperator is the operator whose loads are timed into the timeline.
+type rulOperator struct {
+	*testcluster.RunningOperator
+	tl *rulTimeline
+}
+
+func (o rulOperator) LoadScripts(ctx context.Context, scripts []luabind.Script) (luabind.LoadReport, error) {
+	from := time.Now()
+	rep, err := o.RunningOperator.LoadScripts(ctx, scripts)
+	o.tl.mu.Lock()
+	o.tl.loads = append(o.tl.loads, rulWindow{from, time.Now()})
+	o.tl.mu.Unlock()
+	return rep, err
 }
 
 // rulTimeline records handler-run completions and load windows, to find the pauses
@@ -253,30 +268,22 @@ func runReloadUnderLoad(t testing.TB, n, updates int, saveEvery time.Duration, e
 
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	_, changes, err := scriptwatch.Watch(ctx, dir, scriptwatch.WatcherOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var (
 		evMu   sync.Mutex
-		events []scriptwatch.ReloadEvent
+		events []reloading.Event
 	)
 	reloaded := make(chan struct{})
-	load := func(ctx context.Context, scripts []luabind.Script) (luabind.LoadReport, error) {
-		from := time.Now()
-		rep, err := op.LoadScripts(ctx, scripts)
-		tl.mu.Lock()
-		tl.loads = append(tl.loads, rulWindow{from, time.Now()})
-		tl.mu.Unlock()
-		return rep, err
+	reloader := reloading.New(reloading.Options{Dir: dir, Operator: rulOperator{op, &tl}, View: reloadsView(func(ev reloading.Event) {
+		evMu.Lock()
+		events = append(events, ev)
+		evMu.Unlock()
+	})})
+	if err := reloader.Watch(ctx); err != nil {
+		t.Fatal(err)
 	}
 	go func() {
 		defer close(reloaded)
-		scriptwatch.Reload(ctx, changes, load, func(ev scriptwatch.ReloadEvent) {
-			evMu.Lock()
-			events = append(events, ev)
-			evMu.Unlock()
-		})
+		reloader.Run(ctx)
 	}()
 
 	// Saves every second until the churn is over and everything settled.

@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/luaop/luaop/luabind"
 	"github.com/luaop/luaop/operator"
-	"github.com/luaop/luaop/scriptwatch"
+	"github.com/luaop/luaop/reloading"
 	"github.com/luaop/luaop/testcluster"
 )
 
@@ -33,6 +34,12 @@ luaop.daemon("examples.luaop.dev/v1/widgets", function(ctx)
 	while luaop.sleep(0.1) do end
 end, { id = "changing" })
 `
+
+// reloadsView hands the reloads a reloading.Reloader shows to its function.
+type reloadsView func(reloading.Event)
+
+func (reloadsView) Loaded(string, luabind.LoadReport) {}
+func (v reloadsView) Reloaded(ev reloading.Event)     { v(ev) }
 
 func countLines(logs, pattern string) int {
 	return len(regexp.MustCompile(pattern).FindAllStringIndex(logs, -1))
@@ -61,20 +68,20 @@ func TestHotReloadKeepsMemosAndUnchangedDaemons(t *testing.T) {
 	op := startWith(t, ns, operator.Options{ScriptsDir: dir})
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	_, changes, err := scriptwatch.Watch(ctx, dir, scriptwatch.WatcherOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var mu sync.Mutex
-	var reloads []scriptwatch.ReloadEvent
-	go scriptwatch.Reload(ctx, changes, op.LoadScripts, func(ev scriptwatch.ReloadEvent) {
+	var reloads []reloading.Event
+	reloader := reloading.New(reloading.Options{Dir: dir, Operator: op, View: reloadsView(func(ev reloading.Event) {
 		mu.Lock()
 		reloads = append(reloads, ev)
 		mu.Unlock()
-	})
-	waitReloads := func(n int) scriptwatch.ReloadEvent {
+	})})
+	if err := reloader.Watch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	go reloader.Run(ctx)
+	waitReloads := func(n int) reloading.Event {
 		t.Helper()
-		var last scriptwatch.ReloadEvent
+		var last reloading.Event
 		testcluster.Eventually(t, 10*time.Second, func() (bool, string) {
 			mu.Lock()
 			defer mu.Unlock()

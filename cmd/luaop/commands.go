@@ -34,8 +34,8 @@ import (
 	"github.com/luaop/luaop/operator"
 	"github.com/luaop/luaop/peering"
 	"github.com/luaop/luaop/processing"
+	"github.com/luaop/luaop/reloading"
 	"github.com/luaop/luaop/scripttest"
-	"github.com/luaop/luaop/scriptwatch"
 	"github.com/luaop/luaop/sharding"
 )
 
@@ -143,20 +143,11 @@ func restConfig(s settings) (*rest.Config, error) {
 	return cfg, nil
 }
 
+// runOperator runs the scripts of dir as an operator until ctx is done: `luaop
+// dev` (dev: the live view, the development defaults) and `luaop run`. It wires
+// the parts; the reload is reloading's.
 func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
-	level := logLevel(s)
-	log := newLogger(s)
-	var view *devloop.View
-	if dev {
-		view = devloop.NewView(os.Stderr, level)
-		log = slog.New(view.Handler())
-	}
-	slog.SetDefault(log)
-	routeKlog(log, s.Verbosity)
-	log.Info("luaop starting", "version", luaopVersion(), "go", runtime.Version())
-	for _, w := range s.Warnings {
-		log.Warn(w)
-	}
+	log, view := startLogging(s, dev)
 	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
 		return usageError(fmt.Errorf("%s is not a folder of Lua scripts", dir))
 	}
@@ -167,16 +158,8 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	if err := checkReachable(cfg); err != nil {
 		return err
 	}
-	// The cluster is named before anything is applied or watched; luaop dev refuses
-	// a shared one unless its context is named or allowed (clusterguard.go).
-	target := targetOf(s, cfg)
-	if !dev {
-		log.Info("cluster: "+target.String(), "context", target.Context, "server", target.Server)
-	} else {
-		view.Note(true, "cluster: "+target.String())
-		if err := devAllowed(target, s.Context, s.AllowContexts); err != nil {
-			return err
-		}
+	if err := nameCluster(s, cfg, dev, view, log); err != nil {
+		return err
 	}
 	if len(s.Apply) > 0 {
 		if err := applyManifests(ctx, cfg, s, log); err != nil {
@@ -195,6 +178,78 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 		log.Info("sharding across replicas: peering off (the replicas split the objects instead of pausing)")
 		s.Standalone = true
 	}
+	op, err := newOperator(cfg, s, dir, dev, m, shards, log)
+	if err != nil {
+		return err
+	}
+	webhooks, err := newWebhooks(cfg, s, dev, op, m, view, log)
+	if err != nil {
+		return err
+	}
+	lastGood, err := newLastGood(ctx, cfg, s, dev, log)
+	if err != nil {
+		return err
+	}
+	elector, err := newElector(cfg, s, log)
+	if err != nil {
+		return err
+	}
+	peer, scopes, err := newPeering(cfg, s, dev, op, webhooks, m, view, log)
+	if err != nil {
+		return fmt.Errorf("peering: %w", err)
+	}
+	reloader := reloading.New(reloadOptions(s, dir, op, m, webhooks, peer, scopes, lastGood, view, log))
+	// Watched before the first read, so that no save in between is missed.
+	if err := reloader.Watch(ctx); err != nil {
+		return fmt.Errorf("watching %s: %w", dir, err)
+	}
+	// The endpoints answer from now on: /readyz tells why the scripts do not load
+	// while the operator waits for them.
+	if err := serveOperatorEndpoints(ctx, cfg, s, op, m, elector, webhooks, peer, shards, log); err != nil {
+		return err
+	}
+	if !reloader.First(ctx) {
+		return nil // ended while waiting for scripts that load
+	}
+	stopWebhooks := startWebhooks(ctx, webhooks, log)
+	defer stopWebhooks()
+	go reloader.Run(ctx)
+	return runWork(ctx, cfg, dir, op, peer, stopWebhooks, shards, elector, log)
+}
+
+// startLogging sets the process's log up: JSON or plain lines, or with dev the
+// live view, whose lines the log becomes.
+func startLogging(s settings, dev bool) (*slog.Logger, *devloop.View) {
+	log := newLogger(s)
+	var view *devloop.View
+	if dev {
+		view = devloop.NewView(os.Stderr, logLevel(s))
+		log = slog.New(view.Handler())
+	}
+	slog.SetDefault(log)
+	routeKlog(log, s.Verbosity)
+	log.Info("luaop starting", "version", luaopVersion(), "go", runtime.Version())
+	for _, w := range s.Warnings {
+		log.Warn(w)
+	}
+	return log, view
+}
+
+// nameCluster names the cluster before anything is applied or watched; luaop dev
+// refuses a shared one unless its context is named or allowed (clusterguard.go).
+func nameCluster(s settings, cfg *rest.Config, dev bool, view *devloop.View, log *slog.Logger) error {
+	target := targetOf(s, cfg)
+	if !dev {
+		log.Info("cluster: "+target.String(), "context", target.Context, "server", target.Server)
+		return nil
+	}
+	view.Note(true, "cluster: "+target.String())
+	return devAllowed(target, s.Context, s.AllowContexts)
+}
+
+// newOperator makes the operator of the settings, instrumented, sharded across
+// replicas when shards is set, writing nothing with --dry-run.
+func newOperator(cfg *rest.Config, s settings, dir string, dev bool, m *metrics.Metrics, shards *sharding.Sharding, log *slog.Logger) (*operator.Operator, error) {
 	popts := processing.Options{
 		Namespaces:          s.Namespaces,
 		Workers:             s.Workers,
@@ -228,176 +283,136 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	}
 	if s.DryRun {
 		if err := applyDryRun(cfg, &oopts, log, oopts.FieldManager); err != nil {
-			return err
+			return nil, err
 		}
 		log.Warn("dry run: nothing is written to the cluster; every write is logged instead")
 	}
 	op, err := operator.New(cfg, oopts)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := op.AttachMetrics(m); err != nil {
-		return err
+		return nil, err
 	}
 	if shards != nil {
 		shards.Attach(op.Reactor())
 	}
-	var webhooks *admission.Webhooks
-	if s.WebhookAddress != "" {
-		webhooks, err = admission.New(cfg, op.Runtime(), admission.Options{Address: s.WebhookAddress, CertDir: s.WebhookCertDir, ClientCA: s.WebhookClientCA,
-			Service: s.WebhookService, URL: s.WebhookURL, Prefix: s.Prefix, RemoveOnExit: s.WebhookCleanup, DryRun: s.DryRun, Namespaces: s.Namespaces,
-			ProbeNamespace: probeNamespace(s), OnReachability: reachabilityReport(m, view, op.Runtime),
-			Inactive: !s.Standalone && !s.DryRun, Logger: log, Observer: m})
-		if err != nil {
-			return err
-		}
+	return op, nil
+}
+
+// newWebhooks makes the admission webhooks of --webhook-address (nil without
+// one), with the guard of the scripts ConfigMap in luaop run.
+func newWebhooks(cfg *rest.Config, s settings, dev bool, op *operator.Operator, m *metrics.Metrics, view *devloop.View, log *slog.Logger) (*admission.Webhooks, error) {
+	if s.WebhookAddress == "" {
+		return nil, nil
+	}
+	webhooks, err := admission.New(cfg, op.Runtime(), admission.Options{Address: s.WebhookAddress, CertDir: s.WebhookCertDir, ClientCA: s.WebhookClientCA,
+		Service: s.WebhookService, URL: s.WebhookURL, Prefix: s.Prefix, RemoveOnExit: s.WebhookCleanup, DryRun: s.DryRun, Namespaces: s.Namespaces,
+		ProbeNamespace: probeNamespace(s), OnReachability: reachabilityReport(m, view, op.Runtime),
+		Inactive: !s.Standalone && !s.DryRun, Logger: log, Observer: m})
+	if err != nil {
+		return nil, err
 	}
 	guardNS, guardName, guarded := strings.Cut(s.ScriptsConfigMap, "/")
-	if guarded && webhooks != nil && s.ScriptsWebhook && !dev {
-		if err := webhooks.Register(scriptsGuard(guardNS, guardName, log, luabindOptions(s, log))); err != nil {
-			return fmt.Errorf("the webhook of --scripts-configmap: %w", err)
+	if guarded && s.ScriptsWebhook && !dev {
+		if err := webhooks.Register(reloading.ScriptsGuard(guardNS, guardName, log, luabindOptions(s, log))); err != nil {
+			return nil, fmt.Errorf("the webhook of --scripts-configmap: %w", err)
 		}
 	}
-	var lastGood *lastGoodStore
-	if guarded && !dev && s.LastGoodConfigMap != "none" {
-		client, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			return err
-		}
-		lastGood = newLastGoodStore(client, guardNS, s.LastGoodConfigMap, s.Prefix, s.DryRun, log)
-		go lastGood.Run(ctx)
-	}
-	var elector *leader.Elector
-	if s.LeaderElect && s.DryRun {
-		log.Warn("dry run: --leader-elect ignored (a dry run takes no Lease)")
-	} else if s.LeaderElect {
-		if elector, err = leader.New(cfg, leader.Options{Namespace: s.LeaderNamespace, Name: s.LeaderName, Logger: log,
-			LeaseDuration: s.LeaseDuration, RenewDeadline: s.RenewDeadline, RetryPeriod: s.RetryPeriod}); err != nil {
-			return fmt.Errorf("leader election: %w; give --leader-election-namespace when running outside a pod", err)
-		}
-	}
+	return webhooks, nil
+}
 
-	// Watch first, so that no save between the first read and the watch is missed.
-	initial, changes, err := scriptwatch.Watch(ctx, dir, scriptwatch.WatcherOptions{Logger: log, Debounce: s.ReloadDebounce})
-	if err != nil {
-		return fmt.Errorf("watching %s: %w", dir, err)
+// newLastGood keeps the last good scripts next to --scripts-configmap in luaop
+// run (nil otherwise, or with --last-good-configmap=none), writing until ctx ends.
+func newLastGood(ctx context.Context, cfg *rest.Config, s settings, dev bool, log *slog.Logger) (*reloading.LastGoodStore, error) {
+	guardNS, _, guarded := strings.Cut(s.ScriptsConfigMap, "/")
+	if !guarded || dev || s.LastGoodConfigMap == "none" {
+		return nil, nil
 	}
-	peer, scopes, err := newPeering(cfg, s, dev, op, webhooks, m, view, log)
+	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return fmt.Errorf("peering: %w", err)
+		return nil, err
 	}
-	// The endpoints answer from now on: /readyz tells why the scripts do not load
-	// while the operator waits for them.
+	lastGood := reloading.NewLastGoodStore(client, guardNS, s.LastGoodConfigMap, s.Prefix, s.DryRun, log)
+	go lastGood.Run(ctx)
+	return lastGood, nil
+}
+
+// newElector makes the leader election of --leader-elect (nil without it, and in
+// a dry run).
+func newElector(cfg *rest.Config, s settings, log *slog.Logger) (*leader.Elector, error) {
+	if !s.LeaderElect {
+		return nil, nil
+	}
+	if s.DryRun {
+		log.Warn("dry run: --leader-elect ignored (a dry run takes no Lease)")
+		return nil, nil
+	}
+	elector, err := leader.New(cfg, leader.Options{Namespace: s.LeaderNamespace, Name: s.LeaderName, Logger: log,
+		LeaseDuration: s.LeaseDuration, RenewDeadline: s.RenewDeadline, RetryPeriod: s.RetryPeriod})
+	if err != nil {
+		return nil, fmt.Errorf("leader election: %w; give --leader-election-namespace when running outside a pod", err)
+	}
+	return elector, nil
+}
+
+// reloadOptions are the reload's parts: those of the process that follow the
+// scripts, each left out when the process has none.
+func reloadOptions(s settings, dir string, op *operator.Operator, m *metrics.Metrics, webhooks *admission.Webhooks, peer *peering.Peering,
+	scopes *scopeResolver, lastGood *reloading.LastGoodStore, view *devloop.View, log *slog.Logger) reloading.Options {
+	opts := reloading.Options{Dir: dir, Debounce: s.ReloadDebounce, Operator: op, Metrics: m, Logger: log}
+	if webhooks != nil {
+		opts.Webhooks = webhooks
+	}
+	if peer != nil {
+		opts.Peering = peerScope{peer: peer, scopes: scopes, rt: op.Runtime()}
+	}
+	if lastGood != nil {
+		opts.LastGood = lastGood
+	}
+	if view != nil {
+		opts.View = devView{view: view, webhooks: webhooks, rt: op.Runtime()}
+	}
+	return opts
+}
+
+// serveOperatorEndpoints serves the health and metrics endpoints (serveEndpoints),
+// with the client --metrics-secure authenticates the scrapers with.
+func serveOperatorEndpoints(ctx context.Context, cfg *rest.Config, s settings, op *operator.Operator, m *metrics.Metrics, elector *leader.Elector,
+	webhooks *admission.Webhooks, peer *peering.Peering, shards *sharding.Sharding, log *slog.Logger) error {
 	var kube kubernetes.Interface
 	if s.MetricsSecure && s.MetricsAddress != "" {
+		var err error
 		if kube, err = kubernetes.NewForConfig(cfg); err != nil {
 			return err
 		}
 	}
-	if err := serveEndpoints(ctx, log, s, op, m, elector, webhooks, peer, kube, shards); err != nil {
-		return err
+	return serveEndpoints(ctx, log, s, op, m, elector, webhooks, peer, kube, shards)
+}
+
+// startWebhooks starts the webhook server (every replica serves the webhooks, a
+// standby too: it holds the scripts), and returns what stops it and waits for it:
+// with --webhook-cleanup the configurations are removed before exiting (and
+// before the peering Lease goes: runPeered).
+func startWebhooks(ctx context.Context, webhooks *admission.Webhooks, log *slog.Logger) (stop func()) {
+	if webhooks == nil {
+		return func() {}
 	}
-	report, err := op.LoadScripts(ctx, initial.Scripts)
-	m.Reload(err == nil)
-	op.NoteReload(initial.Files, err)
-	if err == nil {
-		lastGood.Keep(initial.Scripts, report.Hash)
-	} else if !dev {
-		// No crash loop on broken scripts: serve the last good ones if kept, else
-		// wait, unready, for the fixed scripts. The gauge, /readyz and /debug say
-		// that the scripts serving are not the folder's.
-		log.Error("the scripts do not load", "dir", dir, "error", err)
-		if rep, ok := loadLastGood(ctx, op, lastGood, log); ok {
-			report, err = rep, nil
-		} else {
-			log.Error("no last good scripts to serve: the operator stays up, unready, and loads the scripts as soon as they are fixed", "dir", dir)
+	webhooksDone := make(chan struct{})
+	wctx, cancelWebhooks := context.WithCancel(ctx)
+	go func() {
+		defer close(webhooksDone)
+		if err := webhooks.Start(wctx); err != nil {
+			log.Error("webhook server stopped", "error", err)
 		}
-	}
-	for err != nil {
-		// In development a broken first load waits for the fix instead of exiting.
-		if dev {
-			view.Reloaded(scriptwatch.ReloadEvent{Files: initial.Files, Err: err})
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case ch, ok := <-changes:
-			if !ok {
-				return nil
-			}
-			initial = ch
-			report, err = op.LoadScripts(ctx, ch.Scripts)
-			m.Reload(err == nil)
-			op.NoteReload(ch.Files, err)
-			if err == nil {
-				lastGood.Keep(ch.Scripts, report.Hash)
-			} else if !dev {
-				log.Error("reload failed; still no scripts serving", "files", ch.Files, "error", err)
-			}
-		}
-	}
-	stopWebhooks := func() {}
-	if webhooks != nil {
-		// Every replica serves the webhooks (a standby too: it holds the scripts).
-		webhooksDone := make(chan struct{})
-		wctx, cancelWebhooks := context.WithCancel(ctx)
-		// With --webhook-cleanup, removed before exiting (and before the peering
-		// Lease goes: runPeered).
-		stopWebhooks = sync.OnceFunc(func() { cancelWebhooks(); <-webhooksDone })
-		defer stopWebhooks()
-		go func() {
-			defer close(webhooksDone)
-			if err := webhooks.Start(wctx); err != nil {
-				log.Error("webhook server stopped", "error", err)
-			}
-		}()
-	}
-	if peer != nil {
-		peer.SetScope(scopes.scope(op.Runtime())) // the scripts that loaded in the end
-	}
-	if dev {
-		view.Loaded(dir, report)
-		if webhooks != nil && len(op.Runtime().AdmissionHandlers()) > 0 {
-			webhooksNote(view, webhooks, op.Runtime())
-		}
-	} else {
-		log.Info("scripts loaded", "files", len(report.Files), "handlers", len(report.Handlers), "hash", report.Hash)
-	}
-	load := func(ctx context.Context, scripts []luabind.Script) (luabind.LoadReport, error) {
-		rep, err := op.LoadScripts(ctx, scripts)
-		if err == nil {
-			op.NoteLastGood(false)
-			lastGood.Keep(scripts, rep.Hash)
-		}
-		return rep, err
-	}
-	go scriptwatch.Reload(ctx, changes, load, func(ev scriptwatch.ReloadEvent) {
-		m.Reload(ev.Err == nil)
-		m.ReloadLatency(ev.Err == nil, ev.Latency)
-		if webhooks != nil && ev.Err == nil {
-			webhooks.Resync() // the configurations follow the handlers
-		}
-		if peer != nil && ev.Err == nil {
-			peer.SetScope(scopes.scope(op.Runtime())) // the resources served follow them too
-		}
-		op.NoteReload(ev.Files, ev.Err)
-		switch {
-		case dev:
-			view.Reloaded(ev)
-			if webhooks != nil && ev.Err == nil && len(op.Runtime().AdmissionHandlers()) > 0 {
-				webhooksNote(view, webhooks, op.Runtime())
-			}
-		case ev.Err != nil:
-			log.Error("reload failed; the previous scripts keep running", "files", ev.Files, "error", ev.Err, "latency_ms", millis(ev.Latency))
-		default:
-			// latency_ms: from the save (first file event) to the new handlers
-			// active; load_ms: the load alone; total_ms: to every object scheduled
-			// for a cycle; compiled: the files compiled (the others were unchanged).
-			log.Info("scripts reloaded", "files", ev.Files, "handlers", len(ev.Report.Handlers), "hash", ev.Report.Hash,
-				"latency_ms", millis(ev.Latency), "load_ms", millis(ev.Report.Took), "total_ms", millis(ev.Total),
-				"compiled", len(ev.Report.Compiled))
-		}
-	})
+	}()
+	return sync.OnceFunc(func() { cancelWebhooks(); <-webhooksDone })
+}
+
+// runWork runs the operator's work: this replica's share with sharding, the
+// leader's with leader election, else all of it; under peering in each case.
+func runWork(ctx context.Context, cfg *rest.Config, dir string, op *operator.Operator, peer *peering.Peering, stopWebhooks func(),
+	shards *sharding.Sharding, elector *leader.Elector, log *slog.Logger) error {
 	work := func(ctx context.Context) error { return runPeered(ctx, op, peer, stopWebhooks) }
 	if shards != nil {
 		// Every replica handles its share; ErrMembershipLost ends the process with
@@ -735,31 +750,6 @@ func readyz(op *operator.Operator, elector *leader.Elector, webhooks *admission.
 // alive is /healthz without --probes-affect-liveness: the process serves.
 func alive(context.Context) (map[string]any, bool) { return map[string]any{"status": "alive"}, true }
 
-// loadLastGood loads the last good scripts kept by the operator, when the
-// scripts folder does not load at start.
-func loadLastGood(ctx context.Context, op *operator.Operator, store *lastGoodStore, log *slog.Logger) (luabind.LoadReport, bool) {
-	if store == nil {
-		return luabind.LoadReport{}, false
-	}
-	scripts, err := store.Load(ctx)
-	if err != nil {
-		log.Error("the last good scripts cannot be read", "error", err)
-		return luabind.LoadReport{}, false
-	}
-	if scripts == nil {
-		return luabind.LoadReport{}, false
-	}
-	rep, err := op.LoadScripts(ctx, scripts)
-	if err != nil {
-		log.Error("the last good scripts do not load either", "configmap", store.ns+"/"+store.name, "error", err)
-		return luabind.LoadReport{}, false
-	}
-	op.NoteLastGood(true)
-	log.Warn("serving the last good scripts: the mounted ones do not load; fix them and they are loaded without a restart",
-		"configmap", store.ns+"/"+store.name, "hash", rep.Hash, "handlers", len(rep.Handlers))
-	return rep, true
-}
-
 // serve serves mux on ln until ctx is done.
 func serve(ctx context.Context, log *slog.Logger, what string, ln net.Listener, h http.Handler) {
 	// The server's own errors (a client speaking HTTP to the HTTPS port, ...) go
@@ -859,10 +849,30 @@ func probeCache(s settings) time.Duration {
 	return s.ProbeCache
 }
 
-// millis is a duration in milliseconds with microsecond precision, for log fields
-// named *_ms: a number in JSON, unlike a time.Duration (integer nanoseconds).
-func millis(d time.Duration) float64 {
-	return float64(d.Microseconds()) / 1000
+// devView is the dev view as the reload shows itself there: after the scripts
+// that loaded, where the API server is to call their admission handlers.
+type devView struct {
+	view     *devloop.View
+	webhooks *admission.Webhooks // nil without webhooks
+	rt       *luabind.Runtime
+}
+
+func (d devView) Loaded(dir string, report luabind.LoadReport) {
+	d.view.Loaded(dir, report)
+	d.noteWebhooks()
+}
+
+func (d devView) Reloaded(ev reloading.Event) {
+	d.view.Reloaded(ev)
+	if ev.Err == nil {
+		d.noteWebhooks()
+	}
+}
+
+func (d devView) noteWebhooks() {
+	if d.webhooks != nil && len(d.rt.AdmissionHandlers()) > 0 {
+		webhooksNote(d.view, d.webhooks, d.rt)
+	}
 }
 
 // webhooksNote tells in the dev view where the API server is to call the admission

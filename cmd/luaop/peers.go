@@ -98,6 +98,16 @@ func (r scopeResolver) scope(rt *luabind.Runtime) peering.Scope {
 	return peering.Scope{Resources: resources, Namespaces: r.namespaces}
 }
 
+// peerScope makes peering's scope follow the handlers the runtime serves
+// (reloading.Follower).
+type peerScope struct {
+	peer   *peering.Peering
+	scopes *scopeResolver
+	rt     *luabind.Runtime
+}
+
+func (p peerScope) Resync() { p.peer.SetScope(p.scopes.scope(p.rt)) }
+
 // newPeering prepares peering for the operator, or nil with --standalone or
 // --dry-run (a dry run writes nothing, its Lease neither). The dev view and the
 // metrics are told about every change.

@@ -1,4 +1,4 @@
-package scriptwatch
+package reloading
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 
 // BenchmarkReloadLatency measures the time from a script file write to the new
 // handler being active in the runtime (watch, debounce, read, compile, run in every
-// shard), with 1, 50, 500 and 2,000 script files of one handler each, one of them
+// shard, through the Reloader), with 1, 50, 500 and 2,000 script files of one handler each, one of them
 // saved per iteration. It reports p50 and p99 as custom metrics.
 func BenchmarkReloadLatency(b *testing.B) {
 	for _, files := range []int{1, 50, 500, 2000} {
@@ -34,15 +34,15 @@ luaop.on.create("example.com/v1/things%d", function(ctx) return %d end, { id = "
 			defer rt.Close()
 			ctx, cancel := context.WithCancel(b.Context())
 			defer cancel()
-			initial, changes, err := Watch(ctx, dir, WatcherOptions{})
-			if err != nil {
+			loaded := make(chan Event, 1)
+			r := New(Options{Dir: dir, Operator: runtimeOperator{rt}, View: eventsView(loaded)})
+			if err := r.Watch(ctx); err != nil {
 				b.Fatal(err)
 			}
-			if _, err := rt.Load(ctx, initial.Scripts); err != nil {
+			if _, err := rt.Load(ctx, r.initial.Scripts); err != nil {
 				b.Fatal(err)
 			}
-			loaded := make(chan ReloadEvent, 1)
-			go Reload(ctx, changes, rt.Load, func(ev ReloadEvent) { loaded <- ev })
+			go r.Run(ctx)
 			var latencies, loads []time.Duration
 			b.ResetTimer()
 			for n := 1; n <= b.N; n++ {
@@ -80,3 +80,18 @@ func hasHandler(rt *luabind.Runtime, id string) bool {
 	}
 	return false
 }
+
+// runtimeOperator is a bare runtime as the Reloader's operator: no reactor.
+type runtimeOperator struct{ rt *luabind.Runtime }
+
+func (o runtimeOperator) LoadScripts(ctx context.Context, scripts []luabind.Script) (luabind.LoadReport, error) {
+	return o.rt.Load(ctx, scripts)
+}
+func (runtimeOperator) NoteReload([]string, error) {}
+func (runtimeOperator) NoteLastGood(bool)          {}
+
+// eventsView sends each reload to its channel.
+type eventsView chan Event
+
+func (eventsView) Loaded(string, luabind.LoadReport) {}
+func (v eventsView) Reloaded(ev Event)               { v <- ev }

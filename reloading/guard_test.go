@@ -1,4 +1,4 @@
-package main
+package reloading
 
 import (
 	"context"
@@ -70,7 +70,7 @@ func TestScriptsOfConfigMap(t *testing.T) {
 
 // The webhook of the scripts ConfigMap: what a user's `kubectl apply` would be told.
 func TestScriptsGuardRejectsScriptsThatDoNotLoad(t *testing.T) {
-	h := scriptsGuard("luaop-system", "luaop-scripts", slog.New(slog.NewTextHandler(io.Discard, nil)), luabind.Options{})
+	h := ScriptsGuard("luaop-system", "luaop-scripts", slog.New(slog.NewTextHandler(io.Discard, nil)), luabind.Options{})
 	if h.FailurePolicy != "Ignore" || h.Path() != "/validate/"+scriptsGuardID {
 		t.Errorf("failure policy %q, path %q", h.FailurePolicy, h.Path())
 	}
@@ -118,7 +118,7 @@ func TestScriptsGuardRejectsScriptsThatDoNotLoad(t *testing.T) {
 func TestLastGoodStoreWritesOnlyNewScripts(t *testing.T) {
 	client := fake.NewSimpleClientset()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	store := newLastGoodStore(client, "ops", "luaop-scripts-last-good", "luaop.dev", false, log)
+	store := NewLastGoodStore(client, "ops", "luaop-scripts-last-good", "luaop.dev", false, log)
 	ctx := t.Context()
 	if scripts, err := store.Load(ctx); err != nil || scripts != nil {
 		t.Fatalf("Load before any write: %v, %v; want none", scripts, err)
@@ -164,7 +164,7 @@ func TestLastGoodStoreWritesOnlyNewScripts(t *testing.T) {
 		t.Errorf("Load: %v, %v", got, err)
 	}
 	// Another replica wrote the same hash: no write.
-	other := newLastGoodStore(client, "ops", "luaop-scripts-last-good", "luaop.dev", false, log)
+	other := NewLastGoodStore(client, "ops", "luaop-scripts-last-good", "luaop.dev", false, log)
 	before := writes()
 	if err := other.write(ctx, &lastGoodSet{scripts: scripts, hash: "h2"}); err != nil {
 		t.Fatal(err)
@@ -187,7 +187,7 @@ func TestLastGoodStoreRunRetriesAFailedWrite(t *testing.T) {
 		return false, nil, nil
 	})
 	logs := &testcluster.LogBuffer{}
-	store := newLastGoodStore(client, "ops", "last-good", "luaop.dev", false, slog.New(slog.NewTextHandler(logs, nil)))
+	store := NewLastGoodStore(client, "ops", "last-good", "luaop.dev", false, slog.New(slog.NewTextHandler(logs, nil)))
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { defer close(done); store.Run(ctx) }()
