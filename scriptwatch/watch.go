@@ -289,90 +289,67 @@ func (w *watcher) handleEvent(ev fsnotify.Event) error {
 }
 
 // fallBack switches to polling for good after a watch could not be added.
-func (w *watcher) fallBack(err error) {
+func (w *watcher) fallBack(b *runState, err error) {
 	w.log.Warn("file events failed, polling instead", "error", err, "interval", w.opts.PollInterval)
 	w.stopNotify()
+	b.startPolling(w.opts.PollInterval)
+}
+
+// runState is the run goroutine's state between the folder's events and the Change
+// the consumer takes.
+type runState struct {
+	last        Change    // what the consumer has: the last Change it took, or the initial read
+	pending     *Change   // settled change not yet taken by the consumer
+	at          time.Time // first event since the last successful read
+	windowStart time.Time // first event of the current debounce window
+	maxWait     time.Duration
+	settle      *time.Timer
+	poll        *time.Ticker // nil until polling
+}
+
+func (b *runState) startPolling(interval time.Duration) {
+	if b.poll == nil {
+		b.poll = time.NewTicker(interval)
+	}
+}
+
+// polls is the polling ticker's channel, nil (never ready) while not polling.
+func (b *runState) polls() <-chan time.Time {
+	if b.poll == nil {
+		return nil
+	}
+	return b.poll.C
+}
+
+func (b *runState) stop() {
+	b.settle.Stop()
+	if b.poll != nil {
+		b.poll.Stop()
+	}
+}
+
+// event starts or extends a burst.
+func (b *runState) event(now time.Time, debounce time.Duration) {
+	if b.at.IsZero() {
+		b.at = now
+	}
+	if b.windowStart.IsZero() {
+		b.windowStart = now
+	}
+	d := min(debounce, max(b.windowStart.Add(b.maxWait).Sub(now), 0))
+	b.settle.Reset(d)
 }
 
 func (w *watcher) run(ctx context.Context, last Change, out chan<- Change) {
 	defer close(out)     // runs last: a closed channel means everything has ended
 	defer w.stopNotify() // runs first
 
-	var (
-		pending     *Change   // settled change not yet taken by the consumer
-		at          time.Time // first event since the last successful read
-		windowStart time.Time // first event of the current debounce window
-		maxWait     = max(maxWaitFactor*w.opts.Debounce, minMaxWait)
-		settle      = time.NewTimer(time.Hour)
-		poll        *time.Ticker
-		pollC       <-chan time.Time
-	)
-	settle.Stop()
-	defer settle.Stop()
-	startPolling := func() {
-		if poll == nil {
-			poll = time.NewTicker(w.opts.PollInterval)
-			pollC = poll.C
-		}
-	}
-	defer func() {
-		if poll != nil {
-			poll.Stop()
-		}
-	}()
+	b := &runState{last: last, maxWait: max(maxWaitFactor*w.opts.Debounce, minMaxWait), settle: time.NewTimer(time.Hour)}
+	b.settle.Stop()
+	defer b.stop()
 	if w.fsw == nil {
-		startPolling()
+		b.startPolling(w.opts.PollInterval)
 	}
-
-	// event starts or extends a burst.
-	event := func(now time.Time) {
-		if at.IsZero() {
-			at = now
-		}
-		if windowStart.IsZero() {
-			windowStart = now
-		}
-		d := min(w.opts.Debounce, max(windowStart.Add(maxWait).Sub(now), 0))
-		settle.Reset(d)
-	}
-
-	// read re-reads the set and updates pending; it reports whether it succeeded.
-	read := func() bool {
-		windowStart = time.Time{}
-		cache := &w.files
-		if w.fsw == nil {
-			cache = nil
-		}
-		tree, err := cache.ReadTree(w.dir)
-		if err != nil {
-			w.log.Warn("reading scripts failed, will retry", "error", err)
-			return false
-		}
-		scripts := tree.Scripts
-		if w.fsw != nil {
-			if err := w.syncTree(tree); err != nil {
-				w.fallBack(err)
-				startPolling()
-			}
-		}
-		first := at
-		at = time.Time{}
-		h := hashScripts(scripts)
-		switch {
-		case h == last.Hash:
-			pending = nil // back to what the consumer has (or nothing changed)
-		case pending != nil && h == pending.Hash:
-			// unchanged since the pending change was made
-		default:
-			if pending != nil {
-				first = pending.At
-			}
-			pending = &Change{Scripts: scripts, Hash: h, Files: diffScripts(last.Scripts, scripts), At: first}
-			w.log.Debug("scripts changed", "files", pending.Files)
-		}
-		return true
-	}
-
 	for {
 		var (
 			events <-chan fsnotify.Event
@@ -383,45 +360,80 @@ func (w *watcher) run(ctx context.Context, last Change, out chan<- Change) {
 		if w.fsw != nil {
 			events, errs = w.fsw.Events, w.fsw.Errors
 		}
-		if pending != nil {
-			outC, next = out, *pending
+		if b.pending != nil {
+			outC, next = out, *b.pending
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case outC <- next:
-			last, pending = next, nil
+			b.last, b.pending = next, nil
 		case ev, ok := <-events:
 			if !ok {
-				w.fallBack(errors.New("fsnotify event channel closed"))
-				startPolling()
+				w.fallBack(b, errors.New("fsnotify event channel closed"))
 				continue
 			}
 			if err := w.handleEvent(ev); err != nil {
-				w.fallBack(err)
-				startPolling()
+				w.fallBack(b, err)
 			}
-			event(time.Now())
+			b.event(time.Now(), w.opts.Debounce)
 		case err, ok := <-errs:
 			if !ok {
 				continue // the events case handles the close
 			}
 			if errors.Is(err, fsnotify.ErrEventOverflow) {
-				event(time.Now()) // events were lost: re-read to be sure
+				b.event(time.Now(), w.opts.Debounce) // events were lost: re-read to be sure
 				continue
 			}
 			w.log.Warn("file watch error", "error", err)
-		case <-settle.C:
-			if !read() && w.fsw != nil {
-				settle.Reset(w.opts.PollInterval) // retried sooner if another event comes
+		case <-b.settle.C:
+			if !w.read(b) && w.fsw != nil {
+				b.settle.Reset(w.opts.PollInterval) // retried sooner if another event comes
 			}
-		case now := <-pollC:
-			if at.IsZero() {
-				at = now
+		case now := <-b.polls():
+			if b.at.IsZero() {
+				b.at = now
 			}
-			read()
+			w.read(b)
 		}
 	}
+}
+
+// read re-reads the set and updates the pending change; it reports whether it
+// succeeded.
+func (w *watcher) read(b *runState) bool {
+	b.windowStart = time.Time{}
+	cache := &w.files
+	if w.fsw == nil {
+		cache = nil
+	}
+	tree, err := cache.ReadTree(w.dir)
+	if err != nil {
+		w.log.Warn("reading scripts failed, will retry", "error", err)
+		return false
+	}
+	scripts := tree.Scripts
+	if w.fsw != nil {
+		if err := w.syncTree(tree); err != nil {
+			w.fallBack(b, err)
+		}
+	}
+	first := b.at
+	b.at = time.Time{}
+	h := hashScripts(scripts)
+	switch {
+	case h == b.last.Hash:
+		b.pending = nil // back to what the consumer has (or nothing changed)
+	case b.pending != nil && h == b.pending.Hash:
+		// unchanged since the pending change was made
+	default:
+		if b.pending != nil {
+			first = b.pending.At
+		}
+		b.pending = &Change{Scripts: scripts, Hash: h, Files: diffScripts(b.last.Scripts, scripts), At: first}
+		w.log.Debug("scripts changed", "files", b.pending.Files)
+	}
+	return true
 }
 
 // hashScripts returns the hex sha256 over the names and contents of scripts, each

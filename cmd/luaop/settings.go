@@ -265,8 +265,21 @@ func readSettings(cmd *cobra.Command, v *viper.Viper, subset bool) (settings, er
 			return settings{}, err
 		}
 	}
-
 	var s settings
+	// Read in the order of the flags' declaration, so that the errors come in it.
+	for _, read := range []func(*settings){r.readCluster, r.readProcessing, r.readLogging, r.readServing,
+		r.readLeaderElection, r.readClientAndMetrics, r.readWebhooksAndScripts, r.readPeering} {
+		read(&s)
+	}
+	if s.DryRun && len(s.Apply) > 0 {
+		r.fail("--apply writes to the cluster, --dry-run writes nothing: give one of them")
+	}
+	s.Warnings = r.envWarnings()
+	return s, errors.Join(r.errs...)
+}
+
+// readCluster reads how the cluster is reached and which namespaces are served.
+func (r *settingsReader) readCluster(s *settings) {
 	s.Kubeconfig = r.str("kubeconfig")
 	s.Context = r.str("context")
 	s.Namespaces = r.namespaces("namespaces")
@@ -280,6 +293,10 @@ func readSettings(cmd *cobra.Command, v *viper.Viper, subset bool) (settings, er
 				r.describe("all-namespaces", true), r.describe("namespaces", strings.Join(s.Namespaces, ",")))
 		}
 	}
+}
+
+// readProcessing reads how objects are handled.
+func (r *settingsReader) readProcessing(s *settings) {
 	s.Workers = r.int("workers", 1, "a whole number of at least 1 (objects processed at once)")
 	s.Shards = r.int("shards", 0, "a whole number of at least 0 (0: one Lua state per CPU)")
 	s.Prefix = r.prefix("prefix")
@@ -290,9 +307,18 @@ func readSettings(cmd *cobra.Command, v *viper.Viper, subset bool) (settings, er
 	s.LuaMemoryBudget = r.memoryBudget("lua-memory-budget")
 	s.ConsistencyTimeout = r.duration("consistency-timeout", false)
 	s.DefaultBackoff = r.duration("default-backoff", false)
+}
+
+// readLogging reads the log's format and level.
+func (r *settingsReader) readLogging(s *settings) {
 	s.LogFormat = r.oneOf("log-format", "plain", "json")
 	s.LogLevel = r.logLevel()
 	s.Verbosity = r.verbosity
+}
+
+// readServing reads the endpoints' addresses, the Events, the shutdown and the
+// reload.
+func (r *settingsReader) readServing(s *settings) {
 	s.HealthAddress = r.address("health-address")
 	s.MetricsAddress = r.address("metrics-address")
 	s.ProbeCache = r.duration("probe-cache", true)
@@ -301,6 +327,10 @@ func readSettings(cmd *cobra.Command, v *viper.Viper, subset bool) (settings, er
 	s.LogEvents = r.logEventsLevel("log-events-level")
 	s.ShutdownGrace = r.duration("shutdown-grace-period", false)
 	s.ReloadDebounce = r.duration("reload-debounce", false)
+}
+
+// readLeaderElection reads the leader election and the sharding across replicas.
+func (r *settingsReader) readLeaderElection(s *settings) {
 	s.LeaderElect = r.bool("leader-elect")
 	s.LeaderNamespace = r.dnsName("leader-election-namespace", true)
 	s.LeaderName = r.dnsName("leader-election-name", false)
@@ -308,18 +338,24 @@ func readSettings(cmd *cobra.Command, v *viper.Viper, subset bool) (settings, er
 	s.LeaseDuration = r.duration("leader-elect-lease-duration", false)
 	s.RenewDeadline = r.duration("leader-elect-renew-deadline", false)
 	s.RetryPeriod = r.duration("leader-elect-retry-period", false)
-	if r.has("leader-elect-lease-duration") {
-		switch {
-		case s.LeaseDuration%time.Second != 0:
-			r.invalid("leader-elect-lease-duration", s.LeaseDuration.String(), "a whole number of seconds (the Lease stores seconds), such as 15s")
-		case s.RenewDeadline >= s.LeaseDuration && s.RenewDeadline > 0:
-			r.fail("%s must be less than %s: the leader stops before a standby may take over",
-				r.describe("leader-elect-renew-deadline", s.RenewDeadline.String()), r.describe("leader-elect-lease-duration", s.LeaseDuration.String()))
-		case float64(s.RenewDeadline) <= 1.2*float64(s.RetryPeriod) && s.RetryPeriod > 0:
-			r.fail("%s must exceed 1.2 times %s (client-go's jitter)",
-				r.describe("leader-elect-renew-deadline", s.RenewDeadline.String()), r.describe("leader-elect-retry-period", s.RetryPeriod.String()))
-		}
+	if !r.has("leader-elect-lease-duration") {
+		return
 	}
+	switch {
+	case s.LeaseDuration%time.Second != 0:
+		r.invalid("leader-elect-lease-duration", s.LeaseDuration.String(), "a whole number of seconds (the Lease stores seconds), such as 15s")
+	case s.RenewDeadline >= s.LeaseDuration && s.RenewDeadline > 0:
+		r.fail("%s must be less than %s: the leader stops before a standby may take over",
+			r.describe("leader-elect-renew-deadline", s.RenewDeadline.String()), r.describe("leader-elect-lease-duration", s.LeaseDuration.String()))
+	case float64(s.RenewDeadline) <= 1.2*float64(s.RetryPeriod) && s.RetryPeriod > 0:
+		r.fail("%s must exceed 1.2 times %s (client-go's jitter)",
+			r.describe("leader-elect-renew-deadline", s.RenewDeadline.String()), r.describe("leader-elect-retry-period", s.RetryPeriod.String()))
+	}
+}
+
+// readClientAndMetrics reads the API client's rate limits and how /metrics and
+// the probes are served.
+func (r *settingsReader) readClientAndMetrics(s *settings) {
 	s.QPS = r.float("kube-api-qps")
 	s.Burst = r.int("kube-api-burst", 1, "a whole number of at least 1 (requests)")
 	s.MetricsSecure = r.bool("metrics-secure")
@@ -329,24 +365,23 @@ func readSettings(cmd *cobra.Command, v *viper.Viper, subset bool) (settings, er
 			r.describe("metrics-address", s.MetricsAddress), r.describe("health-address", s.HealthAddress))
 	}
 	s.ProbesAffectLiveness = r.bool("probes-affect-liveness")
+}
+
+// readWebhooksAndScripts reads the dry run, --apply, the admission webhooks and
+// the guard of the scripts ConfigMap.
+func (r *settingsReader) readWebhooksAndScripts(s *settings) {
 	s.DryRun = r.bool("dry-run")
 	s.Apply = r.list("apply")
 	s.WebhookAddress = r.address("webhook-address")
 	s.WebhookCertDir = r.str("webhook-cert-dir")
 	s.WebhookClientCA = r.str("webhook-client-ca")
-	s.WebhookService = r.str("webhook-service")
-	if ns, name, ok := strings.Cut(s.WebhookService, "/"); s.WebhookService != "" && (!ok || ns == "" || name == "") {
-		r.invalid("webhook-service", s.WebhookService, "namespace/name of a Service")
-	}
+	s.WebhookService = r.namespacedName("webhook-service", "namespace/name of a Service")
 	s.WebhookURL = r.str("webhook-url")
 	if s.WebhookURL != "" && !strings.HasPrefix(s.WebhookURL, "https://") {
 		r.invalid("webhook-url", s.WebhookURL, "an https:// URL the API server reaches")
 	}
 	s.WebhookCleanup = r.bool("webhook-cleanup")
-	s.ScriptsConfigMap = r.str("scripts-configmap")
-	if ns, name, ok := strings.Cut(s.ScriptsConfigMap, "/"); s.ScriptsConfigMap != "" && (!ok || ns == "" || name == "") {
-		r.invalid("scripts-configmap", s.ScriptsConfigMap, "namespace/name of a ConfigMap")
-	}
+	s.ScriptsConfigMap = r.namespacedName("scripts-configmap", "namespace/name of a ConfigMap")
 	s.ScriptsWebhook = r.bool("scripts-webhook")
 	s.LastGoodConfigMap = r.str("last-good-configmap")
 	if s.LastGoodConfigMap == "" {
@@ -359,6 +394,10 @@ func readSettings(cmd *cobra.Command, v *viper.Viper, subset bool) (settings, er
 			r.invalid("apply", p, "files or folders of YAML manifests ("+err.Error()+")")
 		}
 	}
+}
+
+// readPeering reads luaop dev's allowed contexts and peering.
+func (r *settingsReader) readPeering(s *settings) {
 	s.AllowContexts = r.list("allow-context")
 	s.Standalone = r.bool("standalone")
 	s.Priority = r.int("priority", math.MinInt, "a whole number (higher wins)")
@@ -367,11 +406,6 @@ func readSettings(cmd *cobra.Command, v *viper.Viper, subset bool) (settings, er
 	if r.has("peering-lease-duration") && (s.PeeringLeaseDuration < time.Second || s.PeeringLeaseDuration%time.Second != 0) {
 		r.invalid("peering-lease-duration", s.PeeringLeaseDuration.String(), "a whole number of seconds, at least 1s")
 	}
-	if s.DryRun && len(s.Apply) > 0 {
-		r.fail("--apply writes to the cluster, --dry-run writes nothing: give one of them")
-	}
-	s.Warnings = r.envWarnings()
-	return s, errors.Join(r.errs...)
 }
 
 // settingsReader reads typed settings from viper, collecting what is wrong.
@@ -578,11 +612,40 @@ func (r *settingsReader) invalid(key string, value any, allowed string) {
 	r.fail("invalid %s: use %s", r.describe(key, value), allowed)
 }
 
-func (r *settingsReader) str(key string) string {
+// get is the value of a setting, as viper has it; ok is false when the command
+// has no such setting.
+func (r *settingsReader) get(key string) (raw any, ok bool) {
 	if !r.has(key) {
+		return nil, false
+	}
+	return r.v.Get(key), true
+}
+
+// numberOf is a number as viper gives it (an int or int64 from a flag or YAML, a
+// float64 from YAML or JSON, a string from LUAOP_* or a quoted value: read with
+// parse); ok is false for another type, a string parse refuses, or a fraction
+// where T is int.
+func numberOf[T int | float64](raw any, parse func(string) (T, error)) (T, bool) {
+	switch x := raw.(type) {
+	case int:
+		return T(x), true
+	case int64:
+		return T(x), true
+	case float64:
+		return T(x), float64(T(x)) == x
+	case string:
+		n, err := parse(strings.TrimSpace(x))
+		return n, err == nil
+	}
+	return 0, false
+}
+
+func (r *settingsReader) str(key string) string {
+	raw, ok := r.get(key)
+	if !ok {
 		return ""
 	}
-	switch x := r.v.Get(key).(type) {
+	switch x := raw.(type) {
 	case nil:
 		return ""
 	case string:
@@ -604,29 +667,13 @@ func (r *settingsReader) oneOf(key string, allowed ...string) string {
 }
 
 func (r *settingsReader) int(key string, least int, allowed string) int {
-	if !r.has(key) {
+	raw, ok := r.get(key)
+	if !ok {
 		return 0
 	}
-	var n int
-	switch x := r.v.Get(key).(type) {
-	case int:
-		n = x
-	case int64:
-		n = int(x)
-	case float64:
-		if x != math.Trunc(x) {
-			r.invalid(key, x, allowed)
-			return 0
-		}
-		n = int(x)
-	case string:
-		var err error
-		if n, err = strconv.Atoi(strings.TrimSpace(x)); err != nil {
-			r.invalid(key, x, allowed)
-			return 0
-		}
-	default:
-		r.invalid(key, x, allowed)
+	n, ok := numberOf(raw, strconv.Atoi)
+	if !ok {
+		r.invalid(key, raw, allowed)
 		return 0
 	}
 	if n < least {
@@ -636,10 +683,11 @@ func (r *settingsReader) int(key string, least int, allowed string) int {
 }
 
 func (r *settingsReader) bool(key string) bool {
-	if !r.has(key) {
+	raw, ok := r.get(key)
+	if !ok {
 		return false
 	}
-	switch x := r.v.Get(key).(type) {
+	switch x := raw.(type) {
 	case bool:
 		return x
 	case string:
@@ -657,7 +705,8 @@ func (r *settingsReader) bool(key string) bool {
 // duration reads a duration with a unit ("30s", "1m30s"); zero is allowed only when
 // zeroOK, negative values never.
 func (r *settingsReader) duration(key string, zeroOK bool) time.Duration {
-	if !r.has(key) {
+	raw, ok := r.get(key)
+	if !ok {
 		return 0
 	}
 	allowed := "a duration with a unit, greater than 0 (for example 30s, 2m, 1m30s)"
@@ -665,7 +714,7 @@ func (r *settingsReader) duration(key string, zeroOK bool) time.Duration {
 		allowed = "a duration with a unit, 0 or more (for example 0, 10s, 1m)"
 	}
 	var d time.Duration
-	switch x := r.v.Get(key).(type) {
+	switch x := raw.(type) {
 	case time.Duration:
 		d = x
 	case string:
@@ -692,11 +741,12 @@ func (r *settingsReader) duration(key string, zeroOK bool) time.Duration {
 // list reads a list: a YAML list, or a string of comma-separated items (flags and
 // environment variables: LUAOP_NAMESPACES=a,b).
 func (r *settingsReader) list(key string) []string {
-	if !r.has(key) {
+	raw, ok := r.get(key)
+	if !ok {
 		return nil
 	}
 	var items []string
-	switch x := r.v.Get(key).(type) {
+	switch x := raw.(type) {
 	case nil:
 	case string:
 		items = strings.Split(x, ",")
@@ -743,6 +793,15 @@ func (r *settingsReader) namespaces(key string) []string {
 		}
 	}
 	return patterns
+}
+
+// namespacedName reads namespace/name (empty: none).
+func (r *settingsReader) namespacedName(key, allowed string) string {
+	v := r.str(key)
+	if ns, name, ok := strings.Cut(v, "/"); v != "" && (!ok || ns == "" || name == "") {
+		r.invalid(key, v, allowed)
+	}
+	return v
 }
 
 func (r *settingsReader) prefix(key string) string {
@@ -839,32 +898,18 @@ type unquoted string
 
 // verbosityOf reads a verbosity (-v N, LUAOP_VERBOSE=N, verbose: N; true is 4).
 func (r *settingsReader) verbosityOf(key string) int {
-	if !r.has(key) {
+	raw, ok := r.get(key)
+	if !ok {
 		return 0
 	}
-	raw := r.v.Get(key)
-	switch x := raw.(type) {
-	case bool:
-		if x {
+	if b, isBool := raw.(bool); isBool {
+		if b {
 			return verboseAlone
 		}
 		return 0
-	case int:
-		if x >= 0 {
-			return x
-		}
-	case int64:
-		if x >= 0 {
-			return int(x)
-		}
-	case float64:
-		if x >= 0 && x == math.Trunc(x) {
-			return int(x)
-		}
-	case string:
-		if n, err := parseVerbosity(x); err == nil {
-			return n
-		}
+	}
+	if n, ok := numberOf(raw, parseVerbosity); ok && n >= 0 {
+		return n
 	}
 	r.invalid(key, raw, "a whole number of at least 0 (kubectl's -v: 4 debug, 6 requests, 8 request bodies), or true (4)")
 	return 0
@@ -872,25 +917,13 @@ func (r *settingsReader) verbosityOf(key string) int {
 
 // float reads a number of at least 0.
 func (r *settingsReader) float(key string) float64 {
-	if !r.has(key) {
+	raw, ok := r.get(key)
+	if !ok {
 		return 0
 	}
-	var f float64
-	switch x := r.v.Get(key).(type) {
-	case float64:
-		f = x
-	case int:
-		f = float64(x)
-	case int64:
-		f = float64(x)
-	case string:
-		var err error
-		if f, err = strconv.ParseFloat(strings.TrimSpace(x), 64); err != nil {
-			r.invalid(key, x, "a number greater than 0")
-			return 0
-		}
-	default:
-		r.invalid(key, x, "a number greater than 0")
+	f, ok := numberOf(raw, func(s string) (float64, error) { return strconv.ParseFloat(s, 64) })
+	if !ok {
+		r.invalid(key, raw, "a number greater than 0")
 		return 0
 	}
 	if f <= 0 || math.IsNaN(f) || math.IsInf(f, 0) {
@@ -899,7 +932,6 @@ func (r *settingsReader) float(key string) float64 {
 	return f
 }
 
-// address reads a listen address: host:port, :port, or empty for off.
 // memoryBudget reads auto (0), off (-1) or a Kubernetes quantity of bytes.
 func (r *settingsReader) memoryBudget(key string) int64 {
 	v := strings.TrimSpace(r.str(key))
@@ -917,6 +949,7 @@ func (r *settingsReader) memoryBudget(key string) int64 {
 	return q.Value()
 }
 
+// address reads a listen address: host:port, :port, or empty for off.
 func (r *settingsReader) address(key string) string {
 	a := r.str(key)
 	if !r.has(key) || a == "" {
