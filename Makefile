@@ -130,7 +130,7 @@ bench-daemons:
 # then reload under load: 10,000 objects (LUAOP_BENCH_OBJECTS) created and updated
 # while a script is saved every second. See BENCHMARKS.md, "Reload".
 bench-reload:
-	go test -run XXX -bench ReloadLatency -benchtime 100x ./scriptwatch
+	go test -run XXX -bench ReloadLatency -benchtime 100x ./reloading
 	LUAOP_TEST_CLUSTER_DIR=$(CACHE)/cluster-bench localcluster/with-cluster.sh go test -run XXX -bench ReloadUnderLoad -benchtime 1x -timeout 40m ./e2e
 
 # I/O-bound handlers: 200 objects whose create handler waits in luaop.sleep(1), luaop

@@ -459,7 +459,7 @@ func (m *Metrics) Reload(ok bool) {
 }
 
 // ReloadLatency records how long one reload while running took, from the first file
-// event of the save to the new handlers being active (scriptwatch.ReloadEvent.Latency).
+// event of the save to the new handlers being active (reloading.Event.Latency).
 // The initial load, with no save to start from, is not recorded.
 func (m *Metrics) ReloadLatency(ok bool, d time.Duration) {
 	result := "ok"

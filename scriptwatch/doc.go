@@ -1,7 +1,8 @@
 // Package scriptwatch follows a scripts folder while the operator runs and hands each
-// settled change to a reload: the production path of hot reload (`luaop run` on a
-// mounted ConfigMap) as much as the developer loop's (`luaop dev`, whose terminal view
-// lives in devloop and only consumes what this package reports).
+// settled change on: the production path of hot reload (`luaop run` on a mounted
+// ConfigMap) as much as the developer loop's (`luaop dev`). It owns the watching and
+// the reading only; what a change does (the load, the last good scripts, metrics,
+// webhooks, the view) is package reloading's, its one consumer in the operator.
 //
 // [Watch] watches the folder recursively with fsnotify (folders, not files, so that
 // editors saving by rename and Kubernetes ConfigMap volumes swapping their ..data link
@@ -9,9 +10,11 @@
 // [luabind.ReadDir] once the burst has settled and sends a [Change] only when the
 // content hash differs from the last one sent. When inotify is unavailable (watch or
 // instance limits, network and FUSE file systems) it falls back to slow polling.
-// [Reload] feeds those changes to a [Loader] (the operator's LoadScripts) one at a
-// time and reports each outcome as a [ReloadEvent].
 //
-// Ownership: the watcher's state belongs to the one goroutine Watch starts; Reload
-// runs in its caller's goroutine. Neither holds a lock while reading files or loading.
+// It must not load scripts or call the operator: it knows nothing above the folder.
+//
+// Ownership: the watcher's state (its watches, the pending change, the timers)
+// belongs to the one goroutine Watch starts; it holds no lock, and it never blocks
+// on its consumer (a consumer that falls behind gets one Change covering every save
+// since the last it took).
 package scriptwatch

@@ -1,7 +1,3 @@
-// Command luaop runs Kubernetes operators whose handlers are Lua scripts.
-//
-//	luaop dev ./handlers     the developer loop against the current cluster
-//	luaop run /scripts       production: JSON logs, health endpoint
 package main
 
 import (
