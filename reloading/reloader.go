@@ -222,8 +222,8 @@ func (r *Reloader) serveLastGood(ctx context.Context) (luabind.LoadReport, bool)
 	return rep, true
 }
 
-// Run loads every change of the folder after First until ctx is done (or the
-// watch ended), one at a time: a change saved while one is being applied waits
+// Run loads every change of the folder after the first load (First's, or the
+// caller's own) until ctx is done (or the watch ended), one at a time: a change saved while one is being applied waits
 // for it (the watcher folds the saves meanwhile into one change). A broken edit
 // never stops it: the previous scripts keep serving, and the next save is tried.
 func (r *Reloader) Run(ctx context.Context) {
