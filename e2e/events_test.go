@@ -93,3 +93,48 @@ func TestRetryingHandlerEventsAreRateLimited(t *testing.T) {
 		t.Errorf("no Warning Event aggregates repeats (count > 1 or combined from similar events)")
 	}
 }
+
+// Issue 12.16: ctx.logger messages at info and above are posted as Events of the
+// object (kopf's object logger); debug ones are not (the default level is info).
+func TestLoggerInfoIsPostedAsAnEventOfTheObject(t *testing.T) {
+	ns := env.Namespace(t)
+	post := true
+	startWith(t, ns, operator.Options{
+		Processing: processing.Options{PostEvents: &post},
+		Scripts: script(`
+		local luaop = require("luaop")
+		luaop.on.create("e2e.luaop.dev/v1/gadgets", function(ctx)
+			ctx.logger.debug("quiet detail")
+			ctx.logger.info("provisioned", ctx.spec.size)
+			ctx.logger.warn("running low")
+		end, {id = "provision"})
+	`)})
+	create(t, gadgets, ns, "{apiVersion: e2e.luaop.dev/v1, kind: Gadget, metadata: {name: g}, spec: {size: 3}}")
+	var seen []string
+	testcluster.Eventually(t, 20*time.Second, func() (bool, string) {
+		list, err := env.Kube.CoreV1().Events(ns).List(t.Context(), metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		seen = nil
+		for _, e := range list.Items {
+			if e.InvolvedObject.Name == "g" && e.InvolvedObject.Kind == "Gadget" && e.Reason == "Logging" {
+				seen = append(seen, e.Type+" "+e.Message)
+			}
+		}
+		has := func(s string) bool {
+			for _, x := range seen {
+				if x == s {
+					return true
+				}
+			}
+			return false
+		}
+		return has("Normal provisioned 3") && has("Warning running low"), fmt.Sprintf("Logging Events of the gadget: %q", seen)
+	})
+	for _, x := range seen {
+		if strings.Contains(x, "quiet detail") {
+			t.Errorf("a debug message was posted: %q", seen)
+		}
+	}
+}

@@ -255,3 +255,24 @@ func TestHandlerOutcomesArePostedAsEvents(t *testing.T) {
 			fmt.Sprintf("events seen: %v; want HandlerRetrying, HandlerSucceeded and Custom", seen)
 	})
 }
+
+// Issue 12, item 3: what a handler wrote to ctx.patch before raising is applied
+// (kopf): the object shows status.phase "Waiting" while the handler retries.
+func TestPatchWrittenBeforeATemporaryErrorIsApplied(t *testing.T) {
+	ns := env.Namespace(t)
+	startWith(t, ns, operator.Options{Scripts: script(`
+		local luaop = require("luaop")
+		luaop.on.create("examples.luaop.dev/v1/widgets", function(ctx)
+			ctx.patch.status.phase = "Waiting"
+			ctx.patch.status.attempt = ctx.retry
+			if ctx.retry < 2 then
+				error(luaop.temporary_error("not ready yet", 1))
+			end
+			ctx.patch.status.phase = "Ready"
+		end, { id = "wait" })
+	`)})
+	create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w}, spec: {size: 1}}")
+	waitField(t, widgets, ns, "w", "status.phase", "Waiting")
+	waitField(t, widgets, ns, "w", "status.attempt", int64(1))
+	waitField(t, widgets, ns, "w", "status.phase", "Ready")
+}
