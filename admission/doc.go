@@ -68,4 +68,11 @@
 // Concurrency: the Server and the Syncer
 // keep their state behind atomic pointers and one leaf mutex; no lock is held while
 // a handler runs or the API server is called.
+//
+// # Boundaries
+//
+// It serves what luabind's Runtime holds (the Lua handlers) and resolves resources
+// with processing's discovery rules (ResolveResource); it must not import operator,
+// devloop or cmd/luaop: whoever loads the scripts tells it (Webhooks.Resync), and
+// it never reaches back up into its caller.
 package admission

@@ -2,23 +2,16 @@ package admission
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/rest"
 	clienttesting "k8s.io/client-go/testing"
-
-	"github.com/luaop/luaop/processing/causes"
 )
 
 // probeWorld runs Webhooks with one Fail handler against a fake API server whose
@@ -41,8 +34,6 @@ func startProbeWorld(t *testing.T, reachable bool, opts Options, setup ...func(*
 		f(pw)
 	}
 	pw.reachable.Store(reachable)
-	opts.Address, opts.Prefix = "127.0.0.1:0", "ops.example.com"
-	opts.detect = noDetection("https://127.0.0.1:6443")
 	opts.ProbeBudget = 300 * time.Millisecond
 	opts.OnReachability = func(r Reachability) {
 		pw.reports.Add(1)
@@ -55,37 +46,7 @@ func startProbeWorld(t *testing.T, reachable bool, opts Options, setup ...func(*
 			<-pw.hold
 		}
 	}
-	w, err := New(&rest.Config{Host: "https://127.0.0.1:6443"}, nil, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pw.w = w
-	pw.client = fake.NewClientset()
-	pw.client.PrependReactor("create", "leases", func(a clienttesting.Action) (bool, runtime.Object, error) {
-		obj := a.(clienttesting.CreateAction).GetObject().(*coordinationv1.Lease)
-		token, ok := obj.Labels[ProbeLabel]
-		if !ok {
-			return false, nil, nil
-		}
-		gr := schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}
-		if pw.reachable.Load() {
-			return true, nil, apierrors.NewForbidden(gr, obj.Name, fmt.Errorf(`admission webhook "x" denied the request: %s`, probeMessage(token)))
-		}
-		return true, nil, apierrors.NewInternalError(fmt.Errorf(`failed calling webhook "reachability.probe.ops.example.com": failed to call webhook: Post "%s": dial tcp 198.18.0.1:4443: connect: no route to host`, w.URL(probePath)))
-	})
-	w.syncer.Client, w.syncer.Discovery, w.prober.client = pw.client, pw.client.Discovery(), pw.client
-	w.resyncEvery = time.Hour
-	scope := admissionregistrationv1.NamespacedScope
-	if err := w.Register(Handler{ID: "cm", Kind: causes.KindValidate,
-		Rules: []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{"*"},
-			Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}, Scope: &scope}}},
-		Admit: func(context.Context, Request) (Response, error) { return Response{Allowed: true}, nil }}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- w.Start(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	pw.w, pw.client = startOnFakeAPI(t, opts, pw.reachable.Load, time.Hour)
 	return pw
 }
 

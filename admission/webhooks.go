@@ -124,35 +124,12 @@ type Webhooks struct {
 // New listens on opts.Address and prepares the certificates and the syncer;
 // nothing is served until Start. rt serves the Lua handlers (nil: Go ones only).
 func New(cfg *rest.Config, rt *luabind.Runtime, opts Options) (*Webhooks, error) {
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	if opts.ServicePort == 0 {
-		opts.ServicePort = 443
-	}
-	if opts.ProbeNamespace == "" {
-		opts.ProbeNamespace = "default"
-	}
-	if opts.ProbeBudget <= 0 {
-		opts.ProbeBudget = defaultProbeBudget
-	}
+	opts = opts.withDefaults()
 	w := &Webhooks{opts: opts, cfg: cfg, log: opts.Logger, trigger: make(chan struct{}, 1)}
 	w.active.Store(!opts.Inactive)
-	var svcNS, svcName string
-	if opts.Service != "" {
-		var ok bool
-		svcNS, svcName, ok = strings.Cut(opts.Service, "/")
-		if !ok || svcNS == "" || svcName == "" {
-			return nil, fmt.Errorf("--webhook-service=%q: write it as namespace/name", opts.Service)
-		}
-	}
-	var base *url.URL
-	if opts.URL != "" {
-		u, err := url.Parse(opts.URL)
-		if err != nil || u.Scheme != "https" || u.Host == "" {
-			return nil, fmt.Errorf("--webhook-url=%q: give an https URL (https://host:port)", opts.URL)
-		}
-		base = u
+	tgt, err := parseTarget(opts)
+	if err != nil {
+		return nil, err
 	}
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -162,83 +139,18 @@ func New(cfg *rest.Config, rt *luabind.Runtime, opts Options) (*Webhooks, error)
 	if err != nil {
 		return nil, fmt.Errorf("--webhook-address=%q: give host:port (\":9443\", \"127.0.0.1:0\"): %w", opts.Address, err)
 	}
-	// The host the API server is given, when neither a URL nor a Service says.
 	registered := ""
-	if base == nil && svcName == "" {
-		switch {
-		case listenHost != "" && !isUnspecified(listenHost) && !isLoopbackHost(listenHost):
-			registered = listenHost // an address the user chose
-		case opts.DryRun:
-			registered = "127.0.0.1"
-		default:
-			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-			detect := opts.detect
-			if detect == nil {
-				detect = newDetector(cfg, client).detect
-			}
-			ep, ok := detect(ctx)
-			cancel()
-			if ok {
-				w.endpoint, registered = ep, ep.Host
-				if isLoopbackHost(listenHost) && ep.Listen != "" {
-					listenHost = ep.Listen
-					if isUnspecified(listenHost) {
-						listenHost = ""
-					}
-				}
-			} else {
-				registered = "127.0.0.1"
-			}
-		}
+	if tgt.byAddress() {
+		registered, listenHost = w.registeredHost(cfg, client, listenHost)
 	}
-	var hosts []string
-	if svcName != "" {
-		hosts = append(hosts, svcName+"."+svcNS+".svc", svcName+"."+svcNS+".svc.cluster.local", svcName+"."+svcNS)
+	if w.certs, err = w.loadCertificates(client, tgt, tgt.hosts(registered)); err != nil {
+		return nil, err
 	}
-	if base != nil {
-		hosts = append(hosts, base.Hostname())
+	if w.clientCAs, err = loadClientCAs(opts.ClientCA); err != nil {
+		return nil, err
 	}
-	if registered != "" {
-		hosts = append(hosts, registered)
-	}
-	switch {
-	case opts.CertDir != "":
-		if w.certs, err = LoadCertificates(opts.CertDir); err != nil {
-			return nil, err
-		}
-	case svcName != "" && !opts.DryRun:
-		// Replicas share one generated CA through a Secret.
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		w.certs, err = NewSecretCertificates(ctx, client, svcNS, svcName+"-tls", hosts, CertOptions{Validity: opts.CertValidity, Logger: opts.Logger})
-		cancel()
-		if err != nil {
-			return nil, err
-		}
-	default:
-		if w.certs, err = NewGeneratedCertificates(hosts, CertOptions{Validity: opts.CertValidity, Logger: opts.Logger}); err != nil {
-			return nil, fmt.Errorf("generating the webhook certificate: %w", err)
-		}
-	}
-	if opts.ClientCA != "" {
-		pem, err := os.ReadFile(opts.ClientCA)
-		if err != nil {
-			return nil, fmt.Errorf("--webhook-client-ca: %w", err)
-		}
-		w.clientCAs = x509.NewCertPool()
-		if !w.clientCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--webhook-client-ca=%s: no PEM certificate in it", opts.ClientCA)
-		}
-	}
-	listenAt := net.JoinHostPort(listenHost, port)
-	if w.ln, err = net.Listen("tcp", listenAt); err != nil {
-		return nil, fmt.Errorf("webhook server: cannot listen on %s: %w", listenAt, err)
-	}
-	if base == nil && svcName == "" {
-		port := w.ln.Addr().(*net.TCPAddr).Port
-		base = &url.URL{Scheme: "https", Host: net.JoinHostPort(registered, strconv.Itoa(port))}
-		if isLoopbackHost(registered) && !serverOnThisMachine(cfg) {
-			w.unreachable = fmt.Sprintf("the cluster at %s is not on this machine and cannot call the webhook at %s, and nothing tells where it could (no node on a network of this machine's, no known local cluster): give --webhook-url (an https address the API server reaches, a tunnel to this port) or --webhook-service (in-cluster); the validate and mutate handlers are not registered with the API server", cfg.Host, base)
-		}
+	if err := w.listen(net.JoinHostPort(listenHost, port), &tgt, registered); err != nil {
+		return nil, err
 	}
 	if opts.DryRun {
 		w.unreachable = "dry run: the webhook configurations are not written"
@@ -256,15 +168,7 @@ func New(cfg *rest.Config, rt *luabind.Runtime, opts Options) (*Webhooks, error)
 	w.certs.OnChange(w.Resync)
 	w.server = NewServer(rt, opts.Logger)
 	w.syncer = &Syncer{Client: client, Discovery: disco, Prefix: opts.Prefix, CABundle: w.certs.CABundle, Log: opts.Logger, Namespaces: opts.Namespaces,
-		ClientConfig: func(path string) admissionregistrationv1.WebhookClientConfig {
-			if svcName != "" {
-				port := opts.ServicePort
-				return admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{
-					Namespace: svcNS, Name: svcName, Path: &path, Port: &port}}
-			}
-			u := strings.TrimSuffix(base.String(), "/") + path
-			return admissionregistrationv1.WebhookClientConfig{URL: &u}
-		}}
+		ClientConfig: tgt.clientConfig}
 	w.prober = &prober{client: client, prefix: opts.Prefix, namespace: opts.ProbeNamespace, budget: opts.ProbeBudget, retryEvery: 250 * time.Millisecond,
 		clientConfig: func() admissionregistrationv1.WebhookClientConfig {
 			cc := w.syncer.ClientConfig(probePath)
@@ -272,6 +176,171 @@ func New(cfg *rest.Config, rt *luabind.Runtime, opts Options) (*Webhooks, error)
 			return cc
 		}}
 	return w, nil
+}
+
+// withDefaults fills in the documented defaults.
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.ServicePort == 0 {
+		o.ServicePort = 443
+	}
+	if o.ProbeNamespace == "" {
+		o.ProbeNamespace = "default"
+	}
+	if o.ProbeBudget <= 0 {
+		o.ProbeBudget = defaultProbeBudget
+	}
+	return o
+}
+
+// target is how the API server calls the webhooks: through a Service (in-cluster),
+// at a base URL given (--webhook-url), or, with neither, at the address this
+// operator registers once it listens (listen sets base then).
+type target struct {
+	svcNS, svcName string
+	svcPort        int32
+	base           *url.URL
+}
+
+// parseTarget reads --webhook-service and --webhook-url.
+func parseTarget(opts Options) (target, error) {
+	tgt := target{svcPort: opts.ServicePort}
+	if opts.Service != "" {
+		var ok bool
+		tgt.svcNS, tgt.svcName, ok = strings.Cut(opts.Service, "/")
+		if !ok || tgt.svcNS == "" || tgt.svcName == "" {
+			return tgt, fmt.Errorf("--webhook-service=%q: write it as namespace/name", opts.Service)
+		}
+	}
+	if opts.URL != "" {
+		u, err := url.Parse(opts.URL)
+		if err != nil || u.Scheme != "https" || u.Host == "" {
+			return tgt, fmt.Errorf("--webhook-url=%q: give an https URL (https://host:port)", opts.URL)
+		}
+		tgt.base = u
+	}
+	return tgt, nil
+}
+
+// byAddress tells whether neither a Service nor a URL says where the API server
+// calls: the operator registers an address of its own.
+func (tgt target) byAddress() bool { return tgt.base == nil && tgt.svcName == "" }
+
+// hosts are the names the serving certificate must be valid for: the Service's,
+// the URL's host, the registered host.
+func (tgt target) hosts(registered string) []string {
+	var hosts []string
+	if tgt.svcName != "" {
+		hosts = append(hosts, tgt.svcName+"."+tgt.svcNS+".svc", tgt.svcName+"."+tgt.svcNS+".svc.cluster.local", tgt.svcName+"."+tgt.svcNS)
+	}
+	if tgt.base != nil {
+		hosts = append(hosts, tgt.base.Hostname())
+	}
+	if registered != "" {
+		hosts = append(hosts, registered)
+	}
+	return hosts
+}
+
+// clientConfig is how a configuration tells the API server to call path.
+func (tgt target) clientConfig(path string) admissionregistrationv1.WebhookClientConfig {
+	if tgt.svcName != "" {
+		port := tgt.svcPort
+		return admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{
+			Namespace: tgt.svcNS, Name: tgt.svcName, Path: &path, Port: &port}}
+	}
+	u := strings.TrimSuffix(tgt.base.String(), "/") + path
+	return admissionregistrationv1.WebhookClientConfig{URL: &u}
+}
+
+// registeredHost is the host the API server is given when neither a URL nor a
+// Service says: an address the user chose to listen on, else the detected one
+// (address.go; it may also tell where to listen), else loopback. It returns the
+// host to listen on too.
+func (w *Webhooks) registeredHost(cfg *rest.Config, client kubernetes.Interface, listenHost string) (registered, listen string) {
+	switch {
+	case listenHost != "" && !isUnspecified(listenHost) && !isLoopbackHost(listenHost):
+		return listenHost, listenHost // an address the user chose
+	case w.opts.DryRun:
+		return "127.0.0.1", listenHost
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	detect := w.opts.detect
+	if detect == nil {
+		detect = newDetector(cfg, client).detect
+	}
+	ep, ok := detect(ctx)
+	if !ok {
+		return "127.0.0.1", listenHost
+	}
+	w.endpoint = ep
+	if isLoopbackHost(listenHost) && ep.Listen != "" {
+		listenHost = ep.Listen
+		if isUnspecified(listenHost) {
+			listenHost = ""
+		}
+	}
+	return ep.Host, listenHost
+}
+
+// loadCertificates reads the serving certificate from --webhook-cert-dir, or
+// generates one: shared by the replicas through a Secret with a Service, kept in
+// memory otherwise.
+func (w *Webhooks) loadCertificates(client kubernetes.Interface, tgt target, hosts []string) (*Certificates, error) {
+	certOpts := CertOptions{Validity: w.opts.CertValidity, Logger: w.opts.Logger}
+	switch {
+	case w.opts.CertDir != "":
+		return LoadCertificates(w.opts.CertDir)
+	case tgt.svcName != "" && !w.opts.DryRun:
+		// Replicas share one generated CA through a Secret.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return NewSecretCertificates(ctx, client, tgt.svcNS, tgt.svcName+"-tls", hosts, certOpts)
+	default:
+		certs, err := NewGeneratedCertificates(hosts, certOpts)
+		if err != nil {
+			return nil, fmt.Errorf("generating the webhook certificate: %w", err)
+		}
+		return certs, nil
+	}
+}
+
+// loadClientCAs reads --webhook-client-ca (empty: no client certificate asked).
+func loadClientCAs(file string) (*x509.CertPool, error) {
+	if file == "" {
+		return nil, nil
+	}
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("--webhook-client-ca: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--webhook-client-ca=%s: no PEM certificate in it", file)
+	}
+	return pool, nil
+}
+
+// listen opens the server's socket; with neither a URL nor a Service, the base URL
+// becomes the registered host and the port listened on, and a loopback address a
+// remote cluster cannot call makes the webhooks unreachable.
+func (w *Webhooks) listen(at string, tgt *target, registered string) error {
+	var err error
+	if w.ln, err = net.Listen("tcp", at); err != nil {
+		return fmt.Errorf("webhook server: cannot listen on %s: %w", at, err)
+	}
+	if !tgt.byAddress() {
+		return nil
+	}
+	port := w.ln.Addr().(*net.TCPAddr).Port
+	tgt.base = &url.URL{Scheme: "https", Host: net.JoinHostPort(registered, strconv.Itoa(port))}
+	if isLoopbackHost(registered) && !serverOnThisMachine(w.cfg) {
+		w.unreachable = fmt.Sprintf("the cluster at %s is not on this machine and cannot call the webhook at %s, and nothing tells where it could (no node on a network of this machine's, no known local cluster): give --webhook-url (an https address the API server reaches, a tunnel to this port) or --webhook-service (in-cluster); the validate and mutate handlers are not registered with the API server", w.cfg.Host, tgt.base)
+	}
+	return nil
 }
 
 func isUnspecified(h string) bool {

@@ -74,17 +74,57 @@ func noDetection(host string) func(context.Context) (Endpoint, bool) {
 }
 
 // answerProbes makes the fake API server answer the reachability probe's dry runs
-// as a real one does when it reached the probe webhook.
-func answerProbes(client *fake.Clientset) {
+// as a real one does: rejected by the probe webhook while reached() (nil: always),
+// else failing to call it.
+func answerProbes(client *fake.Clientset, w *Webhooks, reached func() bool) {
 	client.PrependReactor("create", "leases", func(a clienttesting.Action) (bool, runtime.Object, error) {
 		obj := a.(clienttesting.CreateAction).GetObject().(*coordinationv1.Lease)
 		token, ok := obj.Labels[ProbeLabel]
 		if !ok {
 			return false, nil, nil
 		}
-		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, obj.Name,
-			fmt.Errorf(`admission webhook "reachability.probe.ops.example.com" denied the request: %s`, probeMessage(token)))
+		if reached == nil || reached() {
+			return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, obj.Name,
+				fmt.Errorf(`admission webhook "reachability.probe.ops.example.com" denied the request: %s`, probeMessage(token)))
+		}
+		return true, nil, apierrors.NewInternalError(fmt.Errorf(`failed calling webhook "reachability.probe.ops.example.com": failed to call webhook: Post "%s": dial tcp 198.18.0.1:4443: connect: no route to host`, w.URL(probePath)))
 	})
+}
+
+// startOnFakeAPI runs Webhooks against client-go's fake clientset standing for the
+// API server of a local control plane: opts on a loopback address with the prefix
+// ops.example.com, one Go handler (so a validating configuration is written), the
+// probe answered as answerProbes does, a periodic sync every resyncEvery. They stop
+// when the test ends.
+func startOnFakeAPI(t *testing.T, opts Options, reached func() bool, resyncEvery time.Duration) (*Webhooks, *fake.Clientset) {
+	t.Helper()
+	opts.Address, opts.Prefix = "127.0.0.1:0", "ops.example.com"
+	opts.detect = noDetection("https://127.0.0.1:6443")
+	w, err := New(&rest.Config{Host: "https://127.0.0.1:6443"}, nil, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := fake.NewClientset()
+	answerProbes(client, w, reached)
+	w.syncer.Client, w.syncer.Discovery, w.prober.client = client, client.Discovery(), client
+	w.resyncEvery = resyncEvery
+	scope := admissionregistrationv1.NamespacedScope
+	if err := w.Register(Handler{ID: "cm", Kind: causes.KindValidate,
+		Rules: []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{"*"},
+			Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}, Scope: &scope}}},
+		Admit: func(context.Context, Request) (Response, error) { return Response{Allowed: true}, nil }}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- w.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return w, client
 }
 
 // writeCerts writes a fresh CA and serving certificate into dir, stamped at mod.
@@ -106,36 +146,11 @@ func writeCerts(t *testing.T, dir string, mod time.Time) []byte {
 	return caPEM
 }
 
-// startWebhooks runs Webhooks with certificates from dir against a fake clientset
-// (one Go handler, so a validating configuration is written).
+// startWebhooks runs Webhooks with certificates from dir on the fake API server
+// (startOnFakeAPI).
 func startWebhooks(t *testing.T, dir string, every time.Duration) (*Webhooks, *fake.Clientset) {
 	t.Helper()
-	w, err := New(&rest.Config{Host: "https://127.0.0.1:6443"}, nil, Options{Address: "127.0.0.1:0", CertDir: dir, Prefix: "ops.example.com",
-		detect: noDetection("https://127.0.0.1:6443")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := fake.NewClientset()
-	answerProbes(client)
-	w.syncer.Client, w.syncer.Discovery, w.prober.client = client, client.Discovery(), client
-	w.resyncEvery = every
-	scope := admissionregistrationv1.NamespacedScope
-	if err := w.Register(Handler{ID: "cm", Kind: causes.KindValidate,
-		Rules: []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{"*"},
-			Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}, Scope: &scope}}},
-		Admit: func(context.Context, Request) (Response, error) { return Response{Allowed: true}, nil }}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- w.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
-	return w, client
+	return startOnFakeAPI(t, Options{CertDir: dir}, nil, every)
 }
 
 // caBundleEventually polls the validating configuration until its caBundle is want.

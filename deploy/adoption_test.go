@@ -1,7 +1,6 @@
 package deploy_test
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -116,14 +115,7 @@ func TestDeploySecurityAndSpread(t *testing.T) {
 // The cert-manager component: a CA issuer chain, the Service's certificate, its
 // Secret mounted as the folder LUAOP_WEBHOOK_CERT_DIR names (no subPath).
 func TestCertManagerComponent(t *testing.T) {
-	deployDir, _, _ := paths(t)
-	overlay := t.TempDir()
-	kustomization := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- %s\ncomponents:\n- %s\n",
-		relPath(t, overlay, filepath.Join(deployDir, "examples")), relPath(t, overlay, filepath.Join(deployDir, "components", "cert-manager")))
-	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	_, objs := render(t, kubectl(t), overlay)
+	objs := renderOverlay(t, "", "cert-manager")
 	cert := one(t, objs, "Certificate", "luaop-webhook", nil)
 	dns, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames")
 	var svc unstructured.Unstructured = one(t, objs, "Service", "luaop-webhook", nil)

@@ -475,19 +475,7 @@ func TestMyScriptsOverlay(t *testing.T) {
 
 // The ServiceMonitor component, added to an overlay, scrapes the metrics Service.
 func TestServiceMonitorComponent(t *testing.T) {
-	deployDir, _, _ := paths(t)
-	overlay := t.TempDir()
-	kustomization := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-- %s
-components:
-- %s
-`, relPath(t, overlay, filepath.Join(deployDir, "examples")), relPath(t, overlay, filepath.Join(deployDir, "components", "servicemonitor")))
-	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	_, objs := render(t, kubectl(t), overlay)
+	objs := renderOverlay(t, "", "servicemonitor")
 	sm := one(t, objs, "ServiceMonitor", "luaop", nil)
 	if sm.GetNamespace() != namespace {
 		t.Errorf("ServiceMonitor in %q, want %q", sm.GetNamespace(), namespace)
@@ -513,6 +501,31 @@ func relPath(t *testing.T, from, to string) string {
 		t.Fatal(err)
 	}
 	return rel
+}
+
+// renderOverlay renders an overlay of deploy/examples, as a user writes one: with
+// namespace (empty: the examples' own) and the components of deploy/components
+// named.
+func renderOverlay(t *testing.T, namespace string, components ...string) []unstructured.Unstructured {
+	t.Helper()
+	deployDir, _, _ := paths(t)
+	overlay := t.TempDir()
+	kustomization := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+	if namespace != "" {
+		kustomization += "namespace: " + namespace + "\n"
+	}
+	kustomization += "resources:\n- " + relPath(t, overlay, filepath.Join(deployDir, "examples")) + "\n"
+	if len(components) > 0 {
+		kustomization += "components:\n"
+		for _, c := range components {
+			kustomization += "- " + relPath(t, overlay, filepath.Join(deployDir, "components", c)) + "\n"
+		}
+	}
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, objs := render(t, kubectl(t), overlay)
+	return objs
 }
 
 func checkProbe(t *testing.T, name string, p *corev1.Probe, path string) {
@@ -814,14 +827,7 @@ func envAsKubeletSees(d *appsv1.Deployment, name string) string {
 // in the new namespace, the namespace keeps the restricted Pod Security labels, and
 // the RBAC follows. The node suite (e2e/node) runs such an overlay for real.
 func TestOverlayInAnotherNamespace(t *testing.T) {
-	deployDir, _, _ := paths(t)
-	overlay := t.TempDir()
-	kustomization := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: team-a\nresources:\n- %s\n",
-		relPath(t, overlay, filepath.Join(deployDir, "examples")))
-	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	_, objs := render(t, kubectl(t), overlay)
+	objs := renderOverlay(t, "team-a")
 	var d appsv1.Deployment
 	one(t, objs, "Deployment", "luaop", &d)
 	if d.Namespace != "team-a" {
@@ -898,19 +904,7 @@ func checkWebhook(t *testing.T, objs []unstructured.Unstructured) {
 // The sharding component, added to an overlay: three replicas sharing the objects
 // (leader election off, sharding on) and the Role of the membership Leases.
 func TestShardingComponent(t *testing.T) {
-	deployDir, _, _ := paths(t)
-	overlay := t.TempDir()
-	kustomization := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-- %s
-components:
-- %s
-`, relPath(t, overlay, filepath.Join(deployDir, "examples")), relPath(t, overlay, filepath.Join(deployDir, "components", "sharding")))
-	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	_, objs := render(t, kubectl(t), overlay)
+	objs := renderOverlay(t, "", "sharding")
 	var d appsv1.Deployment
 	one(t, objs, "Deployment", "luaop", &d)
 	if d.Spec.Replicas == nil || *d.Spec.Replicas != 3 {

@@ -33,28 +33,47 @@ import (
 var doohickeys = schema.GroupVersionResource{Group: "e2e.luaop.dev", Version: "v1", Resource: "doohickeys"}
 
 // startAdmission starts an operator with the scripts and its webhooks on loopback,
-// with their own prefix, and waits until the API server calls them (probe: an
+// with their own prefix (the callers then wait until the API server calls them: an
 // object the handlers must reject or mutate). The webhooks are stopped, and their
 // configurations removed, when the test ends.
 func startAdmission(t *testing.T, ns, src string) (*testcluster.RunningOperator, *admission.Webhooks, string) {
 	t.Helper()
 	op := startWith(t, ns, operator.Options{Scripts: script(src)})
 	prefix := ns + ".e2e.luaop.dev"
-	wh, err := admission.New(env.Config, op.Runtime(), admission.Options{Address: "127.0.0.1:0", Prefix: prefix,
-		Namespaces: []string{ns}, RemoveOnExit: true, Logger: slog.New(slog.NewTextHandler(io.MultiWriter(op.Log, testWriterFor(t)), nil))})
+	wh, _ := serveWebhooks(t, op, ns, prefix, admission.Options{})
+	return op, wh, prefix
+}
+
+// serveWebhooks serves the operator's admission handlers on loopback under prefix,
+// for the namespace ns, with RemoveOnExit and opts's other settings (the log, unless
+// opts has one: the operator's and the test's). stop ends them, removing their
+// configurations, and returns Start's error; the end of the test calls it if the
+// test did not, after the cleanups registered later (which may need the webhooks).
+func serveWebhooks(t *testing.T, op *testcluster.RunningOperator, ns, prefix string, opts admission.Options) (wh *admission.Webhooks, stop func() error) {
+	t.Helper()
+	opts.Address, opts.Prefix, opts.Namespaces, opts.RemoveOnExit = "127.0.0.1:0", prefix, []string{ns}, true
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(op.Log, testWriterFor(t)), nil))
+	}
+	wh, err := admission.New(env.Config, op.Runtime(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
+	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
 	done := make(chan error, 1)
 	go func() { done <- wh.Start(ctx) }()
+	var once sync.Once
+	var startErr error
+	stop = func() error {
+		once.Do(func() { cancel(); startErr = <-done })
+		return startErr
+	}
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := stop(); err != nil {
 			t.Errorf("webhooks: %v", err)
 		}
 	})
-	return op, wh, prefix
+	return wh, stop
 }
 
 // warningCollector keeps the warnings the API server returns to a client.
@@ -359,21 +378,13 @@ func TestAdmissionConfigurationsRemovedWhenAsked(t *testing.T) {
 
 	// Another operator's webhooks with RemoveOnExit: stopping it removes them.
 	other := ns + ".other.luaop.dev"
-	wh, err := admission.New(env.Config, op.Runtime(), admission.Options{Address: "127.0.0.1:0", Prefix: other,
-		Namespaces: []string{ns}, RemoveOnExit: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- wh.Start(ctx) }()
+	_, stop := serveWebhooks(t, op, ns, other, admission.Options{})
 	ovname, _ := admission.ConfigurationNames(other)
 	testcluster.Eventually(t, 20*time.Second, func() (bool, string) {
 		_, err := env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(t.Context(), ovname, metav1.GetOptions{})
 		return err == nil, fmt.Sprint(err)
 	})
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := env.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(t.Context(), ovname, metav1.GetOptions{}); !apierrors.IsNotFound(err) {

@@ -7,11 +7,8 @@ package e2e
 // authenticates and authorizes, as controller-runtime's secure metrics.
 
 import (
-	"context"
 	"crypto/tls"
 	"fmt"
-	"io"
-	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -47,21 +44,8 @@ end, {id = "refuse", operations = {"CREATE"}})
 `)})
 	prefix := ns + ".e2e.luaop.dev"
 	const validity = 12 * time.Second
-	wh, err := admission.New(env.Config, op.Runtime(), admission.Options{Address: "127.0.0.1:0", Prefix: prefix, Namespaces: []string{ns},
-		RemoveOnExit: true, CertValidity: validity, Logger: slog.New(slog.NewTextHandler(io.MultiWriter(op.Log, testWriterFor(t)), nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- wh.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("webhooks: %v", err)
-		}
-	})
-	err = eventuallyRejected(t, ns, doohickey("probe", "{size: 1}"), false)
+	wh, _ := serveWebhooks(t, op, ns, prefix, admission.Options{CertValidity: validity})
+	err := eventuallyRejected(t, ns, doohickey("probe", "{size: 1}"), false)
 	mustContain(t, err, "refused by the rotation test")
 
 	bundleOf := func() string {

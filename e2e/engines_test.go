@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/luaop/luaop/operator"
 	"github.com/luaop/luaop/testcluster"
 )
@@ -214,4 +217,87 @@ func TestCleanShutdownWhileDaemonsRun(t *testing.T) {
 		n := runtime.NumGoroutine()
 		return n <= before+5, fmt.Sprintf("%d goroutines left, %d before the operator", n, before)
 	})
+}
+
+// Issue 12.16: an object being deleted stays in the indexes until it is gone (kopf
+// keeps it until the DELETED event): handlers still find it while another finalizer
+// holds it, and no longer once it is gone.
+func TestDeletingObjectIsFoundInItsIndexUntilGone(t *testing.T) {
+	ns := env.Namespace(t)
+	op := startWith(t, ns, operator.Options{Scripts: script(`
+		local luaop = require("luaop")
+		local R = "e2e.luaop.dev/v1/gadgets"
+		luaop.index(R, function(ctx) return {[ctx.name] = ctx.spec.size} end, {id = "sizes"})
+		luaop.on.delete(R, function(ctx)
+			local found = ctx.indexes.sizes[ctx.name]
+			ctx.logger.info("DELETE-SEES " .. tostring(found and #found or 0))
+		end, {id = "cleanup"})
+		luaop.on.event("v1/configmaps", function(ctx)
+			if ctx.type == "DELETED" then return end
+			local found = ctx.indexes.sizes[ctx.body.data.gadget]
+			ctx.logger.info("LOOKUP " .. ctx.name .. " " .. tostring(found and #found or 0))
+		end, {id = "lookup"})
+	`)})
+	create(t, gadgets, ns, "{apiVersion: e2e.luaop.dev/v1, kind: Gadget, metadata: {name: g, finalizers: [e2e.luaop.dev/hold]}, spec: {size: 3}}")
+	testcluster.Eventually(t, 15*time.Second, func() (bool, string) {
+		f := get(t, gadgets, ns, "g").GetFinalizers()
+		return len(f) == 2, fmt.Sprintf("waiting for luaop's finalizer: %v", f)
+	})
+	if err := env.Dynamic.Resource(gadgets).Namespace(ns).Delete(t.Context(), "g", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	logged := func(what string) {
+		t.Helper()
+		testcluster.Eventually(t, 15*time.Second, func() (bool, string) {
+			return strings.Contains(op.Log.String(), what), "no log line " + what
+		})
+	}
+	logged("DELETE-SEES 1")
+	testcluster.Eventually(t, 15*time.Second, func() (bool, string) {
+		f := get(t, gadgets, ns, "g").GetFinalizers()
+		return len(f) == 1, fmt.Sprintf("waiting for luaop to release its finalizer: %v", f)
+	})
+	lookup := func(name string) {
+		t.Helper()
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"gadget": "g"}}
+		if _, err := env.Kube.CoreV1().ConfigMaps(ns).Create(t.Context(), cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lookup("while-deleting")
+	logged("LOOKUP while-deleting 1")
+	patchGadget(t, ns, "g", `{"metadata":{"finalizers":null}}`)
+	testcluster.Eventually(t, 15*time.Second, func() (bool, string) {
+		_, err := env.Dynamic.Resource(gadgets).Namespace(ns).Get(t.Context(), "g", metav1.GetOptions{})
+		return err != nil, "the gadget is still there"
+	})
+	// The DELETED event reaches the operator some time after the gadget is gone:
+	// look it up again (a new ConfigMap each time) until the index no longer has it.
+	i := 0
+	testcluster.Eventually(t, 15*time.Second, func() (bool, string) {
+		i++
+		name := fmt.Sprintf("after-gone-%d", i)
+		lookup(name)
+		logged("LOOKUP " + name + " ")
+		return strings.Contains(op.Log.String(), "LOOKUP "+name+" 0"), "the index still finds the gone gadget"
+	})
+}
+
+// Issue 12, item 10: what startup handlers leave in the operator memo is in every
+// object's memo; a failing startup handler is retried before objects are handled.
+func TestStartupMemoReachesObjectHandlers(t *testing.T) {
+	ns := env.Namespace(t)
+	startWith(t, ns, operator.Options{Scripts: script(`
+		local luaop = require("luaop")
+		luaop.on.startup(function(ctx)
+			ctx.memo.tries = (ctx.memo.tries or 0) + 1
+			if ctx.retry < 1 then error(luaop.temporary_error("database not ready", 0.2)) end
+			ctx.memo.config = {greeting = "hello"}
+		end, { id = "boot" })
+		luaop.on.create("examples.luaop.dev/v1/widgets", function(ctx)
+			return ctx.memo.config.greeting .. " after " .. ctx.memo.tries
+		end, { id = "greet" })
+	`)})
+	create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w}, spec: {size: 1}}")
+	waitField(t, widgets, ns, "w", "status.greet", "hello after 2")
 }

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/luaop/luaop/luabind"
 	"github.com/luaop/luaop/operator"
 	"github.com/luaop/luaop/processing"
 	"github.com/luaop/luaop/testcluster"
@@ -20,18 +21,15 @@ import (
 // aggregates repeats (a count on one Event, or one "combined from similar events").
 func TestRetryingHandlerEventsAreRateLimited(t *testing.T) {
 	ns := env.Namespace(t)
-	post := true
 	const attempts = 40
-	startWith(t, ns, operator.Options{
-		Processing: processing.Options{PostEvents: &post},
-		Scripts: script(fmt.Sprintf(`
+	startWith(t, ns, postingEvents(script(fmt.Sprintf(`
 		local luaop = require("luaop")
 		luaop.on.create("examples.luaop.dev/v1/widgets", function(ctx)
 			assert(luaop.warn(ctx.body, "Flaky", "attempt " .. ctx.retry .. ": the backend does not answer"))
 			if ctx.retry < %d then error(luaop.temporary_error("not yet", 0.01)) end
 			return "done"
 		end, { id = "flaky" })
-	`, attempts))})
+	`, attempts))))
 	create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w}, spec: {size: 1}}")
 	testcluster.Eventually(t, 60*time.Second, func() (bool, string) {
 		status, _ := get(t, widgets, ns, "w").Object["status"].(map[string]any)
@@ -92,4 +90,53 @@ func TestRetryingHandlerEventsAreRateLimited(t *testing.T) {
 	if !aggregated {
 		t.Errorf("no Warning Event aggregates repeats (count > 1 or combined from similar events)")
 	}
+}
+
+// Issue 12.16: ctx.logger messages at info and above are posted as Events of the
+// object (kopf's object logger); debug ones are not (the default level is info).
+func TestLoggerInfoIsPostedAsAnEventOfTheObject(t *testing.T) {
+	ns := env.Namespace(t)
+	startWith(t, ns, postingEvents(script(`
+		local luaop = require("luaop")
+		luaop.on.create("e2e.luaop.dev/v1/gadgets", function(ctx)
+			ctx.logger.debug("quiet detail")
+			ctx.logger.info("provisioned", ctx.spec.size)
+			ctx.logger.warn("running low")
+		end, {id = "provision"})
+	`)))
+	create(t, gadgets, ns, "{apiVersion: e2e.luaop.dev/v1, kind: Gadget, metadata: {name: g}, spec: {size: 3}}")
+	var seen []string
+	testcluster.Eventually(t, 20*time.Second, func() (bool, string) {
+		list, err := env.Kube.CoreV1().Events(ns).List(t.Context(), metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		seen = nil
+		for _, e := range list.Items {
+			if e.InvolvedObject.Name == "g" && e.InvolvedObject.Kind == "Gadget" && e.Reason == "Logging" {
+				seen = append(seen, e.Type+" "+e.Message)
+			}
+		}
+		has := func(s string) bool {
+			for _, x := range seen {
+				if x == s {
+					return true
+				}
+			}
+			return false
+		}
+		return has("Normal provisioned 3") && has("Warning running low"), fmt.Sprintf("Logging Events of the gadget: %q", seen)
+	})
+	for _, x := range seen {
+		if strings.Contains(x, "quiet detail") {
+			t.Errorf("a debug message was posted: %q", seen)
+		}
+	}
+}
+
+// postingEvents runs the scripts with the posting of Events on (an operator's
+// default; the tests' operators post none unless asked).
+func postingEvents(scripts []luabind.Script) operator.Options {
+	post := true
+	return operator.Options{Processing: processing.Options{PostEvents: &post}, Scripts: scripts}
 }

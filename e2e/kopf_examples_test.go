@@ -11,7 +11,6 @@ package e2e
 // webhooks' verdicts.
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -532,22 +531,9 @@ func createEventuallyWith(t *testing.T, client dynamic.Interface, gvr schema.Gro
 
 // startExampleWebhooks serves the operator's admission handlers on loopback,
 // registered with the API server under a prefix of the namespace's; removed when the
-// test ends.
+// test ends. The handlers' ctx.logger writes to the server's logger: the
+// operator's log.
 func startExampleWebhooks(t *testing.T, r *testcluster.RunningOperator, ns string, logger *slog.Logger) {
 	t.Helper()
-	// The handlers' ctx.logger writes to the server's logger: the operator's log.
-	wh, err := admission.New(env.Config, r.Runtime(), admission.Options{Address: "127.0.0.1:0", Prefix: ns + ".e2e.luaop.dev",
-		Namespaces: []string{ns}, RemoveOnExit: true, Logger: logger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
-	done := make(chan error, 1)
-	go func() { done <- wh.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("webhooks: %v", err)
-		}
-	})
+	serveWebhooks(t, r, ns, ns+".e2e.luaop.dev", admission.Options{Logger: logger})
 }

@@ -9,7 +9,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/luaop/luaop/operator"
-	"github.com/luaop/luaop/processing"
 	"github.com/luaop/luaop/testcluster"
 )
 
@@ -229,16 +228,13 @@ func TestEventHandlerSeesEveryEvent(t *testing.T) {
 // Handler outcomes are posted as Kubernetes Events on the object.
 func TestHandlerOutcomesArePostedAsEvents(t *testing.T) {
 	ns := env.Namespace(t)
-	post := true
-	startWith(t, ns, operator.Options{
-		Processing: processing.Options{PostEvents: &post},
-		Scripts: script(`
+	startWith(t, ns, postingEvents(script(`
 		local luaop = require("luaop")
 		luaop.on.create("examples.luaop.dev/v1/widgets", function(ctx)
 			if ctx.retry == 0 then error(luaop.temporary_error("warming up", 0.2)) end
 			luaop.info(ctx.body, "Custom", "hello from the script")
 		end, { id = "evented" })
-	`)})
+	`)))
 	create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w}, spec: {size: 1}}")
 	testcluster.Eventually(t, 15*time.Second, func() (bool, string) {
 		list, err := env.Kube.CoreV1().Events(ns).List(t.Context(), metav1.ListOptions{})
@@ -254,4 +250,25 @@ func TestHandlerOutcomesArePostedAsEvents(t *testing.T) {
 		return seen["HandlerRetrying"] && seen["HandlerSucceeded"] && seen["Custom"],
 			fmt.Sprintf("events seen: %v; want HandlerRetrying, HandlerSucceeded and Custom", seen)
 	})
+}
+
+// Issue 12, item 3: what a handler wrote to ctx.patch before raising is applied
+// (kopf): the object shows status.phase "Waiting" while the handler retries.
+func TestPatchWrittenBeforeATemporaryErrorIsApplied(t *testing.T) {
+	ns := env.Namespace(t)
+	startWith(t, ns, operator.Options{Scripts: script(`
+		local luaop = require("luaop")
+		luaop.on.create("examples.luaop.dev/v1/widgets", function(ctx)
+			ctx.patch.status.phase = "Waiting"
+			ctx.patch.status.attempt = ctx.retry
+			if ctx.retry < 2 then
+				error(luaop.temporary_error("not ready yet", 1))
+			end
+			ctx.patch.status.phase = "Ready"
+		end, { id = "wait" })
+	`)})
+	create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w}, spec: {size: 1}}")
+	waitField(t, widgets, ns, "w", "status.phase", "Waiting")
+	waitField(t, widgets, ns, "w", "status.attempt", int64(1))
+	waitField(t, widgets, ns, "w", "status.phase", "Ready")
 }

@@ -1,6 +1,3 @@
-// Package e2e runs luaop against a real kube-apiserver: every test starts an
-// operator in-process on its own namespace and checks what a user would see with
-// kubectl.
 package e2e
 
 import (

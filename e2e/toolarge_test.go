@@ -10,8 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/luaop/luaop/operator"
-	"github.com/luaop/luaop/processing"
 	"github.com/luaop/luaop/testcluster"
 )
 
@@ -26,10 +24,7 @@ func TestResultPushingTheObjectOverTheLimitFailsForGood(t *testing.T) {
 	configmaps := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 	ns := env.Namespace(t)
 	create(t, configmaps, ns, "{apiVersion: v1, kind: ConfigMap, metadata: {name: runs}, data: {}}")
-	post := true
-	startWith(t, ns, operator.Options{
-		Processing: processing.Options{PostEvents: &post},
-		Scripts: script(`
+	startWith(t, ns, postingEvents(script(`
 		local luaop = require("luaop")
 		local function counted(id)
 			return function(ctx)
@@ -41,7 +36,7 @@ func TestResultPushingTheObjectOverTheLimitFailsForGood(t *testing.T) {
 		end
 		luaop.on.create("examples.luaop.dev/v1/widgets", counted("first"), { id = "first" })
 		luaop.on.create("examples.luaop.dev/v1/widgets", counted("second"), { id = "second" })
-	`)})
+	`)))
 	create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w}, spec: {size: 1}}")
 	var obj *unstructured.Unstructured
 	testcluster.Eventually(t, 60*time.Second, func() (bool, string) {

@@ -1,6 +1,3 @@
-// Package eventing is the operator's one Kubernetes Events recorder: the framework's
-// handler outcomes and the scripts' luaop.info/warn/exception go through the same
-// client-go broadcaster, so one correlator rate-limits and aggregates them all.
 package eventing
 
 import (

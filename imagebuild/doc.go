@@ -10,4 +10,7 @@
 // and its tests check that both agree (Recipe holds what both must say). It owns
 // nothing at run time: Build compiles, assembles layers in memory and returns an
 // image (go-containerregistry's v1.Image); WriteArchive writes it.
+//
+// It imports no luaop package: cmd/luaop-image and the node suite (e2e/node) call
+// it; the binary it builds is compiled from the source tree, never linked in.
 package imagebuild

@@ -4,4 +4,7 @@
 // be allowed, by a SubjectAccessReview, the request's verb on its path as a
 // non-resource URL (get /metrics). Answers are cached for a short time, so that a
 // scrape every 15 seconds costs the API server two reviews a minute at most.
+//
+// It imports no luaop package and must stay a leaf: cmd/luaop puts it in front of
+// /metrics. Its cache is behind a leaf mutex, never held while a review is sent.
 package kubeauth

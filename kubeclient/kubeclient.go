@@ -1,7 +1,3 @@
-// Package kubeclient is the Kubernetes client that Lua scripts use through luaop.kube:
-// any resource by apiVersion and kind (resolved with a cached discovery REST mapper),
-// objects as plain JSON maps, and Kubernetes Events (through the operator's shared,
-// rate-limited recorder). It satisfies luabind.Kube.
 package kubeclient
 
 import (

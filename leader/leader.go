@@ -1,19 +1,3 @@
-// Package leader runs one active instance among several replicas of an operator:
-// leader election on a coordination.k8s.io/v1 Lease, with client-go's
-// tools/leaderelection.
-//
-// The pattern is the safe one of Kubernetes controllers: an instance works only
-// while it holds the lease, standbys wait, and an instance that loses the lease
-// stops working and exits (Run returns ErrLeadershipLost), to be restarted as a
-// fresh standby. An instance that is stopped (its context is cancelled) keeps the
-// lease renewed until its work has returned, then releases it, so a standby takes
-// over at once, and never while the previous leader still runs handlers.
-//
-// "At once": a standby watches the Lease, and a release it sees calls off its
-// waiting and makes it try again right away, instead of at client-go's next retry
-// (RetryPeriod plus up to 1.2 times that in jitter: 2 to 4.4 s by default), so that a
-// rolling update hands over in the time of one write. A crashed leader releases
-// nothing: standbys take over when its lease expires (LeaseDuration).
 package leader
 
 import (
@@ -234,78 +218,125 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context) error)
 	electCtx, stopElection := context.WithCancel(klog.NewContext(context.WithoutCancel(ctx), e.klog))
 	defer stopElection()
 
-	var (
-		mu          sync.Mutex
-		stopping    bool // ctx is done
-		started     bool // OnStartedLeading ran
-		finished    bool // Run is returning: no more logs
-		leadErr     error
-		endedItself bool // lead returned while leading, with ctx not done
-		leadDone    = make(chan struct{})
-	)
-	stopWatch := context.AfterFunc(ctx, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		stopping = true
-		if !started {
-			stopElection() // a standby just leaves
-		}
-	})
+	t := &term{e: e, ctx: ctx, lead: lead, stopElection: stopElection, leadDone: make(chan struct{})}
+	stopWatch := context.AfterFunc(ctx, t.stopping)
 	defer stopWatch()
 
-	config := leaderelection.LeaderElectionConfig{
+	e.log.Debug("joining the election", "leaseDuration", e.opts.LeaseDuration, "renewDeadline", e.opts.RenewDeadline, "retryPeriod", e.opts.RetryPeriod)
+	if err := e.campaign(electCtx, lock, e.electionConfig(lock, t)); err != nil {
+		return err
+	}
+	// An acquired lease means OnStartedLeading was started (it may not have run
+	// yet): wait for lead.
+	if lock.acquired.Load() {
+		<-t.leadDone
+	}
+	leadErr, ended := t.finish()
+	return e.outcome(ctx, lock, leadErr, ended)
+}
+
+// term is one Run's part in the election: what client-go's callbacks, ctx's end
+// and Run's return share.
+type term struct {
+	e            *Elector
+	ctx          context.Context // Run's
+	lead         func(ctx context.Context) error
+	stopElection func()
+	leadDone     chan struct{} // closed when OnStartedLeading returns
+
+	mu          sync.Mutex // leaf: guards the fields below
+	stopped     bool       // ctx is done
+	started     bool       // OnStartedLeading ran
+	finished    bool       // Run is returning: no more logs
+	leadErr     error
+	endedItself bool // lead returned while leading, with ctx not done
+}
+
+// stopping is called when ctx is done: a standby just leaves; a leader goes on
+// renewing until lead has returned.
+func (t *term) stopping() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.stopped = true
+	if !t.started {
+		t.stopElection()
+	}
+}
+
+// startedLeading runs lead (client-go's OnStartedLeading): with a context that ends
+// with leaderCtx (the leadership) or ctx; the election ends when it returns.
+func (t *term) startedLeading(leaderCtx context.Context) {
+	defer close(t.leadDone)
+	defer t.stopElection()
+	t.mu.Lock()
+	t.started = true
+	stop := t.stopped
+	t.mu.Unlock()
+	if stop {
+		return // acquired just as ctx was cancelled: nothing to lead
+	}
+	workCtx, cancel := context.WithCancel(leaderCtx)
+	defer cancel()
+	unwatch := context.AfterFunc(t.ctx, cancel)
+	defer unwatch()
+	t.e.leading.Store(true)
+	t.e.log.Info("became leader")
+	err := t.lead(workCtx)
+	t.e.leading.Store(false)
+	t.mu.Lock()
+	t.leadErr = err
+	t.endedItself = leaderCtx.Err() == nil && t.ctx.Err() == nil
+	t.mu.Unlock()
+}
+
+// newLeader logs who holds the lease (client-go's OnNewLeader).
+func (t *term) newLeader(identity string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case t.finished || identity == t.e.opts.Identity:
+	case identity == "":
+		t.e.log.Debug("the lease is free")
+	case t.started:
+		t.e.log.Warn("the lease is now held by "+identity, "leader", identity)
+	default:
+		t.e.log.Info("standing by; leader is "+identity, "leader", identity)
+	}
+}
+
+// finish ends the term's logs and returns lead's outcome.
+func (t *term) finish() (leadErr error, endedItself bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.finished = true
+	return t.leadErr, t.endedItself
+}
+
+// electionConfig is client-go's election on lock, with t's callbacks.
+func (e *Elector) electionConfig(lock *trackingLock, t *term) leaderelection.LeaderElectionConfig {
+	return leaderelection.LeaderElectionConfig{
 		Lock:          lock,
 		Name:          e.opts.Name,
 		LeaseDuration: e.opts.LeaseDuration,
 		RenewDeadline: e.opts.RenewDeadline,
 		RetryPeriod:   e.opts.RetryPeriod,
-		// Released below, once lead has returned: client-go would release it as soon
-		// as the renewals stop, while lead may still be finishing its work.
+		// Released by Run, once lead has returned: client-go would release it as
+		// soon as the renewals stop, while lead may still be finishing its work.
 		ReleaseOnCancel: false,
 		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(leaderCtx context.Context) {
-				defer close(leadDone)
-				defer stopElection()
-				mu.Lock()
-				started = true
-				stop := stopping
-				mu.Unlock()
-				if stop {
-					return // acquired just as ctx was cancelled: nothing to lead
-				}
-				workCtx, cancel := context.WithCancel(leaderCtx)
-				defer cancel()
-				unwatch := context.AfterFunc(ctx, cancel)
-				defer unwatch()
-				e.leading.Store(true)
-				e.log.Info("became leader")
-				err := lead(workCtx)
-				e.leading.Store(false)
-				mu.Lock()
-				leadErr = err
-				endedItself = leaderCtx.Err() == nil && ctx.Err() == nil
-				mu.Unlock()
-			},
+			OnStartedLeading: t.startedLeading,
 			OnStoppedLeading: func() {},
-			OnNewLeader: func(identity string) {
-				mu.Lock()
-				defer mu.Unlock()
-				switch {
-				case finished || identity == e.opts.Identity:
-				case identity == "":
-					e.log.Debug("the lease is free")
-				case started:
-					e.log.Warn("the lease is now held by "+identity, "leader", identity)
-				default:
-					e.log.Info("standing by; leader is "+identity, "leader", identity)
-				}
-			},
+			OnNewLeader:      t.newLeader,
 		},
 	}
-	e.log.Debug("joining the election", "leaseDuration", e.opts.LeaseDuration, "renewDeadline", e.opts.RenewDeadline, "retryPeriod", e.opts.RetryPeriod)
-	// Rounds: a round is client-go's election, called off (before this instance
-	// writes itself into the lease, never after: roundGate) when the lease is seen
-	// released, and followed at once by a new round, whose first try is immediate.
+}
+
+// campaign runs the election in rounds until electCtx is done or a round acquired
+// the lease (and then lost it, or lead returned). A round is client-go's election,
+// called off (before this instance writes itself into the lease, never after:
+// roundGate) when the lease is seen released, and followed at once by a new
+// round, whose first try is immediate.
+func (e *Elector) campaign(electCtx context.Context, lock *trackingLock, config leaderelection.LeaderElectionConfig) error {
 	for {
 		roundCtx, endRound := context.WithCancel(electCtx)
 		gate := &roundGate{}
@@ -326,19 +357,15 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context) error)
 		unwatch()
 		endRound()
 		if lock.acquired.Load() || electCtx.Err() != nil || !gate.calledOff() {
-			break
+			return nil
 		}
 	}
-	// An acquired lease means OnStartedLeading was started (it may not have run
-	// yet): wait for lead.
-	if lock.acquired.Load() {
-		<-leadDone
-	}
-	mu.Lock()
-	finished = true
-	err, ended := leadErr, endedItself
-	mu.Unlock()
+}
 
+// outcome is what Run returns once the election is over and lead returned (err:
+// what lead returned; ended: it returned on its own), after releasing the lease
+// where that is due.
+func (e *Elector) outcome(ctx context.Context, lock *trackingLock, err error, ended bool) error {
 	switch {
 	case !lock.acquired.Load():
 		e.log.Info("left the election without leading")

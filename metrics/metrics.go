@@ -1,17 +1,3 @@
-// Package metrics exposes luaop's Prometheus metrics under the names that existing
-// dashboards know: controller-runtime's reconcile metrics (one cycle of one object
-// is one reconcile; a resource is a controller), client-go's work queue metrics
-// per resource, its REST client and leader election metrics, and luaop's own:
-// handler runs, Lua errors, daemons and timers, script reloads, build info. The Go
-// runtime and process collectors are included. README.md lists every metric.
-//
-// Every Metrics has a registry of its own: nothing is registered with the global
-// default registry, and two operators in one process (tests) do not collide, with
-// one exception: client-go reports REST requests and leader election through
-// process-wide hooks, so rest_client_requests_total and
-// leader_election_master_status count for the whole process, and every registry
-// shows them.
-// All methods are safe for concurrent use.
 package metrics
 
 import (
@@ -95,124 +81,19 @@ func New() *Metrics {
 	registerClientGoHooks()
 	m := &Metrics{
 		registry: prometheus.NewRegistry(),
-		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "controller_runtime_reconcile_total",
-			Help: "Total number of reconciliations (cycles of one object) per controller (resource, as plural.group) and result (success, error, requeue_after).",
-		}, []string{"controller", "result"}),
-		reconcileErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "controller_runtime_reconcile_errors_total",
-			Help: "Total number of reconciliation errors per controller: errors of the framework (a failed patch), not failed handlers (see luaop_handler_runs_total).",
-		}, []string{"controller"}),
-		terminalErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "controller_runtime_terminal_reconcile_errors_total",
-			Help: "Total number of terminal reconciliation errors per controller: handlers that failed for good (luaop.permanent_error, retries or timeout exhausted), which are not retried.",
-		}, []string{"controller"}),
-		reconcilePanics: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "controller_runtime_reconcile_panics_total",
-			Help: "Total number of reconciliation panics per controller (a bug of the framework, recovered: the object is retried, the others keep being served).",
-		}, []string{"controller"}),
-		webhookRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "controller_runtime_webhook_requests_total",
-			Help: "Total number of admission requests by HTTP status code, per webhook path.",
-		}, []string{"webhook", "code"}),
-		webhookLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "controller_runtime_webhook_latency_seconds",
-			Help:    "Histogram of the latency of processing admission requests, per webhook path.",
-			Buckets: prometheus.DefBuckets,
-		}, []string{"webhook"}),
-		webhookInFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "controller_runtime_webhook_requests_in_flight",
-			Help: "Current number of admission requests being served, per webhook path.",
-		}, []string{"webhook"}),
-		reconcileTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "controller_runtime_reconcile_time_seconds",
-			Help:    "Length of time per reconciliation per controller.",
-			Buckets: ReconcileTimeBuckets,
-		}, []string{"controller"}),
-		activeWorkers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "controller_runtime_active_workers",
-			Help: "Number of currently used workers per controller.",
-		}, []string{"controller"}),
-		maxConcurrent: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "controller_runtime_max_concurrent_reconciles",
-			Help: "Maximum number of concurrent reconciles per controller (--workers, shared by all resources).",
-		}, []string{"controller"}),
-		handlerRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "luaop_handler_runs_total",
-			Help: "Handler attempts, by resource, handler id (the top-level handler's for subhandlers), reason (create, update, delete, resume, event, daemon, timer...) and outcome (success, retry, failure, ignored).",
-		}, []string{"resource", "handler", "reason", "outcome"}),
-		handlerDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "luaop_handler_duration_seconds",
-			Help:    "How long handler attempts took.",
-			Buckets: HandlerDurationBuckets,
-		}, []string{"resource", "handler"}),
-		luaErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "luaop_lua_errors_total",
-			Help: "Handler attempts that failed with a Lua error (a raised error, a runtime error or a timeout; not luaop.temporary_error or luaop.permanent_error), by resource and handler.",
-		}, []string{"resource", "handler"}),
-		events: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "luaop_events_received_total",
-			Help: "Watch notifications received, by resource and type (ADDED, MODIFIED, DELETED).",
-		}, []string{"resource", "type"}),
-		patches: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "luaop_patches_total",
-			Help: "Patches sent to the API server, by resource, subresource (\"status\", or empty for the object) and result.",
-		}, []string{"resource", "subresource", "result"}),
-		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "luaop_reloads_total",
-			Help: "Script loads, by result (ok, error).",
-		}, []string{"result"}),
-		reloadLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "luaop_reload_latency_seconds",
-			Help:    "Reloads of the scripts while running, by result (ok, error): from the first file event of a save to the new handlers being active (or the error known).",
-			Buckets: ReloadLatencyBuckets,
-		}, []string{"result"}),
-		reloadFailed: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "luaop_scripts_reload_failed",
-			Help: "1 when the last load of the scripts failed (the previous scripts keep running), 0 when it succeeded.",
-		}),
-		lastReload: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "luaop_scripts_last_reload_timestamp_seconds",
-			Help: "When the scripts were last loaded or reloaded, successfully or not (Unix time).",
-		}),
-		lastReloadSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "luaop_scripts_last_reload_success_timestamp_seconds",
-			Help: "When the scripts were last loaded or reloaded successfully (Unix time).",
-		}),
-		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "luaop_build_info",
-			Help: "Always 1: luaop's version and the Go version it was built with.",
-		}, []string{"version", "goversion"}),
-		queueDepth: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "luaop_queue_depth",
-			Help: "Objects waiting in the processing queue, all resources together (the sum of workqueue_depth).",
-		}),
-		peeringPaused: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "luaop_peering_paused",
-			Help: "1 while this operator is paused by peering (another operator of its prefix with a higher or the same priority serves the same resources), else 0.",
-		}),
-		peeringPeers: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "luaop_peering_peers",
-			Help: "Live operators of the same prefix serving some of the same resources (peering).",
-		}),
-		webhookReachable: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "luaop_webhook_reachable",
-			Help: "1 when the last reachability probe proved that the API server calls the webhook server, 0 when it did not (absent before the first probe).",
-		}),
+		// Registered at the first probe (WebhookReachable): absent before.
+		webhookReachable: newGauge("luaop_webhook_reachable",
+			"1 when the last reachability probe proved that the API server calls the webhook server, 0 when it did not (absent before the first probe)."),
 		engines: newEngineCollector(),
 		queue:   newQueueMetrics(),
 	}
-	// Both results exist from the start, so that rate() and alerts see a zero.
-	m.reloads.WithLabelValues("ok")
-	m.reloads.WithLabelValues("error")
-	m.reloadLatency.WithLabelValues("ok")
-	m.reloadLatency.WithLabelValues("error")
+	m.registerReconcileMetrics()
+	m.registerWebhookMetrics()
+	m.registerHandlerMetrics()
+	m.registerReloadMetrics()
+	m.registerOperatorMetrics()
 	m.register(
-		m.reconciles, m.reconcileErrors, m.terminalErrors, m.reconcilePanics, m.webhookRequests, m.webhookLatency, m.webhookInFlight,
-		m.reconcileTime, m.activeWorkers, m.maxConcurrent,
-		m.handlerRuns, m.handlerDuration, m.luaErrors, m.events, m.patches, m.reloads, m.reloadLatency,
-		m.reloadFailed, m.lastReload, m.lastReloadSuccess, m.buildInfo, m.queueDepth, m.engines,
-		m.peeringPaused, m.peeringPeers,
+		m.engines,
 		restRequests, leaderStatus, leaderSlowpath,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -221,9 +102,146 @@ func New() *Metrics {
 	return m
 }
 
+// registerReconcileMetrics: controller-runtime's reconcile metrics, one cycle of
+// one object being one reconcile and a resource (plural.group) a controller.
+func (m *Metrics) registerReconcileMetrics() {
+	m.reconciles = m.counter("controller_runtime_reconcile_total",
+		"Total number of reconciliations (cycles of one object) per controller (resource, as plural.group) and result (success, error, requeue_after).",
+		"controller", "result")
+	m.reconcileErrors = m.counter("controller_runtime_reconcile_errors_total",
+		"Total number of reconciliation errors per controller: errors of the framework (a failed patch), not failed handlers (see luaop_handler_runs_total).",
+		"controller")
+	m.terminalErrors = m.counter("controller_runtime_terminal_reconcile_errors_total",
+		"Total number of terminal reconciliation errors per controller: handlers that failed for good (luaop.permanent_error, retries or timeout exhausted), which are not retried.",
+		"controller")
+	m.reconcilePanics = m.counter("controller_runtime_reconcile_panics_total",
+		"Total number of reconciliation panics per controller (a bug of the framework, recovered: the object is retried, the others keep being served).",
+		"controller")
+	m.reconcileTime = m.histogram("controller_runtime_reconcile_time_seconds",
+		"Length of time per reconciliation per controller.",
+		ReconcileTimeBuckets, "controller")
+	m.activeWorkers = m.gaugeVec("controller_runtime_active_workers",
+		"Number of currently used workers per controller.",
+		"controller")
+	m.maxConcurrent = m.gaugeVec("controller_runtime_max_concurrent_reconciles",
+		"Maximum number of concurrent reconciles per controller (--workers, shared by all resources).",
+		"controller")
+}
+
+// registerWebhookMetrics: controller-runtime's webhook metrics, per webhook path.
+func (m *Metrics) registerWebhookMetrics() {
+	m.webhookRequests = m.counter("controller_runtime_webhook_requests_total",
+		"Total number of admission requests by HTTP status code, per webhook path.",
+		"webhook", "code")
+	m.webhookLatency = m.histogram("controller_runtime_webhook_latency_seconds",
+		"Histogram of the latency of processing admission requests, per webhook path.",
+		prometheus.DefBuckets, "webhook")
+	m.webhookInFlight = m.gaugeVec("controller_runtime_webhook_requests_in_flight",
+		"Current number of admission requests being served, per webhook path.",
+		"webhook")
+}
+
+// registerHandlerMetrics: luaop's handler runs, Lua errors, watch events and
+// patches.
+func (m *Metrics) registerHandlerMetrics() {
+	m.handlerRuns = m.counter("luaop_handler_runs_total",
+		"Handler attempts, by resource, handler id (the top-level handler's for subhandlers), reason (create, update, delete, resume, event, daemon, timer...) and outcome (success, retry, failure, ignored).",
+		"resource", "handler", "reason", "outcome")
+	m.handlerDuration = m.histogram("luaop_handler_duration_seconds",
+		"How long handler attempts took.",
+		HandlerDurationBuckets, "resource", "handler")
+	m.luaErrors = m.counter("luaop_lua_errors_total",
+		"Handler attempts that failed with a Lua error (a raised error, a runtime error or a timeout; not luaop.temporary_error or luaop.permanent_error), by resource and handler.",
+		"resource", "handler")
+	m.events = m.counter("luaop_events_received_total",
+		"Watch notifications received, by resource and type (ADDED, MODIFIED, DELETED).",
+		"resource", "type")
+	m.patches = m.counter("luaop_patches_total",
+		"Patches sent to the API server, by resource, subresource (\"status\", or empty for the object) and result.",
+		"resource", "subresource", "result")
+}
+
+// registerReloadMetrics: the loads of the scripts.
+func (m *Metrics) registerReloadMetrics() {
+	m.reloads = m.counter("luaop_reloads_total",
+		"Script loads, by result (ok, error).",
+		"result")
+	m.reloadLatency = m.histogram("luaop_reload_latency_seconds",
+		"Reloads of the scripts while running, by result (ok, error): from the first file event of a save to the new handlers being active (or the error known).",
+		ReloadLatencyBuckets, "result")
+	m.reloadFailed = m.gauge("luaop_scripts_reload_failed",
+		"1 when the last load of the scripts failed (the previous scripts keep running), 0 when it succeeded.")
+	m.lastReload = m.gauge("luaop_scripts_last_reload_timestamp_seconds",
+		"When the scripts were last loaded or reloaded, successfully or not (Unix time).")
+	m.lastReloadSuccess = m.gauge("luaop_scripts_last_reload_success_timestamp_seconds",
+		"When the scripts were last loaded or reloaded successfully (Unix time).")
+	// Both results exist from the start, so that rate() and alerts see a zero.
+	for _, result := range []string{"ok", "error"} {
+		m.reloads.WithLabelValues(result)
+		m.reloadLatency.WithLabelValues(result)
+	}
+}
+
+// registerOperatorMetrics: the build, the queue, peering.
+func (m *Metrics) registerOperatorMetrics() {
+	m.buildInfo = m.gaugeVec("luaop_build_info",
+		"Always 1: luaop's version and the Go version it was built with.",
+		"version", "goversion")
+	m.queueDepth = m.gauge("luaop_queue_depth",
+		"Objects waiting in the processing queue, all resources together (the sum of workqueue_depth).")
+	m.peeringPaused = m.gauge("luaop_peering_paused",
+		"1 while this operator is paused by peering (another operator of its prefix with a higher or the same priority serves the same resources), else 0.")
+	m.peeringPeers = m.gauge("luaop_peering_peers",
+		"Live operators of the same prefix serving some of the same resources (peering).")
+}
+
 func (m *Metrics) register(cs ...prometheus.Collector) {
 	m.registry.MustRegister(cs...)
 	m.collectors = append(m.collectors, cs...)
+}
+
+// counter, gaugeVec, gauge and histogram make a family and register it.
+func (m *Metrics) counter(name, help string, labels ...string) *prometheus.CounterVec {
+	c := newCounterVec(name, help, labels...)
+	m.register(c)
+	return c
+}
+
+func (m *Metrics) gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	g := newGaugeVec(name, help, labels...)
+	m.register(g)
+	return g
+}
+
+func (m *Metrics) gauge(name, help string) prometheus.Gauge {
+	g := newGauge(name, help)
+	m.register(g)
+	return g
+}
+
+func (m *Metrics) histogram(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	h := newHistogramVec(name, help, buckets, labels...)
+	m.register(h)
+	return h
+}
+
+// newCounterVec, newGaugeVec, newGauge and newHistogramVec make a family without
+// registering it: for the families registered later (at their first report) or
+// elsewhere (shared by every Metrics).
+func newCounterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+func newGaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+}
+
+func newGauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+}
+
+func newHistogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
 }
 
 // fqName reads a Desc's name (client_golang has no accessor but its String).
@@ -272,18 +290,15 @@ func (m *Metrics) Names() []string {
 // client-go reports REST requests and leader election through process-wide hooks
 // that can be set once: these collectors are shared by every Metrics.
 var (
-	restRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "rest_client_requests_total",
-		Help: "Number of HTTP requests to the API server, partitioned by status code, method, and host.",
-	}, []string{"code", "method", "host"})
-	leaderStatus = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "leader_election_master_status",
-		Help: "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.",
-	}, []string{"name"})
-	leaderSlowpath = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "leader_election_slowpath_total",
-		Help: "Total number of slow path exercised in renewing leader leases. 'name' is the string used to identify the lease. Please make sure to group by name.",
-	}, []string{"name"})
+	restRequests = newCounterVec("rest_client_requests_total",
+		"Number of HTTP requests to the API server, partitioned by status code, method, and host.",
+		"code", "method", "host")
+	leaderStatus = newGaugeVec("leader_election_master_status",
+		"Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.",
+		"name")
+	leaderSlowpath = newCounterVec("leader_election_slowpath_total",
+		"Total number of slow path exercised in renewing leader leases. 'name' is the string used to identify the lease. Please make sure to group by name.",
+		"name")
 	hooksOnce sync.Once
 )
 

@@ -27,10 +27,11 @@ var RebalanceBuckets = []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30, 60, 120,
 func (m *Metrics) shardCollectors() *shardingMetrics {
 	s := &m.sharding
 	s.built.Do(func() {
-		s.owned = prometheus.NewGauge(prometheus.GaugeOpts{Name: "luaop_shard_objects_owned", Help: "Objects this replica handles (its share of the group)."})
-		s.members = prometheus.NewGauge(prometheus.GaugeOpts{Name: "luaop_shard_members", Help: "Live members of the shard group, as this replica sees them."})
-		s.handovers = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "luaop_shard_handovers_total",
-			Help: "Objects moved between replicas: marked (by the coordinator), released (by this replica, the old owner), reassigned (from a member gone, by the coordinator)."}, []string{"kind"})
+		s.owned = newGauge("luaop_shard_objects_owned", "Objects this replica handles (its share of the group).")
+		s.members = newGauge("luaop_shard_members", "Live members of the shard group, as this replica sees them.")
+		s.handovers = newCounterVec("luaop_shard_handovers_total",
+			"Objects moved between replicas: marked (by the coordinator), released (by this replica, the old owner), reassigned (from a member gone, by the coordinator).",
+			"kind")
 		s.rebalance = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "luaop_shard_rebalance_seconds",
 			Help: "Time from a change of the members to every object with its member (observed by the coordinator).", Buckets: RebalanceBuckets})
 	})

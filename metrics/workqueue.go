@@ -21,31 +21,19 @@ type queueMetrics struct {
 func newQueueMetrics() queueMetrics {
 	buckets := prometheus.ExponentialBuckets(10e-9, 10, 10)
 	return queueMetrics{
-		depth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "workqueue_depth", Help: "Current depth of workqueue",
-		}, []string{"name"}),
-		adds: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "workqueue_adds_total", Help: "Total number of adds handled by workqueue",
-		}, []string{"name"}),
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "workqueue_queue_duration_seconds", Help: "How long in seconds an item stays in workqueue before being requested.",
-			Buckets: buckets,
-		}, []string{"name"}),
-		workDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "workqueue_work_duration_seconds", Help: "How long in seconds processing an item from workqueue takes.",
-			Buckets: buckets,
-		}, []string{"name"}),
-		unfinished: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "workqueue_unfinished_work_seconds",
-			Help: "How many seconds of work has done that is in progress and hasn't been observed by work_duration. " +
+		depth: newGaugeVec("workqueue_depth", "Current depth of workqueue", "name"),
+		adds:  newCounterVec("workqueue_adds_total", "Total number of adds handled by workqueue", "name"),
+		latency: newHistogramVec("workqueue_queue_duration_seconds", "How long in seconds an item stays in workqueue before being requested.",
+			buckets, "name"),
+		workDuration: newHistogramVec("workqueue_work_duration_seconds", "How long in seconds processing an item from workqueue takes.",
+			buckets, "name"),
+		unfinished: newGaugeVec("workqueue_unfinished_work_seconds",
+			"How many seconds of work has done that is in progress and hasn't been observed by work_duration. "+
 				"Large values indicate stuck threads. One can deduce the number of stuck threads by observing the rate at which this increases.",
-		}, []string{"name"}),
-		longestRunningProcessor: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "workqueue_longest_running_processor_seconds", Help: "How many seconds has the longest running processor for workqueue been running.",
-		}, []string{"name"}),
-		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "workqueue_retries_total", Help: "Total number of retries handled by workqueue",
-		}, []string{"name"}),
+			"name"),
+		longestRunningProcessor: newGaugeVec("workqueue_longest_running_processor_seconds",
+			"How many seconds has the longest running processor for workqueue been running.", "name"),
+		retries: newCounterVec("workqueue_retries_total", "Total number of retries handled by workqueue", "name"),
 	}
 }
 

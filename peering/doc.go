@@ -44,4 +44,7 @@
 // that goroutine's Pause and waits for it to return, so the Worker sees its calls
 // in the loop's order. State is published through an atomic pointer (State), read by /debug,
 // the metrics and the dev view without a lock.
+//
+// It imports no luaop package and must not: the operator it pauses and resumes is
+// the consumer's interface (Worker), wired by cmd/luaop.
 package peering

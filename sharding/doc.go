@@ -43,4 +43,9 @@
 // workers (a client-go work queue) are its only writers. The coordinator
 // (coordinator.go) owns its informers and the plan; one goroutine plans, its
 // workers write. No lock is held while calling the API or the Reactor.
+//
+// It imports leader (the coordinator's election) and state, and must not import
+// processing or operator: the Reactor it releases objects from, the elector and the
+// metrics are interfaces of its own (Releaser, Elector, Observer), wired by
+// cmd/luaop.
 package sharding

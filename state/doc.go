@@ -12,4 +12,8 @@
 //
 // A Patch, with its After part (what must be sent only once the patch itself is written),
 // belongs to the one cycle that builds and sends it; nothing here keeps it.
+//
+// It imports no luaop package and must not: the layers above (processing,
+// scripttest, admission, sharding, kubeclient, the tests' ledger) all read its
+// rules, so that each lives here once.
 package state

@@ -1,10 +1,3 @@
-// Package testcluster connects integration and end-to-end tests to a real
-// kube-apiserver (the local control plane of localcluster/, or any cluster named by
-// LUAOP_TEST_KUBECONFIG), installs CRDs, gives each test its own namespace, and runs
-// operators in-process, exactly as `luaop run` assembles them.
-//
-// It never falls back to the user's KUBECONFIG: tests create and delete objects, and
-// must not do so in a cluster that was not made for them.
 package testcluster
 
 import (

@@ -7,4 +7,7 @@
 // false), `014` is 14 and `0o14` 12, `1_000` and `0b101` are strings, a date is a
 // string. Values are the JSON ones: map[string]any, []any, string, int64, float64,
 // bool and nil; every node keeps its line for error messages.
+//
+// It imports no luaop package and must stay a leaf (scripttest and luabind's
+// luaop.yaml.decode call it).
 package yaml12

@@ -12,4 +12,7 @@
 // LUAOP_TEST_NODE_KUBECONFIG and LUAOP_TEST_NODE_DIR. Without them, or where the
 // machine cannot run a node (LUAOP_TEST_NODE_SKIP says why), it skips and says why.
 // The package has no code outside its tests.
+//
+// It imports imagebuild (the image) and testcluster (the clients) and must not import
+// the operator's packages: the operator under test is the image in its pods.
 package node

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/luaop/luaop/testcluster"
 )
 
+// patchGadget merge-patches the gadget ns/name.
 func patchGadget(t *testing.T, ns, name, patch string) {
 	t.Helper()
 	if _, err := env.Dynamic.Resource(gadgets).Namespace(ns).Patch(t.Context(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
@@ -22,6 +22,7 @@ func patchGadget(t *testing.T, ns, name, patch string) {
 	}
 }
 
+// annotationsBytes is the size of the gadget's annotations, keys and values.
 func annotationsBytes(t *testing.T, ns, name string) int {
 	n := 0
 	for k, v := range get(t, gadgets, ns, name).GetAnnotations() {
@@ -118,114 +119,5 @@ func TestTwoOperatorsWithDifferentPrefixesDoNotFeedOnEachOther(t *testing.T) {
 	}
 	if sizes[4] != sizes[1] {
 		t.Errorf("annotations are not stable: %d bytes after the update, then %v", base, sizes)
-	}
-}
-
-// Issue 12.16: an object being deleted stays in the indexes until it is gone (kopf
-// keeps it until the DELETED event): handlers still find it while another finalizer
-// holds it, and no longer once it is gone.
-func TestDeletingObjectIsFoundInItsIndexUntilGone(t *testing.T) {
-	ns := env.Namespace(t)
-	op := startWith(t, ns, operator.Options{Scripts: script(`
-		local luaop = require("luaop")
-		local R = "e2e.luaop.dev/v1/gadgets"
-		luaop.index(R, function(ctx) return {[ctx.name] = ctx.spec.size} end, {id = "sizes"})
-		luaop.on.delete(R, function(ctx)
-			local found = ctx.indexes.sizes[ctx.name]
-			ctx.logger.info("DELETE-SEES " .. tostring(found and #found or 0))
-		end, {id = "cleanup"})
-		luaop.on.event("v1/configmaps", function(ctx)
-			if ctx.type == "DELETED" then return end
-			local found = ctx.indexes.sizes[ctx.body.data.gadget]
-			ctx.logger.info("LOOKUP " .. ctx.name .. " " .. tostring(found and #found or 0))
-		end, {id = "lookup"})
-	`)})
-	create(t, gadgets, ns, "{apiVersion: e2e.luaop.dev/v1, kind: Gadget, metadata: {name: g, finalizers: [e2e.luaop.dev/hold]}, spec: {size: 3}}")
-	testcluster.Eventually(t, 15*time.Second, func() (bool, string) {
-		f := get(t, gadgets, ns, "g").GetFinalizers()
-		return len(f) == 2, fmt.Sprintf("waiting for luaop's finalizer: %v", f)
-	})
-	if err := env.Dynamic.Resource(gadgets).Namespace(ns).Delete(t.Context(), "g", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	logged := func(what string) {
-		t.Helper()
-		testcluster.Eventually(t, 15*time.Second, func() (bool, string) {
-			return strings.Contains(op.Log.String(), what), "no log line " + what
-		})
-	}
-	logged("DELETE-SEES 1")
-	testcluster.Eventually(t, 15*time.Second, func() (bool, string) {
-		f := get(t, gadgets, ns, "g").GetFinalizers()
-		return len(f) == 1, fmt.Sprintf("waiting for luaop to release its finalizer: %v", f)
-	})
-	lookup := func(name string) {
-		t.Helper()
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"gadget": "g"}}
-		if _, err := env.Kube.CoreV1().ConfigMaps(ns).Create(t.Context(), cm, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	lookup("while-deleting")
-	logged("LOOKUP while-deleting 1")
-	patchGadget(t, ns, "g", `{"metadata":{"finalizers":null}}`)
-	testcluster.Eventually(t, 15*time.Second, func() (bool, string) {
-		_, err := env.Dynamic.Resource(gadgets).Namespace(ns).Get(t.Context(), "g", metav1.GetOptions{})
-		return err != nil, "the gadget is still there"
-	})
-	// The DELETED event reaches the operator some time after the gadget is gone:
-	// look it up again (a new ConfigMap each time) until the index no longer has it.
-	i := 0
-	testcluster.Eventually(t, 15*time.Second, func() (bool, string) {
-		i++
-		name := fmt.Sprintf("after-gone-%d", i)
-		lookup(name)
-		logged("LOOKUP " + name + " ")
-		return strings.Contains(op.Log.String(), "LOOKUP "+name+" 0"), "the index still finds the gone gadget"
-	})
-}
-
-// Issue 12.16: ctx.logger messages at info and above are posted as Events of the
-// object (kopf's object logger); debug ones are not (the default level is info).
-func TestLoggerInfoIsPostedAsAnEventOfTheObject(t *testing.T) {
-	ns := env.Namespace(t)
-	post := true
-	startWith(t, ns, operator.Options{
-		Processing: processing.Options{PostEvents: &post},
-		Scripts: script(`
-		local luaop = require("luaop")
-		luaop.on.create("e2e.luaop.dev/v1/gadgets", function(ctx)
-			ctx.logger.debug("quiet detail")
-			ctx.logger.info("provisioned", ctx.spec.size)
-			ctx.logger.warn("running low")
-		end, {id = "provision"})
-	`)})
-	create(t, gadgets, ns, "{apiVersion: e2e.luaop.dev/v1, kind: Gadget, metadata: {name: g}, spec: {size: 3}}")
-	var seen []string
-	testcluster.Eventually(t, 20*time.Second, func() (bool, string) {
-		list, err := env.Kube.CoreV1().Events(ns).List(t.Context(), metav1.ListOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		seen = nil
-		for _, e := range list.Items {
-			if e.InvolvedObject.Name == "g" && e.InvolvedObject.Kind == "Gadget" && e.Reason == "Logging" {
-				seen = append(seen, e.Type+" "+e.Message)
-			}
-		}
-		has := func(s string) bool {
-			for _, x := range seen {
-				if x == s {
-					return true
-				}
-			}
-			return false
-		}
-		return has("Normal provisioned 3") && has("Warning running low"), fmt.Sprintf("Logging Events of the gadget: %q", seen)
-	})
-	for _, x := range seen {
-		if strings.Contains(x, "quiet detail") {
-			t.Errorf("a debug message was posted: %q", seen)
-		}
 	}
 }
