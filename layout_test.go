@@ -27,9 +27,6 @@ var longFunctionsAllowed = map[string]string{
 	"processing/apply.go cycle.apply":                    "i32a",
 	"scripttest/scripttest.go runCase":                   "i32a",
 	"luabind/shard.go shard.stage":                       "i32a",
-	"cmd/luaop/commands.go runOperator":                  "i32b",
-	"cmd/luaop/settings.go readSettings":                 "i32b",
-	"scriptwatch/watch.go watcher.run":                   "i32b",
 	"luabind/kube.go shard.installKube":                  "i32c",
 	"cmd/luaop/rbac.go generateRBAC":                     "i32c",
 	"luabind/internal/luavalue/proxy.go state.initProxy": "i32c",
@@ -42,7 +39,6 @@ var docMissingAllowed = map[string]string{
 	"operator":          "i32a",
 	"processing/causes": "i32a",
 	"scripttest":        "i32a",
-	"cmd/luaop":         "i32b",
 	"luabind/adversary": "i32c",
 }
 
