@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/luaop/luaop/handling"
 	"github.com/luaop/luaop/processing/causes"
 	"github.com/luaop/luaop/state"
 )
@@ -306,7 +307,7 @@ func (o *Reactor) forgetIncarnation(key objectKey, mem *objectMemory) {
 // ctx.patch and return is kept for the object's next patch (kopf applies both), but
 // only when the event is about the object as it exists now.
 func (o *Reactor) runEventHandlers(ctx context.Context, log *slog.Logger, key objectKey, specs []causes.Spec, ev rawEvent) *state.Patch {
-	cause := causes.Cause{Resource: key.resource, Body: ev.object.Object, EventType: ev.eventType}
+	cause := handling.ForEvent(key.resource, ev.object.Object, ev.eventType)
 	var patch *state.Patch
 	for _, spec := range specs {
 		if spec.Kind != causes.KindEvent {
@@ -330,9 +331,7 @@ func (o *Reactor) runEventHandlers(ctx context.Context, log *slog.Logger, key ob
 			outcome = OutcomeIgnored
 			log.Error("handler failed; event handlers are never retried", "handler", spec.ID, "reason", "event", "took_ms", tookMs(took), "error", err, "event", ev.eventType)
 		} else {
-			if result.Value != nil {
-				patch.Set([]string{"status", spec.ID}, result.Value)
-			}
+			handling.StoreResult(patch, spec, result.Value)
 			logOutcome(log, o.opts.SuccessLogLevel, spec.ID, "event", OutcomeSuccess, took, nil, "event", ev.eventType)
 		}
 		o.observe(key, spec.ID, "event", outcome, took, err)
@@ -527,15 +526,7 @@ func (p *pinnedCause) continues(d detectedCause) bool {
 }
 
 // handlerFields are the fields named by change handlers, added to the essence.
-func (c *cycle) handlerFields() [][]string {
-	var out [][]string
-	for _, s := range c.specs {
-		if s.Kind == causes.KindChange && len(s.Field) > 0 {
-			out = append(out, s.Field)
-		}
-	}
-	return out
-}
+func (c *cycle) handlerFields() [][]string { return handling.ChangeFields(c.specs) }
 
 // prematched tells whether any change handler's filters match the object (its
 // reasons and fields aside): kopf's pre-matching, which decides whether the object
@@ -545,7 +536,7 @@ func (c *cycle) prematched(ctx context.Context, cause causes.Cause) bool {
 		if spec.Kind != causes.KindChange {
 			continue
 		}
-		pc, present := fieldCause(spec, cause)
+		pc, present := handling.FieldCause(spec, cause)
 		if !present {
 			continue
 		}
@@ -572,7 +563,7 @@ func (c *cycle) finalizerNeeded(ctx context.Context, cause causes.Cause) (bool, 
 		if d := c.mem.daemons.get(spec.ID); spec.Kind == causes.KindDaemon && d != nil && d.returned.Load() && d.spec.CodeHash == spec.CodeHash {
 			continue // it returned and is not restarted: nothing to wait for (kopf)
 		}
-		fc, present := fieldCause(spec, cause)
+		fc, present := handling.FieldCause(spec, cause)
 		if !present {
 			continue
 		}
@@ -597,24 +588,10 @@ func (c *cycle) selectHandlers(ctx context.Context, cause causes.Cause, facts ob
 		if spec.Kind != causes.KindChange || !servesCause(spec, cause.Reason, facts) {
 			continue
 		}
-		hc := cause
-		changeOfField := false
-		if len(spec.Field) > 0 {
-			switch cause.Reason {
-			case causes.Create, causes.Update:
-				var changed bool
-				if hc, changed = c.fieldChangeCause(spec, cause); !changed {
-					continue
-				}
-				changeOfField = true
-			default:
-				var present bool
-				if hc, present = fieldCause(spec, cause); !present {
-					continue
-				}
-			}
-		} else if cause.Reason == causes.Update && len(cause.Diff) == 0 {
-			continue // a cause for held-back field handlers only
+		old, diff := c.heldBackOld(spec, cause)
+		hc, takesPart, changeOfField := handling.View(spec, cause, old, diff)
+		if !takesPart {
+			continue
 		}
 		ok, err := c.op.handlers.Match(ctx, spec, hc)
 		if err != nil {
@@ -629,27 +606,6 @@ func (c *cycle) selectHandlers(ctx context.Context, cause causes.Cause, facts ob
 		}
 	}
 	return specs, perHandler
-}
-
-// fieldCause reduces a cause to a field handler's field for the causes where the
-// field is a presence filter (delete, resume, and the finalizer's decision): old is
-// the field in the stored essence, new in the current one (the body when deletion
-// left no essence); present when either has it (kopf).
-func fieldCause(spec causes.Spec, cause causes.Cause) (causes.Cause, bool) {
-	if len(spec.Field) == 0 {
-		return cause, true
-	}
-	out := cause
-	out.Diff = nil
-	out.WholeOld, out.WholeNew = cause.Old, cause.New
-	newSource := cause.New
-	if newSource == nil {
-		newSource = cause.Body
-	}
-	var oldOK, newOK bool
-	out.Old, oldOK = state.Resolve(cause.Old, spec.Field)
-	out.New, newOK = state.Resolve(newSource, spec.Field)
-	return out, oldOK || newOK
 }
 
 // servesCause tells whether a change handler takes part in a cause. Resume handlers
@@ -874,7 +830,7 @@ func (c *cycle) finishCause(cause causes.Cause, states []handlerState) {
 
 // purgeSubrefs purges the records of subhandlers (and theirs) named by a record.
 func (c *cycle) purgeSubrefs(ids []string, depth int) {
-	if depth > maxSubhandlerDepth {
+	if depth > handling.MaxSubhandlerDepth {
 		return
 	}
 	for _, id := range ids {
@@ -934,8 +890,8 @@ func (c *cycle) runChangeHandler(ctx context.Context, h handlerState, cause caus
 	t0 := time.Now()
 	result, err := o.handlers.Invoke(ctx, call)
 	took := time.Since(t0)
-	if err == nil && result.Value != nil {
-		own.Set([]string{"status", h.spec.ID}, result.Value)
+	if err == nil {
+		handling.StoreResult(own, h.spec, result.Value)
 	}
 	wrote := !own.IsEmpty()
 	var wroteMain, wroteStatus bool
@@ -958,17 +914,14 @@ func (c *cycle) runChangeHandler(ctx context.Context, h handlerState, cause caus
 	return rec
 }
 
-// maxSubhandlerDepth stops a handler that registers itself again and again.
-const maxSubhandlerDepth = 8
-
 func (c *cycle) runSubhandlers(ctx context.Context, parent causes.Spec, rec state.HandlerRecord, subs []causes.Spec, cause causes.Cause, reason causes.Reason) state.HandlerRecord {
 	o := c.op
 	body := c.body.Object
 	if rec.Started == nil {
 		rec.Started = &c.now
 	}
-	if strings.Count(parent.ID, "/") >= maxSubhandlerDepth {
-		rec.Failure, rec.Stopped, rec.Message = true, &c.now, fmt.Sprintf("subhandlers nested deeper than %d levels", maxSubhandlerDepth)
+	if msg, tooDeep := handling.NestedTooDeep(parent.ID); tooDeep {
+		rec.Failure, rec.Stopped, rec.Message = true, &c.now, msg
 		return rec
 	}
 	children := make([]handlerState, len(subs))

@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/luaop/luaop/handling"
 	"github.com/luaop/luaop/luabind"
 	"github.com/luaop/luaop/processing/causes"
 	"github.com/luaop/luaop/state"
@@ -508,51 +509,25 @@ func resourceMatches(r causes.Resource, obj map[string]any, explicit string) boo
 
 // runHandler runs one handler the way the processing core calls it.
 func runHandler(ctx context.Context, rt *luabind.Runtime, spec causes.Spec, c Case, prefix string, obj map[string]any, indexes *state.Indexes) outcome {
-	cause := causes.Cause{Resource: spec.Resource, Body: obj}
+	cause := handling.ForObject(spec.Resource, obj)
+	if spec.Kind.IsHook() {
+		cause = handling.ForHook()
+	}
 	patch := state.NewPatch()
 	call := causes.Call{Handler: spec, Patch: patch, Started: time.Now(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Indexes: indexes}
 	switch spec.Kind {
 	case causes.KindChange:
-		reason := causes.Reason(c.Cause)
-		if reason == "" {
-			reason = spec.Reasons[0]
-			if c.Old != nil && spec.Serves(causes.Update) {
-				reason = causes.Update
-			}
+		view, takesPart := changeView(rt.Specs(), spec, c, prefix, obj)
+		if !takesPart {
+			return outcome{skipped: true}
 		}
-		cause.Reason = reason
-		essence := withFields(state.Essence(obj, prefix), obj, spec.Field)
-		switch reason {
-		case causes.Create:
-			cause.New, cause.Diff = essence, state.Compare(nil, essence)
-		case causes.Update, causes.Resume:
-			var old map[string]any
-			if c.Old != nil {
-				o := normalize(c.Old).(map[string]any)
-				old = withFields(state.Essence(o, prefix), o, spec.Field)
-			}
-			cause.Old, cause.New = old, essence
-			if reason == causes.Update {
-				cause.Diff = state.Compare(old, essence)
-			}
-		}
-		if len(spec.Field) > 0 {
-			cause.Diff = cause.Diff.Reduce(spec.Field)
-			if (reason == causes.Create || reason == causes.Update) && len(cause.Diff) == 0 {
-				return outcome{skipped: true}
-			}
-			// As the core does (processing's fieldCause and change detection): the
-			// whole essences go along, so that a subhandler filtering on another
-			// field (a value filter) sees that field, as it does in the operator.
-			cause.WholeOld, cause.WholeNew = cause.Old, cause.New
-			cause.Old, _ = state.Resolve(cause.Old, spec.Field)
-			cause.New, _ = state.Resolve(cause.New, spec.Field)
-		}
+		cause = view
 	case causes.KindEvent:
-		cause.EventType = c.EventType
-		if cause.EventType == "" {
-			cause.EventType = "MODIFIED"
+		eventType := c.EventType
+		if eventType == "" {
+			eventType = "MODIFIED"
 		}
+		cause = handling.ForEvent(spec.Resource, obj, eventType)
 	}
 	call.Cause = cause
 	if !spec.Kind.IsHook() {
@@ -582,10 +557,8 @@ func runHandler(ctx context.Context, rt *luabind.Runtime, spec causes.Spec, c Ca
 		return outcome{patch: patch, err: err}
 	}
 	res, err := rt.Invoke(ctx, call)
-	// As the core does: change handlers, timers and event handlers
-	// (processing/process.go runEventHandlers) store what they return in status.<id>.
-	if err == nil && res.Value != nil && (spec.Kind == causes.KindChange || spec.Kind == causes.KindTimer || spec.Kind == causes.KindEvent) {
-		patch.Set([]string{"status", spec.ID}, res.Value)
+	if err == nil {
+		handling.StoreResult(patch, spec, res.Value)
 	}
 	if err == nil && len(res.Subhandlers) > 0 {
 		err = runSubhandlers(ctx, rt, call, res.Subhandlers)
@@ -601,17 +574,14 @@ func runHandler(ctx context.Context, rt *luabind.Runtime, spec causes.Spec, c Ca
 	return outcome{patch: patch, result: res.Value, err: err}
 }
 
-// maxSubhandlerDepth is the core's limit (processing: maxSubhandlerDepth).
-const maxSubhandlerDepth = 8
-
 // runSubhandlers runs the subhandlers a handler registered, each once, in order, with
 // the parent's cause and patch, as the processing core does right after the parent:
 // a subhandler's result goes to status.<parent id>/<child id> (its id), and the
 // subhandlers it registers in turn run after it. Every subhandler runs; the first
 // error is returned, naming the subhandler.
 func runSubhandlers(ctx context.Context, rt *luabind.Runtime, parent causes.Call, subs []causes.Spec) error {
-	if strings.Count(parent.Handler.ID, "/") >= maxSubhandlerDepth {
-		return &subhandlerError{id: parent.Handler.ID, err: fmt.Errorf("subhandlers nested deeper than %d levels", maxSubhandlerDepth)}
+	if msg, tooDeep := handling.NestedTooDeep(parent.Handler.ID); tooDeep {
+		return &subhandlerError{id: parent.Handler.ID, err: errors.New(msg)}
 	}
 	var first error
 	for _, sub := range subs {
@@ -621,9 +591,7 @@ func runSubhandlers(ctx context.Context, rt *luabind.Runtime, parent causes.Call
 		if err != nil {
 			err = &subhandlerError{id: sub.ID, err: err}
 		} else {
-			if res.Value != nil {
-				call.Patch.Set([]string{"status", sub.ID}, res.Value)
-			}
+			handling.StoreResult(call.Patch, sub, res.Value)
 			if len(res.Subhandlers) > 0 {
 				err = runSubhandlers(ctx, rt, call, res.Subhandlers)
 			}
@@ -644,23 +612,35 @@ type subhandlerError struct {
 func (e *subhandlerError) Error() string { return "subhandler " + e.id + " failed: " + e.err.Error() }
 func (e *subhandlerError) Unwrap() error { return e.err }
 
-// withFields adds a field handler's field to the essence when the essence lacks it
-// (status.phase), as the processing core does.
-func withFields(essence, body map[string]any, field []string) map[string]any {
-	if len(field) == 0 {
-		return essence
+// changeView is the cause a change handler is given for the case, as the core
+// builds it (handling): the case's reason (cause:, else the handler's first, or
+// update when old is given and the handler serves it), the essences with the
+// fields that the resource's change handlers name, and the handler's view of the
+// change (a field handler's reduced to its field, or skipped when its field did
+// not change).
+func changeView(all []causes.Spec, spec causes.Spec, c Case, prefix string, obj map[string]any) (causes.Cause, bool) {
+	reason := causes.Reason(c.Cause)
+	if reason == "" {
+		reason = spec.Reasons[0]
+		if c.Old != nil && spec.Serves(causes.Update) {
+			reason = causes.Update
+		}
 	}
-	if _, ok := state.Resolve(essence, field); ok {
-		return essence
+	var ofResource []causes.Spec
+	for _, s := range all {
+		if s.Resource == spec.Resource {
+			ofResource = append(ofResource, s)
+		}
 	}
-	v, ok := state.Resolve(body, field)
-	if !ok {
-		return essence
+	fields := handling.ChangeFields(ofResource)
+	statusField := handling.StatusField(prefix)
+	var old any
+	if c.Old != nil {
+		old = handling.Essence(normalize(c.Old).(map[string]any), prefix, statusField, fields)
 	}
-	p := state.NewPatch()
-	p.Merge(essence)
-	p.Set(field, v)
-	return p.Map()
+	base := handling.ChangeCause(reason, spec.Resource, obj, old, handling.Essence(obj, prefix, statusField, fields))
+	view, takesPart, _ := handling.View(spec, base, base.Old, base.Diff)
+	return view, takesPart
 }
 
 func describeError(err error) string {
