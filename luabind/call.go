@@ -11,9 +11,9 @@ import (
 
 	lua "github.com/luaop/luaop/third_party/gopher-lua"
 
+	"github.com/luaop/luaop/handling"
 	"github.com/luaop/luaop/luabind/internal/luaerr"
 	"github.com/luaop/luaop/luabind/internal/luavalue"
-	"github.com/luaop/luaop/handling"
 	"github.com/luaop/luaop/processing/causes"
 	"github.com/luaop/luaop/state"
 )

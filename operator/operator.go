@@ -16,10 +16,10 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/luaop/luaop/eventing"
+	"github.com/luaop/luaop/handling"
 	"github.com/luaop/luaop/kubeclient"
 	"github.com/luaop/luaop/luabind"
 	"github.com/luaop/luaop/processing"
-	"github.com/luaop/luaop/handling"
 	"github.com/luaop/luaop/processing/causes"
 )
 
