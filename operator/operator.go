@@ -1,7 +1,3 @@
-// Package operator assembles a running operator: the Lua runtime (luabind) loaded
-// from a scripts folder, and the processing core (processing) watching the resources
-// the scripts registered for. cmd/luaop and the test harness both start operators
-// through it, so tests run exactly what users run.
 package operator
 
 import (

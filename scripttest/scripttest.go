@@ -1,9 +1,3 @@
-// Package scripttest runs test cases of luaop handlers without a cluster (luaop
-// test): each case gives an object (and optionally its old version), the handler id
-// or the cause to run, objects for an in-memory fake of the API, and the expected
-// outcome: the patch, the resulting object, status, the error, the Events posted and
-// the luaop.kube calls made. The format is documented in README.md ("Test your
-// handlers").
 package scripttest
 
 import (
