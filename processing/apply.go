@@ -584,15 +584,6 @@ func statusOps(body, patch map[string]any, uid string) []map[string]any {
 	return appendMergeOps(ops, body, patch, "")
 }
 
-// escapePointerToken escapes one JSON-pointer reference token (RFC 6901): "~" as "~0",
-// "/" as "~1". Keys rarely hold either, so the common case allocates nothing.
-func escapePointerToken(k string) string {
-	if !strings.ContainsAny(k, "~/") {
-		return k
-	}
-	return strings.ReplaceAll(strings.ReplaceAll(k, "~", "~0"), "/", "~1")
-}
-
 func appendMergeOps(ops []map[string]any, current, patch map[string]any, prefix string) []map[string]any {
 	keys := make([]string, 0, len(patch))
 	for k := range patch {
@@ -601,7 +592,7 @@ func appendMergeOps(ops []map[string]any, current, patch map[string]any, prefix 
 	sort.Strings(keys)
 	for _, k := range keys {
 		v := patch[k]
-		path := prefix + "/" + escapePointerToken(k)
+		path := prefix + "/" + state.EscapePointerToken(k)
 		existing, exists := current[k]
 		switch {
 		case v == nil:
