@@ -68,7 +68,7 @@ func (o *Reactor) process(ctx context.Context, key objectKey) (time.Duration, er
 		mem.eventPatch.Merge(eventPatch.Map())
 	}
 	c := &cycle{op: o, key: key, info: info, store: info.storage(), body: latest, log: log, now: now, patch: state.NewPatch(), specs: specs, st: st, mem: mem}
-	if wait, stop, err := c.learnUnknownWrite(ctx); stop {
+	if wait, endsCycle, err := c.learnUnknownWrite(ctx); endsCycle {
 		return wait, err
 	}
 	waitForConsistency := c.awaitConsistency(in.lastSeenVersion)
@@ -146,9 +146,9 @@ func (o *Reactor) endIncarnation(ctx context.Context, log *slog.Logger, key obje
 
 // learnUnknownWrite reads the object from the server before any handler runs on a
 // body that may miss what the operator handled: after a write that got no answer,
-// or a body older than what a consistent read showed at start (freshness.go). stop:
-// the cycle ends here, to look again after wait (or on error).
-func (c *cycle) learnUnknownWrite(ctx context.Context) (wait time.Duration, stop bool, err error) {
+// or a body older than what a consistent read showed at start (freshness.go).
+// endsCycle: the cycle ends here, to look again after wait (or on error).
+func (c *cycle) learnUnknownWrite(ctx context.Context) (wait time.Duration, endsCycle bool, err error) {
 	mem := c.mem
 	if mem.expectedVersion == "" && c.info.floor.Load().stale(c.key, c.body) {
 		// Older than what a consistent read showed at start: what the operator
@@ -159,7 +159,7 @@ func (c *cycle) learnUnknownWrite(ctx context.Context) (wait time.Duration, stop
 	if !(mem.writeUnknown && !c.op.opts.DryRun || mem.staleBody) {
 		return 0, false, nil
 	}
-	wait, stop, err = c.readAfterUnknownWrite(ctx)
+	wait, stop, err := c.readAfterUnknownWrite(ctx)
 	if err == nil && wait <= 0 && !stop {
 		return 0, false, nil
 	}
