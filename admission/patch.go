@@ -58,7 +58,7 @@ func jsonPatch(original []byte, merge map[string]any) ([]patchOp, error) {
 	for _, item := range state.Compare(a, b) {
 		var pointer strings.Builder
 		for _, k := range item.Path {
-			pointer.WriteString("/" + escapePointer(k))
+			pointer.WriteString("/" + state.EscapePointerToken(k))
 		}
 		switch item.Op {
 		case state.DiffAdd:
@@ -70,9 +70,4 @@ func jsonPatch(original []byte, merge map[string]any) ([]patchOp, error) {
 		}
 	}
 	return ops, nil
-}
-
-// escapePointer escapes a key for a JSON pointer (RFC 6901).
-func escapePointer(k string) string {
-	return strings.ReplaceAll(strings.ReplaceAll(k, "~", "~0"), "/", "~1")
 }

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	lua "github.com/luaop/luaop/third_party/gopher-lua"
 
+	"github.com/luaop/luaop/handling"
 	"github.com/luaop/luaop/luabind/internal/luaerr"
 	"github.com/luaop/luaop/luabind/internal/luavalue"
 	"github.com/luaop/luaop/processing/causes"
@@ -162,22 +162,7 @@ func (s *shard) matchSub(ctx context.Context, call causes.Call, sub causes.Spec,
 	if f == nil {
 		return true, nil
 	}
-	cause := call.Cause
-	if !slices.Equal(sub.Field, call.Handler.Field) {
-		// The subhandler's field differs from its parent's: its values come from the
-		// whole old and new (kopf matches subhandlers against them), which the core
-		// passes along when it reduced the parent's cause to the parent's field.
-		wholeOld, wholeNew := call.Cause.Old, call.Cause.New
-		if len(call.Handler.Field) > 0 {
-			wholeOld, wholeNew = call.Cause.WholeOld, call.Cause.WholeNew
-		}
-		if len(sub.Field) == 0 {
-			cause.Old, cause.New = wholeOld, wholeNew
-		} else {
-			cause.Old, _ = state.Resolve(wholeOld, sub.Field)
-			cause.New, _ = state.Resolve(wholeNew, sub.Field)
-		}
-	}
+	cause := handling.SubhandlerView(call.Handler, call.Cause, sub)
 	if !f.matchData(cause) {
 		return false, nil
 	}

@@ -179,68 +179,7 @@ func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lu
 	defer s.unlock()
 	locked := time.Now()
 	L := s.L
-	byModule := make(map[string]string, len(files))
-	for _, f := range files {
-		byModule[moduleName(f)] = f
-	}
-	loaded := make(map[string]lua.LValue, len(files))
-	// loading: the modules whose top level is running, and the state running it.
-	loading := map[string]*lua.LState{}
-	var run func(L *lua.LState, file string) (lua.LValue, error)
-	var require *lua.LFunction
-	mc := &memCall{what: "loading the scripts", sh: s}
-	// run runs a file's top level on L: the shard's main state while the scripts load,
-	// or, for a module first required inside a handler, the calling thread, so that
-	// the call's deadline and memory watch apply and the module's blocking functions
-	// release the shard as the call's own do.
-	run = func(L *lua.LState, file string) (lua.LValue, error) {
-		mod := moduleName(file)
-		if v, ok := loaded[mod]; ok {
-			return v, nil
-		}
-		if by := loading[mod]; by != nil {
-			if s.threadOf(by) != s.threadOf(L) {
-				return nil, fmt.Errorf("%s: module '%s' is still being loaded by another call, which waits in the module's top level (luaop.sleep, luaop.kube); require it at the top of a script so that it loads once, with the scripts", file, mod)
-			}
-			return nil, fmt.Errorf("%s: require loop: module '%s' requires itself", file, mod)
-		}
-		loading[mod] = L
-		defer delete(loading, mod)
-		fn := L.NewFunctionFromProto(protos[file])
-		fn.Env = s.iso.NewEnv(L, require)
-		L.Push(fn)
-		if err := L.PCall(0, 1, nil); err != nil {
-			if mc.hit.Load() {
-				return nil, s.rt.mem.budgetError(err, mc)
-			}
-			return nil, luaerr.Translate(err)
-		}
-		v := L.Get(-1)
-		L.Pop(1)
-		if v == lua.LNil {
-			v = lua.LTrue
-		}
-		loaded[mod] = v
-		return v, nil
-	}
-	require = L.NewFunction(func(L *lua.LState) int {
-		name := L.CheckString(1)
-		if name == "luaop" {
-			L.Push(s.iso.Module())
-			return 1
-		}
-		file, ok := byModule[name]
-		if !ok {
-			L.RaiseError("module '%s' not found in the scripts folder (looked for %s.lua and %s/init.lua)", name,
-				strings.ReplaceAll(name, ".", "/"), strings.ReplaceAll(name, ".", "/"))
-		}
-		v, err := run(L, file)
-		if err != nil {
-			L.RaiseError("%s", err.Error())
-		}
-		L.Push(v)
-		return 1
-	})
+	ld := s.newModuleLoader(L, files, protos)
 
 	n := len(s.fns) // the previous load's handlers: a reload registers about as many
 	col := &collected{filters: map[string]*dataFilters{}, fns: make(map[string]*handlerFns, n),
@@ -251,29 +190,115 @@ func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lu
 	defer cancel()
 	L.SetContext(cctx)
 	defer L.RemoveContext()
-	s.rt.mem.enter(mc, cctx, cancel)
-	defer s.rt.mem.leave(mc)
+	s.rt.mem.enter(ld.mc, cctx, cancel)
+	defer s.rt.mem.leave(ld.mc)
 	defer L.SetTop(0)
 	for _, f := range files {
 		if strings.Contains(f, "/") {
 			continue
 		}
-		if _, err := run(L, f); err != nil {
+		if _, err := ld.run(L, f); err != nil {
 			return nil, nil, err
 		}
 	}
-	// require stays callable from handlers (a module may be required lazily), and
-	// every closure of this load keeps it through its file's globals: a daemon started
-	// now keeps this load alive for as long as it runs. It needs only the modules not
-	// loaded yet, not every compiled file of the load.
+	ld.keepOnlyLazy()
+	return &shardGeneration{fns: col.fns, records: col.records, held: time.Since(locked)}, col, nil
+}
+
+// moduleLoader runs the files of one load: the handler scripts, and the modules
+// they require, once per load.
+type moduleLoader struct {
+	s        *shard
+	byModule map[string]string // require() name -> file
+	protos   map[string]*lua.FunctionProto
+	loaded   map[string]lua.LValue
+	// loading: the modules whose top level is running, and the state running it.
+	loading map[string]*lua.LState
+	require *lua.LFunction
+	mc      *memCall
+}
+
+func (s *shard) newModuleLoader(L *lua.LState, files []string, protos map[string]*lua.FunctionProto) *moduleLoader {
+	ld := &moduleLoader{s: s, byModule: make(map[string]string, len(files)), protos: protos,
+		loaded: make(map[string]lua.LValue, len(files)), loading: map[string]*lua.LState{},
+		mc: &memCall{what: "loading the scripts", sh: s}}
+	for _, f := range files {
+		ld.byModule[moduleName(f)] = f
+	}
+	ld.require = L.NewFunction(ld.requireModule)
+	return ld
+}
+
+// run runs a file's top level on L: the shard's main state while the scripts load,
+// or, for a module first required inside a handler, the calling thread, so that
+// the call's deadline and memory watch apply and the module's blocking functions
+// release the shard as the call's own do.
+func (ld *moduleLoader) run(L *lua.LState, file string) (lua.LValue, error) {
+	s := ld.s
+	mod := moduleName(file)
+	if v, ok := ld.loaded[mod]; ok {
+		return v, nil
+	}
+	if by := ld.loading[mod]; by != nil {
+		if s.threadOf(by) != s.threadOf(L) {
+			return nil, fmt.Errorf("%s: module '%s' is still being loaded by another call, which waits in the module's top level (luaop.sleep, luaop.kube); require it at the top of a script so that it loads once, with the scripts", file, mod)
+		}
+		return nil, fmt.Errorf("%s: require loop: module '%s' requires itself", file, mod)
+	}
+	ld.loading[mod] = L
+	defer delete(ld.loading, mod)
+	fn := L.NewFunctionFromProto(ld.protos[file])
+	fn.Env = s.iso.NewEnv(L, ld.require)
+	L.Push(fn)
+	if err := L.PCall(0, 1, nil); err != nil {
+		if ld.mc.hit.Load() {
+			return nil, s.rt.mem.budgetError(err, ld.mc)
+		}
+		return nil, luaerr.Translate(err)
+	}
+	v := L.Get(-1)
+	L.Pop(1)
+	if v == lua.LNil {
+		v = lua.LTrue
+	}
+	ld.loaded[mod] = v
+	return v, nil
+}
+
+// requireModule is the scripts' require(name): luaop's module, or a file of the
+// scripts folder run once.
+func (ld *moduleLoader) requireModule(L *lua.LState) int {
+	name := L.CheckString(1)
+	if name == "luaop" {
+		L.Push(ld.s.iso.Module())
+		return 1
+	}
+	file, ok := ld.byModule[name]
+	if !ok {
+		L.RaiseError("module '%s' not found in the scripts folder (looked for %s.lua and %s/init.lua)", name,
+			strings.ReplaceAll(name, ".", "/"), strings.ReplaceAll(name, ".", "/"))
+	}
+	v, err := ld.run(L, file)
+	if err != nil {
+		L.RaiseError("%s", err.Error())
+	}
+	L.Push(v)
+	return 1
+}
+
+// keepOnlyLazy drops the compiled files that ran: require stays callable from
+// handlers (a module may be required lazily), and every closure of this load keeps
+// it through its file's globals: a daemon started now keeps this load alive for as
+// long as it runs. It needs only the modules not loaded yet, not every compiled file
+// of the load.
+func (ld *moduleLoader) keepOnlyLazy() {
 	lazy := map[string]*lua.FunctionProto{}
-	for f, p := range protos {
-		if _, done := loaded[moduleName(f)]; !done {
+	for f, p := range ld.protos {
+		if _, done := ld.loaded[moduleName(f)]; !done {
 			lazy[f] = p
 		}
 	}
-	protos = lazy
-	return &shardGeneration{fns: col.fns, records: col.records, held: time.Since(locked)}, col, nil
+	ld.protos = lazy
 }
 
 func (s *shard) commit(g *shardGeneration) {

@@ -1,7 +1,3 @@
-// Package operator assembles a running operator: the Lua runtime (luabind) loaded
-// from a scripts folder, and the processing core (processing) watching the resources
-// the scripts registered for. cmd/luaop and the test harness both start operators
-// through it, so tests run exactly what users run.
 package operator
 
 import (
@@ -16,6 +12,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/luaop/luaop/eventing"
+	"github.com/luaop/luaop/handling"
 	"github.com/luaop/luaop/kubeclient"
 	"github.com/luaop/luaop/luabind"
 	"github.com/luaop/luaop/processing"
@@ -274,12 +271,9 @@ func (o *Operator) runHooks(ctx context.Context, kind causes.Kind) error {
 			if ctx.Err() != nil {
 				return fmt.Errorf("%s handler %s: %w", kind, h.spec.ID, ctx.Err())
 			}
-			spec := h.spec
-			if spec.Backoff <= 0 {
-				spec.Backoff = o.opts.Processing.DefaultBackoff // 0: kopf's 60 s
-			}
-			retryIn, final := hookOutcome(spec, err)
-			if err == nil || (final && h.spec.Errors == causes.ErrorsIgnored && !causes.IsPermanent(err)) {
+			spec := handling.WithBackoff(h.spec, o.opts.Processing.DefaultBackoff) // 0: kopf's 60 s
+			v := handling.Judge(spec, handling.Attempt{Retries: h.retries, Runtime: o.hookNow().Sub(h.started)}, err)
+			if v.Outcome == handling.OutcomeSuccess || v.Outcome == handling.OutcomeIgnored {
 				if err != nil {
 					o.log.Warn("handler failed; ignored as configured (errors=ignored)", append(fields, "error", err)...)
 				} else {
@@ -289,15 +283,8 @@ func (o *Operator) runHooks(ctx context.Context, kind causes.Kind) error {
 				continue
 			}
 			h.retries++
-			at := o.hookNow().Add(retryIn)
-			switch {
-			case final:
-			case h.spec.Retries > 0 && h.retries >= h.spec.Retries:
-				err, final = fmt.Errorf("exceeded its %d retries (last error: %w)", h.spec.Retries, err), true
-			case h.spec.Timeout > 0 && !at.Before(h.started.Add(h.spec.Timeout)):
-				err, final = fmt.Errorf("timed out after %s (last error: %w)", h.spec.Timeout, err), true
-			}
-			if final {
+			if v.Outcome == handling.OutcomeFailure {
+				err = v.Error(err)
 				h.done = true
 				o.log.Error("handler failed for good", append(fields, "error", err)...)
 				if failed == nil {
@@ -305,6 +292,8 @@ func (o *Operator) runHooks(ctx context.Context, kind causes.Kind) error {
 				}
 				continue
 			}
+			retryIn := v.Delay
+			at := o.hookNow().Add(retryIn)
 			o.log.Warn("handler will be retried", append(fields, "error", err, "retry", h.retries, "in", retryIn)...)
 			h.next = at
 			pending = true
@@ -319,24 +308,6 @@ func (o *Operator) runHooks(ctx context.Context, kind causes.Kind) error {
 			return fmt.Errorf("%s handlers did not succeed before the operator stopped: %w", kind, err)
 		}
 	}
-}
-
-// hookOutcome classifies a hook's error: the delay before the next attempt, or
-// final for an error that is not retried.
-func hookOutcome(spec causes.Spec, err error) (retryIn time.Duration, final bool) {
-	if err == nil {
-		return 0, true
-	}
-	if tmp, ok := causes.AsTemporary(err); ok {
-		return tmp.Delay, false
-	}
-	if causes.IsPermanent(err) || spec.Errors == causes.ErrorsPermanent || spec.Errors == causes.ErrorsIgnored {
-		return 0, true
-	}
-	if spec.Backoff > 0 {
-		return spec.Backoff, false
-	}
-	return 60 * time.Second, false // kopf's default backoff
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

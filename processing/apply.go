@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/luaop/luaop/state"
 )
@@ -25,90 +26,12 @@ import (
 // losing its result), then one of the object. It remembers the version the last
 // patch produced, so the next change handlers wait for it.
 func (c *cycle) apply(ctx context.Context) error {
-	// Removals of what the storage no longer in use holds (state.Patch.After) go
-	// in the same write when there is one write that cannot fall back (nothing kept in
-	// status), else after the others.
-	after := c.patch.TakeAfter()
-	inStatus := c.store.progressInStatus || c.store.diffBaseInStatus
-	if after != nil && (c.patch.IsEmpty() || !c.info.statusSubresource && !inStatus) {
-		c.patch.Merge(after.Map())
-		after = nil
-	}
+	after := c.takeRemovals()
 	if c.patch.IsEmpty() {
 		c.stored()
 		return nil
 	}
-	o := c.op
-	main := c.patch.Map()
-	var status map[string]any
-	if c.info.statusSubresource {
-		main, status = c.patch.Split()
-	}
-	// What is written after this point goes into a patch of its own.
-	c.patch = state.NewPatch()
-	// The incarnation is a precondition: a patch meant for an object that was
-	// deleted and re-created under its name meanwhile must not land on the new one
-	// (it would mark it handled with the old one's essence). The server refuses a
-	// merge patch that changes metadata.uid; on /status of a custom resource it
-	// copies metadata from the stored object first, so there a JSON patch tests it.
-	main = withUID(main, c.mem.uid)
-	client := o.dynamic.Resource(c.info.gvr).Namespace(c.key.namespace)
-	var last *unstructured.Unstructured
-	mainSent, fellBack := false, false
-	var sendMain func() error
-	sendMain = func() error {
-		mainSent = true
-		if len(main) == 0 {
-			return nil
-		}
-		resp, err := c.send(ctx, "", func(data []byte) (*unstructured.Unstructured, error) {
-			return client.Patch(ctx, c.key.name, types.MergePatchType, data, metav1.PatchOptions{})
-		}, main)
-		if err != nil || resp == nil {
-			return err
-		}
-		last = resp
-		c.carriedWritten = c.carriedWritten || c.carried
-		c.expectVersion(resp)
-		if c.info.statusSubresource {
-			return nil
-		}
-		// Status is an ordinary field here: a built-in kind drops it, a CRD's schema may.
-		if moved := c.fallBackIfStoragePruned(main, resp); moved != nil {
-			fellBack = true
-			main = withUID(moved, c.mem.uid)
-			return sendMain()
-		}
-		c.checkPruning(main, resp)
-		return nil
-	}
-	sendStatus := func() error {
-		if len(status) == 0 {
-			return nil
-		}
-		resp, err := c.patchStatus(ctx, status)
-		if err != nil || resp == nil {
-			return err
-		}
-		last = resp
-		c.carriedWritten = c.carriedWritten || c.carried
-		c.expectVersion(resp)
-		moved := c.fallBackIfStoragePruned(status, resp)
-		if moved == nil {
-			c.checkPruning(status, resp)
-			return nil
-		}
-		fellBack = true
-		if mainSent { // what was pruned goes in a patch of its own
-			main = withUID(moved, c.mem.uid)
-			return sendMain()
-		}
-		merged := state.NewPatch()
-		merged.Merge(main)
-		merged.Merge(moved)
-		main = withUID(merged.Map(), c.mem.uid)
-		return nil
-	}
+	w := c.startWrite(ctx)
 	// The write that carries the bookkeeping goes last: if the other one fails, the
 	// handlers are not recorded as done and run again rather than lose what they
 	// wrote (kopf sends the object, then /status). With progress and diff-base in
@@ -120,50 +43,181 @@ func (c *cycle) apply(ctx context.Context) error {
 		statusLast = c.store.diffBaseInStatus
 	}
 	c.endsCause = false
-	first, second := sendStatus, sendMain
-	if statusLast {
-		first, second = sendMain, sendStatus
-	}
-	if err := first(); err != nil {
+	if err := w.sendInOrder(statusLast); err != nil {
 		return c.refuseWrites(ctx, err)
 	}
-	if err := second(); err != nil {
-		return c.refuseWrites(ctx, err)
-	}
-	// After a fallback the storage in use is annotations, which the removals are
-	// about: what was moved there must stay. A failed removal leaves a stale copy in
-	// the storage not in use, read only when the one in use has none; the next write
-	// of the same record removes it again.
-	if after != nil && !fellBack {
-		main, status = after.Map(), nil
-		if c.info.statusSubresource {
-			main, status = after.Split()
-		}
-		main = withUID(main, c.mem.uid)
-		err := sendMain()
-		if err == nil {
-			err = sendStatus()
-		}
-		if err != nil {
-			c.log.Warn("the old copy of the bookkeeping in the storage no longer in use was not removed; it is removed at the next handled change",
-				"error", err)
-		}
-	}
-	if last != nil {
-		c.last = last
-		if c.log.Enabled(ctx, slog.LevelDebug) {
-			c.log.Debug("patched", "resourceVersion", last.GetResourceVersion(), "expectedVersion", c.mem.expectedVersion)
-		}
-		for _, id := range c.succeeded {
-			if c.mem.succeededAt == nil {
-				c.mem.succeededAt = map[string]string{}
-			}
-			c.mem.succeededAt[id] = last.GetResourceVersion()
-		}
-		c.succeeded = nil
+	w.removeStale(after)
+	if w.last != nil {
+		c.noteWritten(ctx, w.last)
 	}
 	c.stored()
 	return nil
+}
+
+// takeRemovals takes from the cycle's patch the removals of what the storage no
+// longer in use holds (state.Patch.After): they go in the same write when there is
+// one write that cannot fall back (nothing kept in status), else after the others
+// (returned).
+func (c *cycle) takeRemovals() *state.Patch {
+	after := c.patch.TakeAfter()
+	inStatus := c.store.progressInStatus || c.store.diffBaseInStatus
+	if after != nil && (c.patch.IsEmpty() || !c.info.statusSubresource && !inStatus) {
+		c.patch.Merge(after.Map())
+		after = nil
+	}
+	return after
+}
+
+// cycleWrite is one apply's writes of the cycle's patch: the object's part (main)
+// and, when status is a subresource, the /status part.
+type cycleWrite struct {
+	c      *cycle
+	ctx    context.Context
+	client dynamic.ResourceInterface
+	main   map[string]any
+	status map[string]any
+	// last is the object as the last successful write returned it.
+	last *unstructured.Unstructured
+	// mainSent: the object's write was sent; fellBack: the server pruned the status
+	// storage and the bookkeeping moved to annotations.
+	mainSent, fellBack bool
+}
+
+// startWrite splits the cycle's patch into its writes; what is written after this
+// point goes into a patch of its own.
+func (c *cycle) startWrite(ctx context.Context) *cycleWrite {
+	w := &cycleWrite{c: c, ctx: ctx, client: c.op.dynamic.Resource(c.info.gvr).Namespace(c.key.namespace), main: c.patch.Map()}
+	if c.info.statusSubresource {
+		w.main, w.status = c.patch.Split()
+	}
+	c.patch = state.NewPatch()
+	// The incarnation is a precondition: a patch meant for an object that was
+	// deleted and re-created under its name meanwhile must not land on the new one
+	// (it would mark it handled with the old one's essence). The server refuses a
+	// merge patch that changes metadata.uid; on /status of a custom resource it
+	// copies metadata from the stored object first, so there a JSON patch tests it.
+	w.main = withUID(w.main, c.mem.uid)
+	return w
+}
+
+// sendInOrder sends both writes: the /status one last when statusLast.
+func (w *cycleWrite) sendInOrder(statusLast bool) error {
+	if statusLast {
+		if err := w.sendMain(); err != nil {
+			return err
+		}
+		return w.sendStatus()
+	}
+	if err := w.sendStatus(); err != nil {
+		return err
+	}
+	return w.sendMain()
+}
+
+// wrote records a successful write's answer.
+func (w *cycleWrite) wrote(resp *unstructured.Unstructured) {
+	w.last = resp
+	w.c.carriedWritten = w.c.carriedWritten || w.c.carried
+	w.c.expectVersion(resp)
+}
+
+// sendMain sends the object's part: a merge patch. Where status is an ordinary
+// field, a storage the server pruned falls back to annotations, sent again.
+func (w *cycleWrite) sendMain() error {
+	c := w.c
+	w.mainSent = true
+	if len(w.main) == 0 {
+		return nil
+	}
+	resp, err := c.send(w.ctx, "", func(data []byte) (*unstructured.Unstructured, error) {
+		return w.client.Patch(w.ctx, c.key.name, types.MergePatchType, data, metav1.PatchOptions{})
+	}, w.main)
+	if err != nil || resp == nil {
+		return err
+	}
+	w.wrote(resp)
+	if c.info.statusSubresource {
+		return nil
+	}
+	// Status is an ordinary field here: a built-in kind drops it, a CRD's schema may.
+	if moved := c.fallBackIfStoragePruned(w.main, resp); moved != nil {
+		w.fellBack = true
+		w.main = withUID(moved, c.mem.uid)
+		return w.sendMain()
+	}
+	c.checkPruning(w.main, resp)
+	return nil
+}
+
+// sendStatus sends the /status part. What the server pruned of the status storage
+// moves to annotations: into the object's write when it is still to be sent, else
+// in one of its own.
+func (w *cycleWrite) sendStatus() error {
+	c := w.c
+	if len(w.status) == 0 {
+		return nil
+	}
+	resp, err := c.patchStatus(w.ctx, w.status)
+	if err != nil || resp == nil {
+		return err
+	}
+	w.wrote(resp)
+	moved := c.fallBackIfStoragePruned(w.status, resp)
+	if moved == nil {
+		c.checkPruning(w.status, resp)
+		return nil
+	}
+	w.fellBack = true
+	if w.mainSent { // what was pruned goes in a patch of its own
+		w.main = withUID(moved, c.mem.uid)
+		return w.sendMain()
+	}
+	merged := state.NewPatch()
+	merged.Merge(w.main)
+	merged.Merge(moved)
+	w.main = withUID(merged.Map(), c.mem.uid)
+	return nil
+}
+
+// removeStale sends the removals taken aside (takeRemovals). After a fallback the
+// storage in use is annotations, which the removals are about: what was moved
+// there must stay. A failed removal leaves a stale copy in the storage not in use,
+// read only when the one in use has none; the next write of the same record
+// removes it again.
+func (w *cycleWrite) removeStale(after *state.Patch) {
+	if after == nil || w.fellBack {
+		return
+	}
+	c := w.c
+	w.main, w.status = after.Map(), nil
+	if c.info.statusSubresource {
+		w.main, w.status = after.Split()
+	}
+	w.main = withUID(w.main, c.mem.uid)
+	err := w.sendMain()
+	if err == nil {
+		err = w.sendStatus()
+	}
+	if err != nil {
+		c.log.Warn("the old copy of the bookkeeping in the storage no longer in use was not removed; it is removed at the next handled change",
+			"error", err)
+	}
+}
+
+// noteWritten keeps the object as the cycle's last write returned it, and the
+// version that stored each success of the cycle.
+func (c *cycle) noteWritten(ctx context.Context, last *unstructured.Unstructured) {
+	c.last = last
+	if c.log.Enabled(ctx, slog.LevelDebug) {
+		c.log.Debug("patched", "resourceVersion", last.GetResourceVersion(), "expectedVersion", c.mem.expectedVersion)
+	}
+	for _, id := range c.succeeded {
+		if c.mem.succeededAt == nil {
+			c.mem.succeededAt = map[string]string{}
+		}
+		c.mem.succeededAt[id] = last.GetResourceVersion()
+	}
+	c.succeeded = nil
 }
 
 // stored: what the handlers of the cycle wrote so far is on the object (or there
@@ -530,15 +584,6 @@ func statusOps(body, patch map[string]any, uid string) []map[string]any {
 	return appendMergeOps(ops, body, patch, "")
 }
 
-// escapePointerToken escapes one JSON-pointer reference token (RFC 6901): "~" as "~0",
-// "/" as "~1". Keys rarely hold either, so the common case allocates nothing.
-func escapePointerToken(k string) string {
-	if !strings.ContainsAny(k, "~/") {
-		return k
-	}
-	return strings.ReplaceAll(strings.ReplaceAll(k, "~", "~0"), "/", "~1")
-}
-
 func appendMergeOps(ops []map[string]any, current, patch map[string]any, prefix string) []map[string]any {
 	keys := make([]string, 0, len(patch))
 	for k := range patch {
@@ -547,7 +592,7 @@ func appendMergeOps(ops []map[string]any, current, patch map[string]any, prefix 
 	sort.Strings(keys)
 	for _, k := range keys {
 		v := patch[k]
-		path := prefix + "/" + escapePointerToken(k)
+		path := prefix + "/" + state.EscapePointerToken(k)
 		existing, exists := current[k]
 		switch {
 		case v == nil:

@@ -3,6 +3,7 @@ package processing
 import (
 	"fmt"
 
+	"github.com/luaop/luaop/handling"
 	"github.com/luaop/luaop/processing/causes"
 	"github.com/luaop/luaop/state"
 )
@@ -45,10 +46,7 @@ func detectChangeCause(body map[string]any, prefix, statusField, finalizer strin
 		}
 		return detectedCause{reason: causes.Delete}
 	}
-	essence := state.Essence(body, prefix)
-	if len(extraFields) > 0 {
-		essence = withFields(essence, state.WithoutBookkeeping(body, prefix, statusField), extraFields)
-	}
+	essence := handling.Essence(body, prefix, statusField, extraFields)
 	stored, found, err := diffBase.Fetch(body)
 	if err != nil {
 		return detectedCause{reason: causes.Create, new: essence, diff: state.Compare(nil, essence),
@@ -107,38 +105,5 @@ func finalizersWith(body map[string]any, finalizer string, present bool) []any {
 	if present {
 		out = append(out, finalizer)
 	}
-	return out
-}
-
-// withFields adds to an essence the values that body has at paths the essence lacks.
-// Maps along the way are copied, never written: they may be the body's own.
-func withFields(essence, body map[string]any, paths [][]string) map[string]any {
-	for _, path := range paths {
-		if len(path) == 0 {
-			continue
-		}
-		if _, ok := state.Resolve(essence, path); ok {
-			continue
-		}
-		v, ok := state.Resolve(body, path)
-		if !ok {
-			continue
-		}
-		essence = setCopied(essence, path, v)
-	}
-	return essence
-}
-
-func setCopied(m map[string]any, path []string, v any) map[string]any {
-	out := make(map[string]any, len(m)+1)
-	for k, x := range m {
-		out[k] = x
-	}
-	if len(path) == 1 {
-		out[path[0]] = v
-		return out
-	}
-	child, _ := out[path[0]].(map[string]any)
-	out[path[0]] = setCopied(child, path[1:], v)
 	return out
 }

@@ -96,6 +96,17 @@
 //     retries, timers, daemons' delays and consistency deadlines, so tests run the
 //     core against client-go's fake dynamic client with a fake clock.
 //
+// # What it owns, what it must not call
+//
+// It owns the engines that drive handlers on objects: the watch, the per-object
+// queue and memory, cause detection, the change handlers' cycles and their
+// persisted progress, timers, daemons, indexes and the writes. The rules of one
+// handler run (the cause each handler is given, the verdict on an attempt and its
+// backoff, where a result goes, subhandlers' views) are handling's: the engines call
+// it and must not decide them again, so that `luaop test` (scripttest), which calls
+// the same rules, is the core's rules on a fake API (TestLuaopTestRunsTheCoresRules).
+//
 // The package never imports the Lua binding: it declares the Handlers interface it
-// needs, and luabind.Runtime satisfies it.
+// needs, and luabind.Runtime satisfies it. It never imports operator, scripttest or
+// cmd/ (data flows one way: watch -> queue -> cause -> handlers -> patch).
 package processing

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -13,6 +12,7 @@ import (
 
 	"k8s.io/utils/clock"
 
+	"github.com/luaop/luaop/handling"
 	"github.com/luaop/luaop/processing/causes"
 	"github.com/luaop/luaop/state"
 )
@@ -217,7 +217,7 @@ func (c *cycle) adjustDaemons(ctx context.Context) {
 		return
 	}
 	deleting := deletionInProgress(c.body.Object)
-	cause := causes.Cause{Resource: c.key.resource, Body: c.body.Object}
+	cause := handling.ForObject(c.key.resource, c.body.Object)
 	for i := range c.specs {
 		spec := &c.specs[i]
 		if spec.Kind != causes.KindDaemon {
@@ -479,7 +479,7 @@ func (l *daemonLoop) callFor(attempt int, first time.Time) *causes.Call {
 	return &causes.Call{
 		// No body: a daemon reads its newest body through Latest, and its identity
 		// from the link; it must not keep its first body alive for its whole life.
-		Handler: *spec, Cause: causes.Cause{Resource: l.d.key.resource},
+		Handler: *spec, Cause: handling.ForDaemon(l.d.key.resource),
 		Retry: attempt, Started: l.d.startedAt, Runtime: o.clock.Now().Sub(first), Logger: l.callLog,
 		Daemon: l.link, Indexes: o.indexes,
 	}
@@ -583,7 +583,7 @@ func (c *cycle) runTimers(ctx context.Context) time.Duration {
 			c.noteEssentialChange()
 			essenceChecked = true
 		}
-		cause := causes.Cause{Resource: c.key.resource, Body: body}
+		cause := handling.ForObject(c.key.resource, body)
 		matches := !deleting
 		if matches {
 			m, err := o.handlers.Match(ctx, spec, cause)
@@ -650,12 +650,12 @@ func (c *cycle) runTimer(ctx context.Context, spec causes.Spec, ts *timerState, 
 	} else {
 		var result causes.Result
 		result, err = o.handlers.Invoke(ctx, causes.Call{
-			Handler: spec, Cause: causes.Cause{Resource: c.key.resource, Body: c.body.Object},
+			Handler: spec, Cause: handling.ForObject(c.key.resource, c.body.Object),
 			Patch: c.patch, Retry: ts.retries, Started: ts.started, Runtime: now.Sub(ts.started),
 			Logger: c.log.With("handler", spec.ID, "reason", "timer"), Indexes: o.indexes,
 		})
-		if err == nil && result.Value != nil {
-			c.patch.Set([]string{"status", spec.ID}, result.Value)
+		if err == nil {
+			handling.StoreResult(c.patch, spec, result.Value)
 		}
 		var msg string
 		outcome, delay, msg = judgeEngineAttempt(o.opts.withBackoff(spec), ts.retries, o.clock.Now().Sub(ts.started), err)
@@ -692,50 +692,19 @@ func (c *cycle) runTimer(ctx context.Context, spec causes.Spec, ts *timerState, 
 	}
 }
 
-// engineExhausted is kopf's strict check before an attempt of a timer or a daemon:
-// the handler's timeout since its first attempt, or its retries, ran out.
+// engineExhausted is kopf's strict check before an attempt of a timer or a daemon
+// (handling.Exhausted): retries is the number of failed attempts before it,
+// runtime the time since the first.
 func engineExhausted(spec causes.Spec, retries int, runtime time.Duration) (string, bool) {
-	if spec.Timeout > 0 && runtime >= spec.Timeout {
-		return fmt.Sprintf("handler %s timed out after %s", spec.ID, runtime), true
-	}
-	if spec.Retries > 0 && retries >= spec.Retries {
-		return fmt.Sprintf("handler %s exceeded its %d retries", spec.ID, spec.Retries), true
-	}
-	return "", false
+	return handling.Exhausted(spec, handling.Attempt{Retries: retries, Runtime: runtime}, "")
 }
 
-// judgeEngineAttempt is kopf's verdict on one attempt of an in-memory handler (a
-// timer's run, a daemon's run): success; an ignored error (errors="ignored") counts
-// as one; a TemporaryError or an arbitrary error in "temporary" mode is retried after
-// its delay (the backoff, 60 s by default) unless the next attempt would be past the
-// timeout or the retries (kopf looks ahead: the last allowed attempt fails for good);
-// a PermanentError or errors="permanent" fails for good. retries is the number of
-// failed attempts before this one; runtime the time since the first.
+// judgeEngineAttempt is handling.Judge for an in-memory handler (a timer's run, a
+// daemon's run): the outcome, the delay before a retry and, for a failure, the
+// handler's final message.
 func judgeEngineAttempt(spec causes.Spec, retries int, runtime time.Duration, err error) (Outcome, time.Duration, string) {
-	if err == nil {
-		return OutcomeSuccess, 0, ""
-	}
-	backoff := spec.Backoff
-	if backoff <= 0 {
-		backoff = defaultBackoff
-	}
-	var delay time.Duration
-	if tmp, ok := causes.AsTemporary(err); ok {
-		delay = tmp.Delay
-	} else if causes.IsPermanent(err) || spec.Errors == causes.ErrorsPermanent {
-		return OutcomeFailure, 0, err.Error()
-	} else if spec.Errors == causes.ErrorsIgnored {
-		return OutcomeIgnored, 0, ""
-	} else {
-		delay = backoff
-	}
-	if spec.Timeout > 0 && runtime+delay >= spec.Timeout {
-		return OutcomeFailure, 0, fmt.Sprintf("%s (it would time out in %s on the next attempt)", err, spec.Timeout)
-	}
-	if spec.Retries > 0 && retries+1 >= spec.Retries {
-		return OutcomeFailure, 0, fmt.Sprintf("%s (it would exceed %d retries on the next attempt)", err, spec.Retries)
-	}
-	return OutcomeRetry, delay, ""
+	v := handling.Judge(spec, handling.Attempt{Retries: retries, Runtime: runtime}, err)
+	return v.Outcome, v.Delay, v.Message
 }
 
 // updateIndexes runs the object's index functions when its body changed. An object
@@ -755,7 +724,7 @@ func (c *cycle) updateIndexes(ctx context.Context) {
 			continue
 		}
 		o.indexes.Declare(spec.ID)
-		cause := causes.Cause{Resource: c.key.resource, Body: c.body.Object}
+		cause := handling.ForObject(c.key.resource, c.body.Object)
 		if m, err := o.handlers.Match(ctx, spec, cause); err != nil || !m {
 			o.indexes.Set(spec.ID, c.key.String(), nil)
 			continue
@@ -821,16 +790,13 @@ func (o *Reactor) indexesReady(idx *specIndex) bool {
 // of it, as kopf adds them to the essence; they are read without luaop's own
 // bookkeeping.
 func (c *cycle) noteEssentialChange() {
-	essence := state.Essence(c.body.Object, c.op.opts.Prefix)
 	var named [][]string
 	for _, s := range c.specs {
 		if len(s.NamedField) > 0 {
 			named = append(named, s.NamedField)
 		}
 	}
-	if len(named) > 0 {
-		essence = withFields(essence, state.WithoutBookkeeping(c.body.Object, c.op.opts.Prefix, c.op.opts.StatusField), named)
-	}
+	essence := handling.Essence(c.body.Object, c.op.opts.Prefix, c.op.opts.StatusField, named)
 	encoded, err := state.EncodeEssence(essence)
 	if err != nil {
 		return

@@ -1,39 +1,41 @@
 package processing
 
 import (
-	"fmt"
 	"time"
 
+	"github.com/luaop/luaop/handling"
 	"github.com/luaop/luaop/processing/causes"
 	"github.com/luaop/luaop/state"
 )
 
-// Outcome names how one handler attempt ended, for logs, events and metrics.
-type Outcome string
+// Outcome names how one handler attempt ended, for logs, events and metrics
+// (handling.Outcome: one vocabulary for every engine).
+type Outcome = handling.Outcome
 
 const (
-	OutcomeSuccess Outcome = "success"
-	OutcomeRetry   Outcome = "retry"
-	OutcomeFailure Outcome = "failure"
-	OutcomeIgnored Outcome = "ignored" // failed, but errors=ignored counts it as done
+	OutcomeSuccess = handling.OutcomeSuccess
+	OutcomeRetry   = handling.OutcomeRetry
+	OutcomeFailure = handling.OutcomeFailure
+	OutcomeIgnored = handling.OutcomeIgnored // failed, but errors=ignored counts it as done
 )
-
-// defaultBackoff is kopf's delay after an arbitrary error.
-const defaultBackoff = 60 * time.Second
 
 // exhausted checks, before an attempt, whether the handler ran out of time or tries
 // (kopf checks these before the next attempt, so the last error stays visible).
 func exhausted(spec causes.Spec, rec state.HandlerRecord, now time.Time) (string, bool) {
-	if spec.Timeout > 0 && rec.Started != nil && now.Sub(*rec.Started) >= spec.Timeout {
-		return fmt.Sprintf("handler %s timed out after %s (last error: %s)", spec.ID, spec.Timeout, rec.Message), true
-	}
-	if spec.Retries > 0 && rec.Retries >= spec.Retries {
-		return fmt.Sprintf("handler %s exceeded its %d retries (last error: %s)", spec.ID, spec.Retries, rec.Message), true
-	}
-	return "", false
+	return handling.Exhausted(spec, attemptOf(rec, now), rec.Message)
 }
 
-// foldOutcome turns one attempt's result into the handler's new progress record.
+// attemptOf is what a progress record tells of a handler's attempts at now.
+func attemptOf(rec state.HandlerRecord, now time.Time) handling.Attempt {
+	a := handling.Attempt{Retries: rec.Retries}
+	if rec.Started != nil {
+		a.Runtime = now.Sub(*rec.Started)
+	}
+	return a
+}
+
+// foldOutcome turns one attempt's result into the handler's new progress record,
+// by the verdict of handling.Judge.
 func foldOutcome(spec causes.Spec, rec state.HandlerRecord, now time.Time, err error) (state.HandlerRecord, Outcome) {
 	if rec.Started == nil {
 		rec.Started = &now
@@ -43,49 +45,18 @@ func foldOutcome(spec causes.Spec, rec state.HandlerRecord, now time.Time, err e
 		return rec, OutcomeSuccess
 	}
 	rec.Message = err.Error()
-	if tmp, ok := causes.AsTemporary(err); ok {
-		return lookAhead(spec, retryAfter(rec, now, tmp.Delay), now)
+	v := handling.Judge(spec, attemptOf(rec, now), err)
+	if v.Retried {
+		rec.Retries++
 	}
-	if causes.IsPermanent(err) {
-		rec.Failure, rec.Stopped, rec.Delayed = true, &now, nil
-		return rec, OutcomeFailure
-	}
-	switch spec.Errors {
-	case causes.ErrorsPermanent:
-		rec.Failure, rec.Stopped, rec.Delayed = true, &now, nil
-		return rec, OutcomeFailure
-	case causes.ErrorsIgnored:
+	switch v.Outcome {
+	case OutcomeRetry:
+		at := now.Add(v.Delay)
+		rec.Delayed = &at
+	case OutcomeIgnored:
 		rec.Success, rec.Stopped, rec.Delayed, rec.Message = true, &now, nil, ""
-		return rec, OutcomeIgnored
+	default:
+		rec.Failure, rec.Stopped, rec.Delayed, rec.Message = true, &now, nil, v.Message
 	}
-	backoff := spec.Backoff
-	if backoff <= 0 {
-		backoff = defaultBackoff
-	}
-	return lookAhead(spec, retryAfter(rec, now, backoff), now)
-}
-
-// lookAhead declares a handler failed at its last allowed attempt (kopf), instead of
-// one backoff later: when no retry is left, or the next one would start after the
-// handler's timeout.
-func lookAhead(spec causes.Spec, rec state.HandlerRecord, now time.Time) (state.HandlerRecord, Outcome) {
-	msg, failed := "", false
-	switch {
-	case spec.Retries > 0 && rec.Retries >= spec.Retries:
-		msg, failed = fmt.Sprintf("handler %s exceeded its %d retries (last error: %s)", spec.ID, spec.Retries, rec.Message), true
-	case spec.Timeout > 0 && rec.Started != nil && rec.Delayed != nil && !rec.Delayed.Before(rec.Started.Add(spec.Timeout)):
-		msg, failed = fmt.Sprintf("handler %s timed out after %s (last error: %s)", spec.ID, spec.Timeout, rec.Message), true
-	}
-	if !failed {
-		return rec, OutcomeRetry
-	}
-	rec.Failure, rec.Stopped, rec.Delayed, rec.Message = true, &now, nil, msg
-	return rec, OutcomeFailure
-}
-
-func retryAfter(rec state.HandlerRecord, now time.Time, delay time.Duration) state.HandlerRecord {
-	at := now.Add(delay)
-	rec.Retries++
-	rec.Delayed = &at
-	return rec
+	return rec, v.Outcome
 }

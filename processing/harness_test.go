@@ -244,6 +244,15 @@ func startEnvWith(t *testing.T, h *fakeHandlers, opts Options, setup func(*dynam
 // from the patches of widgets' /status and of configmaps; "" prunes nothing.
 func startEnvPruning(t *testing.T, h *fakeHandlers, opts Options, prune string, setup func(*dynamicfake.FakeDynamicClient), objects ...*unstructured.Unstructured) *env {
 	t.Helper()
+	e := startEnvOn(t, h, opts, prune, setup, objects...)
+	e.h = h
+	return e
+}
+
+// startEnvOn is startEnvPruning with any Handlers (luabind.Runtime: the scripts'
+// own); env.h is then nil.
+func startEnvOn(t *testing.T, h Handlers, opts Options, prune string, setup func(*dynamicfake.FakeDynamicClient), objects ...*unstructured.Unstructured) *env {
+	t.Helper()
 	var objs []runtime.Object
 	for _, o := range objects {
 		if o.GetResourceVersion() == "" {
@@ -275,7 +284,7 @@ func startEnvPruning(t *testing.T, h *fakeHandlers, opts Options, prune string, 
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
-	e := &env{t: t, dyn: dyn, clock: clk, op: op, h: h, stop: cancel, done: make(chan error, 1), uids: 1000,
+	e := &env{t: t, dyn: dyn, clock: clk, op: op, stop: cancel, done: make(chan error, 1), uids: 1000,
 		settled: map[string]string{}}
 	op.cycleDone = e.cycleDone
 	go func() { e.done <- op.Start(ctx) }()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"reflect"
 
+	"github.com/luaop/luaop/handling"
 	"github.com/luaop/luaop/processing/causes"
 	"github.com/luaop/luaop/state"
 )
@@ -112,7 +113,7 @@ func heldAfterCause(before, outOfFilter map[string]heldValue, ran map[string]boo
 func withHeldField(old any, field []string, h heldValue) any {
 	m, _ := old.(map[string]any)
 	if h.present {
-		return setCopied(m, field, h.value)
+		return handling.WithValue(m, field, h.value)
 	}
 	return removeCopied(m, field)
 }
@@ -141,24 +142,26 @@ func removeCopied(m map[string]any, path []string) map[string]any {
 	return out
 }
 
-// fieldChangeCause is the cause a field handler gets from a creation or an update:
-// old, new and diff of its field, from what it last handled of it when that is held
-// back; changed is false when its field did not change.
+// fieldChangeCause is the cause a field handler gets from a creation or an update
+// (handling.FieldChange): old, new and diff of its field, from what it last handled
+// of it when that is held back; changed is false when its field did not change.
 func (c *cycle) fieldChangeCause(spec causes.Spec, cause causes.Cause) (hc causes.Cause, changed bool) {
-	hc = cause
-	old, diff := cause.Old, cause.Diff
-	if h, held := c.held[spec.ID]; held && cause.Reason == causes.Update {
-		old = withHeldField(cause.Old, spec.Field, h)
-		diff = state.Compare(old, cause.New)
+	old, diff := c.heldBackOld(spec, cause)
+	return handling.FieldChange(spec, cause, old, diff)
+}
+
+// heldBackOld is the old essence and the diff a handler's view of an update starts
+// from: with its field as it last handled it when that is held back, else the
+// cause's own.
+func (c *cycle) heldBackOld(spec causes.Spec, cause causes.Cause) (any, state.Diff) {
+	if len(spec.Field) == 0 || cause.Reason != causes.Update {
+		return cause.Old, cause.Diff
 	}
-	hc.Diff = diff.Reduce(spec.Field)
-	if len(hc.Diff) == 0 {
-		return hc, false
+	if h, held := c.held[spec.ID]; held {
+		old := withHeldField(cause.Old, spec.Field, h)
+		return old, state.Compare(old, cause.New)
 	}
-	hc.Old, _ = state.Resolve(old, spec.Field)
-	hc.New, _ = state.Resolve(cause.New, spec.Field)
-	hc.WholeOld, hc.WholeNew = cause.Old, cause.New
-	return hc, true
+	return cause.Old, cause.Diff
 }
 
 // heldPending tells whether a handler with a held-back value has a change to see

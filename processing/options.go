@@ -3,13 +3,13 @@ package processing
 import (
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 
+	"github.com/luaop/luaop/handling"
 	"github.com/luaop/luaop/processing/causes"
 	"github.com/luaop/luaop/state"
 )
@@ -120,7 +120,7 @@ func (o *Options) setDefaults() {
 		o.Prefix = "luaop.dev"
 	}
 	if o.StatusField == "" {
-		o.StatusField = strings.ReplaceAll(o.Prefix, ".", "_")
+		o.StatusField = handling.StatusField(o.Prefix)
 	}
 	if o.ProgressStorage == "" {
 		o.ProgressStorage = StorageAuto
@@ -132,7 +132,7 @@ func (o *Options) setDefaults() {
 		o.Lifecycle = LifecycleAsap
 	}
 	if o.DefaultBackoff <= 0 {
-		o.DefaultBackoff = defaultBackoff
+		o.DefaultBackoff = handling.DefaultBackoff
 	}
 	if o.ConsistencyTimeout <= 0 {
 		o.ConsistencyTimeout = 5 * time.Second
@@ -172,10 +172,7 @@ func ParseStorageMode(s string) (StorageMode, error) {
 
 // withBackoff is spec with its backoff, or the operator's default when it sets none.
 func (o *Options) withBackoff(spec causes.Spec) causes.Spec {
-	if spec.Backoff <= 0 {
-		spec.Backoff = o.DefaultBackoff
-	}
-	return spec
+	return handling.WithBackoff(spec, o.DefaultBackoff)
 }
 
 // Finalizer is the finalizer this operator puts on objects that need it.

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/luaop/luaop/handling"
 	"github.com/luaop/luaop/processing/causes"
 	"github.com/luaop/luaop/state"
 )
@@ -43,36 +44,8 @@ func (o *Reactor) process(ctx context.Context, key objectKey) (time.Duration, er
 	specs := idx.byResource[key.resource]
 	log := o.log.With(objectAttrs(key, o.kindOf(key), in.uid)...)
 
-	// Raw event handlers see every event in order, never retried, errors only logged.
-	// They do not wait for consistency: they report what the watch said.
-	var eventPatch *state.Patch
-	for _, ev := range in.events {
-		p := o.runEventHandlers(ctx, log, key, specs, ev)
-		if p != nil && !p.IsEmpty() && ev.eventType != "DELETED" && string(ev.object.GetUID()) == in.uid && !in.gone {
-			if eventPatch == nil {
-				eventPatch = state.NewPatch()
-			}
-			eventPatch.Merge(p.Map())
-		}
-	}
-
-	handled := mem.uid != "" && mem.uid == in.uid // a cycle saw this incarnation
-	if mem.uid != "" && (in.gone || mem.uid != in.uid) {
-		// This incarnation is over: deleted, or deleted and re-created under the
-		// same name before this worker ran. Its daemons, index entries and memo go
-		// with it; the new one starts from nothing.
-		o.forgetIncarnation(key, mem)
-		o.board.forget(key)
-		*mem = objectMemory{}
-	}
-	if in.gone {
-		if handled {
-			// kopf: "Deleted, really deleted, and we are notified."
-			log.Log(ctx, o.opts.SuccessLogLevel, "deleted, really deleted, and the operator is notified", "reason", string(causes.Gone))
-		}
-		if o.objects.dropIfGone(key, st) && o.ready.forget(key) {
-			o.wakeIndexWaiters()
-		}
+	eventPatch := o.runRawEvents(ctx, log, key, specs, in)
+	if o.endIncarnation(ctx, log, key, st, in) {
 		return 0, nil
 	}
 	latest := st.inbox.latestOf(in.uid)
@@ -95,55 +68,10 @@ func (o *Reactor) process(ctx context.Context, key objectKey) (time.Duration, er
 		mem.eventPatch.Merge(eventPatch.Map())
 	}
 	c := &cycle{op: o, key: key, info: info, store: info.storage(), body: latest, log: log, now: now, patch: state.NewPatch(), specs: specs, st: st, mem: mem}
-	if mem.expectedVersion == "" && info.floor.Load().stale(key, latest) {
-		// Older than what a consistent read showed at start (freshness.go): what the
-		// operator already handled may be missing from it. (While a version read from
-		// the server is awaited, the consistency wait below covers it.)
-		mem.staleBody = true
+	if wait, endsCycle, err := c.learnUnknownWrite(ctx); endsCycle {
+		return wait, err
 	}
-	if mem.writeUnknown && !o.opts.DryRun || mem.staleBody {
-		if wait, stop, err := c.readAfterUnknownWrite(ctx); err != nil || wait > 0 || stop {
-			if wait > 0 && !stop && err == nil {
-				// The change handling waits to learn what the unanswered write did;
-				// the timers do not (kopf's timers are tasks of their own): they keep
-				// their schedule while the API server answers writes with errors.
-				return soonest(wait, c.runTimersAlone(ctx)), nil
-			}
-			return wait, err
-		}
-	}
-
-	// Change handlers must not see a body older than the operator's own last write
-	// (they would run again what it recorded as done): they wait for the watch to
-	// deliver it, up to the consistency timeout.
-	var waitForConsistency time.Duration
-	if mem.expectedVersion != "" {
-		own := mem.expectedBody
-		switch {
-		case !versionOlder(in.lastSeenVersion, mem.expectedVersion):
-			mem.expectedVersion, mem.expectedBody = "", nil // the watch delivered our own patch
-		case now.Before(mem.consistencyDeadline):
-			// The next event wakes us earlier than this.
-			waitForConsistency = mem.consistencyDeadline.Sub(now)
-		case own != nil && versionNewer(own.GetResourceVersion(), latest.GetResourceVersion()):
-			// kopf handles the stale body here, and runs again what the patch recorded
-			// as done. The patch's own response is the object right after our write,
-			// newer than anything the watch delivered (resourceVersions are compared as
-			// numbers, as the API server issues them): that is handled instead, in this
-			// cycle and in every one until the watch catches up.
-			c.body = own
-			if !mem.lateWatchWarned {
-				mem.lateWatchWarned = true
-				log.Warn("the watch did not deliver the operator's own last patch in time; handling the body that patch returned",
-					"expectedVersion", mem.expectedVersion, "timeout", o.opts.ConsistencyTimeout)
-			}
-		default:
-			// Versions that do not compare as numbers: kopf's way, the newest body seen.
-			log.Warn("the watch did not deliver the operator's own last patch in time; handling the newest body seen",
-				"expectedVersion", mem.expectedVersion, "timeout", o.opts.ConsistencyTimeout)
-			mem.expectedVersion, mem.expectedBody = "", nil
-		}
-	}
+	waitForConsistency := c.awaitConsistency(in.lastSeenVersion)
 
 	// Indexes and daemons follow the newest body known at once; they need no
 	// consistency (daemons read theirs through the inbox, as the watch delivers it).
@@ -169,56 +97,174 @@ func (o *Reactor) process(ctx context.Context, key objectKey) (time.Duration, er
 			return 0, nil
 		}
 	}
+	c.carryTheirs()
+	return c.handleChanges(ctx, objectFacts{noticedByListing: in.listed, resumeIsHandled: mem.resumeIsHandled})
+}
 
-	// Patches that daemons handed over are applied here, in order with this
-	// object's other writes: no lost update between a daemon and a handler.
-	daemonPatch := st.inbox.takeDaemonPatch(mem.uid)
-	if daemonPatch != nil {
-		c.patch.Merge(daemonPatch)
-		c.carried = true
-	}
-	eventPatch = mem.eventPatch
-	if eventPatch != nil {
-		c.patch.Merge(eventPatch.Map())
-		mem.eventPatch = nil
-		c.carried = true
-	}
-	// What daemons and event handlers wrote is theirs to lose only once written: a
-	// failed patch hands it back for the next cycle.
-	keepTheirs := func(err error) {
-		if c.carriedWritten {
-			return // written already: handing it back would write old values again
-		}
-		if c.refused || apierrors.IsInvalid(err) || refusedAsTooLarge(err) {
-			log.Error("the server refused the object's patch; what daemons and event handlers wrote in it is dropped", "error", err)
-			return
-		}
-		if daemonPatch != nil {
-			st.inbox.restoreDaemonPatch(mem.uid, daemonPatch)
-		}
-		if eventPatch != nil {
-			if mem.eventPatch != nil {
-				eventPatch.Merge(mem.eventPatch.Map())
+// runRawEvents runs the raw event handlers on every event taken from the inbox, in
+// order, never retried, errors only logged. They do not wait for consistency: they
+// report what the watch said. It returns what they wrote about the object as it
+// exists now, for the object's next patch.
+func (o *Reactor) runRawEvents(ctx context.Context, log *slog.Logger, key objectKey, specs []causes.Spec, in inboxSnapshot) *state.Patch {
+	var eventPatch *state.Patch
+	for _, ev := range in.events {
+		p := o.runEventHandlers(ctx, log, key, specs, ev)
+		if p != nil && !p.IsEmpty() && ev.eventType != "DELETED" && string(ev.object.GetUID()) == in.uid && !in.gone {
+			if eventPatch == nil {
+				eventPatch = state.NewPatch()
 			}
-			mem.eventPatch = eventPatch
+			eventPatch.Merge(p.Map())
 		}
 	}
+	return eventPatch
+}
 
-	facts := objectFacts{noticedByListing: in.listed, resumeIsHandled: mem.resumeIsHandled}
+// endIncarnation forgets an incarnation that is over: deleted, or deleted and
+// re-created under the same name before this worker ran. Its daemons, index entries
+// and memo go with it; the new one starts from nothing. It tells whether the object
+// is gone (nothing more to do).
+func (o *Reactor) endIncarnation(ctx context.Context, log *slog.Logger, key objectKey, st *objectState, in inboxSnapshot) bool {
+	mem := &st.mem
+	handled := mem.uid != "" && mem.uid == in.uid // a cycle saw this incarnation
+	if mem.uid != "" && (in.gone || mem.uid != in.uid) {
+		o.forgetIncarnation(key, mem)
+		o.board.forget(key)
+		*mem = objectMemory{}
+	}
+	if !in.gone {
+		return false
+	}
+	if handled {
+		// kopf: "Deleted, really deleted, and we are notified."
+		log.Log(ctx, o.opts.SuccessLogLevel, "deleted, really deleted, and the operator is notified", "reason", string(causes.Gone))
+	}
+	if o.objects.dropIfGone(key, st) && o.ready.forget(key) {
+		o.wakeIndexWaiters()
+	}
+	return true
+}
+
+// learnUnknownWrite reads the object from the server before any handler runs on a
+// body that may miss what the operator handled: after a write that got no answer,
+// or a body older than what a consistent read showed at start (freshness.go).
+// endsCycle: the cycle ends here, to look again after wait (or on error).
+func (c *cycle) learnUnknownWrite(ctx context.Context) (wait time.Duration, endsCycle bool, err error) {
+	mem := c.mem
+	if mem.expectedVersion == "" && c.info.floor.Load().stale(c.key, c.body) {
+		// Older than what a consistent read showed at start: what the operator
+		// already handled may be missing from it. (While a version read from the
+		// server is awaited, the consistency wait covers it.)
+		mem.staleBody = true
+	}
+	if !(mem.writeUnknown && !c.op.opts.DryRun || mem.staleBody) {
+		return 0, false, nil
+	}
+	wait, stop, err := c.readAfterUnknownWrite(ctx)
+	if err == nil && wait <= 0 && !stop {
+		return 0, false, nil
+	}
+	if wait > 0 && !stop && err == nil {
+		// The change handling waits to learn what the unanswered write did; the
+		// timers do not (kopf's timers are tasks of their own): they keep their
+		// schedule while the API server answers writes with errors.
+		return soonest(wait, c.runTimersAlone(ctx)), true, nil
+	}
+	return wait, true, err
+}
+
+// awaitConsistency keeps change handlers from a body older than the operator's own
+// last write (they would run again what it recorded as done): they wait for the
+// watch to deliver it, up to the consistency timeout. It returns how long to wait
+// (0: go on, with c.body the body to handle).
+func (c *cycle) awaitConsistency(lastSeenVersion string) time.Duration {
+	mem := c.mem
+	if mem.expectedVersion == "" {
+		return 0
+	}
+	own := mem.expectedBody
+	switch {
+	case !versionOlder(lastSeenVersion, mem.expectedVersion):
+		mem.expectedVersion, mem.expectedBody = "", nil // the watch delivered our own patch
+	case c.now.Before(mem.consistencyDeadline):
+		// The next event wakes us earlier than this.
+		return mem.consistencyDeadline.Sub(c.now)
+	case own != nil && versionNewer(own.GetResourceVersion(), c.body.GetResourceVersion()):
+		// kopf handles the stale body here, and runs again what the patch recorded
+		// as done. The patch's own response is the object right after our write,
+		// newer than anything the watch delivered (resourceVersions are compared as
+		// numbers, as the API server issues them): that is handled instead, in this
+		// cycle and in every one until the watch catches up.
+		c.body = own
+		if !mem.lateWatchWarned {
+			mem.lateWatchWarned = true
+			c.log.Warn("the watch did not deliver the operator's own last patch in time; handling the body that patch returned",
+				"expectedVersion", mem.expectedVersion, "timeout", c.op.opts.ConsistencyTimeout)
+		}
+	default:
+		// Versions that do not compare as numbers: kopf's way, the newest body seen.
+		c.log.Warn("the watch did not deliver the operator's own last patch in time; handling the newest body seen",
+			"expectedVersion", mem.expectedVersion, "timeout", c.op.opts.ConsistencyTimeout)
+		mem.expectedVersion, mem.expectedBody = "", nil
+	}
+	return 0
+}
+
+// carryTheirs puts into the cycle's patch what daemons handed over and what event
+// handlers wrote: applied here, in order with this object's other writes, so that
+// no update is lost between a daemon and a handler.
+func (c *cycle) carryTheirs() {
+	c.daemonPatch = c.st.inbox.takeDaemonPatch(c.mem.uid)
+	if c.daemonPatch != nil {
+		c.patch.Merge(c.daemonPatch)
+		c.carried = true
+	}
+	c.eventPatch = c.mem.eventPatch
+	if c.eventPatch != nil {
+		c.patch.Merge(c.eventPatch.Map())
+		c.mem.eventPatch = nil
+		c.carried = true
+	}
+}
+
+// keepTheirs hands back what daemons and event handlers wrote when the cycle's
+// write failed: it is theirs to lose only once written.
+func (c *cycle) keepTheirs(err error) {
+	if c.carriedWritten {
+		return // written already: handing it back would write old values again
+	}
+	if c.refused || apierrors.IsInvalid(err) || refusedAsTooLarge(err) {
+		c.log.Error("the server refused the object's patch; what daemons and event handlers wrote in it is dropped", "error", err)
+		return
+	}
+	if c.daemonPatch != nil {
+		c.st.inbox.restoreDaemonPatch(c.mem.uid, c.daemonPatch)
+	}
+	if c.eventPatch != nil {
+		if c.mem.eventPatch != nil {
+			c.eventPatch.Merge(c.mem.eventPatch.Map())
+		}
+		c.mem.eventPatch = c.eventPatch
+	}
+}
+
+// handleChanges runs the change handling, then the timers that are due, and
+// applies what they wrote.
+func (c *cycle) handleChanges(ctx context.Context, facts objectFacts) (time.Duration, error) {
+	o, mem := c.op, c.mem
 	requeue, err := c.run(ctx, facts)
 	// An object of the initial listing counts as processed after its first full
 	// attempt, failed or not: one object the operator cannot patch (RBAC, a handler
 	// writing invalid data) must not keep it unready forever.
-	o.ready.processed(key)
+	o.ready.processed(c.key)
 	if err != nil {
-		keepTheirs(err)
+		c.keepTheirs(err)
 		// The timers run all the same, in a write of their own.
 		return c.frameworkFailed(ctx, c.runTimersAlone(ctx), err)
 	}
 	timersWake := c.runTimers(ctx)
-	o.board.setTimers(key, mem.timers)
+	o.board.setTimers(c.key, mem.timers)
 	if err := c.apply(ctx); err != nil { // what timers (or daemons) wrote
-		keepTheirs(err)
+		c.keepTheirs(err)
 		return c.frameworkFailed(ctx, timersWake, err)
 	}
 	mem.retryAt = time.Time{}
@@ -306,7 +352,7 @@ func (o *Reactor) forgetIncarnation(key objectKey, mem *objectMemory) {
 // ctx.patch and return is kept for the object's next patch (kopf applies both), but
 // only when the event is about the object as it exists now.
 func (o *Reactor) runEventHandlers(ctx context.Context, log *slog.Logger, key objectKey, specs []causes.Spec, ev rawEvent) *state.Patch {
-	cause := causes.Cause{Resource: key.resource, Body: ev.object.Object, EventType: ev.eventType}
+	cause := handling.ForEvent(key.resource, ev.object.Object, ev.eventType)
 	var patch *state.Patch
 	for _, spec := range specs {
 		if spec.Kind != causes.KindEvent {
@@ -330,9 +376,7 @@ func (o *Reactor) runEventHandlers(ctx context.Context, log *slog.Logger, key ob
 			outcome = OutcomeIgnored
 			log.Error("handler failed; event handlers are never retried", "handler", spec.ID, "reason", "event", "took_ms", tookMs(took), "error", err, "event", ev.eventType)
 		} else {
-			if result.Value != nil {
-				patch.Set([]string{"status", spec.ID}, result.Value)
-			}
+			handling.StoreResult(patch, spec, result.Value)
 			logOutcome(log, o.opts.SuccessLogLevel, spec.ID, "event", OutcomeSuccess, took, nil, "event", ev.eventType)
 		}
 		o.observe(key, spec.ID, "event", outcome, took, err)
@@ -386,9 +430,12 @@ type cycle struct {
 	// finishEssence, when set, is the essence stored as the diff-base when the cause
 	// completes: the pinned one (run).
 	finishEssence any
-	// carried: the cycle's patch holds what daemons and event handlers wrote;
-	// carriedWritten: some write of it succeeded, so it is not handed back.
+	// carried: the cycle's patch holds what daemons and event handlers wrote
+	// (daemonPatch, eventPatch: carryTheirs); carriedWritten: some write of it
+	// succeeded, so it is not handed back (keepTheirs).
 	carried, carriedWritten bool
+	daemonPatch             map[string]any
+	eventPatch              *state.Patch
 	// succeeded are the handlers ("id/reason") that succeeded in this cycle, noted
 	// in the memory with the version of the write that stored them.
 	succeeded []string
@@ -527,15 +574,7 @@ func (p *pinnedCause) continues(d detectedCause) bool {
 }
 
 // handlerFields are the fields named by change handlers, added to the essence.
-func (c *cycle) handlerFields() [][]string {
-	var out [][]string
-	for _, s := range c.specs {
-		if s.Kind == causes.KindChange && len(s.Field) > 0 {
-			out = append(out, s.Field)
-		}
-	}
-	return out
-}
+func (c *cycle) handlerFields() [][]string { return handling.ChangeFields(c.specs) }
 
 // prematched tells whether any change handler's filters match the object (its
 // reasons and fields aside): kopf's pre-matching, which decides whether the object
@@ -545,7 +584,7 @@ func (c *cycle) prematched(ctx context.Context, cause causes.Cause) bool {
 		if spec.Kind != causes.KindChange {
 			continue
 		}
-		pc, present := fieldCause(spec, cause)
+		pc, present := handling.FieldCause(spec, cause)
 		if !present {
 			continue
 		}
@@ -572,7 +611,7 @@ func (c *cycle) finalizerNeeded(ctx context.Context, cause causes.Cause) (bool, 
 		if d := c.mem.daemons.get(spec.ID); spec.Kind == causes.KindDaemon && d != nil && d.returned.Load() && d.spec.CodeHash == spec.CodeHash {
 			continue // it returned and is not restarted: nothing to wait for (kopf)
 		}
-		fc, present := fieldCause(spec, cause)
+		fc, present := handling.FieldCause(spec, cause)
 		if !present {
 			continue
 		}
@@ -597,24 +636,10 @@ func (c *cycle) selectHandlers(ctx context.Context, cause causes.Cause, facts ob
 		if spec.Kind != causes.KindChange || !servesCause(spec, cause.Reason, facts) {
 			continue
 		}
-		hc := cause
-		changeOfField := false
-		if len(spec.Field) > 0 {
-			switch cause.Reason {
-			case causes.Create, causes.Update:
-				var changed bool
-				if hc, changed = c.fieldChangeCause(spec, cause); !changed {
-					continue
-				}
-				changeOfField = true
-			default:
-				var present bool
-				if hc, present = fieldCause(spec, cause); !present {
-					continue
-				}
-			}
-		} else if cause.Reason == causes.Update && len(cause.Diff) == 0 {
-			continue // a cause for held-back field handlers only
+		old, diff := c.heldBackOld(spec, cause)
+		hc, takesPart, changeOfField := handling.View(spec, cause, old, diff)
+		if !takesPart {
+			continue
 		}
 		ok, err := c.op.handlers.Match(ctx, spec, hc)
 		if err != nil {
@@ -629,27 +654,6 @@ func (c *cycle) selectHandlers(ctx context.Context, cause causes.Cause, facts ob
 		}
 	}
 	return specs, perHandler
-}
-
-// fieldCause reduces a cause to a field handler's field for the causes where the
-// field is a presence filter (delete, resume, and the finalizer's decision): old is
-// the field in the stored essence, new in the current one (the body when deletion
-// left no essence); present when either has it (kopf).
-func fieldCause(spec causes.Spec, cause causes.Cause) (causes.Cause, bool) {
-	if len(spec.Field) == 0 {
-		return cause, true
-	}
-	out := cause
-	out.Diff = nil
-	out.WholeOld, out.WholeNew = cause.Old, cause.New
-	newSource := cause.New
-	if newSource == nil {
-		newSource = cause.Body
-	}
-	var oldOK, newOK bool
-	out.Old, oldOK = state.Resolve(cause.Old, spec.Field)
-	out.New, newOK = state.Resolve(newSource, spec.Field)
-	return out, oldOK || newOK
 }
 
 // servesCause tells whether a change handler takes part in a cause. Resume handlers
@@ -685,26 +689,46 @@ func (c *cycle) hasChangeHandlers() bool {
 // handle runs the change handlers of a cause, persists their progress and, once all
 // are finished, the diff-base; then applies the cycle's patch.
 func (c *cycle) handle(ctx context.Context, cause causes.Cause, facts objectFacts) (time.Duration, error) {
-	o := c.op
-	body := c.body.Object
 	specs, perHandler := c.selectHandlers(ctx, cause, facts)
 	if c.heldOnly && len(specs) == 0 {
 		// A cause only for held-back field handlers, whose filters no longer match
 		// (a filter that changed its mind): nothing to run, nothing to write.
 		return 0, nil
 	}
+	states := c.handlerStates(specs, cause.Reason)
+	c.runSelected(ctx, states, perHandler, cause.Reason)
+
+	finished := allFinished(states)
+	if finished && cause.Reason == causes.Delete && c.daemonsRunning() {
+		// The delete handlers are done; the daemons were asked to stop and hold the
+		// finalizer until they exit (their exit wakes this object).
+		finished = false
+	}
+	if finished {
+		c.op.board.progress(c.key, c.info.kind, c.mem.uid, "", nil, c.now)
+		return 0, c.completeCause(ctx, cause, states)
+	}
+	c.op.board.progress(c.key, c.info.kind, c.mem.uid, string(cause.Reason), states, c.now)
+	return c.persistProgress(ctx, cause, states)
+}
+
+// handlerStates are the selected handlers with their stored progress for this
+// cause: a record another cause left is started afresh, or re-purposed for a
+// resume handler joining the update that supersedes the resume (kopf).
+func (c *cycle) handlerStates(specs []causes.Spec, reason causes.Reason) []handlerState {
+	body := c.body.Object
 	states := make([]handlerState, len(specs))
 	var superseded superseding
 	for i, spec := range specs {
 		rec, found := c.store.progress.Fetch(body, spec.ID)
 		stored := rec
 		switch {
-		case !found || rec.Purpose == "" || rec.Purpose == string(cause.Reason):
-		case rec.Purpose == string(causes.Resume) && !spec.Serves(cause.Reason):
+		case !found || rec.Purpose == "" || rec.Purpose == string(reason):
+		case rec.Purpose == string(causes.Resume) && !spec.Serves(reason):
 			// A resume handler that joins the update superseding a resume keeps its
 			// progress (kopf re-purposes it): one that succeeded does not run again.
 			superseded.count(rec)
-			rec.Purpose = string(cause.Reason)
+			rec.Purpose = string(reason)
 		default:
 			// A record left by another cause (a resume superseded by an update, for
 			// a handler of both): this cause starts it afresh. The subhandlers its
@@ -715,60 +739,62 @@ func (c *cycle) handle(ctx context.Context, cause causes.Cause, facts objectFact
 		}
 		states[i] = handlerState{spec: spec, record: rec, found: found, stored: stored}
 	}
-	startedBefore := slices.ContainsFunc(states, func(h handlerState) bool { return h.stored.Purpose == string(cause.Reason) })
+	startedBefore := slices.ContainsFunc(states, func(h handlerState) bool { return h.stored.Purpose == string(reason) })
 	if superseded.any() && !startedBefore {
 		// kopf: "Resuming is superseded by updating: 1 succeeded; 0 failed; 1 left."
 		// Once, in the new cause's first cycle (no record of it yet).
-		c.log.Info("a cause in progress is superseded by "+string(cause.Reason), "reason", string(cause.Reason),
+		c.log.Info("a cause in progress is superseded by "+string(reason), "reason", string(reason),
 			"succeeded", superseded.succeeded, "failed", superseded.failed, "left", superseded.left)
 	}
+	return states
+}
 
-	for _, h := range selectToRun(o.opts.Lifecycle, states, c.now) {
+// runSelected runs the handlers the lifecycle selects among states, each with its
+// view of the cause (perHandler), and keeps their new records in states.
+func (c *cycle) runSelected(ctx context.Context, states []handlerState, perHandler []causes.Cause, reason causes.Reason) {
+	for _, h := range selectToRun(c.op.opts.Lifecycle, states, c.now) {
 		i := indexOf(states, h.spec.ID)
 		// Why a handler runs: with this line a re-run shows which version of the
 		// object it ran on and what its stored progress said then.
 		if c.log.Enabled(ctx, slog.LevelDebug) {
-			c.log.Debug("running handler", "handler", h.spec.ID, "reason", string(cause.Reason),
+			c.log.Debug("running handler", "handler", h.spec.ID, "reason", string(reason),
 				"resourceVersion", c.body.GetResourceVersion(), "expectedVersion", c.mem.expectedVersion,
 				"progressFound", h.found, "retries", h.record.Retries)
 		}
-		if at, ok := c.mem.succeededAt[h.spec.ID+"/"+string(cause.Reason)]; ok && !h.found && cause.Reason != causes.Update {
+		if at, ok := c.mem.succeededAt[h.spec.ID+"/"+string(reason)]; ok && !h.found && reason != causes.Update {
 			c.log.Warn("running a handler again after its success: the object seen does not show it",
-				"handler", h.spec.ID, "reason", string(cause.Reason), "succeededInWrite", at, "resourceVersionSeen", c.body.GetResourceVersion())
+				"handler", h.spec.ID, "reason", string(reason), "succeededInWrite", at, "resourceVersionSeen", c.body.GetResourceVersion())
 		}
-		states[i].record = c.runChangeHandler(ctx, h, perHandler[i], cause.Reason)
+		states[i].record = c.runChangeHandler(ctx, h, perHandler[i], reason)
 		if states[i].record.Success {
-			c.succeeded = append(c.succeeded, h.spec.ID+"/"+string(cause.Reason))
+			c.succeeded = append(c.succeeded, h.spec.ID+"/"+string(reason))
 		}
 	}
+}
 
-	finished := allFinished(states)
-	if finished && cause.Reason == causes.Delete && c.daemonsRunning() {
-		// The delete handlers are done; the daemons were asked to stop and hold the
-		// finalizer until they exit (their exit wakes this object).
-		finished = false
+// completeCause ends a cause whose handlers all finished: the diff-base and the
+// purge of their records go in the cycle's write, then the finalizer's release
+// after delete handlers.
+func (c *cycle) completeCause(ctx context.Context, cause causes.Cause, states []handlerState) error {
+	c.finishCause(cause, states)
+	if err := c.apply(ctx); err != nil {
+		return err // the pin stays: the cause is not complete until written
 	}
-	if finished {
-		o.board.progress(c.key, c.info.kind, c.mem.uid, "", nil, c.now)
-	} else {
-		o.board.progress(c.key, c.info.kind, c.mem.uid, string(cause.Reason), states, c.now)
+	if c.refused {
+		// Failures recorded instead of what the server refused: the cause
+		// ends in the next cycle, which this write's event starts.
+		return nil
 	}
-	if finished {
-		c.finishCause(cause, states)
-		if err := c.apply(ctx); err != nil {
-			return 0, err // the pin stays: the cause is not complete until written
-		}
-		if c.refused {
-			// Failures recorded instead of what the server refused: the cause
-			// ends in the next cycle, which this write's event starts.
-			return 0, nil
-		}
-		c.mem.pinned = nil
-		if c.releaseFinalizer {
-			return 0, c.patchFinalizers(ctx, false)
-		}
-		return 0, nil
+	c.mem.pinned = nil
+	if c.releaseFinalizer {
+		return c.patchFinalizers(ctx, false)
 	}
+	return nil
+}
+
+// persistProgress writes the progress of a cause still in progress (pinning it once
+// a handler finished) and returns when a sleeping handler is due.
+func (c *cycle) persistProgress(ctx context.Context, cause causes.Cause, states []handlerState) (time.Duration, error) {
 	// A resume is not pinned: it changes nothing, and a change made meanwhile
 	// supersedes it (kopf), with the resume handlers' progress kept (above).
 	if cause.Reason != causes.Delete && cause.Reason != causes.Resume && c.mem.pinned == nil && anyFinished(states) {
@@ -776,7 +802,7 @@ func (c *cycle) handle(ctx context.Context, cause causes.Cause, facts objectFact
 	}
 	for _, h := range states {
 		if h.changed() {
-			c.store.progress.Store(body, c.patch, h.spec.ID, h.record)
+			c.store.progress.Store(c.body.Object, c.patch, h.spec.ID, h.record)
 		}
 	}
 	if err := c.apply(ctx); err != nil {
@@ -874,7 +900,7 @@ func (c *cycle) finishCause(cause causes.Cause, states []handlerState) {
 
 // purgeSubrefs purges the records of subhandlers (and theirs) named by a record.
 func (c *cycle) purgeSubrefs(ids []string, depth int) {
-	if depth > maxSubhandlerDepth {
+	if depth > handling.MaxSubhandlerDepth {
 		return
 	}
 	for _, id := range ids {
@@ -934,8 +960,8 @@ func (c *cycle) runChangeHandler(ctx context.Context, h handlerState, cause caus
 	t0 := time.Now()
 	result, err := o.handlers.Invoke(ctx, call)
 	took := time.Since(t0)
-	if err == nil && result.Value != nil {
-		own.Set([]string{"status", h.spec.ID}, result.Value)
+	if err == nil {
+		handling.StoreResult(own, h.spec, result.Value)
 	}
 	wrote := !own.IsEmpty()
 	var wroteMain, wroteStatus bool
@@ -958,17 +984,14 @@ func (c *cycle) runChangeHandler(ctx context.Context, h handlerState, cause caus
 	return rec
 }
 
-// maxSubhandlerDepth stops a handler that registers itself again and again.
-const maxSubhandlerDepth = 8
-
 func (c *cycle) runSubhandlers(ctx context.Context, parent causes.Spec, rec state.HandlerRecord, subs []causes.Spec, cause causes.Cause, reason causes.Reason) state.HandlerRecord {
 	o := c.op
 	body := c.body.Object
 	if rec.Started == nil {
 		rec.Started = &c.now
 	}
-	if strings.Count(parent.ID, "/") >= maxSubhandlerDepth {
-		rec.Failure, rec.Stopped, rec.Message = true, &c.now, fmt.Sprintf("subhandlers nested deeper than %d levels", maxSubhandlerDepth)
+	if msg, tooDeep := handling.NestedTooDeep(parent.ID); tooDeep {
+		rec.Failure, rec.Stopped, rec.Message = true, &c.now, msg
 		return rec
 	}
 	children := make([]handlerState, len(subs))

@@ -1,9 +1,3 @@
-// Package scripttest runs test cases of luaop handlers without a cluster (luaop
-// test): each case gives an object (and optionally its old version), the handler id
-// or the cause to run, objects for an in-memory fake of the API, and the expected
-// outcome: the patch, the resulting object, status, the error, the Events posted and
-// the luaop.kube calls made. The format is documented in README.md ("Test your
-// handlers").
 package scripttest
 
 import (
@@ -28,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/luaop/luaop/handling"
 	"github.com/luaop/luaop/luabind"
 	"github.com/luaop/luaop/processing/causes"
 	"github.com/luaop/luaop/state"
@@ -274,7 +269,7 @@ func summarizeNames(names []string) string {
 	return strings.Join(names[:shown], ", ") + fmt.Sprintf(" and %d more", len(names)-shown)
 }
 
-// outcome is what running a case produced.
+// outcome is what running one handler of a case produced.
 type outcome struct {
 	patch   *state.Patch
 	result  any
@@ -289,7 +284,42 @@ func (o Options) handlerTimeout() time.Duration {
 	return DefaultHandlerTimeout
 }
 
+// runCase runs one case and returns what did not match its expectations.
 func runCase(ctx context.Context, scripts []luabind.Script, dir, prefix string, timeout time.Duration, c Case) []string {
+	obj, msg := caseObject(dir, c)
+	if msg != "" {
+		return []string{msg}
+	}
+	kube := newFakeKube(c.Objects)
+	var logs strings.Builder
+	rt := luabind.New(luabind.Options{Shards: 1, Kube: kube, HandlerTimeout: timeout,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	defer rt.Close()
+	if _, err := rt.Load(ctx, scripts); err != nil {
+		return []string{"loading the scripts: " + err.Error()}
+	}
+	var failures []string
+	if spec, ok := admissionHandler(rt, c.Handler); ok {
+		failures = runAdmission(ctx, rt, spec, c, obj)
+	} else if msg := admissionOnly(c); msg != "" {
+		return []string{msg}
+	} else {
+		ex, msg := execute(ctx, rt, c, prefix, obj)
+		if msg != "" {
+			return []string{msg}
+		}
+		failures = checkExecution(c, obj, ex)
+	}
+	failures = append(failures, checkFake(c.Expect, kube)...)
+	if len(failures) > 0 && logs.Len() > 0 {
+		failures = append(failures, "log:\n  "+strings.ReplaceAll(strings.TrimRight(logs.String(), "\n"), "\n", "\n  "))
+	}
+	return failures
+}
+
+// caseObject is the case's object (inline or from its file), normalized to JSON
+// types and given a uid, or what is wrong with the case.
+func caseObject(dir string, c Case) (map[string]any, string) {
 	obj := c.Object
 	if c.ObjectFile != "" {
 		path := c.ObjectFile
@@ -298,21 +328,21 @@ func runCase(ctx context.Context, scripts []luabind.Script, dir, prefix string, 
 		}
 		data, err := os.ReadFile(path)
 		if err != nil {
-			return []string{err.Error()}
+			return nil, err.Error()
 		}
 		v, err := yaml12.Unmarshal(data)
 		if err != nil {
-			return []string{fmt.Sprintf("%s: %v", c.ObjectFile, err)}
+			return nil, fmt.Sprintf("%s: %v", c.ObjectFile, err)
 		}
 		if obj, _ = v.(map[string]any); obj == nil {
-			return []string{fmt.Sprintf("%s: not a Kubernetes object (a YAML mapping)", c.ObjectFile)}
+			return nil, fmt.Sprintf("%s: not a Kubernetes object (a YAML mapping)", c.ObjectFile)
 		}
 	}
 	if obj == nil {
-		return []string{"the case gives no object (object: or objectFile:)"}
+		return nil, "the case gives no object (object: or objectFile:)"
 	}
 	if (c.Handler == "") == (c.Cause == "") {
-		return []string{"give either handler: ID or cause: create|update|delete|resume"}
+		return nil, "give either handler: ID or cause: create|update|delete|resume"
 	}
 	obj = normalize(obj).(map[string]any)
 	meta, _ := obj["metadata"].(map[string]any)
@@ -323,14 +353,12 @@ func runCase(ctx context.Context, scripts []luabind.Script, dir, prefix string, 
 	if _, ok := meta["uid"]; !ok {
 		meta["uid"] = "00000000-0000-0000-0000-000000000001"
 	}
-	kube := newFakeKube(c.Objects)
-	var logs strings.Builder
-	rt := luabind.New(luabind.Options{Shards: 1, Kube: kube, HandlerTimeout: timeout,
-		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	defer rt.Close()
-	if _, err := rt.Load(ctx, scripts); err != nil {
-		return []string{"loading the scripts: " + err.Error()}
-	}
+	return obj, ""
+}
+
+// caseIndexes are the operator's indexes as the case gives them, with every index
+// the scripts declare.
+func caseIndexes(rt *luabind.Runtime, c Case) *state.Indexes {
 	indexes := state.NewIndexes()
 	for name, byKey := range c.Indexes {
 		indexes.Declare(name)
@@ -346,20 +374,32 @@ func runCase(ctx context.Context, scripts []luabind.Script, dir, prefix string, 
 			indexes.Declare(s.ID)
 		}
 	}
+	return indexes
+}
+
+// admissionHandler is the validate or mutate handler of id, if it is one.
+func admissionHandler(rt *luabind.Runtime, id string) (causes.Spec, bool) {
 	for _, s := range rt.AdmissionHandlers() {
-		if s.ID == c.Handler {
-			failures := runAdmission(ctx, rt, s, c, obj)
-			failures = append(failures, checkFake(c.Expect, kube)...)
-			if len(failures) > 0 && logs.Len() > 0 {
-				failures = append(failures, "log:\n  "+strings.ReplaceAll(strings.TrimRight(logs.String(), "\n"), "\n", "\n  "))
-			}
-			return failures
+		if s.ID == id {
+			return s, true
 		}
 	}
-	if e := c.Expect; e.Given("allowed") || e.Given("message") || e.Given("code") || e.Given("warnings") || c.Operation != "" || c.DryRun || c.UserInfo != nil {
-		return []string{"allowed, message, code, warnings, operation, dryRun and userInfo apply to admission handlers (luaop.on.validate, luaop.on.mutate) only"}
-	}
+	return causes.Spec{}, false
+}
 
+// admissionOnly tells (as a failure message) when a case that runs no admission
+// handler gives what only admission cases take.
+func admissionOnly(c Case) string {
+	if e := c.Expect; e.Given("allowed") || e.Given("message") || e.Given("code") || e.Given("warnings") || c.Operation != "" || c.DryRun || c.UserInfo != nil {
+		return "allowed, message, code, warnings, operation, dryRun and userInfo apply to admission handlers (luaop.on.validate, luaop.on.mutate) only"
+	}
+	return ""
+}
+
+// caseSpecs are the handlers a case runs: the one it names (handler:), or every
+// change handler of the object's resource serving its cause (cause:), in
+// registration order; or what is wrong with the case.
+func caseSpecs(rt *luabind.Runtime, c Case, obj map[string]any) ([]causes.Spec, string) {
 	var specs []causes.Spec
 	if c.Handler != "" {
 		for _, s := range append(rt.Specs(), rt.Hooks()...) {
@@ -372,71 +412,95 @@ func runCase(ctx context.Context, scripts []luabind.Script, dir, prefix string, 
 			for _, s := range rt.Specs() {
 				ids = append(ids, s.ID)
 			}
-			return []string{fmt.Sprintf("no handler %q; the scripts register %s", c.Handler, strings.Join(ids, ", "))}
+			return nil, fmt.Sprintf("no handler %q; the scripts register %s", c.Handler, strings.Join(ids, ", "))
 		}
 		for _, s := range specs {
 			if msg := checkResource(s, obj, c.Resource); msg != "" {
-				return []string{msg}
+				return nil, msg
 			}
 		}
-	} else {
-		reason := causes.Reason(c.Cause)
-		for _, s := range rt.Specs() {
-			if s.Kind == causes.KindChange && s.Serves(reason) && resourceMatches(s.Resource, obj, c.Resource) {
-				specs = append(specs, s)
-			}
-		}
-		if len(specs) == 0 {
-			return []string{fmt.Sprintf("no change handler serves %s for %s", c.Cause, obj["apiVersion"])}
+		return specs, ""
+	}
+	reason := causes.Reason(c.Cause)
+	for _, s := range rt.Specs() {
+		if s.Kind == causes.KindChange && s.Serves(reason) && resourceMatches(s.Resource, obj, c.Resource) {
+			specs = append(specs, s)
 		}
 	}
+	if len(specs) == 0 {
+		return nil, fmt.Sprintf("no change handler serves %s for %s", c.Cause, obj["apiVersion"])
+	}
+	return specs, ""
+}
 
-	total := state.NewPatch()
-	var first outcome
-	ran := 0
+// execution is what running a case's handlers produced: the merged patch, the
+// handlers that ran (not skipped by their filters), the result of a handler: case
+// and the error (a handler: case's, else the first).
+type execution struct {
+	patch   *state.Patch
+	ran     []string
+	result  any
+	err     error
+	skipped bool // a handler: case's handler was skipped by its filters
+}
+
+// execute runs the handlers of a (non-admission) case in order, as the core would
+// for one cause, and merges what they wrote.
+func execute(ctx context.Context, rt *luabind.Runtime, c Case, prefix string, obj map[string]any) (execution, string) {
+	specs, msg := caseSpecs(rt, c, obj)
+	if msg != "" {
+		return execution{}, msg
+	}
+	indexes := caseIndexes(rt, c)
+	ex := execution{patch: state.NewPatch()}
 	for _, spec := range specs {
 		out := runHandler(ctx, rt, spec, c, prefix, obj, indexes)
 		if out.skipped {
 			if c.Handler != "" {
-				first.skipped = true
+				ex.skipped = true
 			}
 			continue
 		}
-		ran++
+		ex.ran = append(ex.ran, spec.ID)
 		if out.patch != nil {
-			total.Merge(out.patch.Map())
+			ex.patch.Merge(out.patch.Map())
 		}
-		if c.Handler != "" || first.err == nil && out.err != nil {
-			first.err = out.err
+		if c.Handler != "" || ex.err == nil && out.err != nil {
+			ex.err = out.err
 		}
 		if c.Handler != "" {
-			first.result = out.result
+			ex.result = out.result
 		}
 	}
+	return ex, ""
+}
+
+// checkExecution compares what a case's handlers did with its expectations.
+func checkExecution(c Case, obj map[string]any, ex execution) []string {
 	var failures []string
 	fail := func(format string, args ...any) { failures = append(failures, fmt.Sprintf(format, args...)) }
-	if first.skipped != c.Expect.Skipped {
-		if first.skipped {
+	if ex.skipped != c.Expect.Skipped {
+		if ex.skipped {
 			fail("the handler's filters do not match the object (expect skipped: true if that is intended)")
 		} else {
 			fail("want the handler skipped by its filters, but it ran")
 		}
 	}
-	if c.Handler == "" && ran == 0 && !c.Expect.Skipped {
+	if c.Handler == "" && len(ex.ran) == 0 && !c.Expect.Skipped {
 		fail("no handler's filters match the object")
 	}
 	e := c.Expect
 	switch {
-	case first.err != nil && e.Error == nil:
-		fail("unexpected error: %s", describeError(first.err))
-	case first.err == nil && e.Error != nil:
+	case ex.err != nil && e.Error == nil:
+		fail("unexpected error: %s", describeError(ex.err))
+	case ex.err == nil && e.Error != nil:
 		fail("want an error (%s), got none", e.Error.Type)
-	case first.err != nil:
-		if d := checkError(first.err, e.Error); d != "" {
+	case ex.err != nil:
+		if d := checkError(ex.err, e.Error); d != "" {
 			fail("%s", d)
 		}
 	}
-	patch := normalize(total.Map())
+	patch := normalize(ex.patch.Map())
 	// Given as {} (or null), patch and status assert that nothing was written.
 	if e.Given("patch") {
 		compare(&failures, "patch", emptyMapIfNil(e.Patch), patch)
@@ -449,7 +513,7 @@ func runCase(ctx context.Context, scripts []luabind.Script, dir, prefix string, 
 		fail("result: is compared only in handler: cases (with cause:, several handlers may run); use status:")
 	} else if e.Given("result") {
 		// result: null asserts that the handler returned nothing.
-		compare(&failures, "result", normalize(e.Result), normalize(first.result))
+		compare(&failures, "result", normalize(e.Result), normalize(ex.result))
 	}
 	if e.Object != nil {
 		if after, err := patchedObject(obj, patch); err != nil {
@@ -457,10 +521,6 @@ func runCase(ctx context.Context, scripts []luabind.Script, dir, prefix string, 
 		} else {
 			compare(&failures, "object (after the patch)", e.Object, after)
 		}
-	}
-	failures = append(failures, checkFake(e, kube)...)
-	if len(failures) > 0 && logs.Len() > 0 {
-		failures = append(failures, "log:\n  "+strings.ReplaceAll(strings.TrimRight(logs.String(), "\n"), "\n", "\n  "))
 	}
 	return failures
 }
@@ -508,51 +568,25 @@ func resourceMatches(r causes.Resource, obj map[string]any, explicit string) boo
 
 // runHandler runs one handler the way the processing core calls it.
 func runHandler(ctx context.Context, rt *luabind.Runtime, spec causes.Spec, c Case, prefix string, obj map[string]any, indexes *state.Indexes) outcome {
-	cause := causes.Cause{Resource: spec.Resource, Body: obj}
+	cause := handling.ForObject(spec.Resource, obj)
+	if spec.Kind.IsHook() {
+		cause = handling.ForHook()
+	}
 	patch := state.NewPatch()
 	call := causes.Call{Handler: spec, Patch: patch, Started: time.Now(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Indexes: indexes}
 	switch spec.Kind {
 	case causes.KindChange:
-		reason := causes.Reason(c.Cause)
-		if reason == "" {
-			reason = spec.Reasons[0]
-			if c.Old != nil && spec.Serves(causes.Update) {
-				reason = causes.Update
-			}
+		view, takesPart := changeView(rt.Specs(), spec, c, prefix, obj)
+		if !takesPart {
+			return outcome{skipped: true}
 		}
-		cause.Reason = reason
-		essence := withFields(state.Essence(obj, prefix), obj, spec.Field)
-		switch reason {
-		case causes.Create:
-			cause.New, cause.Diff = essence, state.Compare(nil, essence)
-		case causes.Update, causes.Resume:
-			var old map[string]any
-			if c.Old != nil {
-				o := normalize(c.Old).(map[string]any)
-				old = withFields(state.Essence(o, prefix), o, spec.Field)
-			}
-			cause.Old, cause.New = old, essence
-			if reason == causes.Update {
-				cause.Diff = state.Compare(old, essence)
-			}
-		}
-		if len(spec.Field) > 0 {
-			cause.Diff = cause.Diff.Reduce(spec.Field)
-			if (reason == causes.Create || reason == causes.Update) && len(cause.Diff) == 0 {
-				return outcome{skipped: true}
-			}
-			// As the core does (processing's fieldCause and change detection): the
-			// whole essences go along, so that a subhandler filtering on another
-			// field (a value filter) sees that field, as it does in the operator.
-			cause.WholeOld, cause.WholeNew = cause.Old, cause.New
-			cause.Old, _ = state.Resolve(cause.Old, spec.Field)
-			cause.New, _ = state.Resolve(cause.New, spec.Field)
-		}
+		cause = view
 	case causes.KindEvent:
-		cause.EventType = c.EventType
-		if cause.EventType == "" {
-			cause.EventType = "MODIFIED"
+		eventType := c.EventType
+		if eventType == "" {
+			eventType = "MODIFIED"
 		}
+		cause = handling.ForEvent(spec.Resource, obj, eventType)
 	}
 	call.Cause = cause
 	if !spec.Kind.IsHook() {
@@ -582,10 +616,8 @@ func runHandler(ctx context.Context, rt *luabind.Runtime, spec causes.Spec, c Ca
 		return outcome{patch: patch, err: err}
 	}
 	res, err := rt.Invoke(ctx, call)
-	// As the core does: change handlers, timers and event handlers
-	// (processing/process.go runEventHandlers) store what they return in status.<id>.
-	if err == nil && res.Value != nil && (spec.Kind == causes.KindChange || spec.Kind == causes.KindTimer || spec.Kind == causes.KindEvent) {
-		patch.Set([]string{"status", spec.ID}, res.Value)
+	if err == nil {
+		handling.StoreResult(patch, spec, res.Value)
 	}
 	if err == nil && len(res.Subhandlers) > 0 {
 		err = runSubhandlers(ctx, rt, call, res.Subhandlers)
@@ -601,17 +633,14 @@ func runHandler(ctx context.Context, rt *luabind.Runtime, spec causes.Spec, c Ca
 	return outcome{patch: patch, result: res.Value, err: err}
 }
 
-// maxSubhandlerDepth is the core's limit (processing: maxSubhandlerDepth).
-const maxSubhandlerDepth = 8
-
 // runSubhandlers runs the subhandlers a handler registered, each once, in order, with
 // the parent's cause and patch, as the processing core does right after the parent:
 // a subhandler's result goes to status.<parent id>/<child id> (its id), and the
 // subhandlers it registers in turn run after it. Every subhandler runs; the first
 // error is returned, naming the subhandler.
 func runSubhandlers(ctx context.Context, rt *luabind.Runtime, parent causes.Call, subs []causes.Spec) error {
-	if strings.Count(parent.Handler.ID, "/") >= maxSubhandlerDepth {
-		return &subhandlerError{id: parent.Handler.ID, err: fmt.Errorf("subhandlers nested deeper than %d levels", maxSubhandlerDepth)}
+	if msg, tooDeep := handling.NestedTooDeep(parent.Handler.ID); tooDeep {
+		return &subhandlerError{id: parent.Handler.ID, err: errors.New(msg)}
 	}
 	var first error
 	for _, sub := range subs {
@@ -621,9 +650,7 @@ func runSubhandlers(ctx context.Context, rt *luabind.Runtime, parent causes.Call
 		if err != nil {
 			err = &subhandlerError{id: sub.ID, err: err}
 		} else {
-			if res.Value != nil {
-				call.Patch.Set([]string{"status", sub.ID}, res.Value)
-			}
+			handling.StoreResult(call.Patch, sub, res.Value)
 			if len(res.Subhandlers) > 0 {
 				err = runSubhandlers(ctx, rt, call, res.Subhandlers)
 			}
@@ -644,23 +671,35 @@ type subhandlerError struct {
 func (e *subhandlerError) Error() string { return "subhandler " + e.id + " failed: " + e.err.Error() }
 func (e *subhandlerError) Unwrap() error { return e.err }
 
-// withFields adds a field handler's field to the essence when the essence lacks it
-// (status.phase), as the processing core does.
-func withFields(essence, body map[string]any, field []string) map[string]any {
-	if len(field) == 0 {
-		return essence
+// changeView is the cause a change handler is given for the case, as the core
+// builds it (handling): the case's reason (cause:, else the handler's first, or
+// update when old is given and the handler serves it), the essences with the
+// fields that the resource's change handlers name, and the handler's view of the
+// change (a field handler's reduced to its field, or skipped when its field did
+// not change).
+func changeView(all []causes.Spec, spec causes.Spec, c Case, prefix string, obj map[string]any) (causes.Cause, bool) {
+	reason := causes.Reason(c.Cause)
+	if reason == "" {
+		reason = spec.Reasons[0]
+		if c.Old != nil && spec.Serves(causes.Update) {
+			reason = causes.Update
+		}
 	}
-	if _, ok := state.Resolve(essence, field); ok {
-		return essence
+	var ofResource []causes.Spec
+	for _, s := range all {
+		if s.Resource == spec.Resource {
+			ofResource = append(ofResource, s)
+		}
 	}
-	v, ok := state.Resolve(body, field)
-	if !ok {
-		return essence
+	fields := handling.ChangeFields(ofResource)
+	statusField := handling.StatusField(prefix)
+	var old any
+	if c.Old != nil {
+		old = handling.Essence(normalize(c.Old).(map[string]any), prefix, statusField, fields)
 	}
-	p := state.NewPatch()
-	p.Merge(essence)
-	p.Set(field, v)
-	return p.Map()
+	base := handling.ChangeCause(reason, spec.Resource, obj, old, handling.Essence(obj, prefix, statusField, fields))
+	view, takesPart, _ := handling.View(spec, base, base.Old, base.Diff)
+	return view, takesPart
 }
 
 func describeError(err error) string {
@@ -989,4 +1028,47 @@ func patchedObject(obj, patch any) (any, error) {
 	var after any
 	err = json.Unmarshal(merged, &after)
 	return after, err
+}
+
+// Execution is what `luaop test` did for a case, before any expectation is
+// compared: the object with the handlers' patch applied, the handlers that ran
+// (their filters matched) and the error (a handler: case's, else the first).
+type Execution struct {
+	Object map[string]any
+	Ran    []string
+	Err    error
+}
+
+// Execute runs a case's handlers (not an admission handler's) as Run does, with the
+// scripts of o.Scripts and o's prefix and handler timeout, and returns what they
+// did: what the table of the core's parity test compares with the processing core.
+func Execute(ctx context.Context, o Options, c Case) (Execution, error) {
+	scripts, err := luabind.ReadDir(o.Scripts)
+	if err != nil {
+		return Execution{}, err
+	}
+	prefix := o.Prefix
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	obj, msg := caseObject(o.Scripts, c)
+	if msg != "" {
+		return Execution{}, errors.New(msg)
+	}
+	rt := luabind.New(luabind.Options{Shards: 1, Kube: newFakeKube(c.Objects), HandlerTimeout: o.handlerTimeout(),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	defer rt.Close()
+	if _, err := rt.Load(ctx, scripts); err != nil {
+		return Execution{}, fmt.Errorf("loading the scripts: %w", err)
+	}
+	ex, msg := execute(ctx, rt, c, prefix, obj)
+	if msg != "" {
+		return Execution{}, errors.New(msg)
+	}
+	after, err := patchedObject(obj, normalize(ex.patch.Map()))
+	if err != nil {
+		return Execution{}, err
+	}
+	afterMap, _ := after.(map[string]any)
+	return Execution{Object: afterMap, Ran: ex.ran, Err: ex.err}, nil
 }

@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/luaop/luaop/state"
 )
 
 // This file is the replica's side: the processing.Shard that narrows the watches
@@ -286,7 +288,5 @@ func statusCode(err error) int32 {
 	return 0
 }
 
-// jsonPointer escapes a map key for a JSON patch path.
-func jsonPointer(s string) string {
-	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
-}
+// jsonPointer escapes a map key for a JSON patch path (state.EscapePointerToken).
+func jsonPointer(s string) string { return state.EscapePointerToken(s) }

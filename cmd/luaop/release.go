@@ -27,6 +27,7 @@ import (
 	"github.com/luaop/luaop/luabind"
 	"github.com/luaop/luaop/processing"
 	"github.com/luaop/luaop/processing/causes"
+	"github.com/luaop/luaop/state"
 )
 
 func newReleaseCommand(v *viper.Viper) *cobra.Command {
@@ -489,6 +490,4 @@ func (r releaser) patches(obj *unstructured.Unstructured, statusSubresource bool
 	return metaPatch, statusPatch, removed
 }
 
-func jsonPointerEscape(s string) string {
-	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
-}
+func jsonPointerEscape(s string) string { return state.EscapePointerToken(s) }

@@ -1,7 +1,3 @@
-// Package causes holds the vocabulary shared by the processing core and the Lua
-// binding: what happened to an object (a Cause), which handlers exist (a Spec), and how
-// a handler ended (TemporaryError, PermanentError). It is a leaf: it imports state/ and
-// apimachinery only, so both sides can depend on it without depending on each other.
 package causes
 
 import (
