@@ -150,24 +150,20 @@ func TestNoDeadlockWhenObjectsAreRecreatedWhileTheirDaemonsReadTheirBody(t *test
 		}
 	})
 	e := startEnv(t, h, Options{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for round := 0; round < 30; round++ {
-			for i := 0; i < 5; i++ {
-				name := fmt.Sprintf("w%d", i)
-				if round > 0 {
-					e.delete(name)
-				}
-				e.create(name, map[string]any{"round": int64(round)})
+	// Paced on the informer: after each round, a barrier on the round's last object
+	// waits for a cycle past it. The fake watch buffers 100 events and panics beyond
+	// ("channel full"); unpaced, a writer far ahead of a starved informer (a loaded
+	// machine) overflowed it. A deadlock shows as a barrier never passed.
+	for round := 0; round < 30; round++ {
+		for i := 0; i < 5; i++ {
+			name := fmt.Sprintf("w%d", i)
+			if round > 0 {
+				e.delete(name)
 			}
-			time.Sleep(2 * time.Millisecond)
+			e.create(name, map[string]any{"round": int64(round)})
 		}
-	}()
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		t.Fatal("deadlock: deleting and re-creating objects with running daemons did not finish in 20 s")
+		time.Sleep(2 * time.Millisecond)
+		e.settleIn(widgetsGVR, "w4")
 	}
 	e.eventually("one daemon per live object", func() bool { return e.op.daemons.count() == 5 })
 }
