@@ -199,5 +199,5 @@ func (ms *membership) keepRenewed(ctx context.Context, lastOK time.Time, lost fu
 }
 
 func errWriteLease(err error, ns string) error {
-	return fmt.Errorf("cannot write the membership Lease in namespace %s: %w; give it a namespace that exists (--shard-namespace) and the rights on leases (luaop rbac --shard)", ns, err)
+	return fmt.Errorf("cannot write the membership Lease in namespace %s: %w; give it a namespace that exists (--shard-namespace) and the rights on leases (luaop rbac --shard-across-replicas)", ns, err)
 }
