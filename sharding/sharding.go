@@ -24,8 +24,9 @@ import (
 	"github.com/luaop/luaop/state"
 )
 
-// groupLabel labels the membership Leases with their group.
-const groupLabel = "luaop.dev/shard-group"
+// GroupLabel labels the membership Leases with their group (luaop release looks
+// for live members by it).
+const GroupLabel = "luaop.dev/shard-group"
 
 // Defaults of Options.
 const (
