@@ -61,7 +61,7 @@ func (c *coordinator) run(ctx context.Context) {
 	var workers sync.WaitGroup
 	defer workers.Wait() // after the shutdown below (deferred calls run last first)
 	defer c.queue.ShutDown()
-	for range c.s.opts.Workers {
+	for range c.s.opts.AssignWorkers {
 		workers.Add(1)
 		go func() {
 			defer workers.Done()
