@@ -307,14 +307,14 @@ func (t *tracker) latencies() ([]time.Duration, time.Time) {
 	return out, last
 }
 
-// assignments returns, per object with the shard label, the time from its create
+// assignments returns, per object of from..to-1 with the shard label, the time from its create
 // call's return to the label seen (0 when the label came first: the watch's
 // notification raced the answer).
-func (t *tracker) assignments() []time.Duration {
+func (t *tracker) assignments(from, to int) []time.Duration {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var out []time.Duration
-	for i := range t.n {
+	for i := from; i < min(to, t.n); i++ {
 		if !t.labelled[i].IsZero() && !t.issued[i].IsZero() {
 			out = append(out, max(0, t.labelled[i].Sub(t.issued[i])))
 		}

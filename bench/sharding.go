@@ -60,6 +60,9 @@ luaop.on.create("` + benchResource + `", function(ctx)
 end, { id = "handled" })
 `
 
+// trickleObjects are created one at a time after a sharded create storm.
+const trickleObjects = 50
+
 // shardRunSpec is one run of the scenario.
 type shardRunSpec struct {
 	kind     string // "fast" or "slow"
@@ -93,6 +96,9 @@ type shardRunResult struct {
 	err        error
 	total      time.Duration
 	lat, assig []time.Duration // sorted
+	// trickle: the assignment latencies of objects created one at a time, 100 ms
+	// apart, once the replicas are idle (sharded create storms only); sorted.
+	trickle []time.Duration
 	replicas   []replicaResult
 }
 
@@ -233,7 +239,11 @@ func shardRun(ctx context.Context, cl *cluster, o shardingOptions, spec shardRun
 	}()
 	trCtx, trCancel := context.WithCancel(ctx)
 	defer trCancel()
-	tr, err := cl.startTracker(trCtx, ns, spec.n)
+	trickle := 0
+	if spec.sharded && spec.kind == "fast" {
+		trickle = trickleObjects
+	}
+	tr, err := cl.startTracker(trCtx, ns, spec.n+trickle)
 	if err != nil {
 		res.err = err
 		return res
@@ -355,7 +365,7 @@ wait:
 	slices.Sort(lat)
 	res.lat = lat
 	if spec.sharded {
-		res.assig = tr.assignments()
+		res.assig = tr.assignments(0, spec.n)
 		slices.Sort(res.assig)
 	}
 	progress("%s all %d handled in %s; idle", tag, spec.n, res.total.Round(10*time.Millisecond))
@@ -382,6 +392,31 @@ wait:
 	runs := 0
 	for _, r := range res.replicas {
 		runs += r.runs
+	}
+	if trickle > 0 {
+		// New objects one at a time on idle replicas: how soon each is assigned.
+		for i := spec.n; i < spec.n+trickle; i++ {
+			if err := createObject(sctx, client, i); err != nil {
+				res.err = err
+				return res
+			}
+			tr.issuedAt(i, time.Now())
+			if !sleep(sctx, 100*time.Millisecond) {
+				res.err = sctx.Err()
+				return res
+			}
+		}
+		for len(tr.assignments(spec.n, spec.n+trickle)) < trickle {
+			if !sleep(sctx, 50*time.Millisecond) {
+				res.err = fmt.Errorf("%d of %d new objects assigned: %w", len(tr.assignments(spec.n, spec.n+trickle)), trickle, sctx.Err())
+				return res
+			}
+		}
+		res.trickle = tr.assignments(spec.n, spec.n+trickle)
+		slices.Sort(res.trickle)
+		progress("%s %d objects created one at a time on idle replicas: assigned p50 %s, p99 %s", tag, trickle,
+			ms(percentile(res.trickle, 0.5)), ms(percentile(res.trickle, 0.99)))
+		// They are handled too before the replicas stop: not counted in the runs.
 	}
 	if runs != spec.n {
 		res.err = fmt.Errorf("%d create handler runs for %d objects (the replicas' logs)", runs, spec.n)
@@ -417,7 +452,7 @@ func printShardTables(o shardingOptions, results []*shardRunResult) {
 			fmt.Printf("slow handlers: the create handler waits in luaop.sleep(0.2) first; luaop --workers=%d per replica (at most %d objects/s per replica)\n", o.slowWorkers, o.slowWorkers*5)
 		}
 		tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "replicas\tN\tall handled in\tobj/s\tvs 1 replica\tlatency p50 / p99 (create returned -> handled seen)\tassigned p50 / p99 (create returned -> label seen)\thandler runs\tRSS idle, empty\tRSS idle, holding its share (* coordinator)\tof which anonymous, empty/holding\towned")
+		fmt.Fprintln(tw, "replicas\tN\tall handled in\tobj/s\tvs 1 replica\tlatency p50 / p99 (create returned -> handled seen)\tassigned p50 / p99 (create returned -> label seen)\tassigned, one at a time, idle\thandler runs\tRSS idle, empty\tRSS idle, holding its share (* coordinator)\tof which anonymous, empty/holding\towned")
 		for _, r := range rows {
 			name := strconv.Itoa(r.spec.replicas)
 			if !r.spec.sharded {
@@ -434,9 +469,12 @@ func printShardTables(o shardingOptions, results []*shardRunResult) {
 					vs += map[bool]string{true: " (aim >= 2.5x: met)", false: " (aim >= 2.5x: NOT met)"}[r.rate()/b >= 2.5]
 				}
 			}
-			assigned := "-"
+			assigned, trickled := "-", "-"
 			if r.spec.sharded {
 				assigned = ms(percentile(r.assig, 0.5)) + " / " + ms(percentile(r.assig, 0.99))
+			}
+			if len(r.trickle) > 0 {
+				trickled = ms(percentile(r.trickle, 0.5)) + " / " + ms(percentile(r.trickle, 0.99))
 			}
 			var idle, held, anon, owned []string
 			runs := 0
@@ -454,8 +492,8 @@ func printShardTables(o shardingOptions, results []*shardRunResult) {
 			if !r.spec.sharded {
 				owned = []string{"all"}
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%.1f\t%s\t%s / %s\t%s\t%d\t%s\t%s\t%s\t%s\n", name, r.spec.n, secs(r.total), r.rate(), vs,
-				ms(percentile(r.lat, 0.5)), ms(percentile(r.lat, 0.99)), assigned, runs,
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%.1f\t%s\t%s / %s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", name, r.spec.n, secs(r.total), r.rate(), vs,
+				ms(percentile(r.lat, 0.5)), ms(percentile(r.lat, 0.99)), assigned, trickled, runs,
 				strings.Join(idle, ", "), strings.Join(held, ", "), strings.Join(anon, ", "), strings.Join(owned, ", "))
 		}
 		tw.Flush()
