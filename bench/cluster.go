@@ -202,9 +202,9 @@ type tracker struct {
 	// labelled: when the shard label (luaop.dev/shard, -scenario sharding) was
 	// first seen: the object's assignment to a replica.
 	labelled []time.Time
-	count  int         // objects seen with the result
-	writes int         // MODIFIED notifications with a new resourceVersion
-	stop   context.CancelFunc
+	count    int // objects seen with the result
+	writes   int // MODIFIED notifications with a new resourceVersion
+	stop     context.CancelFunc
 }
 
 func (c *cluster) startTracker(ctx context.Context, ns string, n int) (*tracker, error) {

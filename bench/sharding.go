@@ -86,9 +86,9 @@ type replicaResult struct {
 	// idleAnon, anon: the anonymous part of the RSS (heap, stacks, the runtime's
 	// own); the rest is file-backed (the binary's pages).
 	idleAnon, anon int64
-	owned             int
-	coordinator       bool
-	runs              int
+	owned          int
+	coordinator    bool
+	runs           int
 }
 
 type shardRunResult struct {
@@ -98,8 +98,8 @@ type shardRunResult struct {
 	lat, assig []time.Duration // sorted
 	// trickle: the assignment latencies of objects created one at a time, 100 ms
 	// apart, once the replicas are idle (sharded create storms only); sorted.
-	trickle []time.Duration
-	replicas   []replicaResult
+	trickle  []time.Duration
+	replicas []replicaResult
 }
 
 func (r *shardRunResult) rate() float64 {
