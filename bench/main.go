@@ -62,6 +62,7 @@ func realMain() int {
 	replicasFlag := flag.String("replicas", "1,2,3", "-scenario sharding: replica counts, comma-separated")
 	slowN := flag.Int("slow-n", 600, "-scenario sharding: objects of the slow-handler run (luaop.sleep(0.2) in the create handler); 0 skips it")
 	slowWorkers := flag.Int("slow-workers", 4, "-scenario sharding: --workers of each replica in the slow-handler run")
+	shardLease := flag.Duration("shard-lease-duration", 15*time.Second, "-scenario sharding: the replicas' --shard-lease-duration (luaop's default 15s; a replica that cannot renew within two thirds of it exits, as it must: on an overloaded shared API server give more)")
 	heapProfiles := flag.Bool("heap-profiles", false, "-scenario sharding: run the replicas with --profiles and save each one's heap profile, holding its share, in the temporary folder (with -keep)")
 	flag.Parse()
 	if *scenario != "storms" && *scenario != "sleep" && *scenario != "sharding" {
@@ -217,7 +218,7 @@ or against a cluster of your own:
 		}
 		return runSharding(ctx, cl, shardingOptions{luaopBin: luaopBin, kubeconfig: kubeconfig, tmp: tmp, commit: commit,
 			n: ns[0], slowN: *slowN, replicas: replicaCounts, workers: *workers, slowWorkers: *slowWorkers, creators: *creators,
-			timeout: *timeout, profiles: *heapProfiles})
+			timeout: *timeout, profiles: *heapProfiles, leaseDuration: *shardLease})
 	}
 
 	if err := warmUp(ctx, cl, 500, *creators); err != nil {

@@ -174,6 +174,7 @@ type shardingOptions struct {
 	workers, slowWorkers, creators    int
 	timeout                           time.Duration
 	profiles                          bool // heap profiles of every replica, in tmp
+	leaseDuration                     time.Duration
 }
 
 // runSharding runs the scenario and prints its tables; the exit status.
@@ -252,7 +253,8 @@ func shardRun(ctx context.Context, cl *cluster, o shardingOptions, spec shardRun
 
 	extra := []string{"--metrics-address="} // replicas side by side: no port of their own
 	if spec.sharded {
-		extra = append(extra, "--shard-across-replicas", "--shard-namespace", ns, "--shard-group", "bench")
+		extra = append(extra, "--shard-across-replicas", "--shard-namespace", ns, "--shard-group", "bench",
+			"--shard-lease-duration", o.leaseDuration.String())
 	}
 	if o.profiles {
 		extra = append(extra, "--profiles")
