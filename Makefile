@@ -4,7 +4,7 @@ CACHE ?= $(or $(LUAOP_CACHE),$(HOME)/.cache/luaop)
 BIN := $(CURDIR)/bin
 GO_TEST_FLAGS ?= -race -count=1 -timeout 40m
 
-.PHONY: dev test test-node test-sharding unit lint cluster cluster-down node node-down build image image-archive release bench bench-daemons bench-sleep bench-reload soak chaos faults fuzz
+.PHONY: dev test test-node test-sharding unit lint cluster cluster-down node node-down build image image-archive release bench bench-daemons bench-sleep bench-sharding bench-reload soak chaos faults fuzz
 
 # The version printed by `luaop --version` and `luaop version`.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
@@ -119,6 +119,15 @@ node-down:
 BENCH_FLAGS ?=
 bench:
 	LUAOP_TEST_CLUSTER_DIR=$(CACHE)/cluster-bench localcluster/with-cluster.sh go run ./bench $(BENCH_FLAGS)
+
+# Sharding across replicas (issue 36): luaop run --shard-across-replicas with 1, 2 and
+# 3 replicas (and one unsharded) on the same API server: 10,000 objects created, their
+# throughput, latency, assignment latency and each replica's RSS; then 600 objects
+# whose handler waits in luaop.sleep(0.2), 4 workers per replica. About 15 minutes.
+# BENCH_SHARDING_FLAGS='-n 3000 -slow-n 300' for a shorter run; see BENCHMARKS.md.
+BENCH_SHARDING_FLAGS ?=
+bench-sharding:
+	LUAOP_TEST_CLUSTER_DIR=$(CACHE)/cluster-bench localcluster/with-cluster.sh go run ./bench -scenario sharding -timeout 15m $(BENCH_SHARDING_FLAGS)
 
 # 2,000 and 10,000 objects with a sleeping daemon each: memory per daemon (heap,
 # goroutine stacks, RSS) and idle CPU. BENCH_DAEMONS=2000 for one size (about 2 minutes).

@@ -199,13 +199,16 @@ type tracker struct {
 	phase  phase
 	issued []time.Time // when the create/patch call of the phase returned
 	seen   []time.Time // when the result was first seen
-	count  int         // objects seen with the result
-	writes int         // MODIFIED notifications with a new resourceVersion
-	stop   context.CancelFunc
+	// labelled: when the shard label (luaop.dev/shard, -scenario sharding) was
+	// first seen: the object's assignment to a replica.
+	labelled []time.Time
+	count    int // objects seen with the result
+	writes   int // MODIFIED notifications with a new resourceVersion
+	stop     context.CancelFunc
 }
 
 func (c *cluster) startTracker(ctx context.Context, ns string, n int) (*tracker, error) {
-	t := &tracker{n: n, issued: make([]time.Time, n), seen: make([]time.Time, n)}
+	t := &tracker{n: n, issued: make([]time.Time, n), seen: make([]time.Time, n), labelled: make([]time.Time, n)}
 	ctx, t.stop = context.WithCancel(ctx)
 	inf := dynamicinformer.NewFilteredDynamicInformer(c.dyn, benchGVR, ns, 0, cache.Indexers{}, nil).Informer()
 	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -258,6 +261,9 @@ func (t *tracker) observe(old, obj any) {
 		t.seen[i] = now
 		t.count++
 	}
+	if t.labelled[i].IsZero() && u.GetLabels()[shardLabel] != "" {
+		t.labelled[i] = now
+	}
 }
 
 func (t *tracker) setPhase(p phase) {
@@ -266,6 +272,7 @@ func (t *tracker) setPhase(p phase) {
 	t.phase = p
 	clear(t.issued)
 	clear(t.seen)
+	clear(t.labelled)
 	t.count, t.writes = 0, 0
 }
 
@@ -298,6 +305,21 @@ func (t *tracker) latencies() ([]time.Duration, time.Time) {
 		}
 	}
 	return out, last
+}
+
+// assignments returns, per object of from..to-1 with the shard label, the time from its create
+// call's return to the label seen (0 when the label came first: the watch's
+// notification raced the answer).
+func (t *tracker) assignments(from, to int) []time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []time.Duration
+	for i := from; i < min(to, t.n); i++ {
+		if !t.labelled[i].IsZero() && !t.issued[i].IsZero() {
+			out = append(out, max(0, t.labelled[i].Sub(t.issued[i])))
+		}
+	}
+	return out
 }
 
 // releaseFinalizers removes the finalizers of every object of the namespace (the

@@ -33,20 +33,35 @@ func realMain() int {
 	profile := flag.String("inprocess-profile", "", "run luaop (and luaop-daemon) in-process instead of as a child: CPU profile of the storms to FILE, heap profile to FILE.heap (FILE.luaop-daemon-inprocess[.heap] for the daemon variant); memory is then the Go heap+stacks after GC, the benchmark's own watch cache included, instead of RSS")
 	repeat := flag.Int("repeat", 0, "runs of every implementation per N, alternating their order; the table shows medians (0: 3 for N <= 1000, 1 above)")
 	keep := flag.Bool("keep", false, "keep the temporary folder (binaries, scripts, logs) and print its path")
-	scenario := flag.String("scenario", "storms", "storms (the side-by-side comparison above) or sleep (I/O-bound handlers: N objects (default 200) whose create handler sleeps 1 s, luaop alone, time to handle all and /healthz latency meanwhile; see BENCHMARKS.md)")
+	scenario := flag.String("scenario", "storms", "storms (the side-by-side comparison above), sleep (I/O-bound handlers: N objects (default 200) whose create handler sleeps 1 s, luaop alone, time to handle all and /healthz latency meanwhile) or sharding (luaop run --shard-across-replicas with 1, 2 and 3 replicas: N objects (default 10000), then -slow-n objects with a slow handler); see BENCHMARKS.md")
 	shards := flag.Int("shards", 0, "-scenario sleep: luaop's --shards (0: luaop's default, one per CPU)")
+	replicasFlag := flag.String("replicas", "1,2,3", "-scenario sharding: replica counts, comma-separated")
+	slowN := flag.Int("slow-n", 600, "-scenario sharding: objects of the slow-handler run (luaop.sleep(0.2) in the create handler); 0 skips it")
+	slowWorkers := flag.Int("slow-workers", 4, "-scenario sharding: --workers of each replica in the slow-handler run")
+	shardLease := flag.Duration("shard-lease-duration", 15*time.Second, "-scenario sharding: the replicas' --shard-lease-duration (luaop's default 15s; a replica that cannot renew within two thirds of it exits, as it must: on an overloaded shared API server give more)")
+	heapProfiles := flag.Bool("heap-profiles", false, "-scenario sharding: run the replicas with --profiles and save each one's heap profile, holding its share, in the temporary folder (with -keep)")
 	flag.Parse()
-	if *scenario != "storms" && *scenario != "sleep" {
-		fmt.Fprintf(os.Stderr, "bench: -scenario %q: storms or sleep\n", *scenario)
+	if *scenario != "storms" && *scenario != "sleep" && *scenario != "sharding" {
+		fmt.Fprintf(os.Stderr, "bench: -scenario %q: storms, sleep or sharding\n", *scenario)
 		return 2
 	}
 	sleepMode := *scenario == "sleep"
-	if sleepMode {
+	shardingMode := *scenario == "sharding"
+	if sleepMode || shardingMode {
 		nSet := false
 		flag.Visit(func(f *flag.Flag) { nSet = nSet || f.Name == "n" })
 		if !nSet {
-			*nFlag = "200"
+			*nFlag = map[bool]string{true: "200", false: "10000"}[sleepMode]
 		}
+	}
+	var replicaCounts []int
+	for _, s := range strings.Split(*replicasFlag, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || v <= 0 {
+			fmt.Fprintf(os.Stderr, "bench: -replicas %q: give positive counts separated by commas\n", *replicasFlag)
+			return 2
+		}
+		replicaCounts = append(replicaCounts, v)
 	}
 
 	if *profile != "" {
@@ -71,7 +86,7 @@ or against a cluster of your own:
 	var ns []int
 	for _, s := range strings.Split(*nFlag, ",") {
 		v, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || v <= 0 {
+		if err != nil || v < 0 || v == 0 && !shardingMode { // -scenario sharding -n 0: the slow run alone
 			fmt.Fprintf(os.Stderr, "bench: -n %q: give positive counts separated by commas\n", *nFlag)
 			return 2
 		}
@@ -119,7 +134,7 @@ or against a cluster of your own:
 
 	luaopBin, bareBin := filepath.Join(tmp, "luaop"), filepath.Join(tmp, "bare")
 	builds := [][2]string{{luaopBin, "./cmd/luaop"}, {bareBin, "./bench/bare"}}
-	if sleepMode {
+	if sleepMode || shardingMode {
 		builds = builds[:1]
 	}
 	for _, b := range builds {
@@ -166,6 +181,20 @@ or against a cluster of your own:
 			return 130
 		}
 		return code
+	}
+
+	if shardingMode {
+		if len(ns) != 1 {
+			fmt.Fprintln(os.Stderr, "bench: -scenario sharding takes one count (-n 3000)")
+			return 2
+		}
+		if err := warmUp(ctx, cl, 500, *creators); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: warm-up:", err)
+			return 1
+		}
+		return runSharding(ctx, cl, shardingOptions{luaopBin: luaopBin, kubeconfig: kubeconfig, tmp: tmp, commit: commit,
+			n: ns[0], slowN: *slowN, replicas: replicaCounts, workers: *workers, slowWorkers: *slowWorkers, creators: *creators,
+			timeout: *timeout, profiles: *heapProfiles, leaseDuration: *shardLease})
 	}
 
 	if err := warmUp(ctx, cl, 500, *creators); err != nil {

@@ -61,7 +61,7 @@ func (c *coordinator) run(ctx context.Context) {
 	var workers sync.WaitGroup
 	defer workers.Wait() // after the shutdown below (deferred calls run last first)
 	defer c.queue.ShutDown()
-	for range c.s.opts.Workers {
+	for range c.s.opts.AssignWorkers {
 		workers.Add(1)
 		go func() {
 			defer workers.Done()
@@ -124,10 +124,7 @@ func (c *coordinator) startInformers(ctx context.Context) {
 		// label selectors save.
 		_ = inf.SetTransform(func(obj any) (any, error) {
 			if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
-				m.ManagedFields = nil
-				m.Labels = onlyKey(m.Labels, s.label)
-				m.Annotations = onlyKey(m.Annotations, s.handover)
-				m.OwnerReferences = nil
+				return decisionMetadata(m, s.label, s.handover), nil
 			}
 			return obj, nil
 		})
@@ -315,6 +312,18 @@ func (c *coordinator) writeNext(ctx context.Context) bool {
 		}
 	}
 	return true
+}
+
+// decisionMetadata is what the coordinator keeps of an object: a new
+// PartialObjectMetadata with its name, namespace, version, shard label,
+// handover annotation, finalizers and deletion only (the UID, the times, the
+// type and the rest of the decoded object are left to the collector).
+func decisionMetadata(m *metav1.PartialObjectMetadata, label, handover string) *metav1.PartialObjectMetadata {
+	return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
+		Name: m.Name, Namespace: m.Namespace, ResourceVersion: m.ResourceVersion,
+		Labels: onlyKey(m.Labels, label), Annotations: onlyKey(m.Annotations, handover),
+		Finalizers: m.Finalizers, DeletionTimestamp: m.DeletionTimestamp,
+	}}
 }
 
 // onlyKey is m with key alone (nil without it).

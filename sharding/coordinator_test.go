@@ -105,7 +105,7 @@ func (f *fixture) sharding(identity string, rel Releaser) *Sharding {
 // lease writes a member's Lease as a replica would, renewed at the clock's now.
 func (f *fixture) lease(member string) {
 	now := metav1.NewMicroTime(f.clock.Now())
-	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "luaop", Name: "luaop-member-" + member, Labels: map[string]string{groupLabel: "luaop"}},
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "luaop", Name: "luaop-member-" + member, Labels: map[string]string{GroupLabel: "luaop"}},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(member), LeaseDurationSeconds: ptr.To[int32](15), RenewTime: &now}}
 	if _, err := f.kube.CoordinationV1().Leases("luaop").Create(context.Background(), l, metav1.CreateOptions{}); err != nil {
 		f.t.Fatal(err)

@@ -48,7 +48,7 @@ func (ms *membership) leaseName() string { return ms.s.opts.Group + "-member-" +
 func (ms *membership) informer() cache.SharedIndexInformer {
 	o := ms.s.opts
 	f := informers.NewSharedInformerFactoryWithOptions(ms.s.kube, 0, informers.WithNamespace(o.Namespace),
-		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = groupLabel + "=" + o.Group }))
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = GroupLabel + "=" + o.Group }))
 	inf := f.Coordination().V1().Leases().Informer()
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { ms.observe(obj, false) },
@@ -131,7 +131,7 @@ func (ms *membership) renew(ctx context.Context, timeout time.Duration) error {
 	lease, err := leases.Get(ctx, ms.leaseName(), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		_, err = leases.Create(ctx, &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: ms.leaseName(), Namespace: o.Namespace, Labels: map[string]string{groupLabel: o.Group}},
+			ObjectMeta: metav1.ObjectMeta{Name: ms.leaseName(), Namespace: o.Namespace, Labels: map[string]string{GroupLabel: o.Group}},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(ms.s.member), LeaseDurationSeconds: &seconds,
 				AcquireTime: &now, RenewTime: &now},
 		}, metav1.CreateOptions{})
@@ -199,5 +199,5 @@ func (ms *membership) keepRenewed(ctx context.Context, lastOK time.Time, lost fu
 }
 
 func errWriteLease(err error, ns string) error {
-	return fmt.Errorf("cannot write the membership Lease in namespace %s: %w; give it a namespace that exists (--shard-namespace) and the rights on leases (luaop rbac --shard)", ns, err)
+	return fmt.Errorf("cannot write the membership Lease in namespace %s: %w; give it a namespace that exists (--shard-namespace) and the rights on leases (luaop rbac --shard-across-replicas)", ns, err)
 }

@@ -24,8 +24,9 @@ import (
 	"github.com/luaop/luaop/state"
 )
 
-// groupLabel labels the membership Leases with their group.
-const groupLabel = "luaop.dev/shard-group"
+// GroupLabel labels the membership Leases with their group (luaop release looks
+// for live members by it).
+const GroupLabel = "luaop.dev/shard-group"
 
 // Defaults of Options.
 const (
@@ -65,9 +66,15 @@ type Options struct {
 	// Tolerance bounds how far each member's share may be from the fair one
 	// (Plan). Defaults to DefaultTolerance (8 %).
 	Tolerance float64
-	// Workers are the goroutines writing assignments (coordinator) and handing
-	// objects over (each replica). Defaults to 8.
+	// Workers are the goroutines handing objects over (each replica). Defaults
+	// to 8.
 	Workers int
+	// AssignWorkers are the coordinator's goroutines writing assignments: each
+	// write waits for the API server's answer, so a burst of new objects is
+	// labelled at AssignWorkers / (the write's round trip) per second (8 gave
+	// about 50 per second on a loaded 2-core API server, below what one replica
+	// handles). Defaults to 32.
+	AssignWorkers int
 	// Debounce is how long the coordinator gathers changes before a pass over the
 	// objects. Defaults to 50ms: new objects are assigned well within a second.
 	Debounce time.Duration
@@ -219,6 +226,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Workers <= 0 {
 		o.Workers = 8
+	}
+	if o.AssignWorkers <= 0 {
+		o.AssignWorkers = 32
 	}
 	if o.Debounce <= 0 {
 		o.Debounce = 50 * time.Millisecond

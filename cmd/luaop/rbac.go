@@ -40,7 +40,9 @@ type rbacOptions struct {
 	// PeeringNamespace is its --peering-namespace (default: the ServiceAccount's).
 	Standalone       bool
 	PeeringNamespace string
-	command          string // how the output was made, for its header
+	// Shard: the operator runs with --shard-across-replicas (rbac_sharding.go).
+	Shard   rbacShardOptions
+	command string // how the output was made, for its header
 }
 
 func newRBACCommand() *cobra.Command {
@@ -51,7 +53,8 @@ func newRBACCommand() *cobra.Command {
 		Long: `Print the ClusterRole (or, with --namespaces naming namespaces, one Role per
 namespace), its binding to the operator's ServiceAccount, the Role for the peering
 Leases (unless --standalone; also what the webhooks' reachability probe needs), and
-with --leader-elect the Role for the Lease, that the scripts of DIR need:
+with --leader-elect the Role for the Lease (with --shard-across-replicas, the Role for
+the sharding Leases), that the scripts of DIR need:
   - the resources the handlers watch: get, list, watch, patch, and patch of their
     status subresource (handler results, progress with --progress-storage=status);
   - core Events: create, patch (handler outcomes, luaop.info/warn/exception);
@@ -90,6 +93,7 @@ irregular plural (e.g. Endpoints) must be checked by hand.`,
 	fs.StringSliceVar(&o.Namespaces, "namespaces", nil, "namespaces the operator serves (plain names): Roles in each instead of a ClusterRole")
 	fs.StringVar(&o.Prefix, "prefix", "luaop.dev", "the operator's --prefix: the webhook configurations it writes are <prefix>.validate, <prefix>.mutate and <prefix>.probe (granted by name)")
 	fs.StringVar(&o.WebhookService, "webhook-service", "luaop-webhook", "the operator's --webhook-service ([namespace/]name): the generated webhook certificate is kept in the Secret <name>-tls (granted by name)")
+	addRBACShardFlags(fs, &o.Shard)
 	fs.BoolVar(&o.MetricsAuth, "metrics-auth", true, "grant TokenReviews and SubjectAccessReviews, with which --metrics-secure (luaop run's default) authenticates and authorizes the clients of /metrics")
 	return cmd
 }
@@ -344,6 +348,11 @@ func generateRBAC(cmd *cobra.Command, dir string, o rbacOptions) (string, []stri
 		fmt.Fprintf(&b, "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: %s\n  namespace: %s\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: %s\nsubjects:\n- kind: ServiceAccount\n  name: %s\n  namespace: %s\n",
 			name, ns, name, saName, saNS)
 	}
+	sharding, err := shardingRBAC(o, saNS, saName)
+	if err != nil {
+		return "", nil, err
+	}
+	b.WriteString(sharding)
 	return b.String(), warnings, nil
 }
 
@@ -454,5 +463,6 @@ func rbacCommandLine(dir string, o rbacOptions) string {
 	if o.PeeringNamespace != "" {
 		args = append(args, "--peering-namespace", o.PeeringNamespace)
 	}
+	args = append(args, o.Shard.args()...)
 	return strings.Join(append(args, dir), " ")
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/luaop/luaop/luabind"
 	"github.com/luaop/luaop/processing"
 	"github.com/luaop/luaop/processing/causes"
+	"github.com/luaop/luaop/sharding"
 	"github.com/luaop/luaop/state"
 )
 
@@ -41,15 +42,18 @@ that nothing stays stuck in deletion once the operator is gone: the step before
 uninstalling, or after scripts that needed a finalizer (delete handlers, daemons,
 timers) stopped handling a resource.
 
-With --purge it also removes the operator's annotations (<prefix>/*: handler progress
-and the last handled state) and its status field (status.<prefix with dots as
+With --purge it also removes the operator's annotations (<prefix>/*: handler progress,
+the last handled state, a sharding handover), the label <prefix>/shard (the replica
+an object is assigned to, --shard-across-replicas) and its status field (status.<prefix with dots as
 underscores>), so that a later install handles every object as new. Handler results
 (status.<handler id>) are the scripts' data and stay.
 
 Stop the operator first (kubectl scale deployment/luaop --replicas=0): a running
 operator puts its finalizer back. luaop release refuses while the operator's leader
 Lease (--leader-elect; --leader-election-name and -namespace as for luaop run) is held
-and renewed, unless --force; an operator without leader election cannot be seen. Objects already being deleted are deleted by the API
+and renewed, or while a replica of a sharded operator (--shard-across-replicas, of
+--shard-group) holds its membership Lease, unless --force; an operator without leader
+election or sharding cannot be seen. Objects already being deleted are deleted by the API
 server as soon as the finalizer is gone, without their delete handlers.
 
 --prefix, --namespaces (-n, -A) and the kubeconfig are read as by luaop run (flags,
@@ -88,6 +92,9 @@ and prints it: nothing is written.`,
 			if err := checkOperatorStopped(cmd.Context(), kc, s, o.force, time.Now(), cmd.ErrOrStderr()); err != nil {
 				return err
 			}
+			if err := checkShardMembersStopped(cmd.Context(), kc, o.shardGroup, o.force || s.DryRun, time.Now(), cmd.ErrOrStderr()); err != nil {
+				return err
+			}
 			_, err = release(cmd.Context(), cfg, s, o, cmd.OutOrStdout())
 			return err
 		},
@@ -96,9 +103,10 @@ and prints it: nothing is written.`,
 	addClusterFlags(fs)
 	fs.String("prefix", "luaop.dev", "the operator's prefix (luaop run --prefix): its finalizer is <prefix>/finalizer")
 	fs.Bool("dry-run", false, "print what would change and send it as a server-side dry run: nothing is written")
-	fs.BoolVar(&o.purge, "purge", false, "also remove the operator's annotations (<prefix>/*) and its status field (status.<prefix_with_underscores>)")
+	fs.BoolVar(&o.purge, "purge", false, "also remove the operator's annotations (<prefix>/*), its shard label (<prefix>/shard) and its status field (status.<prefix_with_underscores>)")
 	fs.String("leader-election-namespace", "", "namespace of the operator's leader Lease (luaop run --leader-election-namespace; default: looked for in every namespace)")
 	fs.String("leader-election-name", "luaop", "name of the operator's leader Lease (luaop run --leader-election-name)")
+	fs.StringVar(&o.shardGroup, "shard-group", sharding.DefaultGroup, "the operator's --shard-group (with --shard-across-replicas): luaop release refuses while a replica of the group holds its membership Lease, in any namespace")
 	fs.BoolVar(&o.force, "force", false, "release even while the operator's leader Lease is held and renewed (the running operator puts its finalizer back)")
 	fs.StringSliceVar(&o.resources, "resource", nil, "a resource to release besides those of DIR, as scripts write it (group/version/plural, v1/plural); repeatable")
 	return cmd
@@ -109,6 +117,9 @@ type releaseOptions struct {
 	resources []string
 	purge     bool
 	force     bool
+	// shardGroup is luaop run's --shard-group: its members' Leases say whether a
+	// sharded operator runs.
+	shardGroup string
 }
 
 // checkOperatorStopped refuses to release while the operator runs: its leader Lease
@@ -164,6 +175,40 @@ func checkOperatorStopped(ctx context.Context, kc kubernetes.Interface, s settin
 		return errors.New(msg + "; --force releases anyway")
 	}
 	return nil
+}
+
+// checkShardMembersStopped refuses to release while a replica of a sharded
+// operator (--shard-across-replicas, of the given --shard-group) runs: its
+// membership Lease, labelled with the group, is held and was renewed within its
+// duration. A running replica puts the finalizer back and its coordinator the
+// shard label. A clean stop deletes the Lease; a killed replica's expires. warnOnly
+// (--force, --dry-run) only warns.
+func checkShardMembersStopped(ctx context.Context, kc kubernetes.Interface, group string, warnOnly bool, now time.Time, warn io.Writer) error {
+	list, err := kc.CoordinationV1().Leases(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: sharding.GroupLabel + "=" + group})
+	if err != nil {
+		fmt.Fprintf(warn, "warning: cannot list the membership Leases of the shard group %s to check that the operator is stopped: %v\n", group, err)
+		return nil
+	}
+	var live []string
+	namespace := ""
+	for i := range list.Items {
+		l := &list.Items[i]
+		if holder, renewed, _, ok := leaseHeld(l, now); ok {
+			live = append(live, fmt.Sprintf("%s (renewed %s ago)", holder, now.Sub(renewed).Round(time.Second)))
+			namespace = l.Namespace
+		}
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("the sharded operator is running: %d replica(s) of the shard group %s hold their membership Lease in namespace %s: %s; "+
+		"a running operator puts its finalizer and shard label back. Stop it first (kubectl -n %s scale deployment/<the operator> --replicas=0), then run luaop release again",
+		len(live), group, namespace, strings.Join(live, ", "), namespace)
+	if warnOnly {
+		fmt.Fprintln(warn, "warning:", msg)
+		return nil
+	}
+	return errors.New(msg + "; --force releases anyway")
 }
 
 // leaseHeld tells whether a Lease has a holder that renewed it within its duration.
@@ -243,6 +288,7 @@ func release(ctx context.Context, cfg *rest.Config, s settings, o releaseOptions
 		dyn:         dyn,
 		finalizer:   processing.Finalizer(s.Prefix),
 		annotations: s.Prefix + "/",
+		shardLabel:  state.ShardLabel(s.Prefix),
 		statusField: statusField(s.Prefix),
 		purge:       o.purge,
 		dryRun:      s.DryRun,
@@ -250,7 +296,7 @@ func release(ctx context.Context, cfg *rest.Config, s settings, o releaseOptions
 	}
 	what := "finalizer " + r.finalizer
 	if o.purge {
-		what += ", annotations " + r.annotations + "*, status." + r.statusField
+		what += ", annotations " + r.annotations + "*, label " + r.shardLabel + ", status." + r.statusField
 	}
 	mode := ""
 	if s.DryRun {
@@ -336,6 +382,7 @@ type releaser struct {
 	dyn         dynamic.Interface
 	finalizer   string
 	annotations string // the annotations' prefix: "luaop.dev/"
+	shardLabel  string // --shard-across-replicas's label: "luaop.dev/shard"
 	statusField string
 	purge       bool
 	dryRun      bool
@@ -468,6 +515,13 @@ func (r releaser) patches(obj *unstructured.Unstructured, statusSubresource bool
 		}
 		if len(keys) > 0 {
 			removed = append(removed, fmt.Sprintf("%d annotation(s)", len(keys)))
+		}
+		// The shard label (--shard-across-replicas; its handover annotation is one
+		// of the annotations above): a later install without sharding would keep
+		// it, and a sharded one assigns the objects again.
+		if _, ok := obj.GetLabels()[r.shardLabel]; ok {
+			ops = append(ops, map[string]any{"op": "remove", "path": "/metadata/labels/" + jsonPointerEscape(r.shardLabel)})
+			removed = append(removed, "label "+r.shardLabel)
 		}
 	}
 	if len(ops) > 1 {

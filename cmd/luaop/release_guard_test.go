@@ -183,3 +183,43 @@ func TestReleaseChecksTheLeaseOnTheServer(t *testing.T) {
 	}
 	_ = root
 }
+
+// luaop release refuses while a replica of the sharded operator's group holds
+// its membership Lease (renewed within its duration), naming the group and the
+// namespace; an expired Lease, another group and --force/--dry-run let it go on.
+func TestReleaseRefusesWhileShardMembersRun(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	member := func(group string, renewedAgo time.Duration) *coordinationv1.Lease {
+		return &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ops", Name: group + "-member-luaop-7d9f8c6b5-x2x7k-0a1b", Labels: map[string]string{"luaop.dev/shard-group": group}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("luaop-7d9f8c6b5-x2x7k-0a1b"), LeaseDurationSeconds: ptr.To[int32](15),
+				RenewTime: &metav1.MicroTime{Time: now.Add(-renewedAgo)}},
+		}
+	}
+	for _, tt := range []struct {
+		name     string
+		lease    *coordinationv1.Lease
+		warnOnly bool
+		refused  bool
+		warn     string
+	}{
+		{"held", member("luaop", 2*time.Second), false, true, ""},
+		{"expired", member("luaop", time.Minute), false, false, ""},
+		{"another group", member("other", time.Second), false, false, ""},
+		{"--force or --dry-run", member("luaop", time.Second), true, false, "warning: the sharded operator is running"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var warn bytes.Buffer
+			err := checkShardMembersStopped(t.Context(), kubefake.NewClientset(tt.lease), "luaop", tt.warnOnly, now, &warn)
+			if tt.refused != (err != nil) {
+				t.Fatalf("refused: %v, want %v", err, tt.refused)
+			}
+			if err != nil && (!strings.Contains(err.Error(), "shard group luaop") || !strings.Contains(err.Error(), "namespace ops") || !strings.Contains(err.Error(), "--force")) {
+				t.Errorf("error %q does not name the group, the namespace and --force", err)
+			}
+			if !strings.Contains(warn.String(), tt.warn) {
+				t.Errorf("warnings %q lack %q", warn.String(), tt.warn)
+			}
+		})
+	}
+}

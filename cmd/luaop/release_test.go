@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -224,7 +225,11 @@ func TestReleasePatches(t *testing.T) {
 		}
 		return &unstructured.Unstructured{Object: o}
 	}
-	r := releaser{finalizer: "luaop.dev/finalizer", annotations: "luaop.dev/", statusField: "luaop_dev"}
+	withLabels := func(o *unstructured.Unstructured, labels map[string]any) *unstructured.Unstructured {
+		o.Object["metadata"].(map[string]any)["labels"] = labels
+		return o
+	}
+	r := releaser{finalizer: "luaop.dev/finalizer", annotations: "luaop.dev/", shardLabel: "luaop.dev/shard", statusField: "luaop_dev"}
 	purge := r
 	purge.purge = true
 	test := `{"op":"test","path":"/metadata/resourceVersion","value":"42"}`
@@ -243,6 +248,9 @@ func TestReleasePatches(t *testing.T) {
 		{"purge with a status subresource", purge, obj([]any{"luaop.dev/finalizer"}, map[string]any{"luaop.dev/greet": "{}", "luaop.dev.x/y": "k", "other/z": "k"}, map[string]any{"luaop_dev": map[string]any{}, "greet": "r"}), true,
 			`[` + test + `,{"op":"replace","path":"/metadata/finalizers","value":[]},{"op":"remove","path":"/metadata/annotations/luaop.dev~1greet"}]`,
 			`[{"op":"remove","path":"/status/luaop_dev"}]`, "finalizer, 1 annotation(s), status.luaop_dev"},
+		{"the shard label without purge", r, withLabels(obj(nil, nil, nil), map[string]any{"luaop.dev/shard": "m1"}), true, "", "", ""},
+		{"purge: the shard label, others' kept", purge, withLabels(obj(nil, nil, nil), map[string]any{"luaop.dev/shard": "m1", "luaop.dev/sharding": "x", "app": "a"}), true,
+			`[` + test + `,{"op":"remove","path":"/metadata/labels/luaop.dev~1shard"}]`, "", "label luaop.dev/shard"},
 		{"purge without a status subresource", purge, obj(nil, nil, map[string]any{"luaop_dev": "x"}), false,
 			`[` + test + `,{"op":"remove","path":"/status/luaop_dev"}]`, "", "status.luaop_dev"},
 	} {
@@ -252,5 +260,87 @@ func TestReleasePatches(t *testing.T) {
 				t.Errorf("patches:\n meta   %s\n status %s\n removed %q\nwant\n meta   %s\n status %s\n removed %q", meta, status, removed, tt.meta, tt.status, tt.removed)
 			}
 		})
+	}
+}
+
+// A sharded operator (--shard-across-replicas) labelled its objects with their
+// replica (<prefix>/shard): luaop release refuses while a replica of its group
+// holds its membership Lease; once it stopped, --purge removes the label with
+// the handover annotation, and keeps the others' labels.
+func TestReleasePurgeRemovesTheShardLabel(t *testing.T) {
+	env, _ := exampleCluster(t)
+	ns := env.Namespace(t)
+	ctx := t.Context()
+	kubeconfig := testKubeconfig(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "widgets.lua"), []byte(`local luaop = require("luaop")
+luaop.on.create("examples.luaop.dev/v1/widgets", function(ctx) return true end, { id = "seen" })
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	group := "purge"
+	widgets := env.Dynamic.Resource(schema.GroupVersionResource{Group: "examples.luaop.dev", Version: "v1", Resource: "widgets"}).Namespace(ns)
+	w := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "examples.luaop.dev/v1", "kind": "Widget",
+		"metadata": map[string]any{"name": "w1", "labels": map[string]any{"app": "mine"}}, "spec": map[string]any{"size": int64(1)}}}
+	if _, err := widgets.Create(ctx, w, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	var logs bytes.Buffer
+	root := newRootCommand()
+	root.SetOut(&logs)
+	root.SetErr(&logs)
+	root.SetArgs([]string{"run", "--kubeconfig", kubeconfig, "-n", ns, "--shard-across-replicas", "--shard-namespace", ns, "--shard-group", group,
+		"--health-address", "", "--metrics-address", "", "--post-events=false", "-q", dir})
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(runCtx) }()
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("luaop run --shard-across-replicas ended with %v\n%s", err, logs.String())
+			}
+		}
+	}
+	t.Cleanup(stop)
+	testcluster.Eventually(t, 60*time.Second, func() (bool, string) {
+		got, err := widgets.Get(ctx, "w1", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		seen, _, _ := unstructured.NestedBool(got.Object, "status", "seen")
+		return got.GetLabels()["luaop.dev/shard"] != "" && seen, fmt.Sprintf("not labelled and handled yet: %v %v", got.GetLabels(), got.Object["status"])
+	})
+
+	args := []string{"release", "--kubeconfig", kubeconfig, "-n", ns, "--purge", "--shard-group", group, dir}
+	if out, err := runLuaop(t, args...); err == nil || !strings.Contains(err.Error(), "shard group "+group) || !strings.Contains(err.Error(), "in namespace "+ns) {
+		t.Errorf("luaop release while a sharded replica runs: %v, want it refused naming the group and the namespace\n%s", err, out)
+	}
+	stop()
+	// A handover the coordinator had marked when the operator stopped.
+	if _, err := widgets.Patch(ctx, "w1", types.MergePatchType, []byte(`{"metadata":{"annotations":{"luaop.dev/shard-handover":"gone"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runLuaop(t, args...)
+	if err != nil {
+		t.Fatalf("luaop release --purge: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "/w1: removed 1 annotation(s), label luaop.dev/shard, status.luaop_dev") {
+		t.Errorf("luaop release --purge does not say it removed the shard label:\n%s", out)
+	}
+	got, err := widgets.Get(ctx, "w1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := got.GetLabels(); l["luaop.dev/shard"] != "" || l["app"] != "mine" {
+		t.Errorf("labels after --purge: %v, want the shard label gone and app=mine kept", l)
+	}
+	for k := range got.GetAnnotations() {
+		if strings.HasPrefix(k, "luaop.dev/") {
+			t.Errorf("--purge left the annotation %s", k)
+		}
 	}
 }
