@@ -14,6 +14,8 @@ import (
 
 	"github.com/luaop/luaop/admission"
 	"github.com/luaop/luaop/luabind"
+	"github.com/luaop/luaop/scriptcheck"
+	"github.com/luaop/luaop/scriptsource"
 )
 
 type rbacOptions struct {
@@ -174,7 +176,7 @@ func (rs ruleSet) add(group, resource, source string, verbs ...string) {
 }
 
 func generateRBAC(cmd *cobra.Command, dir string, o rbacOptions) (string, []string, error) {
-	scripts, err := luabind.ReadDir(dir)
+	scripts, err := scriptsource.ReadDir(dir)
 	if err != nil {
 		return "", nil, err
 	}
@@ -214,7 +216,7 @@ func generateRBAC(cmd *cobra.Command, dir string, o rbacOptions) (string, []stri
 		}
 	}
 	var unresolved []string
-	for _, c := range luabind.Analyze(scripts).KubeCalls {
+	for _, c := range scriptcheck.Analyze(scripts).KubeCalls {
 		where := fmt.Sprintf("%s:%d", c.File, c.Line)
 		if !c.Resolved {
 			unresolved = append(unresolved, fmt.Sprintf("%s: luaop.kube.%s", where, c.Verb))
