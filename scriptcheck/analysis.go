@@ -10,6 +10,7 @@ import (
 	"github.com/luaop/luaop/third_party/gopher-lua/ast"
 
 	"github.com/luaop/luaop/luabind"
+	"github.com/luaop/luaop/scriptapi"
 )
 
 // KubeCall is one luaop.kube call found in the source.
@@ -21,6 +22,13 @@ type KubeCall struct {
 	// functions returning table constructors, luaop.adopt/label of those).
 	APIVersion, Kind string
 	Resolved         bool
+}
+
+// Function is the function of scriptapi's table the call is of (its Access says
+// what the call needs).
+func (c KubeCall) Function() scriptapi.Function {
+	f, _ := scriptapi.Lookup("kube." + c.Verb)
+	return f
 }
 
 // Registration is one handler registration found in the source.

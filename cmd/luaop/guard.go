@@ -18,9 +18,9 @@ import (
 
 	"github.com/luaop/luaop/admission"
 	"github.com/luaop/luaop/luabind"
+	"github.com/luaop/luaop/processing/causes"
 	"github.com/luaop/luaop/scriptcheck"
 	"github.com/luaop/luaop/scriptsource"
-	"github.com/luaop/luaop/processing/causes"
 )
 
 // The operator guards its own scripts (issue 21):
