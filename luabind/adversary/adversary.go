@@ -5,6 +5,11 @@
 // process whose peak RSS is measured) run every case: each must fail within a second
 // of its deadline, or at once at a limit, with file:line and a clear reason, while
 // other objects keep being handled.
+//
+// It owns the cases only (Lua source, the handler id, the error wanted): it is
+// data for the suites of luabind, scriptcheck and cmd/luaop, and must import nothing
+// of luaop's, so that every suite can run the same attacks without depending on
+// another's package.
 package adversary
 
 import (
