@@ -206,8 +206,9 @@ func generateRBAC(cmd *cobra.Command, dir string, o rbacOptions) (string, []stri
 	if len(admissionSources) == 0 && o.ScriptsWebhook && o.ScriptsConfigMap != "" {
 		admissionSources = append(admissionSources, "--scripts-configmap")
 	}
+	d.admissionSources = admissionSources
 	for _, section := range rbacSections {
-		if err := section(d, admissionSources); err != nil {
+		if err := section(d); err != nil {
 			return "", nil, err
 		}
 	}
@@ -221,17 +222,20 @@ type rbacDoc struct {
 	saNS, saName string
 	b            strings.Builder
 	warnings     []string
+	// admissionSources are the files with admission handlers (or
+	// "--scripts-configmap" when the operator guards its scripts ConfigMap).
+	admissionSources []string
 }
 
 // rbacSections write the roles of the operator's own machinery after those of the
 // scripts, in this order; each writes nothing when its options do not call for it.
-// admissionSources are the files with admission handlers (or "--scripts-configmap").
-var rbacSections = []func(d *rbacDoc, admissionSources []string) error{
+// A new component that needs access of its own adds its section here.
+var rbacSections = []func(d *rbacDoc) error{
 	(*rbacDoc).writeWebhookRoles,
-	func(d *rbacDoc, _ []string) error { d.writeMetricsAuthRole(); return nil },
-	func(d *rbacDoc, _ []string) error { return d.writeLastGoodRole() },
-	func(d *rbacDoc, _ []string) error { d.writePeeringRole(); return nil },
-	func(d *rbacDoc, _ []string) error { d.writeLeaderElectionRole(); return nil },
+	(*rbacDoc).writeMetricsAuthRole,
+	(*rbacDoc).writeLastGoodRole,
+	(*rbacDoc).writePeeringRole,
+	(*rbacDoc).writeLeaderElectionRole,
 }
 
 // watchedRules are the rules of the resources the handlers watch, and the files
@@ -341,7 +345,8 @@ func (d *rbacDoc) writeRole(comment, name, ns, rules string, first bool) {
 // operator guards its scripts ConfigMap), the ClusterRole of the webhook
 // configurations, the Role of the webhook certificate's Secret and what the
 // reachability probe needs.
-func (d *rbacDoc) writeWebhookRoles(admissionSources []string) error {
+func (d *rbacDoc) writeWebhookRoles() error {
+	admissionSources := d.admissionSources
 	if len(admissionSources) == 0 {
 		return nil
 	}
@@ -378,13 +383,14 @@ func (d *rbacDoc) writeWebhookRoles(admissionSources []string) error {
 
 // writeMetricsAuthRole writes, with --metrics-auth, the ClusterRole with which
 // --metrics-secure authenticates and authorizes the clients of /metrics.
-func (d *rbacDoc) writeMetricsAuthRole() {
+func (d *rbacDoc) writeMetricsAuthRole() error {
 	if !d.o.MetricsAuth {
-		return
+		return nil
 	}
 	d.writeRole("# Secure metrics (--metrics-secure, luaop run's default): the bearer token of a client of\n# /metrics is authenticated with a TokenReview and authorized with a SubjectAccessReview\n# (get on the non-resource URL /metrics), as controller-runtime's secure metrics do.\n",
 		d.o.Name+"-metrics-auth", "",
 		"- apiGroups: [authentication.k8s.io]\n  resources: [tokenreviews]\n  verbs: [create]\n- apiGroups: [authorization.k8s.io]\n  resources: [subjectaccessreviews]\n  verbs: [create]\n", false)
+	return nil
 }
 
 // writeLastGoodRole writes, with --scripts-configmap, the Role of the ConfigMap where
@@ -407,30 +413,32 @@ func (d *rbacDoc) writeLastGoodRole() error {
 	return nil
 }
 
-// writePeeringRole writes, unless --standalone, the Role of the peering Leases.
-func (d *rbacDoc) writePeeringRole() {
-	if d.o.Standalone {
-		return
-	}
-	ns := d.o.PeeringNamespace
+// orOwnNamespace is ns, or the ServiceAccount's namespace when ns is "".
+func (d *rbacDoc) orOwnNamespace(ns string) string {
 	if ns == "" {
-		ns = d.saNS
+		return d.saNS
+	}
+	return ns
+}
+
+// writePeeringRole writes, unless --standalone, the Role of the peering Leases.
+func (d *rbacDoc) writePeeringRole() error {
+	if d.o.Standalone {
+		return nil
 	}
 	d.writeRole("# Peering: the operator's own Lease and those of the other operators of its prefix\n# (luaop dev pauses it), in the namespace of --peering-namespace; creates there are\n# also the webhooks' reachability probe (a dry run). Omit with --standalone.\n",
-		d.o.Name+"-peering", ns, "- apiGroups: [coordination.k8s.io]\n  resources: [leases]\n  verbs: [get, list, watch, create, update, delete]\n", false)
+		d.o.Name+"-peering", d.orOwnNamespace(d.o.PeeringNamespace), "- apiGroups: [coordination.k8s.io]\n  resources: [leases]\n  verbs: [get, list, watch, create, update, delete]\n", false)
+	return nil
 }
 
 // writeLeaderElectionRole writes, with --leader-elect, the Role of the Lease.
-func (d *rbacDoc) writeLeaderElectionRole() {
+func (d *rbacDoc) writeLeaderElectionRole() error {
 	if !d.o.LeaderElect {
-		return
-	}
-	ns := d.o.LeaderNamespace
-	if ns == "" {
-		ns = d.saNS
+		return nil
 	}
 	d.writeRole("# Leader election: the Lease lives in the operator's own namespace only (watch: a\n# standby sees a release at once and takes over without waiting for its next try).\n",
-		d.o.Name+"-leader-election", ns, "- apiGroups: [coordination.k8s.io]\n  resources: [leases]\n  verbs: [get, watch, create, update]\n", false)
+		d.o.Name+"-leader-election", d.orOwnNamespace(d.o.LeaderNamespace), "- apiGroups: [coordination.k8s.io]\n  resources: [leases]\n  verbs: [get, watch, create, update]\n", false)
+	return nil
 }
 
 // writeRules writes a rule set as RBAC rules: one rule per API group and set of
