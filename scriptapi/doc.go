@@ -4,11 +4,11 @@
 // and whether it returns the object it is given. It also lists the handler options.
 //
 // Four parts read it, so that a function added to one is not forgotten by another:
-//   - luabind (the runtime) installs luaop.kube from it and fails to start a state
-//     when the table and its implementations disagree; its tests walk the module of a
-//     real state against the table (every installed function listed, every listed one
-//     installed) and the stubs (luaop_meta.lua) against it (the same functions, the
-//     same parameters);
+//   - luabind (the runtime) installs luaop.kube, json, yaml and the event helpers
+//     from it, and makes no state when those implementations and the table
+//     disagree; its tests walk the module of a real state against the table (every
+//     installed function listed, every listed one installed) and the stubs
+//     (luaop_meta.lua) against it (the same functions, the same parameters);
 //   - scriptcheck (luaop check's analyser) finds registrations, their option
 //     arguments, luaop.kube calls and the object helpers by it;
 //   - cmd/luaop's `luaop rbac` grants each luaop.kube call the verbs listed here.
