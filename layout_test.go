@@ -20,19 +20,11 @@ const maxFuncLines = 100
 // longFunctionsAllowed are the functions over maxFuncLines that may stay for now, as
 // "path Receiver.Name" (or "path Name"). The list must end empty: an entry that is
 // no longer over the limit fails the test too, so that it is removed.
-var longFunctionsAllowed = map[string]string{
-	// Being split in issue 32 (i32a/b/c): remove each entry once its branch is merged.
-	"luabind/kube.go shard.installKube":                  "i32c",
-	"cmd/luaop/rbac.go generateRBAC":                     "i32c",
-	"luabind/internal/luavalue/proxy.go state.initProxy": "i32c",
-}
+var longFunctionsAllowed = map[string]string{}
 
 // docMissingAllowed are the packages that may lack a doc.go for now. The list must
 // end empty, like longFunctionsAllowed.
-var docMissingAllowed = map[string]string{
-	// Being written in issue 32 (i32a/b/c): remove each entry once its branch is merged.
-	"luabind/adversary": "i32c",
-}
+var docMissingAllowed = map[string]string{}
 
 // goDirs are the folders of the module holding Go files (its packages, tests-only
 // ones included), relative and slash-separated, "." for the root; third_party/,

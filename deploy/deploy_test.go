@@ -35,6 +35,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/luaop/luaop/luabind"
+	"github.com/luaop/luaop/scriptsource"
 )
 
 const (
@@ -453,7 +454,7 @@ func TestMyScriptsOverlay(t *testing.T) {
 	if !slices.Equal(keys, []string{"hello.lua", "lib__greeting.lua"}) {
 		t.Errorf("ConfigMap %s keys %v, want [hello.lua lib__greeting.lua]", cm.Name, keys)
 	}
-	scripts, err := luabind.ReadDir(mount)
+	scripts, err := scriptsource.ReadDir(mount)
 	if err != nil {
 		t.Fatal(err)
 	}

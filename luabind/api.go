@@ -15,6 +15,7 @@ import (
 	"github.com/luaop/luaop/luabind/internal/luaerr"
 	"github.com/luaop/luaop/luabind/internal/luavalue"
 	"github.com/luaop/luaop/processing/causes"
+	"github.com/luaop/luaop/scriptapi"
 	"github.com/luaop/luaop/state"
 )
 
@@ -264,18 +265,14 @@ func defaultID(col *collected, source, suffix string) string {
 	return id
 }
 
-var knownOptions = map[string]bool{
-	"id": true, "retries": true, "backoff": true, "timeout": true, "errors": true, "param": true,
-	"labels": true, "annotations": true, "field": true, "value": true, "when": true, "old": true, "new": true,
-	"optional": true, "deleted": true, "interval": true, "initial_delay": true, "idle": true, "sharp": true,
-	"cancellation_timeout": true, "cancellation_backoff": true, "operations": true, "side_effects": true, "failure_policy": true, "subresource": true,
-}
+// knownOptionsList lists the handler options in an error message.
+var knownOptionsList = strings.Join(scriptapi.HandlerOptions, ", ")
 
 func (s *shard) applyOptions(L *lua.LState, spec *causes.Spec, fns *handlerFns, f *dataFilters, opts *lua.LTable) {
 	opts.ForEach(func(k, v lua.LValue) {
 		key, ok := k.(lua.LString)
-		if !ok || !knownOptions[string(key)] {
-			L.RaiseError("unknown handler option %s; known options: id, retries, backoff, timeout, errors, param, labels, annotations, field, value, when, old, new, optional, deleted, interval, initial_delay, idle, sharp, cancellation_backoff, cancellation_timeout, operations, side_effects, failure_policy, subresource", k.String())
+		if !ok || !scriptapi.IsHandlerOption(string(key)) {
+			L.RaiseError("unknown handler option %s; known options: %s", k.String(), knownOptionsList)
 		}
 		name := string(key)
 		switch name {

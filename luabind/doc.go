@@ -121,7 +121,8 @@
 // a call logs at most 1 MiB; a ctx, its patch and its memo are dead after their call
 // (endCtx, endPatch, memo views). What would still hold a state past its deadline
 // is reported and the state replaced (stuck.go). luabind/adversary holds the
-// attacks every suite runs.
+// attacks every suite runs (it is data: scripts and the errors they must give; it
+// imports nothing of luaop's).
 //
 // # Data
 //
@@ -133,8 +134,27 @@
 // # Rooms
 //
 // This package holds the runtime (shards, threads, calls, reloads, the luaop module,
-// admission, memory budget, luaop check). Three concepts it uses have rooms of their
-// own under internal/, each with its tests:
+// admission, memory budget) and the editor files that describe the module (the
+// stubs, .luarc.json, .luacheckrc). Next to it, in rooms of their own:
+//   - scriptapi is the table of the module's functions (parameters, what each
+//     registers, the cluster access each needs) and of the handler options. The
+//     runtime installs luaop.kube, json, yaml and the event helpers from it
+//     (installFunctions refuses an implementation it does not list, and a listed
+//     function without one); TestRuntimeInstallsTheTableOfFunctions and
+//     TestStubsDeclareTheTableOfFunctions hold the module and the stubs to it.
+//   - scriptsource reads the scripts folder (Script is its type; ReadDir here is a
+//     forwarder for the packages not moved to it yet).
+//   - scriptcheck is `luaop check`: it analyses the source this package parses
+//     (ParseScript, the tree Load compiles) and loads the scripts in a throwaway
+//     Runtime without a cluster.
+//
+// luabind imports neither scriptcheck nor anything above it (processing's
+// reactor, operator, cmd/): of the core it knows only processing/causes (the
+// handler specs and calls it is given) and state; it calls back through the
+// causes.Call callbacks and the Kube interface only, never a caller's package.
+//
+// Three concepts it uses have rooms of their own under internal/, each with its
+// tests:
 //   - internal/sandbox makes the states (safe libraries, string functions bounded in
 //     size, pairs/ipairs honouring __pairs/__ipairs) and isolates the scripts of a
 //     state (sandbox.Isolation: each file's own globals, read-only views of the

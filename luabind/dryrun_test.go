@@ -13,7 +13,7 @@ import (
 
 // recordingKube answers reads from objects and counts writes (there must be none).
 type recordingKube struct {
-	noCluster
+	Kube    // nil: the dry run must call no other method
 	objects map[string]map[string]any
 	writes  []string
 	events  int

@@ -187,27 +187,6 @@ luaop.timer("v1/pods", f, { id = "x", interval = 1 })`},
 	}
 }
 
-// luaop check agrees with the load: one local function for two causes under one id
-// is no duplicate; two functions under one id are.
-func TestCheckAcceptsOneFunctionForTwoCauses(t *testing.T) {
-	a := Analyze(scriptsOf("pods.lua", `local luaop = require("luaop")
-local function f(ctx) end
-luaop.on.resume("v1/pods", f, { id = "f" })
-luaop.on.create("v1/pods", f, { id = "f" })
-luaop.on.create("v1/pods", function() end, { id = "g" })
-luaop.on.update("v1/pods", function() end, { id = "g" })
-`))
-	var dups []string
-	for _, p := range a.Problems {
-		if strings.Contains(p.Message, "duplicate handler id") {
-			dups = append(dups, p.Message)
-		}
-	}
-	if len(dups) != 1 || !strings.Contains(dups[0], `"g"`) {
-		t.Errorf("duplicates reported: %q; want only g's", dups)
-	}
-}
-
 // What one object's index function returns stays in the operator's memory while the
 // object exists, so it is bound as a handler's result is (1.5 MiB as JSON), in all:
 // entries under keys that are tables are converted one by one, against one budget,

@@ -16,6 +16,7 @@ import (
 
 	"github.com/luaop/luaop/luabind/internal/luaerr"
 	"github.com/luaop/luaop/luabind/internal/luavalue"
+	"github.com/luaop/luaop/scriptapi"
 	"github.com/luaop/luaop/yaml12"
 )
 
@@ -36,281 +37,335 @@ type Kube interface {
 // Lua's io functions do: nil, message, reason ("NotFound", "AlreadyExists", ...).
 func (s *shard) installKube(mod *lua.LTable) {
 	L := s.L
-	kube := L.NewTable()
-	fns := map[string]lua.LGFunction{
-		"get": func(L *lua.LState) int {
-			k := s.kube(L)
-			apiVersion, kind, ns, name := L.CheckString(1), L.CheckString(2), L.OptString(3, ""), L.CheckString(4)
-			var obj map[string]any
-			var err error
-			s.blockingPoint(L, func(ctx context.Context) { obj, err = k.Get(ctx, apiVersion, kind, ns, name) })
-			return s.pushObject(L, obj, err)
-		},
-		"list": func(L *lua.LState) int {
-			selector := ""
-			switch v := L.Get(4).(type) {
-			case lua.LString:
-				selector = string(v)
-			case *lua.LTable:
-				selector = lua.LVAsString(v.RawGetString("selector"))
-			}
-			k := s.kube(L)
-			apiVersion, kind, ns := L.CheckString(1), L.CheckString(2), L.OptString(3, "")
-			var items []map[string]any
-			var err error
-			s.blockingPoint(L, func(ctx context.Context) { items, err = k.List(ctx, apiVersion, kind, ns, selector) })
-			if err != nil {
-				return s.pushError(L, err)
-			}
-			t := L.CreateTable(len(items), 0)
-			for _, it := range items {
-				t.Append(luavalue.ToLua(L, it))
-			}
-			listMT, _ := luavalue.Markers(L)
-			L.SetMetatable(t, listMT)
-			L.Push(t)
-			return 1
-		},
-		"create": func(L *lua.LState) int {
-			k := s.kube(L)
-			obj := s.checkObject(L, 1)
-			var created map[string]any
-			var err error
-			s.blockingPoint(L, func(ctx context.Context) { created, err = k.Create(ctx, obj) })
-			return s.pushObject(L, created, err)
-		},
-		"patch": func(L *lua.LState) int {
-			patch, err := luavalue.FromLua(L.CheckAny(5))
-			if err != nil {
-				L.ArgError(5, err.Error())
-			}
-			k := s.kube(L)
-			apiVersion, kind, ns, name, patchType := L.CheckString(1), L.CheckString(2), L.OptString(3, ""), L.CheckString(4), L.OptString(6, "merge")
-			var out map[string]any
-			s.blockingPoint(L, func(ctx context.Context) { out, err = k.Patch(ctx, apiVersion, kind, ns, name, patch, patchType) })
-			return s.pushObject(L, out, err)
-		},
-		"delete": func(L *lua.LState) int {
-			k := s.kube(L)
-			apiVersion, kind, ns, name := L.CheckString(1), L.CheckString(2), L.OptString(3, ""), L.CheckString(4)
-			var err error
-			s.blockingPoint(L, func(ctx context.Context) { err = k.Delete(ctx, apiVersion, kind, ns, name) })
-			if err != nil {
-				return s.pushError(L, err)
-			}
-			L.Push(lua.LTrue)
-			return 1
-		},
-		"apply": func(L *lua.LState) int {
-			obj := s.checkObject(L, 1)
-			force := true
-			if opts := L.OptTable(2, nil); opts != nil {
-				if v := opts.RawGetString("force"); v != lua.LNil {
-					force = lua.LVAsBool(v)
-				}
-			}
-			k := s.kube(L)
-			var out map[string]any
-			var err error
-			s.blockingPoint(L, func(ctx context.Context) { out, err = k.Apply(ctx, obj, force) })
-			return s.pushObject(L, out, err)
-		},
+	for _, ns := range []struct {
+		name  string
+		impls map[string]goFunction
+	}{{"kube", kubeFunctions}, {"json", jsonFunctions}, {"yaml", yamlFunctions}} {
+		t := L.NewTable()
+		s.installFunctions(t, ns.name, ns.impls)
+		mod.RawSetString(ns.name, t)
 	}
-	for name, fn := range fns {
-		kube.RawSetString(name, L.NewFunction(fn))
-	}
-	mod.RawSetString("kube", kube)
+	s.installFunctions(mod, "", eventFunctions)
+	mod.RawSetString("sleep", s.sleepFunction())
+}
 
-	// Events (kopf's posting): luaop.event(objs, type, reason, message) with any
-	// type; luaop.info / warn(objs, reason, message); luaop.exception(objs, reason,
-	// message, err) or luaop.exception(objs, err). objs is an object or a list of
-	// objects: one Event each.
-	mod.RawSetString("event", L.NewFunction(func(L *lua.LState) int {
+// goFunction is the Go implementation of a function of the luaop module, called with
+// its shard and the calling state.
+type goFunction func(s *shard, L *lua.LState) int
+
+// installFunctions sets impls (keyed by their name in scriptapi's table, "kube.get")
+// on t, each under its last name part. Every implementation must be listed in the
+// table, which luaop check, luaop rbac and the stubs read (a function missing there
+// would be unknown to them: luaop rbac would not grant its verbs); with a namespace
+// ("kube"), every function the table lists in it must have an implementation. Both
+// tables are constants: a disagreement is a bug, and no state can be made.
+func (s *shard) installFunctions(t *lua.LTable, namespace string, impls map[string]goFunction) {
+	for name, impl := range impls {
+		if _, ok := scriptapi.Lookup(name); !ok {
+			panic("luabind: luaop." + name + " is not in scriptapi.Functions: add it there (luaop check, luaop rbac and the stubs read that table)")
+		}
+		impl := impl
+		t.RawSetString(name[strings.LastIndex(name, ".")+1:], s.L.NewFunction(func(L *lua.LState) int { return impl(s, L) }))
+	}
+	if namespace == "" {
+		return
+	}
+	for _, f := range scriptapi.Functions {
+		if strings.HasPrefix(f.Name, namespace+".") && impls[f.Name] == nil {
+			panic("luabind: scriptapi.Functions lists luaop." + f.Name + ", which has no implementation")
+		}
+	}
+}
+
+// kubeFunctions implement luaop.kube.
+var kubeFunctions = map[string]goFunction{
+	"kube.get": (*shard).kubeGet, "kube.list": (*shard).kubeList, "kube.create": (*shard).kubeCreate,
+	"kube.patch": (*shard).kubePatch, "kube.delete": (*shard).kubeDelete, "kube.apply": (*shard).kubeApply,
+}
+
+func (s *shard) kubeGet(L *lua.LState) int {
+	k := s.kube(L)
+	apiVersion, kind, ns, name := L.CheckString(1), L.CheckString(2), L.OptString(3, ""), L.CheckString(4)
+	var obj map[string]any
+	var err error
+	s.blockingPoint(L, func(ctx context.Context) { obj, err = k.Get(ctx, apiVersion, kind, ns, name) })
+	return s.pushObject(L, obj, err)
+}
+
+func (s *shard) kubeList(L *lua.LState) int {
+	selector := ""
+	switch v := L.Get(4).(type) {
+	case lua.LString:
+		selector = string(v)
+	case *lua.LTable:
+		selector = lua.LVAsString(v.RawGetString("selector"))
+	}
+	k := s.kube(L)
+	apiVersion, kind, ns := L.CheckString(1), L.CheckString(2), L.OptString(3, "")
+	var items []map[string]any
+	var err error
+	s.blockingPoint(L, func(ctx context.Context) { items, err = k.List(ctx, apiVersion, kind, ns, selector) })
+	if err != nil {
+		return s.pushError(L, err)
+	}
+	t := L.CreateTable(len(items), 0)
+	for _, it := range items {
+		t.Append(luavalue.ToLua(L, it))
+	}
+	listMT, _ := luavalue.Markers(L)
+	L.SetMetatable(t, listMT)
+	L.Push(t)
+	return 1
+}
+
+func (s *shard) kubeCreate(L *lua.LState) int {
+	k := s.kube(L)
+	obj := s.checkObject(L, 1)
+	var created map[string]any
+	var err error
+	s.blockingPoint(L, func(ctx context.Context) { created, err = k.Create(ctx, obj) })
+	return s.pushObject(L, created, err)
+}
+
+func (s *shard) kubePatch(L *lua.LState) int {
+	patch, err := luavalue.FromLua(L.CheckAny(5))
+	if err != nil {
+		L.ArgError(5, err.Error())
+	}
+	k := s.kube(L)
+	apiVersion, kind, ns, name, patchType := L.CheckString(1), L.CheckString(2), L.OptString(3, ""), L.CheckString(4), L.OptString(6, "merge")
+	var out map[string]any
+	s.blockingPoint(L, func(ctx context.Context) { out, err = k.Patch(ctx, apiVersion, kind, ns, name, patch, patchType) })
+	return s.pushObject(L, out, err)
+}
+
+func (s *shard) kubeDelete(L *lua.LState) int {
+	k := s.kube(L)
+	apiVersion, kind, ns, name := L.CheckString(1), L.CheckString(2), L.OptString(3, ""), L.CheckString(4)
+	var err error
+	s.blockingPoint(L, func(ctx context.Context) { err = k.Delete(ctx, apiVersion, kind, ns, name) })
+	if err != nil {
+		return s.pushError(L, err)
+	}
+	L.Push(lua.LTrue)
+	return 1
+}
+
+func (s *shard) kubeApply(L *lua.LState) int {
+	obj := s.checkObject(L, 1)
+	force := true
+	if opts := L.OptTable(2, nil); opts != nil {
+		if v := opts.RawGetString("force"); v != lua.LNil {
+			force = lua.LVAsBool(v)
+		}
+	}
+	k := s.kube(L)
+	var out map[string]any
+	var err error
+	s.blockingPoint(L, func(ctx context.Context) { out, err = k.Apply(ctx, obj, force) })
+	return s.pushObject(L, out, err)
+}
+
+// eventFunctions are the event helpers (kopf's posting): luaop.event(objs, type,
+// reason, message) with any type; luaop.info / warn(objs, reason, message);
+// luaop.exception(objs, reason, message, err) or luaop.exception(objs, err). objs is
+// an object or a list of objects: one Event each.
+var eventFunctions = map[string]goFunction{
+	"event": func(s *shard, L *lua.LState) int {
 		objs := s.checkObjects(L, 1)
 		eventType, reason, message := L.CheckString(2), L.CheckString(3), L.OptString(4, "")
 		return s.postEvents(L, objs, eventType, reason, message)
-	}))
-	for name, eventType := range map[string]string{"info": "Normal", "warn": "Warning"} {
-		eventType := eventType
-		mod.RawSetString(name, L.NewFunction(func(L *lua.LState) int {
-			objs := s.checkObjects(L, 1)
-			reason, message := L.CheckString(2), L.OptString(3, "")
-			return s.postEvents(L, objs, eventType, reason, message)
-		}))
-	}
-	mod.RawSetString("exception", L.NewFunction(func(L *lua.LState) int {
+	},
+	"info": func(s *shard, L *lua.LState) int { return s.postTypedEvents(L, "Normal") },
+	"warn": func(s *shard, L *lua.LState) int { return s.postTypedEvents(L, "Warning") },
+	"exception": func(s *shard, L *lua.LState) int {
 		objs := s.checkObjects(L, 1)
 		reason, message, err := exceptionArgs(L)
 		return s.postEvents(L, objs, "Warning", reason, message+err)
-	}))
+	},
+}
 
-	jsonMod := L.NewTable()
-	jsonMod.RawSetString("encode", L.NewFunction(func(L *lua.LState) int {
-		limit := s.rt.opts.MaxStringSize
-		v, err := luavalue.FromLuaLimited(L.CheckAny(1), luavalue.Limits{MaxBytes: limit})
-		if err != nil {
-			L.ArgError(1, err.Error())
-		}
-		var data []byte
-		s.offLua(L, func() { data, err = json.Marshal(v) })
-		if err != nil {
-			L.RaiseError("json.encode: %s", err)
-		}
-		if len(data) > limit { // escapes made it larger than its strings
-			L.RaiseError("json.encode: result too large (%d bytes > %d)", len(data), limit)
-		}
-		L.Push(lua.LString(data))
-		return 1
-	}))
-	jsonMod.RawSetString("decode", L.NewFunction(func(L *lua.LState) int {
-		data := []byte(L.CheckString(1))
-		if err := s.checkDecodeSize(data); err != nil {
-			L.Push(lua.LNil)
-			L.Push(lua.LString("json.decode: " + err.Error()))
-			return 2
-		}
-		var v any
-		var err error
-		s.offLua(L, func() { err = utiljson.Unmarshal(data, &v) })
-		if err != nil {
-			L.Push(lua.LNil)
-			L.Push(lua.LString("json.decode: " + err.Error()))
-			return 2
-		}
-		L.Push(luavalue.ToLua(L, v))
-		return 1
-	}))
-	mod.RawSetString("json", jsonMod)
+// postTypedEvents is luaop.info and luaop.warn: (objs, reason, message).
+func (s *shard) postTypedEvents(L *lua.LState, eventType string) int {
+	objs := s.checkObjects(L, 1)
+	reason, message := L.CheckString(2), L.OptString(3, "")
+	return s.postEvents(L, objs, eventType, reason, message)
+}
 
-	yamlMod := L.NewTable()
-	yamlMod.RawSetString("decode", L.NewFunction(func(L *lua.LState) int {
-		// YAML 1.2 (the core schema): `n:` and `NO` stay strings, 014 is 14. The
-		// value budget bounds what aliases expand to as well.
-		src := []byte(L.CheckString(1))
-		var v any
-		err := s.checkDecodeSize(src)
-		if err == nil {
-			// Off Lua, so that the call's deadline holds; aliases are bounded first
-			// (the bytes they expand to, as the values are while converting).
-			s.offLua(L, func() {
-				if err = s.checkYAMLAliases(src); err != nil {
-					return
-				}
-				var node *yaml12.Node
-				if node, err = yaml12.Parse(src); err == nil && node != nil {
-					v, err = yaml12.Value(node, maxDecodeValues)
-				}
-			})
-		}
-		if err != nil {
-			L.Push(lua.LNil)
-			L.Push(lua.LString("yaml.decode: " + err.Error()))
-			return 2
-		}
-		L.Push(luavalue.ToLua(L, v))
-		return 1
-	}))
-	mod.RawSetString("yaml", yamlMod)
+// jsonFunctions implement luaop.json.
+var jsonFunctions = map[string]goFunction{"json.encode": (*shard).jsonEncode, "json.decode": (*shard).jsonDecode}
 
-	// sleep(seconds) waits with the shard released, and returns false early when
-	// the call's context ends (deadline, shutdown) or a daemon is asked to stop. In
-	// a daemon it first flushes ctx.patch, and waits under the daemon's context
-	// rather than the handler deadline (which restarts after the sleep). A daemon
-	// sleeping at the top level of its Lua (not inside pcall, an iterator or a
-	// metamethod) yields its coroutine: it then waits without a goroutine (daemon.go).
-	//
-	// A stopped daemon is told so once: the sleep it is in when stopped, or its next
-	// one, returns false (at once). After that its sleeps sleep, as kopf's do, until
-	// its cancellation (cancellation_backoff after the stop), which ends the daemon
-	// there (cancellationPoint): a loop that relies on cancellation, as kopf's async
-	// daemons do, does not spin.
-	sleep := L.NewFunction(func(L *lua.LState) int {
-		d := time.Duration(float64(L.CheckNumber(1)) * float64(time.Second)) // sleepWrapper checked it
-		var patch map[string]any
-		var flush func(map[string]any)
-		var stopped, cancelled <-chan struct{}
-		var daemonCtx context.Context
-		notified := false
-		if cs := s.callOf(L); cs != nil && cs.daemon {
-			s.cancellationPoint(L)
-			patch, daemonCtx = s.takeDaemonPatch(L, cs), cs.ctx // patch is nil without a link
-			if link := cs.call.Daemon; link != nil {
-				flush = link.Flush
-				switch {
-				case !cs.notified && link.Stopped != nil && link.Stopped.Err() != nil:
-					// Stopped since its last sleep: told so, at once.
-					cs.notified = true
-					if patch != nil {
-						s.blocking(L, func(context.Context) { flush(patch) })
-					}
-					L.Push(lua.LFalse)
-					return 1
-				case !cs.notified && link.Stopped != nil:
-					stopped = link.Stopped.Done()
-				case cs.notified && link.Cancelled != nil:
-					cancelled = link.Cancelled.Done()
-				}
+func (s *shard) jsonEncode(L *lua.LState) int {
+	limit := s.rt.opts.MaxStringSize
+	v, err := luavalue.FromLuaLimited(L.CheckAny(1), luavalue.Limits{MaxBytes: limit})
+	if err != nil {
+		L.ArgError(1, err.Error())
+	}
+	var data []byte
+	s.offLua(L, func() { data, err = json.Marshal(v) })
+	if err != nil {
+		L.RaiseError("json.encode: %s", err)
+	}
+	if len(data) > limit { // escapes made it larger than its strings
+		L.RaiseError("json.encode: result too large (%d bytes > %d)", len(data), limit)
+	}
+	L.Push(lua.LString(data))
+	return 1
+}
+
+func (s *shard) jsonDecode(L *lua.LState) int {
+	data := []byte(L.CheckString(1))
+	if err := s.checkDecodeSize(data); err != nil {
+		L.Push(lua.LNil)
+		L.Push(lua.LString("json.decode: " + err.Error()))
+		return 2
+	}
+	var v any
+	var err error
+	s.offLua(L, func() { err = utiljson.Unmarshal(data, &v) })
+	if err != nil {
+		L.Push(lua.LNil)
+		L.Push(lua.LString("json.decode: " + err.Error()))
+		return 2
+	}
+	L.Push(luavalue.ToLua(L, v))
+	return 1
+}
+
+// yamlFunctions implement luaop.yaml.
+var yamlFunctions = map[string]goFunction{"yaml.decode": (*shard).yamlDecode}
+
+// yamlDecode decodes YAML 1.2 (the core schema): `n:` and `NO` stay strings, 014 is
+// 14. The value budget bounds what aliases expand to as well.
+func (s *shard) yamlDecode(L *lua.LState) int {
+	src := []byte(L.CheckString(1))
+	var v any
+	err := s.checkDecodeSize(src)
+	if err == nil {
+		// Off Lua, so that the call's deadline holds; aliases are bounded first
+		// (the bytes they expand to, as the values are while converting).
+		s.offLua(L, func() {
+			if err = s.checkYAMLAliases(src); err != nil {
+				return
 			}
-			notified = cs.notified
-			s.endStretch(L, cs)
-			if s.canYield(L) { // a daemon is a coroutine (daemon.go)
-				cs.sleep = &daemonSleep{d: d, patch: patch, notified: notified}
-				return L.Yield()
-			}
-		}
-		var by wokeBy
-		s.blocking(L, func(ctx context.Context) {
-			if daemonCtx != nil {
-				ctx = daemonCtx
-			}
-			if patch != nil {
-				flush(patch)
-			}
-			t := time.NewTimer(d)
-			defer t.Stop()
-			select {
-			case <-t.C:
-				by = wokeSlept
-			case <-stopped:
-				by = wokeStopped
-			case <-cancelled:
-				by = wokeCancelled
-			case <-ctx.Done():
-				by = wokeEnded
+			var node *yaml12.Node
+			if node, err = yaml12.Parse(src); err == nil && node != nil {
+				v, err = yaml12.Value(node, maxDecodeValues)
 			}
 		})
-		if cs := s.callOf(L); cs != nil && cs.daemon {
-			switch by {
-			case wokeStopped:
+	}
+	if err != nil {
+		L.Push(lua.LNil)
+		L.Push(lua.LString("yaml.decode: " + err.Error()))
+		return 2
+	}
+	L.Push(luavalue.ToLua(L, v))
+	return 1
+}
+
+// sleep(seconds) waits with the shard released, and returns false early when the
+// call's context ends (deadline, shutdown) or a daemon is asked to stop. In a daemon
+// it first flushes ctx.patch, and waits under the daemon's context rather than the
+// handler deadline (which restarts after the sleep). A daemon sleeping at the top
+// level of its Lua (not inside pcall, an iterator or a metamethod) yields its
+// coroutine: it then waits without a goroutine (daemon.go).
+//
+// A stopped daemon is told so once: the sleep it is in when stopped, or its next
+// one, returns false (at once). After that its sleeps sleep, as kopf's do, until its
+// cancellation (cancellation_backoff after the stop), which ends the daemon there
+// (cancellationPoint): a loop that relies on cancellation, as kopf's async daemons
+// do, does not spin.
+func (s *shard) sleep(L *lua.LState) int {
+	d := time.Duration(float64(L.CheckNumber(1)) * float64(time.Second)) // sleepWrapper checked it
+	var patch map[string]any
+	var flush func(map[string]any)
+	var stopped, cancelled <-chan struct{}
+	var daemonCtx context.Context
+	notified := false
+	if cs := s.callOf(L); cs != nil && cs.daemon {
+		s.cancellationPoint(L)
+		patch, daemonCtx = s.takeDaemonPatch(L, cs), cs.ctx // patch is nil without a link
+		if link := cs.call.Daemon; link != nil {
+			flush = link.Flush
+			switch {
+			case !cs.notified && link.Stopped != nil && link.Stopped.Err() != nil:
+				// Stopped since its last sleep: told so, at once.
 				cs.notified = true
-			case wokeCancelled:
-				s.raiseCancellation(L, cs)
+				if patch != nil {
+					s.blocking(L, func(context.Context) { flush(patch) })
+				}
+				L.Push(lua.LFalse)
+				return 1
+			case !cs.notified && link.Stopped != nil:
+				stopped = link.Stopped.Done()
+			case cs.notified && link.Cancelled != nil:
+				cancelled = link.Cancelled.Done()
 			}
 		}
-		L.Push(lua.LBool(by == wokeSlept))
-		return 1
+		notified = cs.notified
+		s.endStretch(L, cs)
+		if s.canYield(L) { // a daemon is a coroutine (daemon.go)
+			cs.sleep = &daemonSleep{d: d, patch: patch, notified: notified}
+			return L.Yield()
+		}
+	}
+	var by wokeBy
+	s.blocking(L, func(ctx context.Context) {
+		if daemonCtx != nil {
+			ctx = daemonCtx
+		}
+		if patch != nil {
+			flush(patch)
+		}
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			by = wokeSlept
+		case <-stopped:
+			by = wokeStopped
+		case <-cancelled:
+			by = wokeCancelled
+		case <-ctx.Done():
+			by = wokeEnded
+		}
 	})
-	// The scripts get sleep through a Lua function that returns exactly one value.
-	// A Go function that yields leaves its caller's result registers to whoever
-	// resumes it: the resume fills one, so a call wanting more (local a, b =
-	// luaop.sleep(1)) would read unset registers, and a tail call (return
-	// luaop.sleep(1)) would end the coroutine instead of sleeping. The wrapper's
-	// own call of sleep wants one result and is no tail call; it runs in the same VM
-	// loop, so the yield stays possible. It checks the argument itself, so that a bad
-	// one is reported at the script's line; other errors located in it are too (an
-	// internal chunk, luaerr.Translate).
+	if cs := s.callOf(L); cs != nil && cs.daemon {
+		switch by {
+		case wokeStopped:
+			cs.notified = true
+		case wokeCancelled:
+			s.raiseCancellation(L, cs)
+		}
+	}
+	L.Push(lua.LBool(by == wokeSlept))
+	return 1
+}
+
+// sleepFunction is luaop.sleep: sleep behind a Lua function that returns exactly
+// one value. A Go function that yields leaves its caller's result registers to
+// whoever resumes it: the resume fills one, so a call wanting more (local a, b =
+// luaop.sleep(1)) would read unset registers, and a tail call (return
+// luaop.sleep(1)) would end the coroutine instead of sleeping. The wrapper's own call
+// of sleep wants one result and is no tail call; it runs in the same VM loop, so the
+// yield stays possible. It checks the argument itself, so that a bad one is reported
+// at the script's line; other errors located in it are too (an internal chunk,
+// luaerr.Translate).
+func (s *shard) sleepFunction() lua.LValue {
+	L := s.L
 	wrap, err := L.Load(strings.NewReader(sleepWrapper), luaerr.InternalChunk("sleep"))
 	if err != nil {
 		panic("luabind: the sleep wrapper does not compile: " + err.Error()) // a constant
 	}
 	L.Push(wrap)
-	L.Push(sleep)
+	L.Push(L.NewFunction(s.sleep))
 	L.Push(L.GetGlobal("tonumber"))
 	L.Push(L.GetGlobal("type"))
 	L.Push(L.GetGlobal("error"))
 	L.Call(4, 1)
-	mod.RawSetString("sleep", L.Get(-1))
+	fn := L.Get(-1)
 	L.Pop(1)
+	return fn
 }
 
 const sleepWrapper = `local sleep, tonumber, type, error = ...

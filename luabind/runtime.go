@@ -24,6 +24,7 @@ import (
 	"github.com/luaop/luaop/third_party/gopher-lua/parse"
 
 	"github.com/luaop/luaop/processing/causes"
+	"github.com/luaop/luaop/scriptsource"
 )
 
 // Options configure a Runtime. The zero value of every field means its default.
@@ -54,12 +55,15 @@ type Options struct {
 	LogEvents string
 }
 
+// DefaultHandlerTimeout is Options.HandlerTimeout's default.
+const DefaultHandlerTimeout = 30 * time.Second
+
 func (o *Options) setDefaults() {
 	if o.Shards <= 0 {
 		o.Shards = runtime.GOMAXPROCS(0)
 	}
 	if o.HandlerTimeout <= 0 {
-		o.HandlerTimeout = 30 * time.Second
+		o.HandlerTimeout = DefaultHandlerTimeout
 	}
 	if o.MaxStringSize <= 0 {
 		o.MaxStringSize = 16 << 20
@@ -72,13 +76,8 @@ func (o *Options) setDefaults() {
 	}
 }
 
-// Script is one Lua file of the scripts folder.
-type Script struct {
-	// Name is the path relative to the scripts folder, with forward slashes
-	// ("widgets.lua", "lib/util.lua"). It names the file in every error message.
-	Name   string
-	Source []byte
-}
+// Script is one Lua file of the scripts folder (scriptsource reads them).
+type Script = scriptsource.Script
 
 // Runtime loads scripts and runs their handlers. It satisfies processing.Handlers.
 type Runtime struct {
@@ -359,6 +358,14 @@ func (r *Runtime) MemoryBudget() int64 { return int64(r.mem.budget) }
 
 // Hash is the content hash of the loaded scripts ("" before the first load).
 func (r *Runtime) Hash() string { return r.gen.Load().hash }
+
+// ParseScript parses and compiles s exactly as Load does (the same limits, until
+// ctx ends) and returns its syntax tree, or the error Load would report with its
+// file:line: luaop check analyses the tree the operator compiles.
+func ParseScript(ctx context.Context, s Script) ([]ast.Stmt, error) {
+	_, chunk, err := compile(ctx, s)
+	return chunk, err
+}
 
 // compile parses and compiles one script, until ctx ends (the patched gopher-lua
 // checks it in the lexer and the compiler): the one place luaop compiles a file

@@ -4,11 +4,16 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/luaop/luaop/luabind/internal/sandbox"
 )
 
 // luaop_meta.lua documents the `luaop` module for the Lua Language Server: every
 // function of the module, the handler options and the fields of ctx. stubs_test.go
-// fails when the module, ctxField or knownOptions gain a name it does not document.
+// fails when the module, ctxField or scriptapi's table gain a name it does not
+// document, or the table a function it does not declare.
 //
 //go:embed luaop_meta.lua
 var stubsSource string
@@ -85,4 +90,53 @@ func Luarc(library string) string {
   "workspace.checkThirdParty": false` + lib + `
 }
 `
+}
+
+// SandboxGlobals lists the globals a script sees, with the fields of those that are
+// library tables (string, table, math, os), from a real sandbox state.
+func SandboxGlobals() map[string][]string {
+	L := sandbox.NewState(sandbox.Options{})
+	defer L.Close()
+	out := sandbox.NewIsolation(L, nil).Globals()
+	out["require"], out["_G"] = nil, nil
+	return out
+}
+
+// Luacheckrc is a .luacheckrc that makes luacheck (Debian's lua-check) see the
+// scripts as luaop runs them: Lua 5.1 with exactly the sandbox's globals (no io,
+// debug, coroutine, os.getenv, ...).
+func Luacheckrc() string {
+	globals := SandboxGlobals()
+	names := make([]string, 0, len(globals))
+	for n := range globals {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	b.WriteString("-- luacheck configuration for luaop scripts, written by `luaop stubs --luacheckrc`.\n")
+	b.WriteString("-- The globals are those of luaop's sandbox (gopher-lua, Lua 5.1): no io, debug,\n")
+	b.WriteString("-- coroutine, dofile or loadfile; os has only clock, date and time. The luaop module\n")
+	b.WriteString("-- comes from require(\"luaop\"), not from a global.\n")
+	b.WriteString("stds.luaop = {\n  read_globals = {\n")
+	for _, n := range names {
+		fields := globals[n]
+		if fields == nil {
+			fmt.Fprintf(&b, "    %q,\n", n)
+			continue
+		}
+		fmt.Fprintf(&b, "    %s = { fields = {", n)
+		for i, f := range fields {
+			if i > 0 {
+				b.WriteString(",")
+			}
+			fmt.Fprintf(&b, " %q", f)
+		}
+		b.WriteString(" } },\n")
+	}
+	b.WriteString("  },\n}\n")
+	b.WriteString("std = \"luaop\"\n")
+	b.WriteString("-- Each script has its own globals (files share values through require), so a\n-- global a file defines at its top level is that file's.\nallow_defined_top = true\n")
+	b.WriteString("max_line_length = false\n")
+	b.WriteString("-- Handlers receive ctx whether they use it or not.\nignore = { \"212/ctx\" }\n")
+	return b.String()
 }

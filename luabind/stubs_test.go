@@ -9,6 +9,8 @@ import (
 
 	lua "github.com/luaop/luaop/third_party/gopher-lua"
 	"github.com/luaop/luaop/third_party/gopher-lua/parse"
+
+	"github.com/luaop/luaop/scriptapi"
 )
 
 // stubDoc is what the tests read from the ---@meta file: the classes with their
@@ -282,14 +284,14 @@ func TestStubsDocumentOptions(t *testing.T) {
 	if fields == nil {
 		t.Fatal("no ---@class HandlerOptions in the stubs")
 	}
-	for name := range knownOptions {
+	for _, name := range scriptapi.HandlerOptions {
 		if _, ok := fields[name]; !ok {
 			t.Errorf("option %s is not documented: add `---@field %s? <type> <description>` to ---@class HandlerOptions", name, name)
 		}
 	}
 	for name := range fields {
-		if !knownOptions[name] {
-			t.Errorf("---@class HandlerOptions documents %s, which is not in knownOptions", name)
+		if !scriptapi.IsHandlerOption(name) {
+			t.Errorf("---@class HandlerOptions documents %s, which is not in scriptapi.HandlerOptions", name)
 		}
 	}
 }

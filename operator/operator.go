@@ -17,6 +17,7 @@ import (
 	"github.com/luaop/luaop/luabind"
 	"github.com/luaop/luaop/processing"
 	"github.com/luaop/luaop/processing/causes"
+	"github.com/luaop/luaop/scriptsource"
 )
 
 // Options configure an Operator. The zero value of every field means its default.
@@ -170,7 +171,7 @@ func (o *Operator) Load(ctx context.Context) (luabind.LoadReport, error) {
 	scripts := o.opts.Scripts
 	if scripts == nil {
 		var err error
-		if scripts, err = luabind.ReadDir(o.opts.ScriptsDir); err != nil {
+		if scripts, err = scriptsource.ReadDir(o.opts.ScriptsDir); err != nil {
 			return luabind.LoadReport{}, err
 		}
 	}

@@ -14,6 +14,8 @@ import (
 	"github.com/luaop/luaop/admission"
 	"github.com/luaop/luaop/luabind"
 	"github.com/luaop/luaop/processing/causes"
+	"github.com/luaop/luaop/scriptcheck"
+	"github.com/luaop/luaop/scriptsource"
 )
 
 // The operator guards its own scripts (issue 21):
@@ -30,15 +32,15 @@ import (
 const scriptsGuardID = "luaop-scripts-configmap"
 
 // scriptsOfConfigMap maps a ConfigMap's data to scripts as a mounted ConfigMap is
-// read (luabind.ReadDir): the *.lua keys, "lib__util.lua" read as "lib/util.lua".
+// read (scriptsource.ReadDir): the *.lua keys, "lib__util.lua" read as "lib/util.lua".
 func scriptsOfConfigMap(data map[string]string) ([]luabind.Script, error) {
 	seen := map[string]string{}
 	var scripts []luabind.Script
 	for key, src := range data {
-		if luabind.IgnoredName(key) || !strings.HasSuffix(key, ".lua") {
+		if scriptsource.IgnoredName(key) || !strings.HasSuffix(key, ".lua") {
 			continue
 		}
-		name := luabind.FlatKeyPath(key)
+		name := scriptsource.FlatKeyPath(key)
 		if first, dup := seen[name]; dup {
 			a, b := first, key
 			if b < a {
@@ -62,7 +64,7 @@ func configMapKey(name string) string { return strings.ReplaceAll(name, "/", "__
 // then guard themselves (a broken load keeps the previous or last good scripts).
 //
 // opts are the operator's Lua options: the check holds the scripts to the same
-// deadline and limits (luabind.CheckLoad).
+// deadline and limits (scriptcheck.CheckLoad).
 func ScriptsGuard(ns, name string, log *slog.Logger, opts luabind.Options) admission.Handler {
 	return admission.Handler{
 		ID:   scriptsGuardID,
@@ -112,7 +114,7 @@ func checkScriptsConfigMap(ctx context.Context, obj map[string]any, opts luabind
 	if len(scripts) == 0 {
 		return "no *.lua key (the operator would have no scripts)"
 	}
-	if err := luabind.CheckLoad(ctx, scripts, opts); err != nil {
+	if err := scriptcheck.CheckLoad(ctx, scripts, opts); err != nil {
 		return err.Error()
 	}
 	return ""

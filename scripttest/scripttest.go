@@ -25,6 +25,7 @@ import (
 	"github.com/luaop/luaop/handling"
 	"github.com/luaop/luaop/luabind"
 	"github.com/luaop/luaop/processing/causes"
+	"github.com/luaop/luaop/scriptsource"
 	"github.com/luaop/luaop/state"
 	"github.com/luaop/luaop/yaml12"
 )
@@ -198,7 +199,7 @@ var ErrNoCaseMatches = errors.New("no case matches")
 // whose keys are not the format's, is an error naming its file:line.
 func Run(ctx context.Context, o Options) (Summary, error) {
 	var sum Summary
-	scripts, err := luabind.ReadDir(o.Scripts)
+	scripts, err := scriptsource.ReadDir(o.Scripts)
 	if err != nil {
 		return sum, err
 	}
@@ -1043,7 +1044,7 @@ type Execution struct {
 // scripts of o.Scripts and o's prefix and handler timeout, and returns what they
 // did: what the table of the core's parity test compares with the processing core.
 func Execute(ctx context.Context, o Options, c Case) (Execution, error) {
-	scripts, err := luabind.ReadDir(o.Scripts)
+	scripts, err := scriptsource.ReadDir(o.Scripts)
 	if err != nil {
 		return Execution{}, err
 	}

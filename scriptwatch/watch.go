@@ -18,6 +18,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/luaop/luaop/luabind"
+	"github.com/luaop/luaop/scriptsource"
 )
 
 // Defaults of [WatcherOptions].
@@ -91,7 +92,7 @@ type Change struct {
 // content).
 //
 // Every event, whatever its name, starts or extends a burst; when no event arrived for
-// Debounce, the whole set is re-read with [luabind.ReadDir] and its hash compared, so
+// Debounce, the whole set is re-read with [scriptsource.ReadDir] and its hash compared, so
 // swap, backup and hidden files never cause a Change by themselves while a ConfigMap's
 // ..data swap does. A burst that never goes quiet is read at least every 10*Debounce (300 ms at least).
 //
@@ -145,7 +146,7 @@ type watcher struct {
 	// files keeps what the last read read, so a read opens only the files that
 	// changed since; not used while polling (file systems without events are often
 	// network ones, whose stat may answer from a cache).
-	files luabind.FileCache
+	files scriptsource.FileCache
 }
 
 func (w *watcher) startNotify(newNotifier func() (*fsnotify.Watcher, error)) error {
@@ -169,7 +170,7 @@ func (w *watcher) stopNotify() {
 }
 
 // addDirs watches root and every folder below it that is not hidden or an editor
-// leftover (the folders luabind.ReadDir reads). Adding is idempotent. Folders that
+// leftover (the folders scriptsource.ReadDir reads). Adding is idempotent. Folders that
 // vanish meanwhile are skipped; any other failure (inotify watch limit) is returned.
 func (w *watcher) addDirs(root string) error {
 	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
@@ -182,7 +183,7 @@ func (w *watcher) addDirs(root string) error {
 		if !d.IsDir() {
 			return nil
 		}
-		if p != w.dir && luabind.IgnoredName(d.Name()) {
+		if p != w.dir && scriptsource.IgnoredName(d.Name()) {
 			return filepath.SkipDir
 		}
 		if err := w.fsw.Add(p); err != nil {
@@ -208,7 +209,7 @@ func (w *watcher) syncWatches() error {
 		if err != nil {
 			return nil
 		}
-		if p != w.dir && luabind.IgnoredName(d.Name()) {
+		if p != w.dir && scriptsource.IgnoredName(d.Name()) {
 			if d.IsDir() {
 				return filepath.SkipDir
 			}
@@ -223,7 +224,7 @@ func (w *watcher) syncWatches() error {
 }
 
 // syncTree is syncWatches from what a read found (the same walk): no walk of its own.
-func (w *watcher) syncTree(t luabind.Tree) error {
+func (w *watcher) syncTree(t scriptsource.Tree) error {
 	for _, d := range t.Dirs {
 		if err := w.fsw.Add(d); err != nil {
 			if d != w.dir && errors.Is(err, fs.ErrNotExist) {
@@ -278,7 +279,7 @@ func (w *watcher) handleEvent(ev fsnotify.Event) error {
 	if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
 		_ = w.fsw.Remove(ev.Name) // not watched: ErrNonExistentWatch, ignored
 	}
-	if !ev.Has(fsnotify.Create) || !within(w.dir, ev.Name) || luabind.IgnoredName(filepath.Base(ev.Name)) {
+	if !ev.Has(fsnotify.Create) || !within(w.dir, ev.Name) || scriptsource.IgnoredName(filepath.Base(ev.Name)) {
 		return nil
 	}
 	fi, err := os.Lstat(ev.Name)
@@ -453,7 +454,7 @@ func hashScripts(scripts []luabind.Script) string {
 }
 
 // diffScripts returns the sorted names added, changed or removed between two sets
-// sorted by name (as luabind.ReadDir returns them).
+// sorted by name (as scriptsource.ReadDir returns them).
 func diffScripts(old, cur []luabind.Script) []string {
 	var files []string
 	i, j := 0, 0

@@ -17,6 +17,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/luaop/luaop/luabind"
+	"github.com/luaop/luaop/scriptsource"
 )
 
 const (
@@ -400,7 +401,7 @@ func TestWatchBursts(t *testing.T) {
 			if wantInitial == nil {
 				wantInitial = map[string]string{}
 				for k, v := range tt.files {
-					if !luabind.IgnoredName(k) {
+					if !scriptsource.IgnoredName(k) {
 						wantInitial[k] = v
 					}
 				}

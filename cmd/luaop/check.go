@@ -8,6 +8,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/luaop/luaop/luabind"
+	"github.com/luaop/luaop/scriptcheck"
+	"github.com/luaop/luaop/scriptsource"
 )
 
 func newCheckCommand() *cobra.Command {
@@ -35,14 +37,14 @@ load, within it, as "luaop run" requires.`,
 			if st, err := os.Stat(dir); err != nil || !st.IsDir() {
 				return usageError(fmt.Errorf("%s is not a folder of Lua scripts", dir))
 			}
-			scripts, err := luabind.ReadDir(dir)
+			scripts, err := scriptsource.ReadDir(dir)
 			if err != nil {
 				return err
 			}
 			if handlerTimeout <= 0 {
 				return usageError(fmt.Errorf("--handler-timeout must be greater than 0 (the operator's, 30s by default)"))
 			}
-			rep := luabind.Check(cmd.Context(), scripts, luabind.Options{HandlerTimeout: handlerTimeout})
+			rep := scriptcheck.Check(cmd.Context(), scripts, luabind.Options{HandlerTimeout: handlerTimeout})
 			out := cmd.OutOrStdout()
 			switch format {
 			case "json", "sarif":

@@ -2,8 +2,6 @@ package main
 
 import (
 	"errors"
-	"fmt"
-	"strings"
 
 	"github.com/spf13/pflag"
 )
@@ -48,26 +46,20 @@ func (o rbacShardOptions) args() []string {
 	return args
 }
 
-// shardingRBAC is the Role and RoleBinding of the sharding Leases ("" when off).
-func shardingRBAC(o rbacOptions, saNS, saName string) (string, error) {
-	sh := o.Shard
+// writeShardingRole writes, with --shard-across-replicas, the Role and RoleBinding of
+// the sharding Leases.
+func (d *rbacDoc) writeShardingRole() error {
+	o, sh := d.o, d.o.Shard
 	if !sh.On {
 		if sh.Namespace != "" {
-			return "", errors.New("--shard-namespace without --shard-across-replicas: give both, or neither")
+			return errors.New("--shard-namespace without --shard-across-replicas: give both, or neither")
 		}
-		return "", nil
+		return nil
 	}
 	if o.LeaderElect {
-		return "", errors.New("--shard-across-replicas and --leader-elect exclude each other (as for luaop run: sharding makes every replica active); give one of them")
+		return errors.New("--shard-across-replicas and --leader-elect exclude each other (as for luaop run: sharding makes every replica active); give one of them")
 	}
-	ns := sh.Namespace
-	if ns == "" {
-		ns = saNS
-	}
-	name := o.Name + "-sharding"
-	var b strings.Builder
-	fmt.Fprintf(&b, "---\n# Sharding across replicas (--shard-across-replicas): each replica's membership Lease\n# (<group>-member-<replica>, named when it starts) and the coordinator's election\n# (<group>-coordinator), in the namespace of --shard-namespace. The shard label on the\n# objects is written with the patch of the watched resources above.\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: %s\n  namespace: %s\nrules:\n- apiGroups: [coordination.k8s.io]\n  resources: [leases]\n  verbs: [get, list, watch, create, update, delete]\n", name, ns)
-	fmt.Fprintf(&b, "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: %s\n  namespace: %s\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: %s\nsubjects:\n- kind: ServiceAccount\n  name: %s\n  namespace: %s\n",
-		name, ns, name, saName, saNS)
-	return b.String(), nil
+	d.writeRole("# Sharding across replicas (--shard-across-replicas): each replica's membership Lease\n# (<group>-member-<replica>, named when it starts) and the coordinator's election\n# (<group>-coordinator), in the namespace of --shard-namespace. The shard label on the\n# objects is written with the patch of the watched resources above.\n",
+		o.Name+"-sharding", d.orOwnNamespace(sh.Namespace), "- apiGroups: [coordination.k8s.io]\n  resources: [leases]\n  verbs: [get, list, watch, create, update, delete]\n", false)
+	return nil
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/luaop/luaop/luabind"
 	"github.com/luaop/luaop/processing"
 	"github.com/luaop/luaop/processing/causes"
+	"github.com/luaop/luaop/scriptsource"
 	"github.com/luaop/luaop/sharding"
 	"github.com/luaop/luaop/state"
 )
@@ -352,7 +353,7 @@ func releaseResources(ctx context.Context, o releaseOptions) ([]causes.Resource,
 	if o.dir == "" {
 		return out, nil
 	}
-	scripts, err := luabind.ReadDir(o.dir)
+	scripts, err := scriptsource.ReadDir(o.dir)
 	if err != nil {
 		return nil, err
 	}

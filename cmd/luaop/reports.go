@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/luaop/luaop/luabind"
+	"github.com/luaop/luaop/scriptcheck"
 	"github.com/luaop/luaop/scripttest"
 )
 
@@ -31,7 +31,7 @@ type problemJSON struct {
 	Message string `json:"message"`
 }
 
-func writeCheckJSON(w io.Writer, dir string, rep luabind.CheckReport) error {
+func writeCheckJSON(w io.Writer, dir string, rep scriptcheck.CheckReport) error {
 	doc := checkJSON{Dir: dir, Files: rep.Files, Handlers: rep.Handlers, Problems: []problemJSON{}, OK: len(rep.Problems) == 0}
 	if doc.Handlers == nil {
 		doc.Handlers = []string{}
@@ -103,7 +103,7 @@ type sarifRegion struct {
 // sarifRuleID is the one rule of luaop check: a problem of the scripts.
 const sarifRuleID = "luaop-check"
 
-func writeCheckSARIF(w io.Writer, dir string, rep luabind.CheckReport) error {
+func writeCheckSARIF(w io.Writer, dir string, rep scriptcheck.CheckReport) error {
 	run := sarifRun{
 		Tool: sarifTool{Driver: sarifDriver{Name: "luaop check", Version: luaopVersion(), InformationURI: "https://github.com/luaop/luaop",
 			Rules: []sarifRule{{ID: sarifRuleID, ShortDescription: sarifMessage{Text: "A problem of the Lua scripts: they would not load in luaop run, or would fail or be ignored at run time"}}}}},

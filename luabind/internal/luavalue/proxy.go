@@ -260,104 +260,129 @@ func proxyArg(L *lua.LState) *proxyData {
 	return nil
 }
 
+// initProxy makes the metamethods the proxies of L share, once per state: Lua
+// functions of the state, like every value of it.
 func (c *state) initProxy(L *lua.LState) {
-	c.index = L.NewFunction(func(L *lua.LState) int {
-		pd := proxyArg(L)
-		lv, _ := c.child(L, pd, L.Get(2))
-		L.Push(lv)
-		return 1
-	})
-	c.newIndex = L.NewFunction(func(L *lua.LState) int {
-		pd := proxyArg(L)
-		var step pathStep
-		switch k := L.Get(2).(type) {
-		case lua.LNumber:
-			step = pathStep{index: int(k)}
-		default:
-			step = pathStep{key: lua.LVAsString(k), isKey: true}
-			if _, ok := k.(lua.LString); !ok {
-				step.key = k.String()
-			}
-		}
-		L.RaiseError("%s is read-only: write to ctx.patch instead", pd.path(&step))
-		return 0
-	})
+	c.index = L.NewFunction(c.proxyIndex)
+	c.newIndex = L.NewFunction(c.proxyNewIndex)
+	c.length = L.NewFunction(c.proxyLen)
+	c.listNext = L.NewFunction(c.proxyListNext)
+	c.mapNext = L.NewFunction(c.proxyMapNext)
+	c.pairs = L.NewFunction(c.proxyPairs)
+	c.ipairs = L.NewFunction(c.proxyIPairs)
+	c.toString = L.NewFunction(c.proxyToString)
+}
 
-	c.length = L.NewFunction(func(L *lua.LState) int {
-		pd := proxyArg(L)
-		if pd.isList() {
-			L.Push(lua.LNumber(len(pd.list)))
-		} else {
-			L.Push(lua.LNumber(0))
+// proxyIndex is __index: the child at a key, converted on first read (child).
+func (c *state) proxyIndex(L *lua.LState) int {
+	pd := proxyArg(L)
+	lv, _ := c.child(L, pd, L.Get(2))
+	L.Push(lv)
+	return 1
+}
+
+// proxyNewIndex is __newindex: proxies are read-only; the error names the path written.
+func (c *state) proxyNewIndex(L *lua.LState) int {
+	pd := proxyArg(L)
+	var step pathStep
+	switch k := L.Get(2).(type) {
+	case lua.LNumber:
+		step = pathStep{index: int(k)}
+	default:
+		step = pathStep{key: lua.LVAsString(k), isKey: true}
+		if _, ok := k.(lua.LString); !ok {
+			step.key = k.String()
 		}
-		return 1
-	})
-	c.listNext = L.NewFunction(func(L *lua.LState) int {
-		pd := proxyArg(L)
-		if !pd.isList() {
-			return 0 // ipairs over an object: like a plain table, nothing
+	}
+	L.RaiseError("%s is read-only: write to ctx.patch instead", pd.path(&step))
+	return 0
+}
+
+// proxyLen is __len: the length of a list, 0 for an object.
+func (c *state) proxyLen(L *lua.LState) int {
+	pd := proxyArg(L)
+	if pd.isList() {
+		L.Push(lua.LNumber(len(pd.list)))
+	} else {
+		L.Push(lua.LNumber(0))
+	}
+	return 1
+}
+
+// proxyListNext is the iterator of a list's pairs and ipairs.
+func (c *state) proxyListNext(L *lua.LState) int {
+	pd := proxyArg(L)
+	if !pd.isList() {
+		return 0 // ipairs over an object: like a plain table, nothing
+	}
+	i := L.CheckInt(2) + 1
+	if i < 1 || i > len(pd.list) {
+		return 0
+	}
+	lv, _ := c.child(L, pd, lua.LNumber(i))
+	L.Push(lua.LNumber(i))
+	L.Push(lv)
+	return 2
+}
+
+// proxyMapNext is the iterator of an object's pairs: its keys in sorted order (next's contract: a key not in the object is an error).
+func (c *state) proxyMapNext(L *lua.LState) int {
+	pd := proxyArg(L)
+	keys := pd.sortedKeys()
+	i := 0
+	if k := L.Get(2); k != lua.LNil {
+		ks, ok := k.(lua.LString)
+		if !ok {
+			L.RaiseError("invalid key to 'next'")
 		}
-		i := L.CheckInt(2) + 1
-		if i < 1 || i > len(pd.list) {
-			return 0
+		i = sort.SearchStrings(keys, string(ks))
+		if i == len(keys) || keys[i] != string(ks) {
+			L.RaiseError("invalid key to 'next'")
 		}
-		lv, _ := c.child(L, pd, lua.LNumber(i))
-		L.Push(lua.LNumber(i))
-		L.Push(lv)
-		return 2
-	})
-	c.mapNext = L.NewFunction(func(L *lua.LState) int {
-		pd := proxyArg(L)
-		keys := pd.sortedKeys()
-		i := 0
-		if k := L.Get(2); k != lua.LNil {
-			ks, ok := k.(lua.LString)
-			if !ok {
-				L.RaiseError("invalid key to 'next'")
-			}
-			i = sort.SearchStrings(keys, string(ks))
-			if i == len(keys) || keys[i] != string(ks) {
-				L.RaiseError("invalid key to 'next'")
-			}
-			i++
-		}
-		if i >= len(keys) {
-			return 0
-		}
-		key := lua.LString(keys[i])
-		lv, _ := c.child(L, pd, key)
-		L.Push(key)
-		L.Push(lv)
-		return 2
-	})
-	c.pairs = L.NewFunction(func(L *lua.LState) int {
-		pd := proxyArg(L)
-		if pd.isList() {
-			L.Push(c.listNext)
-			L.Push(L.Get(1))
-			L.Push(lua.LNumber(0))
-		} else {
-			L.Push(c.mapNext)
-			L.Push(L.Get(1))
-			L.Push(lua.LNil)
-		}
-		return 3
-	})
-	c.ipairs = L.NewFunction(func(L *lua.LState) int {
-		proxyArg(L)
+		i++
+	}
+	if i >= len(keys) {
+		return 0
+	}
+	key := lua.LString(keys[i])
+	lv, _ := c.child(L, pd, key)
+	L.Push(key)
+	L.Push(lv)
+	return 2
+}
+
+// proxyPairs is __pairs: listNext for a list, mapNext for an object.
+func (c *state) proxyPairs(L *lua.LState) int {
+	pd := proxyArg(L)
+	if pd.isList() {
 		L.Push(c.listNext)
 		L.Push(L.Get(1))
 		L.Push(lua.LNumber(0))
-		return 3
-	})
-	c.toString = L.NewFunction(func(L *lua.LState) int {
-		pd := proxyArg(L)
-		data, err := json.Marshal(pd.v)
-		if err != nil {
-			L.Push(lua.LString("read-only view: " + err.Error()))
-			return 1
-		}
-		L.Push(lua.LString(data))
+	} else {
+		L.Push(c.mapNext)
+		L.Push(L.Get(1))
+		L.Push(lua.LNil)
+	}
+	return 3
+}
+
+// proxyIPairs is __ipairs: listNext (nothing for an object).
+func (c *state) proxyIPairs(L *lua.LState) int {
+	proxyArg(L)
+	L.Push(c.listNext)
+	L.Push(L.Get(1))
+	L.Push(lua.LNumber(0))
+	return 3
+}
+
+// proxyToString is __tostring: the JSON of the value.
+func (c *state) proxyToString(L *lua.LState) int {
+	pd := proxyArg(L)
+	data, err := json.Marshal(pd.v)
+	if err != nil {
+		L.Push(lua.LString("read-only view: " + err.Error()))
 		return 1
-	})
+	}
+	L.Push(lua.LString(data))
+	return 1
 }

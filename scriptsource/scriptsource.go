@@ -1,4 +1,4 @@
-package luabind
+package scriptsource
 
 import (
 	"fmt"
@@ -10,6 +10,14 @@ import (
 	"strings"
 	"time"
 )
+
+// Script is one Lua file of the scripts folder.
+type Script struct {
+	// Name is the path relative to the scripts folder, with forward slashes
+	// ("widgets.lua", "lib/util.lua"). It names the file in every error message.
+	Name   string
+	Source []byte
+}
 
 // ReadDir reads the Lua scripts of a folder: every *.lua file below it, following
 // symbolic links to files (a ConfigMap volume's keys are links into its ..data folder).

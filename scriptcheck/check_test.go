@@ -1,17 +1,28 @@
-package luabind
+package scriptcheck
 
 import (
-	"os"
-	"os/exec"
-	"path/filepath"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/luaop/luaop/luabind"
+	"github.com/luaop/luaop/luabind/adversary"
 )
+
+// scriptsOf makes scripts of name, source pairs.
+func scriptsOf(pairs ...string) []luabind.Script {
+	var out []luabind.Script
+	for i := 0; i+1 < len(pairs); i += 2 {
+		out = append(out, luabind.Script{Name: pairs[i], Source: []byte(pairs[i+1])})
+	}
+	return out
+}
 
 // Issue 14: luaop check reports, with file:line, what the operator would refuse
 // at load and what would only fail (or be ignored) at run time.
 func TestCheckReportsEveryProblem(t *testing.T) {
-	scripts := []Script{
+	scripts := []luabind.Script{
 		{Name: "a.lua", Source: []byte(`local luaop = require("luaop")
 local R = "example.com/v1/widgets"
 luaop.on.create(R, function(ctx)
@@ -26,7 +37,7 @@ luaop.on.delete(R, function(ctx) end, { id = "greet" })
 		{Name: "b.lua", Source: []byte("local x = 7 // 2\n")},
 		{Name: "c.lua", Source: []byte("local y <const> = 1\n")},
 	}
-	rep := Check(t.Context(), scripts, Options{})
+	rep := Check(t.Context(), scripts, luabind.Options{})
 	var got []string
 	for _, p := range rep.Problems {
 		got = append(got, p.String())
@@ -54,15 +65,15 @@ luaop.on.delete(R, function(ctx) end, { id = "greet" })
 // What only running the scripts shows (an error raised at load, a timer without
 // interval) comes from the real load, with its file and line.
 func TestCheckReportsLoadErrors(t *testing.T) {
-	rep := Check(t.Context(), []Script{
+	rep := Check(t.Context(), []luabind.Script{
 		{Name: "ok.lua", Source: []byte("local luaop = require('luaop')\nluaop.on.create('v1/configmaps', function() end)\n")},
 		{Name: "t.lua", Source: []byte("local luaop = require('luaop')\n\nluaop.timer('v1/configmaps', function() end, {id = 'x'})\n")},
-	}, Options{})
+	}, luabind.Options{})
 	if len(rep.Problems) != 1 || rep.Problems[0].File != "t.lua" || rep.Problems[0].Line != 3 ||
 		!strings.Contains(rep.Problems[0].Message, "needs an interval or idle") {
 		t.Fatalf("problems: %v", rep.Problems)
 	}
-	rep = Check(t.Context(), []Script{{Name: "ok.lua", Source: []byte("local luaop = require('luaop')\nluaop.on.create('v1/configmaps', function() end)\n")}}, Options{})
+	rep = Check(t.Context(), []luabind.Script{{Name: "ok.lua", Source: []byte("local luaop = require('luaop')\nluaop.on.create('v1/configmaps', function() end)\n")}}, luabind.Options{})
 	if len(rep.Problems) != 0 || len(rep.Handlers) != 1 {
 		t.Fatalf("a good script: %+v", rep)
 	}
@@ -71,7 +82,7 @@ func TestCheckReportsLoadErrors(t *testing.T) {
 // Static resolution of luaop.kube calls (used by luaop rbac): literals, locals,
 // and objects built by local functions through luaop.adopt.
 func TestAnalyzeKubeCalls(t *testing.T) {
-	a := Analyze([]Script{{Name: "k.lua", Source: []byte(`local luaop = require("luaop")
+	a := Analyze([]luabind.Script{{Name: "k.lua", Source: []byte(`local luaop = require("luaop")
 local CM = "ConfigMap"
 local function desired(ctx)
   local cm = { apiVersion = "v1", kind = CM, metadata = {} }
@@ -101,59 +112,13 @@ end)
 	}
 }
 
-// The .luacheckrc lists exactly the sandbox's globals.
-func TestLuacheckrc(t *testing.T) {
-	rc := Luacheckrc()
-	for _, want := range []string{`os = { fields = { "clock", "date", "time" } }`, `"require"`, `std = "luaop"`, `"pairs"`} {
-		if !strings.Contains(rc, want) {
-			t.Errorf(".luacheckrc lacks %s:\n%s", want, rc)
-		}
-	}
-	for _, absent := range []string{`"io"`, `"coroutine"`, `"dofile"`, `"getenv"`, `"debug"`} {
-		if strings.Contains(rc, absent) {
-			t.Errorf(".luacheckrc has %s", absent)
-		}
-	}
-}
-
-// With the generated .luacheckrc, luacheck (Debian's lua-check, when installed) flags
-// what the sandbox lacks and accepts the example scripts.
-func TestLuacheckAgrees(t *testing.T) {
-	bin, err := exec.LookPath("luacheck")
-	if err != nil {
-		t.Skip("luacheck is not installed (Debian: apt-get install lua-check)")
-	}
-	dir := t.TempDir()
-	files := map[string]string{
-		".luacheckrc": Luacheckrc(),
-		"good.lua":    "local luaop = require('luaop')\nluaop.on.create('v1/configmaps', function(ctx)\n  return { t = os.time(), s = string.format('%d', 1) }\nend)\n",
-		"bad.lua":     "local luaop = require('luaop')\nluaop.on.create('v1/configmaps', function(ctx)\n  return { home = os.getenv('HOME'), f = io.open('x') }\nend)\n",
-	}
-	for name, src := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cmd := exec.Command(bin, "--no-color", "--codes", ".")
-	cmd.Dir = dir
-	out, _ := cmd.CombinedOutput()
-	for _, want := range []string{"bad.lua:3:19: (W143) accessing undefined field getenv of global os", "bad.lua:3:42: (W113) accessing undefined variable io"} {
-		if !strings.Contains(strings.ReplaceAll(string(out), "'", ""), want) {
-			t.Errorf("luacheck output lacks %q:\n%s", want, out)
-		}
-	}
-	if strings.Contains(string(out), "good.lua:") {
-		t.Errorf("luacheck flags good.lua:\n%s", out)
-	}
-}
-
 // Issue 16: each script has its own globals, so check reports a global read in one
 // file and defined only in another, and the sandbox's package and module are gone.
 func TestCheckReportsGlobalsOfOtherFiles(t *testing.T) {
-	rep := Check(t.Context(), []Script{
+	rep := Check(t.Context(), []luabind.Script{
 		{Name: "a.lua", Source: []byte("PREFIX = 'x'\nlocal function f() return PREFIX end\n")},
 		{Name: "b.lua", Source: []byte("local luaop = require('luaop')\nluaop.on.create('v1/configmaps', function() return PREFIX end)\nlocal p = package.loaded\n")},
-	}, Options{})
+	}, luabind.Options{})
 	var got []string
 	for _, p := range rep.Problems {
 		got = append(got, p.String())
@@ -176,11 +141,11 @@ func TestCheckReportsGlobalsOfOtherFiles(t *testing.T) {
 // Admission handlers: retries/backoff/errors do not apply to them; timeout does
 // (the webhook's); the admission options apply to them only.
 func TestCheckAdmissionOptions(t *testing.T) {
-	rep := Check(t.Context(), []Script{{Name: "a.lua", Source: []byte(`local luaop = require("luaop")
+	rep := Check(t.Context(), []luabind.Script{{Name: "a.lua", Source: []byte(`local luaop = require("luaop")
 luaop.on.validate("example.com/v1/widgets", function(ctx) end, { id = "v", retries = 3, timeout = 5, failure_policy = "Ignore" })
 luaop.on.mutate("example.com/v1/widgets", function(ctx) end, { id = "m", operations = "CREATE", side_effects = true, subresource = "status" })
 luaop.daemon("example.com/v1/widgets", function(ctx) end, { id = "d", side_effects = true })
-`)}}, Options{})
+`)}}, luabind.Options{})
 	var got []string
 	for _, p := range rep.Problems {
 		got = append(got, p.String())
@@ -201,12 +166,12 @@ luaop.daemon("example.com/v1/widgets", function(ctx) end, { id = "d", side_effec
 
 // Every file's load-time error is reported, not only the first the load meets.
 func TestCheckReportsEveryLoadError(t *testing.T) {
-	scripts := []Script{
+	scripts := []luabind.Script{
 		{Name: "a.lua", Source: []byte("local luaop = require('luaop')\nerror('first broken file')\n")},
 		{Name: "b.lua", Source: []byte("local luaop = require('luaop')\nlocal x = nil\nlocal y = x.field\n")},
 		{Name: "c.lua", Source: []byte("local luaop = require('luaop')\nluaop.on.create('v1/configmaps', function(ctx) end, {id = 'fine'})\n")},
 	}
-	rep := Check(t.Context(), scripts, Options{})
+	rep := Check(t.Context(), scripts, luabind.Options{})
 	var got []string
 	for _, p := range rep.Problems {
 		got = append(got, p.String())
@@ -219,5 +184,80 @@ func TestCheckReportsEveryLoadError(t *testing.T) {
 	}
 	if len(got) != 2 {
 		t.Errorf("problems:\n%s\nwant exactly 2 (each once)", joined)
+	}
+}
+
+// luaop check agrees with the load: one local function for two causes under one id
+// is no duplicate; two functions under one id are.
+func TestCheckAcceptsOneFunctionForTwoCauses(t *testing.T) {
+	a := Analyze(scriptsOf("pods.lua", `local luaop = require("luaop")
+local function f(ctx) end
+luaop.on.resume("v1/pods", f, { id = "f" })
+luaop.on.create("v1/pods", f, { id = "f" })
+luaop.on.create("v1/pods", function() end, { id = "g" })
+luaop.on.update("v1/pods", function() end, { id = "g" })
+`))
+	var dups []string
+	for _, p := range a.Problems {
+		if strings.Contains(p.Message, "duplicate handler id") {
+			dups = append(dups, p.Message)
+		}
+	}
+	if len(dups) != 1 || !strings.Contains(dups[0], `"g"`) {
+		t.Errorf("duplicates reported: %q; want only g's", dups)
+	}
+}
+
+// The sandbox has no coroutine library: luaop check says so (the runtime's side:
+// luabind's TestCoroutineMisuseGivesAScriptError).
+func TestCheckReportsCoroutine(t *testing.T) {
+	rep := Check(t.Context(), scriptsOf("co.lua", "local co = coroutine.create(print)\n"), luabind.Options{})
+	if len(rep.Problems) == 0 || !strings.Contains(rep.Problems[0].String(), "co.lua:1: coroutine is not available") {
+		t.Errorf("luaop check: %v", rep.Problems)
+	}
+}
+
+// Loading attacks (luabind's TestAdversarialLoads runs them through the operator's
+// load): luaop check and the scripts guard compile the same way, and fail (or
+// succeed) as the load does, naming file:line.
+func TestAdversarialLoadsCheck(t *testing.T) {
+	timeout := 5 * time.Second
+	if raceDetector { // compiling the 589 KB data table is many times slower with it
+		timeout = time.Minute
+	}
+	for _, c := range adversary.LoadCases {
+		t.Run(c.Name, func(t *testing.T) {
+			scripts := scriptsOf("a.lua", `local luaop = require("luaop")
+luaop.on.create("example.com/v1/widgets", function() return "a" end, {id = "a"})`, "b.lua", c.Source())
+			checkLoad := CheckLoad(t.Context(), scripts, luabind.Options{HandlerTimeout: timeout})
+			rep := Check(t.Context(), scripts, luabind.Options{HandlerTimeout: timeout})
+			if c.Want == "" {
+				if checkLoad != nil || len(rep.Problems) > 0 {
+					t.Fatalf("refused: guard %v, check %v", checkLoad, rep.Problems)
+				}
+				return
+			}
+			where := fmt.Sprintf("b.lua:%d: ", c.Line)
+			if checkLoad == nil || !strings.HasPrefix(checkLoad.Error(), where) || !strings.Contains(checkLoad.Error(), c.Want) {
+				t.Errorf("scripts guard: %v, want %s...%s", checkLoad, where, c.Want)
+			}
+			if len(rep.Problems) != 1 || rep.Problems[0].String() != where+rep.Problems[0].Message || !strings.Contains(rep.Problems[0].Message, c.Want) {
+				t.Errorf("check: %v", rep.Problems)
+			}
+		})
+	}
+}
+
+// Compiling is under the load's deadline (luabind's TestCompileUnderTheLoadDeadline):
+// luaop check says so.
+func TestCheckCompilesUnderTheLoadDeadline(t *testing.T) {
+	var big strings.Builder
+	for i := range 400_000 {
+		fmt.Fprintf(&big, "local function f%d(ctx) return ctx.spec.size + %d end\n", i%150, i)
+	}
+	const deadline = 300 * time.Millisecond
+	rep := Check(t.Context(), scriptsOf("big.lua", big.String()), luabind.Options{HandlerTimeout: deadline})
+	if len(rep.Problems) != 1 || !strings.Contains(rep.Problems[0].Message, "compiling took longer than the 300ms load deadline") {
+		t.Errorf("check: %v", rep.Problems)
 	}
 }

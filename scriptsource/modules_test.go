@@ -1,31 +1,16 @@
-package luabind
+package scriptsource_test
 
 import (
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-)
 
-// ConfigMap keys cannot hold "/": a top-level lib__util.lua stands for lib/util.lua.
-func TestFlatKeyPath(t *testing.T) {
-	for name, want := range map[string]string{
-		"widgets.lua":           "widgets.lua",
-		"lib__util.lua":         "lib/util.lua",
-		"lib__net__http.lua":    "lib/net/http.lua",
-		"lib__init.lua":         "lib/init.lua",
-		"my_helpers__str.lua":   "my_helpers/str.lua",
-		"__init.lua":            "__init.lua",
-		"a____b.lua":            "a____b.lua",
-		"lib__.lua":             "lib__.lua",
-		"notes__todo.txt":       "notes__todo.txt",
-		"single_underscore.lua": "single_underscore.lua",
-	} {
-		if got := FlatKeyPath(name); got != want {
-			t.Errorf("FlatKeyPath(%q) = %q, want %q", name, got, want)
-		}
-	}
-}
+	"github.com/luaop/luaop/luabind"
+	"github.com/luaop/luaop/scriptsource"
+)
 
 // A ConfigMap mounted as a folder (keys as links into ..data, as the kubelet makes
 // it) with modules as lib__x.lua keys: require finds them by their folder names, and
@@ -54,7 +39,7 @@ func TestReadDirMapsFlatKeysToModules(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	scripts, err := ReadDir(dir)
+	scripts, err := scriptsource.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +50,8 @@ func TestReadDirMapsFlatKeysToModules(t *testing.T) {
 	if got := strings.Join(names, " "); got != "lib/net/http.lua lib/util.lua widgets.lua" {
 		t.Fatalf("ReadDir names: %s", got)
 	}
-	rt := newTestRuntime(t, Options{})
+	rt := luabind.New(luabind.Options{Shards: 2, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	defer rt.Close()
 	rep, err := rt.Load(t.Context(), scripts)
 	if err != nil {
 		t.Fatalf("Load: %v", err)
@@ -78,7 +64,7 @@ func TestReadDirMapsFlatKeysToModules(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(data, "lib__util.lua"), []byte("return {\n  twice = error('boom'),\n}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	scripts, err = ReadDir(dir)
+	scripts, err = scriptsource.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +79,7 @@ func TestReadDirMapsFlatKeysToModules(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "lib", "util.lua"), []byte("return {}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ReadDir(dir); err == nil || !strings.Contains(err.Error(), "both stand for lib/util.lua") {
+	if _, err := scriptsource.ReadDir(dir); err == nil || !strings.Contains(err.Error(), "both stand for lib/util.lua") {
 		t.Errorf("ReadDir with lib/util.lua and lib__util.lua: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package luabind
+package scriptsource
 
 import (
 	"io/fs"

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package luabind
+package scriptsource
 
 import "io/fs"
 

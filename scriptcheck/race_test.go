@@ -1,0 +1,5 @@
+//go:build race
+
+package scriptcheck
+
+const raceDetector = true
