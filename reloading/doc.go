@@ -14,8 +14,9 @@
 // View, LastGood), so it must not import cmd/, devloop, peering or the operator's
 // package; nor call the watcher's internals. cmd/luaop only wires it.
 //
-// Lock rules: a Reloader holds no lock (its state belongs to the goroutine calling
-// Watch, First, then Run), so none is held while it calls out. LastGoodStore.mu
+// Lock rules: a Reloader holds no lock (its state is owned by the caller of Watch
+// and First, then by the one goroutine running Run; never call them concurrently),
+// so none is held while it calls out. LastGoodStore.mu
 // guards its pending and written sets only and is never held across a call or the
 // API server's answer.
 package reloading

@@ -111,8 +111,9 @@ type Event struct {
 // notes and the view or the log), the same way for the first load and for every
 // reload, in `luaop run` and `luaop dev` alike.
 //
-// Its state belongs to the goroutine that calls Watch, First and Run, in that
-// order; it holds no lock, so none is held while it calls out.
+// Its state is owned by one goroutine at a time: the caller of Watch and First,
+// then the one goroutine running Run (handed over by the go statement); never call
+// them concurrently. It holds no lock, so none is held while it calls out.
 type Reloader struct {
 	opts    Options
 	log     *slog.Logger

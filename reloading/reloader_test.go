@@ -119,13 +119,14 @@ func (m *fakeMetrics) ReloadLatency(ok bool, d time.Duration) {
 	m.latencies = append(m.latencies, ok)
 }
 
-// snapshot gives the loads counted and the latencies observed; a latency of
-// none (not measured) counts as not observed.
-func (m *fakeMetrics) snapshot() (reloads, latencies []bool) {
+// snapshot gives the loads counted and the latencies observed; a latency observed
+// without a positive duration (nothing measured) fails the test.
+func (m *fakeMetrics) snapshot(t *testing.T) (reloads, latencies []bool) {
+	t.Helper()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.unmeasured > 0 {
-		return slices.Clone(m.reloads), nil
+		t.Errorf("%d reload latencies observed without a positive duration", m.unmeasured)
 	}
 	return slices.Clone(m.reloads), slices.Clone(m.latencies)
 }
@@ -273,7 +274,7 @@ func TestGoodLoadAndReload(t *testing.T) {
 	if p.op.handlers() != "first" || p.view.loads() != 1 {
 		t.Fatalf("handlers %q, view loads %d; want first, 1", p.op.handlers(), p.view.loads())
 	}
-	reloads, latencies := p.metrics.snapshot()
+	reloads, latencies := p.metrics.snapshot(t)
 	if !slices.Equal(reloads, []bool{true}) || len(latencies) != 0 {
 		t.Errorf("metrics after the first load: reloads %v, latencies %v; want [true], none", reloads, latencies)
 	}
@@ -289,7 +290,7 @@ func TestGoodLoadAndReload(t *testing.T) {
 	if p.op.handlers() != "second" {
 		t.Errorf("handlers %q after the reload, want second", p.op.handlers())
 	}
-	reloads, latencies = p.metrics.snapshot()
+	reloads, latencies = p.metrics.snapshot(t)
 	if !slices.Equal(reloads, []bool{true, true}) || !slices.Equal(latencies, []bool{true}) {
 		t.Errorf("metrics: reloads %v, latencies %v; want [true true], [true]", reloads, latencies)
 	}
@@ -330,7 +331,7 @@ func TestBrokenEditKeepsTheLastGoodScripts(t *testing.T) {
 	if last := notes[len(notes)-1]; last.err == nil || !strings.Contains(last.err.Error(), "a.lua:3") {
 		t.Errorf("the operator's last note %+v, want the error at a.lua:3", last)
 	}
-	reloads, latencies := p.metrics.snapshot()
+	reloads, latencies := p.metrics.snapshot(t)
 	if !slices.Equal(reloads, []bool{true, false}) || !slices.Equal(latencies, []bool{false}) {
 		t.Errorf("metrics: reloads %v, latencies %v; want [true false], [false]", reloads, latencies)
 	}
@@ -426,7 +427,7 @@ func TestFirstLoadFailsWaitsForTheFix(t *testing.T) {
 	if p.op.handlers() != "fixed" || p.view.loads() != 1 {
 		t.Errorf("handlers %q, view loads %d; want fixed, shown in full once", p.op.handlers(), p.view.loads())
 	}
-	reloads, latencies := p.metrics.snapshot()
+	reloads, latencies := p.metrics.snapshot(t)
 	if !slices.Equal(reloads, []bool{false, false, true}) || !slices.Equal(latencies, []bool{false, true}) {
 		t.Errorf("metrics: reloads %v, latencies %v; want [false false true], [false true] (the saves' reloads)", reloads, latencies)
 	}

@@ -266,7 +266,9 @@ func readSettings(cmd *cobra.Command, v *viper.Viper, subset bool) (settings, er
 		}
 	}
 	var s settings
-	// Read in the order of the flags' declaration, so that the errors come in it.
+	// Read in the order the settings were always read (errors come in it; not
+	// quite the flags' declaration order: dry-run, kube-api-burst, metrics-secure,
+	// reload-debounce are read with their groups).
 	for _, read := range []func(*settings){r.readCluster, r.readProcessing, r.readLogging, r.readServing,
 		r.readLeaderElection, r.readClientAndMetrics, r.readWebhooksAndScripts, r.readPeering} {
 		read(&s)
@@ -632,7 +634,14 @@ func numberOf[T int | float64](raw any, parse func(string) (T, error)) (T, bool)
 	case int64:
 		return T(x), true
 	case float64:
-		return T(x), float64(T(x)) == x
+		// A config file's number, for an int setting: whole and within int64 (a
+		// conversion out of range is not defined by Go), else refused with the value
+		// as written.
+		var zero T
+		if _, whole := any(zero).(int); whole && (x != math.Trunc(x) || math.Abs(x) >= 1<<63) {
+			return 0, false
+		}
+		return T(x), true
 	case string:
 		n, err := parse(strings.TrimSpace(x))
 		return n, err == nil

@@ -221,6 +221,12 @@ func TestSettingsRejectBadValues(t *testing.T) {
 		{[]string{"--config", file("all-namespaces: true\nnamespaces: [a]\n")}, nil, []string{"all-namespaces: true in ", `namespaces: "a" in `, "give one of them"}},
 		{[]string{"--config", file("workers: 0\nshards: -1\n")}, nil, []string{"workers: 0 in ", "shards: -1 in ", "at least 1", "at least 0"}},
 		{[]string{"--config", file("handler-timeout: 30\n")}, nil, []string{"handler-timeout: 30 in ", "a number alone has no unit"}},
+		// Numbers of a config file out of an int's range, or not whole: refused with
+		// the value as written (a conversion out of range is not defined by Go).
+		{[]string{"--config", file("workers: 1e300\n")}, nil, []string{"workers: 1e+300 in ", "whole number"}},
+		{[]string{"--config", file("workers: 2.5\n")}, nil, []string{"workers: 2.5 in ", "whole number"}},
+		{[]string{"--config", file("kube-api-burst: .inf\n")}, nil, []string{"kube-api-burst: +Inf in ", "whole number"}},
+		{[]string{"--config", file("verbose: 1e300\n")}, nil, []string{"verbose: 1e+300 in ", "whole number"}},
 		{[]string{"--config", file("namespaces: {a: b}\n")}, nil, []string{"namespaces: map[a:b] in ", "list of strings"}},
 		{[]string{"--config", filepath.Join(dir, "missing.yaml")}, nil, []string{"reading the config file", "missing.yaml"}},
 		{nil, map[string]string{"LUAOP_CONFIG": file("log_levle: debug\nnamespace: [a]\nworker: 2\nbogus: 1\n")}, []string{
