@@ -107,10 +107,14 @@ func (v *View) Reloaded(ev reloading.Event) {
 	stamp := v.render(v.styles.dim, time.Now().Format("15:04:05"))
 	files := strings.Join(ev.Files, ", ")
 	if ev.Err != nil {
+		title, hint := "✘ reload failed", "the previous scripts keep running; fix the file and save again"
+		if ev.NothingServes {
+			title, hint = "✘ the scripts do not load", "no scripts serve yet; fix the file and save again"
+		}
 		v.println(fmt.Sprintf("%s %s %s\n         %s\n         %s", stamp,
-			v.render(v.styles.fail, "✘ reload failed"), files,
+			v.render(v.styles.fail, title), files,
 			v.render(v.styles.fail, ev.Err.Error()),
-			v.render(v.styles.dim, "the previous scripts keep running; fix the file and save again")))
+			v.render(v.styles.dim, hint)))
 		return
 	}
 	v.println(fmt.Sprintf("%s %s %s in %s (%d handlers)", stamp, v.render(v.styles.ok, "✔ reloaded"), files,

@@ -63,6 +63,8 @@ func TestViewShowsHandlersReloadsAndBrokenSaves(t *testing.T) {
 		Report: luabind.LoadReport{Handlers: make([]causes.Spec, 2)}})
 	v.Reloaded(reloading.Event{Files: []string{"widgets.lua"},
 		Err: errors.New("widgets.lua:7: '=' expected near 'end'")})
+	v.Reloaded(reloading.Event{Files: []string{"broken.lua"}, NothingServes: true,
+		Err: errors.New("broken.lua:2: unexpected symbol")})
 	slog.New(v.Handler()).Info("handler succeeded", "namespace", "default", "name", "w1", "handler", "widgets_create")
 	slog.New(v.Handler()).Debug("below the level")
 
@@ -73,6 +75,7 @@ func TestViewShowsHandlersReloadsAndBrokenSaves(t *testing.T) {
 		"✔ reloaded widgets.lua in 42ms (2 handlers)",
 		"✘ reload failed widgets.lua", "widgets.lua:7: '=' expected near 'end'",
 		"the previous scripts keep running; fix the file and save again",
+		"✘ the scripts do not load broken.lua", "no scripts serve yet; fix the file and save again",
 		"handler succeeded", "default/w1",
 	} {
 		if !strings.Contains(text, want) {

@@ -96,6 +96,9 @@ type Event struct {
 	Report luabind.LoadReport
 	// Err is the load's error (file:line); the previous scripts keep serving.
 	Err error
+	// NothingServes: no scripts serve yet (the first load failed, and none has
+	// loaded since), so an error has no previous scripts behind it.
+	NothingServes bool
 	// Latency runs from the first file event of the burst to the new handlers being
 	// active (the swap at the end of Report.Took), or the error being known.
 	Latency time.Duration
@@ -165,6 +168,7 @@ func (r *Reloader) First(ctx context.Context) bool {
 			var ev Event
 			if ev = r.reload(ctx, ch); ev.Err != nil {
 				if r.opts.View != nil {
+					ev.NothingServes = true
 					r.opts.View.Reloaded(ev)
 				} else {
 					r.log.Error("reload failed; still no scripts serving", "files", ev.Files, "error", ev.Err)
@@ -188,7 +192,7 @@ func (r *Reloader) First(ctx context.Context) bool {
 func (r *Reloader) firstFailed(files []string, err error) {
 	if r.opts.View != nil {
 		// In development a broken first load waits for the fix; the view says so.
-		r.opts.View.Reloaded(Event{Files: files, Err: err})
+		r.opts.View.Reloaded(Event{Files: files, Err: err, NothingServes: r.opts.LastGood == nil})
 		return
 	}
 	// No crash loop on broken scripts: serve the last good ones if kept, else

@@ -413,12 +413,14 @@ func TestFirstLoadFailsWaitsForTheFix(t *testing.T) {
 	p.reloader.opts.LastGood = nil
 	served := make(chan bool, 1)
 	go func() { served <- p.reloader.First(t.Context()) }()
-	if ev := p.view.next(t); ev.Err == nil || !strings.Contains(ev.Err.Error(), "a.lua:3") {
-		t.Fatalf("first load shown as %+v, want the error at a.lua:3", ev)
+	// Nothing serves behind these errors: the view must not say "the previous
+	// scripts keep running".
+	if ev := p.view.next(t); ev.Err == nil || !strings.Contains(ev.Err.Error(), "a.lua:3") || !ev.NothingServes {
+		t.Fatalf("first load shown as %+v, want the error at a.lua:3, nothing serving", ev)
 	}
 	p.changes <- change("a.lua", "-- still\n"+brokenScript)
-	if ev := p.view.next(t); ev.Err == nil || !strings.Contains(ev.Err.Error(), "a.lua:4") {
-		t.Fatalf("second load shown as %+v, want the error at a.lua:4", ev)
+	if ev := p.view.next(t); ev.Err == nil || !strings.Contains(ev.Err.Error(), "a.lua:4") || !ev.NothingServes {
+		t.Fatalf("second load shown as %+v, want the error at a.lua:4, nothing serving", ev)
 	}
 	p.changes <- change("a.lua", handlerScript("fixed"))
 	if !<-served {
