@@ -1046,8 +1046,10 @@ func (c *chaos) report(ch *counters, churnEnd time.Time, settled time.Duration, 
 	}
 	if daemons != nil {
 		st := *daemons
-		add("running daemons == live objects (the leader's log, per name)", st.daemonsByName == st.live && len(st.badByName) == 0,
-			fmt.Sprintf("%d running, %d live %s", st.daemonsByName, st.live, listOf(st.badByName)))
+		add("running daemons == live objects (the daemons' own up/down lines in the leader's log, per uid)", st.daemonsByUID == st.live && len(st.badByUID) == 0,
+			fmt.Sprintf("%d running, %d live %s", st.daemonsByUID, st.live, listOf(st.badByUID)))
+		add("every live object's daemon started (the framework's log, per name)", len(st.badByName) == 0,
+			fmt.Sprintf("%d starts logged, %d live %s", st.daemonsByName, st.live, listOf(st.badByName)))
 		add(fmt.Sprintf("the timer ran on every object older than %s (status.ticked)", tickedBy), len(st.notTicked) == 0,
 			fmt.Sprintf("%d without %s", len(st.notTicked), listOf(st.notTicked)))
 	} else {
