@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -33,8 +34,9 @@ import (
 //     (connection refused, no route to host, a certificate error, a timeout);
 //   - created (the dry run passed): the API server has not seen the probe's
 //     configuration yet (it reads configurations through a watch): asked again.
-// A probe webhook left behind (a killed dev session) covers nothing but probes: its
-// failure policy rejects nothing else.
+// A probe webhook left behind (a killed dev session, a test's operator) covers
+// nothing but its own prefix's probes: its failure policy rejects nothing else, and
+// another operator's probe (another prefix: another ProbeOwnerLabel) goes past it.
 
 // probePath is where the webhook server answers the probe.
 const probePath = "/probe/reachability"
@@ -42,6 +44,18 @@ const probePath = "/probe/reachability"
 // ProbeLabel carries the probe's token on the dry-run Lease; the probe webhook's
 // objectSelector requires it.
 const ProbeLabel = "probe.luaop.dev/token"
+
+// ProbeOwnerLabel names, on the dry-run Lease, the prefix whose probe it is (as
+// probeOwner's hash: a prefix may be longer than a label value); the probe
+// webhook's objectSelector requires its own, so that a configuration left behind
+// by an operator of another prefix, answered by nobody, never fails this one's probe.
+const ProbeOwnerLabel = "probe.luaop.dev/of"
+
+// probeOwner is ProbeOwnerLabel's value for prefix.
+func probeOwner(prefix string) string {
+	sum := sha256.Sum256([]byte(prefix))
+	return hex.EncodeToString(sum[:10])
+}
 
 // probeMessage is the probe webhook's rejection of a probe with token.
 func probeMessage(token string) string { return "luaop webhook probe " + token }
@@ -125,8 +139,8 @@ func (p *prober) configuration() *admissionregistrationv1.ValidatingWebhookConfi
 			}},
 			NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
 				Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpIn, Values: []string{p.namespace}}}},
-			ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-				Key: ProbeLabel, Operator: metav1.LabelSelectorOpExists}}},
+			ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{ProbeOwnerLabel: probeOwner(p.prefix)},
+				MatchExpressions: []metav1.LabelSelectorRequirement{{Key: ProbeLabel, Operator: metav1.LabelSelectorOpExists}}},
 			FailurePolicy: &fail, SideEffects: &none, TimeoutSeconds: &timeout, MatchPolicy: &equivalent,
 			AdmissionReviewVersions: []string{"v1"},
 		}},
@@ -173,7 +187,7 @@ func (p *prober) run(ctx context.Context) error {
 	_, _ = rand.Read(b)
 	token := hex.EncodeToString(b)
 	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "luaop-webhook-probe-" + token, Namespace: p.namespace,
-		Labels: map[string]string{ProbeLabel: token}}}
+		Labels: map[string]string{ProbeLabel: token, ProbeOwnerLabel: probeOwner(p.prefix)}}}
 	var last error
 	notSeen := false
 	// notReached counts the API server's failures to call the webhook in a row: a
@@ -187,7 +201,7 @@ func (p *prober) run(ctx context.Context) error {
 			notSeen = true // the API server has not read the probe's configuration yet
 		case strings.Contains(err.Error(), probeMessage(token)):
 			return nil
-		case strings.Contains(err.Error(), "failed calling webhook"):
+		case strings.Contains(err.Error(), `failed calling webhook "reachability.probe.`+p.prefix+`"`):
 			reason := apiReason(err)
 			if i := strings.Index(reason, "failed calling webhook"); i > 0 {
 				reason = reason[i:] // without "Internal error occurred: "

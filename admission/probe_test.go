@@ -10,6 +10,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 )
@@ -181,5 +182,38 @@ func TestNoSyncOfAnInactiveOperatorOutlivesWaitIdle(t *testing.T) {
 	}
 	if got := vc.Webhooks[0].ClientConfig.URL; got == nil || *got != peerURL {
 		t.Errorf("the peer's configuration was overwritten by the paused operator's: %+v", vc.Webhooks[0].ClientConfig)
+	}
+}
+
+// A probe configuration left behind by an operator of another prefix (answered by
+// nobody, failure policy Fail) must not cover this operator's probe Lease: it did,
+// and every later probe of any prefix failed with "connection refused".
+func TestProbeConfigurationCoversOnlyItsOwnPrefixesProbes(t *testing.T) {
+	noClient := func() admissionregistrationv1.WebhookClientConfig {
+		return admissionregistrationv1.WebhookClientConfig{}
+	}
+	mine := &prober{prefix: "ops.example.com", namespace: "luaop", clientConfig: noClient}
+	other := &prober{prefix: "other.example.com", namespace: "luaop", clientConfig: mine.clientConfig}
+	leaseLabels := func(p *prober) labels.Set {
+		return labels.Set{ProbeLabel: "0123456789abcdef", ProbeOwnerLabel: probeOwner(p.prefix)}
+	}
+	covers := func(p *prober, l labels.Set) bool {
+		sel, err := metav1.LabelSelectorAsSelector(p.configuration().Webhooks[0].ObjectSelector)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sel.Matches(l)
+	}
+	if !covers(mine, leaseLabels(mine)) || !covers(other, leaseLabels(other)) {
+		t.Error("a probe configuration does not cover its own probe Lease")
+	}
+	if covers(other, leaseLabels(mine)) || covers(mine, leaseLabels(other)) {
+		t.Error("a probe configuration covers another prefix's probe Lease")
+	}
+	if covers(mine, labels.Set{ProbeOwnerLabel: probeOwner(mine.prefix)}) || covers(mine, labels.Set{"app": "x"}) {
+		t.Error("a probe configuration covers a Lease without a probe token")
+	}
+	if v := probeOwner(strings.Repeat("a.", 120) + "example.com"); len(v) > 63 {
+		t.Errorf("probeOwner of a long prefix is %d characters, over a label value's 63", len(v))
 	}
 }
