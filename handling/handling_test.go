@@ -49,7 +49,10 @@ func TestJudge(t *testing.T) {
 			Verdict{Outcome: OutcomeFailure, Class: Retry, Retried: true, Message: "handler h timed out after 10s (last error: later (retry in 5s))"}},
 		{"the next attempt within the timeout", spec(func(s *causes.Spec) { s.Timeout = 10 * time.Second }), Attempt{Runtime: 4 * time.Second}, temp,
 			Verdict{Outcome: OutcomeRetry, Class: Retry, Delay: 5 * time.Second, Retried: true}},
-		{"retries are judged before the timeout", spec(func(s *causes.Spec) { s.Retries, s.Timeout = 1, time.Second }), Attempt{Runtime: time.Hour}, boom,
+		// kopf (execution.py) looks ahead at the timeout first, then at the retries.
+		{"the timeout is judged before the retries", spec(func(s *causes.Spec) { s.Retries, s.Timeout = 1, time.Second }), Attempt{Runtime: time.Hour}, boom,
+			Verdict{Outcome: OutcomeFailure, Class: Backoff, Retried: true, Message: "handler h timed out after 1s (last error: boom)"}},
+		{"retries alone", spec(func(s *causes.Spec) { s.Retries, s.Timeout = 1, time.Hour }), Attempt{Runtime: time.Second}, boom,
 			Verdict{Outcome: OutcomeFailure, Class: Backoff, Retried: true, Message: "handler h exceeded its 1 retries (last error: boom)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

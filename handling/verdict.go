@@ -115,11 +115,12 @@ func Judge(spec causes.Spec, a Attempt, err error) Verdict {
 		return Verdict{Outcome: OutcomeFailure, Class: class, Message: err.Error()}
 	}
 	v := Verdict{Outcome: OutcomeRetry, Class: class, Delay: delay, Retried: true}
+	// kopf looks ahead at the timeout first, then at the retries.
 	switch {
-	case spec.Retries > 0 && a.Retries+1 >= spec.Retries:
-		v.Outcome, v.Delay, v.Message = OutcomeFailure, 0, retriesMessage(spec, err.Error())
 	case spec.Timeout > 0 && a.Runtime+delay >= spec.Timeout:
 		v.Outcome, v.Delay, v.Message = OutcomeFailure, 0, timeoutMessage(spec, err.Error())
+	case spec.Retries > 0 && a.Retries+1 >= spec.Retries:
+		v.Outcome, v.Delay, v.Message = OutcomeFailure, 0, retriesMessage(spec, err.Error())
 	}
 	return v
 }

@@ -33,6 +33,12 @@ luaop.on.event(R, function(ctx) return {seen = ctx.name} end, {id = "watch"})
 luaop.on.field(R, "spec.size", function(ctx)
   ctx.subhandler(function(sub) return {mode = "on"} end, {id = "when_on", field = "spec.mode", value = "on"})
 end, {id = "sized"})
+-- The same resource by its kind: the field it names is in the essence every update
+-- handler of the resource sees, as in the operator (which merges the spellings).
+luaop.on.field("example.com/v1/Thing", "status.phase", function(ctx) return ctx.new end, {id = "phased"})
+luaop.on.update(R, function(ctx)
+  return {old = ctx.old.status and ctx.old.status.phase, new = ctx.new.status and ctx.new.status.phase}
+end, {id = "phase_seen"})
 luaop.on.create(R, function(ctx)
   local a = ctx.new.metadata.annotations or {}
   return {hidden = a["example.org/last"] == nil, kept = a["luaop.dev/last"] ~= nil}
@@ -107,6 +113,11 @@ func TestExpectations(t *testing.T) {
 		// the operator (the whole old and new objects go along with the reduced cause).
 		{name: "field subhandler on another field", c: "handler: sized\n" + obj("{size: 2, mode: on}") + "\nold: {apiVersion: example.com/v1, kind: Thing, metadata: {name: a, namespace: ns}, spec: {size: 1, mode: on}}\nexpect: {status: {sized/when_on: {mode: on}}}", pass: true},
 		{name: "field subhandler filtered out", c: "handler: sized\n" + obj("{size: 2, mode: off}") + "\nold: {apiVersion: example.com/v1, kind: Thing, metadata: {name: a, namespace: ns}, spec: {size: 1, mode: off}}\nexpect: {status: {sized/when_on: {mode: on}}}", out: "status"},
+
+		// A field named by a handler of the resource spelled another way (its kind) is
+		// part of the essence an update handler sees: luaop test compared the
+		// spellings literally, and this update handler saw no change at all.
+		{name: "field named under the kind's spelling", c: "handler: phase_seen\n" + strings.Replace(obj("{size: 1}"), "spec: {size: 1}}", "spec: {size: 1}, status: {phase: B}}", 1) + "\nold: {apiVersion: example.com/v1, kind: Thing, metadata: {name: a, namespace: ns}, spec: {size: 1}, status: {phase: A}}\nexpect: {result: {old: A, new: B}}", pass: true},
 
 		// 3. result: null asserts that nothing was returned.
 		{name: "result null and none", c: "handler: plain\n" + obj("{}") + "\nexpect: {result: null}", pass: true},

@@ -688,7 +688,9 @@ func changeView(all []causes.Spec, spec causes.Spec, c Case, prefix string, obj 
 	}
 	var ofResource []causes.Spec
 	for _, s := range all {
-		if s.Resource == spec.Resource {
+		// One resource may be named by plural, kind or short name: the core merges
+		// the spellings before collecting the fields (processing/resources.go).
+		if s.Resource == spec.Resource || resourceMatches(s.Resource, obj, c.Resource) && resourceMatches(spec.Resource, obj, c.Resource) {
 			ofResource = append(ofResource, s)
 		}
 	}

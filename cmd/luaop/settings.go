@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/luaop/luaop/handling"
 	"github.com/luaop/luaop/luabind"
 	"github.com/luaop/luaop/peering"
 	"github.com/luaop/luaop/processing"
@@ -185,7 +186,7 @@ func addOperatorFlags(fs *pflag.FlagSet, logFormat string) {
 	fs.Duration("handler-timeout", 30*time.Second, "deadline of one Lua handler call (> 0)")
 	fs.String("lua-memory-budget", "auto", "heap the operator may reach while Lua runs; the Lua call running longest when it is passed fails with \"memory budget exceeded\" and is retried: auto (half of GOMEMLIMIT, else half of the container's memory limit, else 1Gi), a size (512Mi, 1G) or off")
 	fs.Duration("consistency-timeout", 5*time.Second, "how long change handlers wait for the operator's own last patch to come back through the watch (> 0)")
-	fs.Duration("default-backoff", 60*time.Second, "how long a handler that failed with an arbitrary error waits before its retry, unless it sets its own backoff (> 0; kopf's settings.execution.default_backoff)")
+	fs.Duration("default-backoff", handling.DefaultBackoff, "how long a handler that failed with an arbitrary error waits before its retry, unless it sets its own backoff (> 0; kopf's settings.execution.default_backoff)")
 	fs.String("log-format", logFormat, "log format: plain or json")
 	fs.String("log-level", "info", "log level: debug, info, warn, error")
 	level := 0
