@@ -204,11 +204,17 @@ func TestObjectLogFieldsAndSuccessLevel(t *testing.T) {
 			var mu sync.Mutex
 			var buf bytes.Buffer
 			log := slog.New(slog.NewJSONHandler(lockedWriter{&mu, &buf}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-			e := startEnv(t, h, Options{Logger: log, SuccessLogLevel: tt.level})
+			obs := &recordingObserver{results: map[string]int{}, max: map[string]int{}, active: map[string]int{}}
+			e := startEnv(t, h, Options{Logger: log, SuccessLogLevel: tt.level, Observer: obs})
 			uid := e.create("w1", nil)
 			read := func() string { mu.Lock(); defer mu.Unlock(); return buf.String() }
 			e.eventually("the handler's log line", func() bool { return strings.Contains(read(), "from the handler") })
-			e.eventually("the handler's success stored", func() bool { return len(h.callsOf("greet", "w1")) == 1 && len(e.get("w1").GetAnnotations()) > 0 })
+			// A success is reported (logged) once the write that stores it has landed,
+			// which is after the object shows it: the end of the cycle is the point
+			// where its line has been written or never will be.
+			e.eventually("the handler's cycle finished", func() bool {
+				return len(h.callsOf("greet", "w1")) == 1 && obs.get(obs.results, "widgets.example.luaop.dev success") >= 1
+			})
 			var line map[string]any
 			for _, l := range strings.Split(read(), "\n") {
 				if strings.Contains(l, "from the handler") {
