@@ -2,9 +2,7 @@ package admission
 
 import (
 	"encoding/json"
-	"strings"
-
-	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	"fmt"
 
 	"github.com/luaop/luaop/state"
 )
@@ -32,41 +30,28 @@ func (p patchOp) MarshalJSON() ([]byte, error) {
 }
 
 // jsonPatch turns a merge patch of the object (what a mutate handler wrote into
-// ctx.patch) into the JSON patch the API server takes: the merge patch is applied
-// to the original object, and the operations are the difference between the two
-// (objects compared key by key, lists and scalars replaced whole).
+// ctx.patch) into the JSON patch the API server takes: state.MergePatchOps's
+// operations on the original object, less those that change nothing (objects
+// merged key by key, lists and scalars replaced whole, numbers compared by value).
 func jsonPatch(original []byte, merge map[string]any) ([]patchOp, error) {
-	mp, err := json.Marshal(merge)
+	decoded, err := decodeJSON(original)
 	if err != nil {
 		return nil, err
 	}
-	merged, err := jsonpatch.MergePatch(original, mp)
-	if err != nil {
-		return nil, err
+	object, ok := decoded.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("the admitted object is not a JSON object")
 	}
-	a, err := decodeJSON(original)
-	if err != nil {
-		return nil, err
-	}
-	b, err := decodeJSON(merged)
-	if err != nil {
-		return nil, err
-	}
-	// The operations are state.Compare's items, the diff every handler sees: objects
-	// key by key, lists and scalars whole, numbers by value.
 	var ops []patchOp
-	for _, item := range state.Compare(a, b) {
-		var pointer strings.Builder
-		for _, k := range item.Path {
-			pointer.WriteString("/" + state.EscapePointerToken(k))
-		}
-		switch item.Op {
-		case state.DiffAdd:
-			ops = append(ops, patchOp{Op: "add", Path: pointer.String(), Value: item.New})
-		case state.DiffChange:
-			ops = append(ops, patchOp{Op: "replace", Path: pointer.String(), Value: item.New})
-		case state.DiffRemove:
-			ops = append(ops, patchOp{Op: "remove", Path: pointer.String()})
+	for _, op := range state.MergePatchOps(object, merge) {
+		switch {
+		case op.Remove:
+			ops = append(ops, patchOp{Op: "remove", Path: op.Path})
+		case op.Unchanged:
+		case op.Existed:
+			ops = append(ops, patchOp{Op: "replace", Path: op.Path, Value: op.Value})
+		default:
+			ops = append(ops, patchOp{Op: "add", Path: op.Path, Value: op.Value})
 		}
 	}
 	return ops, nil

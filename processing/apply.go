@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -581,56 +580,22 @@ func statusOps(body, patch map[string]any, uid string) []map[string]any {
 	if uid != "" {
 		ops = append(ops, map[string]any{"op": "test", "path": "/metadata/uid", "value": uid})
 	}
-	return appendMergeOps(ops, body, patch, "")
-}
-
-func appendMergeOps(ops []map[string]any, current, patch map[string]any, prefix string) []map[string]any {
-	keys := make([]string, 0, len(patch))
-	for k := range patch {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		v := patch[k]
-		path := prefix + "/" + state.EscapePointerToken(k)
-		existing, exists := current[k]
+	for _, op := range state.MergePatchOps(body, patch) {
 		switch {
-		case v == nil:
-			if exists {
-				ops = append(ops, map[string]any{"op": "remove", "path": path})
-			}
-		case isMap(v) && isMap(existing):
-			ops = appendMergeOps(ops, existing.(map[string]any), v.(map[string]any), path)
-		case !exists:
+		case op.Remove:
+			ops = append(ops, map[string]any{"op": "remove", "path": op.Path})
+		case !op.Existed:
 			// Absent as far as the operator knows: the test keeps a member that
 			// someone else added meanwhile from being replaced wholesale.
-			ops = append(ops, map[string]any{"op": "test", "path": path, "value": nil},
-				map[string]any{"op": "add", "path": path, "value": withoutNulls(v)})
+			ops = append(ops, map[string]any{"op": "test", "path": op.Path, "value": nil},
+				map[string]any{"op": "add", "path": op.Path, "value": op.Value})
 		default:
-			ops = append(ops, map[string]any{"op": "add", "path": path, "value": withoutNulls(v)})
+			// Sent even when unchanged: the object seen may be stale, and the
+			// write must leave the server's copy holding this value.
+			ops = append(ops, map[string]any{"op": "add", "path": op.Path, "value": op.Value})
 		}
 	}
 	return ops
-}
-
-func isMap(v any) bool {
-	_, ok := v.(map[string]any)
-	return ok
-}
-
-// withoutNulls drops null members of maps (a merge patch never stores them).
-func withoutNulls(v any) any {
-	m, ok := v.(map[string]any)
-	if !ok {
-		return v
-	}
-	out := make(map[string]any, len(m))
-	for k, x := range m {
-		if x != nil {
-			out[k] = withoutNulls(x)
-		}
-	}
-	return out
 }
 
 // withUID adds metadata.uid to a non-empty patch (a copy; the cycle's map is kept).

@@ -156,9 +156,9 @@ func (s *Sharding) handOverNext(ctx context.Context) bool {
 		return true
 	}
 	patch, _ := json.Marshal([]map[string]any{
-		{"op": "test", "path": "/metadata/annotations/" + jsonPointer(s.handover), "value": item.target},
-		{"op": "add", "path": "/metadata/labels/" + jsonPointer(s.label), "value": item.target},
-		{"op": "remove", "path": "/metadata/annotations/" + jsonPointer(s.handover)},
+		{"op": "test", "path": "/metadata/annotations/" + state.EscapePointerToken(s.handover), "value": item.target},
+		{"op": "add", "path": "/metadata/labels/" + state.EscapePointerToken(s.label), "value": item.target},
+		{"op": "remove", "path": "/metadata/annotations/" + state.EscapePointerToken(s.handover)},
 	})
 	_, err := s.meta.Resource(ref.gvr).Namespace(ref.namespace).Patch(ctx, ref.name, types.JSONPatchType, patch, metav1.PatchOptions{})
 	switch {
@@ -287,6 +287,3 @@ func statusCode(err error) int32 {
 	}
 	return 0
 }
-
-// jsonPointer escapes a map key for a JSON patch path (state.EscapePointerToken).
-func jsonPointer(s string) string { return state.EscapePointerToken(s) }

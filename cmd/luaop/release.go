@@ -512,7 +512,7 @@ func (r releaser) patches(obj *unstructured.Unstructured, statusSubresource bool
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
-			ops = append(ops, map[string]any{"op": "remove", "path": "/metadata/annotations/" + jsonPointerEscape(k)})
+			ops = append(ops, map[string]any{"op": "remove", "path": "/metadata/annotations/" + state.EscapePointerToken(k)})
 		}
 		if len(keys) > 0 {
 			removed = append(removed, fmt.Sprintf("%d annotation(s)", len(keys)))
@@ -521,7 +521,7 @@ func (r releaser) patches(obj *unstructured.Unstructured, statusSubresource bool
 		// of the annotations above): a later install without sharding would keep
 		// it, and a sharded one assigns the objects again.
 		if _, ok := obj.GetLabels()[r.shardLabel]; ok {
-			ops = append(ops, map[string]any{"op": "remove", "path": "/metadata/labels/" + jsonPointerEscape(r.shardLabel)})
+			ops = append(ops, map[string]any{"op": "remove", "path": "/metadata/labels/" + state.EscapePointerToken(r.shardLabel)})
 			removed = append(removed, "label "+r.shardLabel)
 		}
 	}
@@ -530,7 +530,7 @@ func (r releaser) patches(obj *unstructured.Unstructured, statusSubresource bool
 	}
 	if r.purge {
 		if _, found, _ := unstructured.NestedFieldNoCopy(obj.Object, "status", r.statusField); found {
-			op := map[string]any{"op": "remove", "path": "/status/" + jsonPointerEscape(r.statusField)}
+			op := map[string]any{"op": "remove", "path": "/status/" + state.EscapePointerToken(r.statusField)}
 			removed = append(removed, "status."+r.statusField)
 			if statusSubresource {
 				// Tested against the version the object patch (if any) produced is not
@@ -544,5 +544,3 @@ func (r releaser) patches(obj *unstructured.Unstructured, statusSubresource bool
 	}
 	return metaPatch, statusPatch, removed
 }
-
-func jsonPointerEscape(s string) string { return state.EscapePointerToken(s) }
