@@ -17,10 +17,12 @@ import (
 	"github.com/luaop/luaop/processing/causes"
 )
 
-// Issue 34: every adversarial script fails its own call, within a second of its
-// deadline or at once at a limit, with file:line and a clear reason; objects of
-// other shards are served while it runs, and its own shard and object right after.
-// Peak memory is asserted on a real process (cmd/luaop TestAdversarialProcesses).
+// Issue 34: every adversarial script fails its own call, at its deadline or at a
+// limit, with file:line and a clear reason; the handler is stopped by the runtime's
+// own checks (no state held past the deadline had to be replaced: the metric stays
+// 0); objects of other shards are served while it runs, and its own shard and object
+// right after. Peak memory is asserted on a real process (cmd/luaop
+// TestAdversarialProcesses); how long the cases take, BenchmarkAdversarialScripts.
 func TestAdversarialScripts(t *testing.T) {
 	// The race detector (make test) makes Go code many times slower: the limits
 	// then need a longer deadline to be reached first.
@@ -54,9 +56,7 @@ func TestAdversarialScripts(t *testing.T) {
 					time.Sleep(10 * time.Millisecond)
 				}
 			}()
-			start := time.Now()
 			_, _, err := invokeHandler(t, rt, c.ID, createCause(victim))
-			took := time.Since(start)
 			close(stop)
 			wg.Wait()
 			if err := <-served; err != nil {
@@ -82,10 +82,10 @@ func TestAdversarialScripts(t *testing.T) {
 			if errors.As(err, &se) && len(se.Traceback) > 8<<10 {
 				t.Errorf("traceback of %d bytes", len(se.Traceback))
 			}
-			// Every case ends within a second of its deadline (those a limit stops,
-			// long before it without the race detector).
-			if took > deadline+time.Second {
-				t.Errorf("the call took %s (deadline %s): more than a second past it", took, deadline)
+			// The call ended by itself: none held its state past the deadline so
+			// long that the runtime reported it and replaced the state.
+			if got := collectBudgetMetrics(t, rt); got["luaop_lua_states_replaced_total"] != 0 || len(rt.Stuck()) != 0 {
+				t.Errorf("the attack held its state past the deadline: metrics %v, stuck %v", got, rt.Stuck())
 			}
 			if res := mustInvoke(t, rt, "fine", createCause(victim)); res.Value != "fine" {
 				t.Errorf("the object after the attack: %#v", res.Value)
@@ -123,9 +123,7 @@ luaop.on.create("example.com/v1/widgets", function() return "a" end, {id = "a"})
 		t.Run(c.Name, func(t *testing.T) {
 			scripts := scriptsOf("a.lua", `local luaop = require("luaop")
 luaop.on.create("example.com/v1/widgets", function() return "a" end, {id = "a"})`, "b.lua", c.Source())
-			start := time.Now()
 			_, err := rt.Load(t.Context(), scripts)
-			t.Logf("load: %s", time.Since(start))
 			if c.Want == "" {
 				if err != nil {
 					t.Fatalf("refused: load %v", err)
@@ -154,21 +152,23 @@ func TestCompileUnderTheLoadDeadline(t *testing.T) {
 	const deadline = 300 * time.Millisecond
 	rt := loadedRuntime(t, Options{Shards: 1, HandlerTimeout: deadline}, "a.lua", `local luaop = require("luaop")
 luaop.on.create("example.com/v1/widgets", function() return "a" end, {id = "a"})`)
-	start := time.Now()
 	_, err := rt.Load(t.Context(), scriptsOf("big.lua", big.String()))
-	took := time.Since(start)
 	if err == nil || !strings.Contains(err.Error(), "compiling big.lua exceeded the 300ms load deadline") {
 		t.Fatalf("load = %v", err)
 	}
-	if took > deadline+time.Second {
-		t.Errorf("the load took %s", took)
+	// The compiler stopped at the deadline by itself: the load's state was not
+	// held past it (nothing reported, nothing replaced).
+	if got := collectBudgetMetrics(t, rt); got["luaop_lua_states_replaced_total"] != 0 || len(rt.Stuck()) != 0 {
+		t.Errorf("the load held its state past the deadline: metrics %v, stuck %v", got, rt.Stuck())
 	}
 	if res := mustInvoke(t, rt, "a", createCause("u1")); res.Value != "a" {
 		t.Errorf("the previous scripts stopped serving: %#v", res.Value)
 	}
 }
 
-// Thousands of subhandlers register in linear time (issue 34, item 10).
+// Thousands of subhandlers register, each under its own id (issue 34, item 10);
+// that they do in linear time is BenchmarkRegisterSubhandlers5000 against
+// BenchmarkRegisterSubhandlers20000.
 func TestManySubhandlers(t *testing.T) {
 	rt := loadedRuntime(t, Options{Shards: 1}, "sub.lua", `local luaop = require("luaop")
 luaop.on.create("example.com/v1/widgets", function(ctx)
@@ -180,11 +180,14 @@ end, {id = "parent"})`)
 	}
 }
 
-func BenchmarkRegisterSubhandlers5000(b *testing.B) {
-	rt := loadedRuntime(b, Options{Shards: 1}, "sub.lua", `local luaop = require("luaop")
+func BenchmarkRegisterSubhandlers5000(b *testing.B)  { benchmarkRegisterSubhandlers(b, 5000) }
+func BenchmarkRegisterSubhandlers20000(b *testing.B) { benchmarkRegisterSubhandlers(b, 20000) }
+
+func benchmarkRegisterSubhandlers(b *testing.B, n int) {
+	rt := loadedRuntime(b, Options{Shards: 1}, "sub.lua", fmt.Sprintf(`local luaop = require("luaop")
 luaop.on.create("example.com/v1/widgets", function(ctx)
-  for i = 1, 5000 do ctx.subhandler(function() end, {id = "s" .. i}) end
-end, {id = "parent"})`)
+  for i = 1, %d do ctx.subhandler(function() end, {id = "s" .. i}) end
+end, {id = "parent"})`, n))
 	call := causes.Call{Handler: specOf(b, rt, "parent"), Cause: createCause("u1")}
 	for b.Loop() {
 		if _, err := rt.Invoke(b.Context(), call); err != nil {
@@ -197,7 +200,8 @@ end, {id = "parent"})`)
 // A call that holds its state past its deadline (a Go function ignoring its context:
 // every built-in is bounded, so a test stands one in) is reported (Stuck, the
 // metrics) and its state replaced: another object of the same shard is served while
-// it still runs; once it ends, nothing is reported any more.
+// it still runs (the stuck call has not returned yet); once it ends, nothing is
+// reported any more.
 func TestStuckStateIsReportedAndReplaced(t *testing.T) {
 	release, started := make(chan struct{}), make(chan struct{}, 1)
 	// A logger that blocks on "hang": a Go function ignoring the call's context,
@@ -213,14 +217,16 @@ luaop.on.create("example.com/v1/widgets", function(ctx) return "fine" end, {id =
 		hung <- err
 	}()
 	<-started
-	// The same shard (there is one) serves another object meanwhile.
-	start := time.Now()
+	// The same shard (there is one) serves another object meanwhile, on the state
+	// that replaced the stuck one.
 	res, _, err := invokeHandler(t, rt, "fine", createCause("u2"))
 	if err != nil || res.Value != "fine" {
 		t.Fatalf("another object: %#v, %v", res.Value, err)
 	}
-	if took := time.Since(start); took > 300*time.Millisecond+stuckGrace+time.Second {
-		t.Errorf("another object waited %s", took)
+	select {
+	case err := <-hung:
+		t.Fatalf("the stuck call returned (%v) before its logger was released", err)
+	default:
 	}
 	stuck := rt.Stuck()
 	if len(stuck) != 1 || stuck[0].What != "hang" || !strings.Contains(stuck[0].String(), "Lua state 0 is held by hang") {
@@ -231,11 +237,9 @@ luaop.on.create("example.com/v1/widgets", function(ctx) return "fine" end, {id =
 	}
 	close(release)
 	<-hung
-	for deadline := time.Now().Add(5 * time.Second); len(rt.Stuck()) > 0; {
-		if time.Now().After(deadline) {
-			t.Fatalf("still stuck after the call ended: %v", rt.Stuck())
-		}
-		time.Sleep(10 * time.Millisecond)
+	// The call gave its state back before it returned: nothing is stuck any more.
+	if stuck := rt.Stuck(); len(stuck) != 0 {
+		t.Fatalf("still stuck after the call ended: %v", stuck)
 	}
 	if got := collectBudgetMetrics(t, rt); got["luaop_lua_states_stuck"] != 0 {
 		t.Errorf("metrics %v", got)
@@ -284,4 +288,52 @@ func collectBudgetMetrics(t *testing.T, rt *Runtime) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// How long each adversarial script's call takes to fail: at its deadline for those
+// the deadline stops, far sooner for those a limit stops (TestAdversarialScripts
+// checks what the user sees).
+func BenchmarkAdversarialScripts(b *testing.B) {
+	src, _ := adversary.Script(adversary.Cases)
+	rt := loadedRuntime(b, Options{Shards: 1, HandlerTimeout: 2 * time.Second}, adversary.File, src)
+	for _, c := range adversary.Cases {
+		b.Run(c.ID, func(b *testing.B) {
+			call := causes.Call{Handler: specOf(b, rt, c.ID), Cause: createCause("victim")}
+			for b.Loop() {
+				if _, err := rt.Invoke(b.Context(), call); err == nil {
+					b.Fatal("the attack returned without an error")
+				}
+			}
+		})
+	}
+}
+
+// How long each adversarial file takes to be loaded or refused
+// (TestAdversarialLoads checks the answers).
+func BenchmarkAdversarialLoads(b *testing.B) {
+	rt := loadedRuntime(b, Options{Shards: 1, HandlerTimeout: time.Minute}, "a.lua", `return nil`)
+	for _, c := range adversary.LoadCases {
+		b.Run(c.Name, func(b *testing.B) {
+			scripts := scriptsOf("b.lua", c.Source())
+			for b.Loop() {
+				_, _ = rt.Load(b.Context(), scripts)
+			}
+		})
+	}
+}
+
+// A file too large to compile fails its load at the deadline (300ms here), not once
+// compiled (TestCompileUnderTheLoadDeadline checks the error).
+func BenchmarkCompileUnderTheLoadDeadline(b *testing.B) {
+	var big strings.Builder
+	for i := range 400_000 {
+		fmt.Fprintf(&big, "local function f%d(ctx) return ctx.spec.size + %d end\n", i%150, i)
+	}
+	rt := loadedRuntime(b, Options{Shards: 1, HandlerTimeout: 300 * time.Millisecond}, "a.lua", `return nil`)
+	scripts := scriptsOf("big.lua", big.String())
+	for b.Loop() {
+		if _, err := rt.Load(b.Context(), scripts); err == nil {
+			b.Fatal("the load succeeded")
+		}
+	}
 }
