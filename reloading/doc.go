@@ -7,8 +7,9 @@
 // last good scripts kept ([LastGoodStore], a ConfigMap; served when the first load
 // fails), the metrics (counts, the failed gauge, the save-to-active latency), the
 // webhook configurations and peering's scope resynced, the operator's notes for
-// /readyz and /debug, and the view (devloop) or the log. [ScriptsGuard] is the
-// validating webhook that refuses a scripts ConfigMap whose scripts do not load.
+// /readyz and /debug, and the view (devloop) or the log. The webhook that refuses a
+// scripts ConfigMap whose scripts do not load is scriptsguard's: reloading does not
+// import admission, so neither does devloop through it.
 //
 // It takes each part it tells as a small interface (Operator, Metrics, Follower,
 // View, LastGood), so it must not import cmd/, devloop, peering or the operator's

@@ -14,10 +14,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/luaop/luaop/luabind"
+	"github.com/luaop/luaop/scriptsource"
 )
 
-// LastGoodStore keeps the last scripts that loaded in the ConfigMap ns/name,
-// annotated with their content hash; it writes only when the hash changes.
+// LastGoodStore keeps the last scripts that loaded in the ConfigMap ns/name
+// (--last-good-configmap, issue 21), annotated with their content hash; it writes
+// only when the hash changes. A pod starting on broken scripts serves these
+// instead of crash-looping.
 type LastGoodStore struct {
 	client   kubernetes.Interface
 	ns, name string
@@ -102,7 +105,7 @@ func (s *LastGoodStore) write(ctx context.Context, set *lastGoodSet) error {
 	defer cancel()
 	data := make(map[string]string, len(set.scripts))
 	for _, sc := range set.scripts {
-		data[configMapKey(sc.Name)] = string(sc.Source)
+		data[scriptsource.ConfigMapKey(sc.Name)] = string(sc.Source)
 	}
 	cms := s.client.CoreV1().ConfigMaps(s.ns)
 	cur, err := cms.Get(ctx, s.name, metav1.GetOptions{})
@@ -153,7 +156,7 @@ func (s *LastGoodStore) Load(ctx context.Context) ([]luabind.Script, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading ConfigMap %s/%s: %w", s.ns, s.name, err)
 	}
-	scripts, err := scriptsOfConfigMap(cm.Data)
+	scripts, err := scriptsource.ScriptsOfConfigMap(cm.Data)
 	if err != nil {
 		return nil, fmt.Errorf("ConfigMap %s/%s: %w", s.ns, s.name, err)
 	}

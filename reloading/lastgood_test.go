@@ -19,7 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/luaop/luaop/admission"
 	"github.com/luaop/luaop/luabind"
 	"github.com/luaop/luaop/testcluster"
 )
@@ -33,85 +32,6 @@ const goodModule = `local M = {}
 function M.hello(name) return "hello " .. name end
 return M
 `
-
-func TestScriptsOfConfigMap(t *testing.T) {
-	for _, tt := range []struct {
-		name    string
-		data    map[string]string
-		want    []string
-		wantErr string
-	}{
-		{"flat keys stand for folders", map[string]string{"hello.lua": "", "lib__greeting.lua": "", "README.md": "", ".hidden.lua": ""},
-			[]string{"hello.lua", "lib/greeting.lua"}, ""},
-		{"empty part kept", map[string]string{"__init.lua": ""}, []string{"__init.lua"}, ""},
-		{"two keys for one file", map[string]string{"lib__a.lua": "", "lib/a.lua": ""}, nil, "both stand for lib/a.lua"},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			scripts, err := scriptsOfConfigMap(tt.data)
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("error %v, want one with %q", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			var names []string
-			for _, s := range scripts {
-				names = append(names, s.Name)
-			}
-			if strings.Join(names, ",") != strings.Join(tt.want, ",") {
-				t.Errorf("scripts %v, want %v", names, tt.want)
-			}
-		})
-	}
-}
-
-// The webhook of the scripts ConfigMap: what a user's `kubectl apply` would be told.
-func TestScriptsGuardRejectsScriptsThatDoNotLoad(t *testing.T) {
-	h := ScriptsGuard("luaop-system", "luaop-scripts", slog.New(slog.NewTextHandler(io.Discard, nil)), luabind.Options{})
-	if h.FailurePolicy != "Ignore" || h.Path() != "/validate/"+scriptsGuardID {
-		t.Errorf("failure policy %q, path %q", h.FailurePolicy, h.Path())
-	}
-	cm := func(data map[string]any) map[string]any {
-		return map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "data": data}
-	}
-	for _, tt := range []struct {
-		name      string
-		ns, cm    string
-		data      map[string]any
-		wantAllow bool
-		want      []string // in the rejection message
-	}{
-		{"scripts that load", "luaop-system", "luaop-scripts", map[string]any{"hello.lua": goodScript, "lib__greeting.lua": goodModule}, true, nil},
-		{"syntax error", "luaop-system", "luaop-scripts", map[string]any{"hello.lua": goodScript, "lib__greeting.lua": goodModule, "bad.lua": "local x = \nlocal luaop = (\n"},
-			false, []string{"bad.lua:", "luaop-system/luaop-scripts"}},
-		{"unknown option", "luaop-system", "luaop-scripts", map[string]any{"a.lua": "local luaop = require(\"luaop\")\n\nluaop.on.create(\"v1/pods\", function() end, { id = \"a\", retires = 3 })\n"},
-			false, []string{"a.lua:3", "retires"}},
-		{"duplicate id", "luaop-system", "luaop-scripts", map[string]any{"a.lua": "local luaop = require(\"luaop\")\nluaop.on.create(\"v1/pods\", function() end, { id = \"x\" })\nluaop.on.update(\"v1/pods\", function() end, { id = \"x\" })\n"},
-			false, []string{"a.lua:3", "duplicate handler id"}},
-		{"missing module", "luaop-system", "luaop-scripts", map[string]any{"hello.lua": goodScript}, false, []string{"hello.lua:2", "lib.greeting"}},
-		{"no scripts", "luaop-system", "luaop-scripts", map[string]any{"notes.txt": "x"}, false, []string{"no *.lua key"}},
-		{"another ConfigMap", "luaop-system", "other", map[string]any{"bad.lua": "("}, true, nil},
-		{"another namespace", "default", "luaop-scripts", map[string]any{"bad.lua": "("}, true, nil},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			resp, err := h.Admit(t.Context(), admission.Request{Operation: "UPDATE", Namespace: tt.ns, Name: tt.cm, Object: cm(tt.data)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if resp.Allowed != tt.wantAllow {
-				t.Fatalf("allowed %v, want %v (message %q)", resp.Allowed, tt.wantAllow, resp.Message)
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(resp.Message, w) {
-					t.Errorf("message %q lacks %q", resp.Message, w)
-				}
-			}
-		})
-	}
-}
 
 // The last good scripts: written after a load only when their hash changed, and
 // read back as the mounted folder would give them.

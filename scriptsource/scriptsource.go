@@ -197,3 +197,31 @@ func IgnoredName(name string) bool {
 	return strings.HasPrefix(name, ".") || strings.HasSuffix(name, "~") || strings.HasSuffix(name, ".swp") ||
 		strings.HasSuffix(name, ".swx") || name == "4913" || strings.Contains(name, "___jb_")
 }
+
+// ScriptsOfConfigMap maps a ConfigMap's data to scripts as a mounted ConfigMap is
+// read (ReadDir): the *.lua keys, "lib__util.lua" read as "lib/util.lua".
+func ScriptsOfConfigMap(data map[string]string) ([]Script, error) {
+	seen := map[string]string{}
+	var scripts []Script
+	for key, src := range data {
+		if IgnoredName(key) || !strings.HasSuffix(key, ".lua") {
+			continue
+		}
+		name := FlatKeyPath(key)
+		if first, dup := seen[name]; dup {
+			a, b := first, key
+			if b < a {
+				a, b = b, a
+			}
+			return nil, fmt.Errorf("keys %s and %s both stand for %s (a key a__b.lua is read as a/b.lua): keep one", a, b, name)
+		}
+		seen[name] = key
+		scripts = append(scripts, Script{Name: name, Source: []byte(src)})
+	}
+	sort.Slice(scripts, func(i, j int) bool { return scripts[i].Name < scripts[j].Name })
+	return scripts, nil
+}
+
+// ConfigMapKey is the ConfigMap key of a script: its folders joined by "__"
+// (FlatKeyPath reads it back).
+func ConfigMapKey(name string) string { return strings.ReplaceAll(name, "/", "__") }

@@ -35,6 +35,7 @@ import (
 	"github.com/luaop/luaop/peering"
 	"github.com/luaop/luaop/processing"
 	"github.com/luaop/luaop/reloading"
+	"github.com/luaop/luaop/scriptsguard"
 	"github.com/luaop/luaop/scripttest"
 	"github.com/luaop/luaop/sharding"
 )
@@ -315,7 +316,7 @@ func newWebhooks(cfg *rest.Config, s settings, dev bool, op *operator.Operator, 
 	}
 	guardNS, guardName, guarded := strings.Cut(s.ScriptsConfigMap, "/")
 	if guarded && s.ScriptsWebhook && !dev {
-		if err := webhooks.Register(reloading.ScriptsGuard(guardNS, guardName, log, luabindOptions(s, log))); err != nil {
+		if err := webhooks.Register(scriptsguard.ScriptsGuard(guardNS, guardName, log, luabindOptions(s, log))); err != nil {
 			return nil, fmt.Errorf("the webhook of --scripts-configmap: %w", err)
 		}
 	}

@@ -1,11 +1,9 @@
-package reloading
+package scriptsguard
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sort"
-	"strings"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -18,45 +16,10 @@ import (
 	"github.com/luaop/luaop/scriptsource"
 )
 
-// The operator guards its own scripts (issue 21):
-//   - [ScriptsGuard] is a validating webhook on the scripts ConfigMap
-//     (--scripts-configmap): an update whose scripts do not load is rejected with
-//     the file:line of the error, checked in a throwaway runtime;
-//   - [LastGoodStore] keeps the last scripts that loaded in a ConfigMap the operator
-//     owns (--last-good-configmap), so that a pod starting on broken scripts serves
-//     them instead of crash-looping.
-
 // scriptsGuardID is the webhook's id: served at /validate/luaop-scripts-configmap.
 // Script handler ids cannot hold this prefix by accident in practice; a Go handler
 // wins over a script's of the same path anyway.
 const scriptsGuardID = "luaop-scripts-configmap"
-
-// scriptsOfConfigMap maps a ConfigMap's data to scripts as a mounted ConfigMap is
-// read (scriptsource.ReadDir): the *.lua keys, "lib__util.lua" read as "lib/util.lua".
-func scriptsOfConfigMap(data map[string]string) ([]luabind.Script, error) {
-	seen := map[string]string{}
-	var scripts []luabind.Script
-	for key, src := range data {
-		if scriptsource.IgnoredName(key) || !strings.HasSuffix(key, ".lua") {
-			continue
-		}
-		name := scriptsource.FlatKeyPath(key)
-		if first, dup := seen[name]; dup {
-			a, b := first, key
-			if b < a {
-				a, b = b, a
-			}
-			return nil, fmt.Errorf("keys %s and %s both stand for %s (a key a__b.lua is read as a/b.lua): keep one", a, b, name)
-		}
-		seen[name] = key
-		scripts = append(scripts, luabind.Script{Name: name, Source: []byte(src)})
-	}
-	sort.Slice(scripts, func(i, j int) bool { return scripts[i].Name < scripts[j].Name })
-	return scripts, nil
-}
-
-// configMapKey is the ConfigMap key of a script: its folders joined by "__".
-func configMapKey(name string) string { return strings.ReplaceAll(name, "/", "__") }
 
 // ScriptsGuard is the validating webhook of the scripts ConfigMap ns/name.
 // Its failure policy is Ignore: when no replica answers (all of them down), an
@@ -107,7 +70,7 @@ func checkScriptsConfigMap(ctx context.Context, obj map[string]any, opts luabind
 			}
 		}
 	}
-	scripts, err := scriptsOfConfigMap(data)
+	scripts, err := scriptsource.ScriptsOfConfigMap(data)
 	if err != nil {
 		return err.Error()
 	}
