@@ -149,9 +149,10 @@ func (f *fakeFollower) count() int {
 }
 
 type fakeLastGood struct {
-	mu     sync.Mutex
-	stored []luabind.Script
-	kept   []string // the hashes offered
+	mu      sync.Mutex
+	stored  []luabind.Script
+	loadErr error    // what Load answers, when set
+	kept    []string // the hashes offered
 }
 
 func (s *fakeLastGood) Keep(scripts []luabind.Script, hash string) {
@@ -164,6 +165,9 @@ func (s *fakeLastGood) Keep(scripts []luabind.Script, hash string) {
 func (s *fakeLastGood) Load(context.Context) ([]luabind.Script, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.loadErr != nil {
+		return nil, s.loadErr
+	}
 	return slices.Clone(s.stored), nil
 }
 
@@ -374,34 +378,6 @@ func TestReloadWhileThePreviousIsApplied(t *testing.T) {
 	if kept := p.lastGood.keptHashes(); len(kept) != 3 {
 		t.Errorf("last good kept %v, want 3 hashes", kept)
 	}
-}
-
-// A first load that fails in luaop run serves the last good scripts kept; the
-// next good save brings the folder's back.
-func TestFirstLoadFailsServesTheLastGoodScripts(t *testing.T) {
-	p := newParts(t, false, change("a.lua", brokenScript))
-	p.lastGood.stored = []luabind.Script{{Name: "a.lua", Source: []byte(handlerScript("kept"))}}
-	if !p.reloader.First(t.Context()) {
-		t.Fatal("First: the last good scripts do not serve")
-	}
-	if p.op.handlers() != "kept" {
-		t.Fatalf("handlers %q, want the last good ones (kept)", p.op.handlers())
-	}
-	for _, want := range []string{"the scripts do not load", "a.lua:3", "serving the last good scripts", "scripts loaded"} {
-		if !strings.Contains(p.logs.String(), want) {
-			t.Errorf("log lacks %q:\n%s", want, p.logs.String())
-		}
-	}
-	notes, lastGood, _, _ := p.op.snapshot()
-	if len(notes) != 1 || notes[0].err == nil || !slices.Equal(lastGood, []bool{true}) {
-		t.Errorf("operator notes %+v, last good %v; want the folder's error, serving the last good ones", notes, lastGood)
-	}
-	p.run(t)
-	p.changes <- change("a.lua", handlerScript("fixed"))
-	testcluster.Eventually(t, 30*time.Second, func() (bool, string) {
-		_, lastGood, _, _ := p.op.snapshot()
-		return slices.Equal(lastGood, []bool{true, false}) && p.op.handlers() == "fixed", fmt.Sprint(lastGood)
-	})
 }
 
 // A first load that fails with no last good scripts waits for the fix, every save

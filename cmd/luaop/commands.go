@@ -361,7 +361,10 @@ func newElector(cfg *rest.Config, s settings, log *slog.Logger) (*leader.Elector
 // scripts, each left out when the process has none.
 func reloadOptions(s settings, dir string, op *operator.Operator, m *metrics.Metrics, webhooks *admission.Webhooks, peer *peering.Peering,
 	scopes *scopeResolver, lastGood *reloading.LastGoodStore, view *devloop.View, log *slog.Logger) reloading.Options {
-	opts := reloading.Options{Dir: dir, Debounce: s.ReloadDebounce, Operator: op, Metrics: m, Logger: log}
+	opts := reloading.Options{Dir: dir, Debounce: s.ReloadDebounce, Operator: op, Logger: log}
+	if m != nil {
+		opts.Metrics = m
+	}
 	if webhooks != nil {
 		opts.Webhooks = webhooks
 	}
