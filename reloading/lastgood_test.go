@@ -23,15 +23,8 @@ import (
 	"github.com/luaop/luaop/testcluster"
 )
 
-const goodScript = `local luaop = require("luaop")
-local greeting = require("lib.greeting")
-luaop.on.create("v1/configmaps", function(ctx) return greeting.hello(ctx.name) end, { id = "hello" })
-`
-
-const goodModule = `local M = {}
-function M.hello(name) return "hello " .. name end
-return M
-`
+// libModule is a module in a folder: kept under the key lib__greeting.lua.
+const libModule = "return {}\n"
 
 // The last good scripts: written after a load only when their hash changed, and
 // read back as the mounted folder would give them.
@@ -43,7 +36,7 @@ func TestLastGoodStoreWritesOnlyNewScripts(t *testing.T) {
 	if scripts, err := store.Load(ctx); err != nil || scripts != nil {
 		t.Fatalf("Load before any write: %v, %v; want none", scripts, err)
 	}
-	scripts := []luabind.Script{{Name: "hello.lua", Source: []byte(goodScript)}, {Name: "lib/greeting.lua", Source: []byte(goodModule)}}
+	scripts := []luabind.Script{{Name: "hello.lua", Source: []byte(handlerScript("hello"))}, {Name: "lib/greeting.lua", Source: []byte(libModule)}}
 	writes := func() int {
 		n := 0
 		for _, a := range client.Actions() {
@@ -76,11 +69,11 @@ func TestLastGoodStoreWritesOnlyNewScripts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cm.Annotations["luaop.dev/scripts-hash"] != "h2" || cm.Data["lib__greeting.lua"] != goodModule {
+	if cm.Annotations["luaop.dev/scripts-hash"] != "h2" || cm.Data["lib__greeting.lua"] != libModule {
 		t.Errorf("ConfigMap %v, want hash h2 and key lib__greeting.lua", cm)
 	}
 	got, err := store.Load(ctx)
-	if err != nil || len(got) != 2 || got[1].Name != "lib/greeting.lua" || string(got[1].Source) != goodModule {
+	if err != nil || len(got) != 2 || got[1].Name != "lib/greeting.lua" || string(got[1].Source) != libModule {
 		t.Errorf("Load: %v, %v", got, err)
 	}
 	// Another replica wrote the same hash: no write.

@@ -19,11 +19,20 @@ func scriptsOf(pairs ...string) []luabind.Script {
 	return out
 }
 
-// Issue 14: luaop check reports, with file:line, what the operator would refuse
-// at load and what would only fail (or be ignored) at run time.
-func TestCheckReportsEveryProblem(t *testing.T) {
-	scripts := []luabind.Script{
-		{Name: "a.lua", Source: []byte(`local luaop = require("luaop")
+// luaop check reports, with file:line, each problem once and in order: what the
+// operator would refuse at load and what would only fail (or be ignored) at run
+// time (issue 14); a global read in one file and defined only in another, each
+// script having its own globals (issue 16); the options that do not apply to
+// admission handlers; every file's load-time error, not only the first the load
+// meets.
+func TestCheckReports(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		scripts []luabind.Script
+		want    []string // the problems' beginnings, in order
+	}{{
+		name: "every problem",
+		scripts: scriptsOf("a.lua", `local luaop = require("luaop")
 local R = "example.com/v1/widgets"
 luaop.on.create(R, function(ctx)
   local f = io.open("/etc/passwd")
@@ -33,32 +42,61 @@ end, { id = "greet", interval = 10 })
 luaop.on.update("widgets", function(ctx) end, { id = "u" })
 luaop.timer(R, function(ctx) end, { id = "t", interval = 5, optional = true })
 luaop.on.delete(R, function(ctx) end, { id = "greet" })
-`)},
-		{Name: "b.lua", Source: []byte("local x = 7 // 2\n")},
-		{Name: "c.lua", Source: []byte("local y <const> = 1\n")},
-	}
-	rep := Check(t.Context(), scripts, luabind.Options{})
-	var got []string
-	for _, p := range rep.Problems {
-		got = append(got, p.String())
-	}
-	want := []string{
-		"a.lua:4: io is not available",
-		"a.lua:5: os.getenv is not available in luaop's sandbox (its os has clock, date, time)",
-		"a.lua:7: luaop.on.create: option interval does not apply here (only to timers)",
-		`a.lua:8: luaop.on.update: resource "widgets": write it as`,
-		"a.lua:9: luaop.timer: option optional does not apply here (only to on.delete)",
-		`a.lua:10: duplicate handler id "greet" (first registered at a.lua:3)`,
-		"b.lua:1: '//' (floor division, Lua 5.3) is not Lua 5.1",
-		"c.lua:1: local attributes <const>/<close> (Lua 5.4)",
-	}
-	if len(got) != len(want) {
-		t.Fatalf("got %d problems, want %d:\n%s", len(got), len(want), strings.Join(got, "\n"))
-	}
-	for i := range want {
-		if !strings.HasPrefix(got[i], want[i]) {
-			t.Errorf("problem %d:\n got %s\nwant %s...", i, got[i], want[i])
-		}
+`, "b.lua", "local x = 7 // 2\n", "c.lua", "local y <const> = 1\n"),
+		want: []string{
+			"a.lua:4: io is not available",
+			"a.lua:5: os.getenv is not available in luaop's sandbox (its os has clock, date, time)",
+			"a.lua:7: luaop.on.create: option interval does not apply here (only to timers)",
+			`a.lua:8: luaop.on.update: resource "widgets": write it as`,
+			"a.lua:9: luaop.timer: option optional does not apply here (only to on.delete)",
+			`a.lua:10: duplicate handler id "greet" (first registered at a.lua:3)`,
+			"b.lua:1: '//' (floor division, Lua 5.3) is not Lua 5.1",
+			"c.lua:1: local attributes <const>/<close> (Lua 5.4)",
+		},
+	}, {
+		name: "globals of other files",
+		scripts: scriptsOf("a.lua", "PREFIX = 'x'\nlocal function f() return PREFIX end\n",
+			"b.lua", "local luaop = require('luaop')\nluaop.on.create('v1/configmaps', function() return PREFIX end)\nlocal p = package.loaded\n"),
+		want: []string{
+			"b.lua:2: PREFIX is a global of a.lua, and each script has its own globals: share it through a module",
+			"b.lua:3: package is not available in luaop's sandbox",
+			"b.lua:3: attempt to index a non-table object(nil) with key 'loaded'", // the load's own error
+		},
+	}, {
+		// retries/backoff/errors do not apply to admission handlers; timeout does
+		// (the webhook's); the admission options apply to them only.
+		name: "admission options",
+		scripts: scriptsOf("a.lua", `local luaop = require("luaop")
+luaop.on.validate("example.com/v1/widgets", function(ctx) end, { id = "v", retries = 3, timeout = 5, failure_policy = "Ignore" })
+luaop.on.mutate("example.com/v1/widgets", function(ctx) end, { id = "m", operations = "CREATE", side_effects = true, subresource = "status" })
+luaop.daemon("example.com/v1/widgets", function(ctx) end, { id = "d", side_effects = true })
+`),
+		want: []string{
+			"a.lua:2: luaop.on.validate: option retries does not apply here",
+			"a.lua:4: luaop.daemon: option side_effects does not apply here (only to admission handlers (on.validate, on.mutate))",
+		},
+	}, {
+		name: "every load error",
+		scripts: scriptsOf("a.lua", "local luaop = require('luaop')\nerror('first broken file')\n",
+			"b.lua", "local luaop = require('luaop')\nlocal x = nil\nlocal y = x.field\n",
+			"c.lua", "local luaop = require('luaop')\nluaop.on.create('v1/configmaps', function(ctx) end, {id = 'fine'})\n"),
+		want: []string{"a.lua:2: first broken file", "b.lua:3: "},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := Check(t.Context(), tc.scripts, luabind.Options{})
+			var got []string
+			for _, p := range rep.Problems {
+				got = append(got, p.String())
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("got %d problems, want %d:\n%s", len(got), len(tc.want), strings.Join(got, "\n"))
+			}
+			for i := range tc.want {
+				if !strings.HasPrefix(got[i], tc.want[i]) {
+					t.Errorf("problem %d:\n got %s\nwant %s...", i, got[i], tc.want[i])
+				}
+			}
+		})
 	}
 }
 
@@ -109,81 +147,6 @@ end)
 		if a.KubeCalls[i] != want[i] {
 			t.Errorf("call %d: got %+v, want %+v", i, a.KubeCalls[i], want[i])
 		}
-	}
-}
-
-// Issue 16: each script has its own globals, so check reports a global read in one
-// file and defined only in another, and the sandbox's package and module are gone.
-func TestCheckReportsGlobalsOfOtherFiles(t *testing.T) {
-	rep := Check(t.Context(), []luabind.Script{
-		{Name: "a.lua", Source: []byte("PREFIX = 'x'\nlocal function f() return PREFIX end\n")},
-		{Name: "b.lua", Source: []byte("local luaop = require('luaop')\nluaop.on.create('v1/configmaps', function() return PREFIX end)\nlocal p = package.loaded\n")},
-	}, luabind.Options{})
-	var got []string
-	for _, p := range rep.Problems {
-		got = append(got, p.String())
-	}
-	want := []string{
-		"b.lua:2: PREFIX is a global of a.lua, and each script has its own globals: share it through a module",
-		"b.lua:3: package is not available in luaop's sandbox",
-		"b.lua:3: attempt to index a non-table object(nil) with key 'loaded'", // the load's own error
-	}
-	if len(got) != len(want) {
-		t.Fatalf("got %d problems, want %d:\n%s", len(got), len(want), strings.Join(got, "\n"))
-	}
-	for i := range want {
-		if !strings.HasPrefix(got[i], want[i]) {
-			t.Errorf("problem %d:\n got %s\nwant %s...", i, got[i], want[i])
-		}
-	}
-}
-
-// Admission handlers: retries/backoff/errors do not apply to them; timeout does
-// (the webhook's); the admission options apply to them only.
-func TestCheckAdmissionOptions(t *testing.T) {
-	rep := Check(t.Context(), []luabind.Script{{Name: "a.lua", Source: []byte(`local luaop = require("luaop")
-luaop.on.validate("example.com/v1/widgets", function(ctx) end, { id = "v", retries = 3, timeout = 5, failure_policy = "Ignore" })
-luaop.on.mutate("example.com/v1/widgets", function(ctx) end, { id = "m", operations = "CREATE", side_effects = true, subresource = "status" })
-luaop.daemon("example.com/v1/widgets", function(ctx) end, { id = "d", side_effects = true })
-`)}}, luabind.Options{})
-	var got []string
-	for _, p := range rep.Problems {
-		got = append(got, p.String())
-	}
-	want := []string{
-		"a.lua:2: luaop.on.validate: option retries does not apply here",
-		"a.lua:4: luaop.daemon: option side_effects does not apply here (only to admission handlers (on.validate, on.mutate))",
-	}
-	if len(got) != len(want) {
-		t.Fatalf("got %d problems, want %d:\n%s", len(got), len(want), strings.Join(got, "\n"))
-	}
-	for i := range want {
-		if !strings.HasPrefix(got[i], want[i]) {
-			t.Errorf("problem %d:\n got %s\nwant %s...", i, got[i], want[i])
-		}
-	}
-}
-
-// Every file's load-time error is reported, not only the first the load meets.
-func TestCheckReportsEveryLoadError(t *testing.T) {
-	scripts := []luabind.Script{
-		{Name: "a.lua", Source: []byte("local luaop = require('luaop')\nerror('first broken file')\n")},
-		{Name: "b.lua", Source: []byte("local luaop = require('luaop')\nlocal x = nil\nlocal y = x.field\n")},
-		{Name: "c.lua", Source: []byte("local luaop = require('luaop')\nluaop.on.create('v1/configmaps', function(ctx) end, {id = 'fine'})\n")},
-	}
-	rep := Check(t.Context(), scripts, luabind.Options{})
-	var got []string
-	for _, p := range rep.Problems {
-		got = append(got, p.String())
-	}
-	joined := strings.Join(got, "\n")
-	for _, want := range []string{"a.lua:2: first broken file", "b.lua:3: "} {
-		if !strings.Contains(joined, want) {
-			t.Errorf("problems:\n%s\nwant one starting %q", joined, want)
-		}
-	}
-	if len(got) != 2 {
-		t.Errorf("problems:\n%s\nwant exactly 2 (each once)", joined)
 	}
 }
 
