@@ -207,6 +207,30 @@ type tracker struct {
 	stop     context.CancelFunc
 }
 
+// trackedNamespace makes a fresh namespace for one run of the sleep or sharding
+// scenario and a watch timing its tracked objects; cleanup stops the watch and
+// deletes the namespace (bounded, whatever ended the run: defer it at once).
+func (c *cluster) trackedNamespace(ctx context.Context, variant string, n, tracked int, tag string) (ns string, tr *tracker, cleanup func(), err error) {
+	ns, err = c.createNamespace(ctx, variant, n)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	trCtx, trCancel := context.WithCancel(ctx)
+	cleanup = func() {
+		trCancel()
+		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		if err := c.deleteNamespace(dctx, ns); err != nil {
+			progress("%s cleanup: %v", tag, err)
+		}
+	}
+	if tr, err = c.startTracker(trCtx, ns, tracked); err != nil {
+		cleanup()
+		return "", nil, nil, err
+	}
+	return ns, tr, cleanup, nil
+}
+
 func (c *cluster) startTracker(ctx context.Context, ns string, n int) (*tracker, error) {
 	t := &tracker{n: n, issued: make([]time.Time, n), seen: make([]time.Time, n), labelled: make([]time.Time, n)}
 	ctx, t.stop = context.WithCancel(ctx)

@@ -147,12 +147,9 @@ or against a cluster of your own:
 		}
 	}
 	scripts, daemonScripts := filepath.Join(tmp, "scripts"), filepath.Join(tmp, "scripts-daemon")
-	for dir, src := range map[string]string{scripts: benchScript, daemonScripts: daemonScript} {
-		_ = os.MkdirAll(dir, 0o755)
-		if err := os.WriteFile(filepath.Join(dir, "bench.lua"), []byte(src), 0o644); err != nil {
-			fmt.Fprintln(os.Stderr, "bench:", err)
-			return 1
-		}
+	if err := writeBenchScripts(map[string]string{scripts: benchScript, daemonScripts: daemonScript}); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
 	}
 	commit := gitDescribe(root)
 	progress("luaop at %s", commit)
@@ -684,4 +681,18 @@ func kbPerObj(b float64) string {
 		return "n/a"
 	}
 	return fmt.Sprintf("%.1f KB/obj", b/1024)
+}
+
+// writeBenchScripts writes each scripts folder (dir -> its bench.lua) a scenario
+// runs luaop on.
+func writeBenchScripts(dirs map[string]string) error {
+	for dir, src := range dirs {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "bench.lua"), []byte(src), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -180,12 +180,9 @@ type shardingOptions struct {
 // runSharding runs the scenario and prints its tables; the exit status.
 func runSharding(ctx context.Context, cl *cluster, o shardingOptions) int {
 	dirs := map[string]string{"fast": filepath.Join(o.tmp, "scripts-shard-fast"), "slow": filepath.Join(o.tmp, "scripts-shard-slow")}
-	for kind, src := range map[string]string{"fast": shardFastScript, "slow": shardSlowScript} {
-		_ = os.MkdirAll(dirs[kind], 0o755)
-		if err := os.WriteFile(filepath.Join(dirs[kind], "bench.lua"), []byte(src), 0o644); err != nil {
-			fmt.Fprintln(os.Stderr, "bench:", err)
-			return 1
-		}
+	if err := writeBenchScripts(map[string]string{dirs["fast"]: shardFastScript, dirs["slow"]: shardSlowScript}); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
 	}
 	var specs []shardRunSpec
 	if o.n > 0 {
@@ -226,29 +223,16 @@ func runSharding(ctx context.Context, cl *cluster, o shardingOptions) int {
 func shardRun(ctx context.Context, cl *cluster, o shardingOptions, spec shardRunSpec, scripts string) (res *shardRunResult) {
 	res = &shardRunResult{spec: spec}
 	tag := spec.tag()
-	ns, err := cl.createNamespace(ctx, "shard-"+spec.kind, spec.replicas)
-	if err != nil {
-		res.err = err
-		return res
-	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		if err := cl.deleteNamespace(dctx, ns); err != nil {
-			progress("%s cleanup: %v", tag, err)
-		}
-	}()
-	trCtx, trCancel := context.WithCancel(ctx)
-	defer trCancel()
 	trickle := 0
 	if spec.sharded && spec.kind == "fast" {
 		trickle = trickleObjects
 	}
-	tr, err := cl.startTracker(trCtx, ns, spec.n+trickle)
+	ns, tr, cleanup, err := cl.trackedNamespace(ctx, "shard-"+spec.kind, spec.replicas, spec.n+trickle, tag)
 	if err != nil {
 		res.err = err
 		return res
 	}
+	defer cleanup()
 	tr.setPhase(phaseCreate)
 
 	extra := []string{"--metrics-address="} // replicas side by side: no port of their own

@@ -130,8 +130,7 @@ func pollHealthz(ctx context.Context, url string, interval time.Duration, curren
 // runSleep runs the sleep scenario once and prints its table; the exit status.
 func runSleep(ctx context.Context, cl *cluster, luaopBin, kubeconfig, tmp, commit string, n, workers, shards, creators int, timeout time.Duration) int {
 	scripts := filepath.Join(tmp, "scripts-sleep")
-	_ = os.MkdirAll(scripts, 0o755)
-	if err := os.WriteFile(filepath.Join(scripts, "bench.lua"), []byte(sleepScript), 0o644); err != nil {
+	if err := writeBenchScripts(map[string]string{scripts: sleepScript}); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 1
 	}
@@ -146,26 +145,13 @@ func runSleep(ctx context.Context, cl *cluster, luaopBin, kubeconfig, tmp, commi
 	subj := &luaopSubject{label: "luaop-sleep", bin: luaopBin, scriptsDir: scripts, kubeconfig: kubeconfig, workers: workers, extra: extra}
 	tag := fmt.Sprintf("[sleep N=%d]", n)
 
-	ns, err := cl.createNamespace(ctx, "sleep", n)
+	ns, tr, cleanup, err := cl.trackedNamespace(ctx, "sleep", n, n, tag)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 1
 	}
+	defer cleanup()
 	progress("%s namespace %s", tag, ns)
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		if err := cl.deleteNamespace(dctx, ns); err != nil {
-			progress("%s cleanup: %v", tag, err)
-		}
-	}()
-	trCtx, trCancel := context.WithCancel(ctx)
-	defer trCancel()
-	tr, err := cl.startTracker(trCtx, ns, n)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		return 1
-	}
 	tr.setPhase(phaseSleep)
 
 	logPath := filepath.Join(tmp, "sleep.log")
