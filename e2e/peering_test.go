@@ -5,9 +5,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -43,42 +40,13 @@ end, { id = "beat", cancellation_timeout = 5 })
 `
 
 // peer is one luaop process (run or dev) of the peering test.
-type peer struct {
-	cmd    *exec.Cmd
-	log    *testcluster.LogBuffer
-	exited chan struct{}
-}
+type peer struct{ *luaopProcess }
 
 func startPeer(t *testing.T, bin, command, owner string, args ...string) *peer {
 	t.Helper()
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "peered.lua"), []byte(strings.ReplaceAll(peeredScript, "__OWNER__", owner)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	p := &peer{log: &testcluster.LogBuffer{}, exited: make(chan struct{})}
-	p.cmd = exec.Command(bin, append(append([]string{command}, args...), dir)...)
-	p.cmd.Env = append(os.Environ(), "NO_COLOR=1")
-	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = p.cmd.Wait(); close(p.exited) }()
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("the log of luaop %s (%s):\n%s", command, owner, p.log.String())
-		}
-		p.signal(syscall.SIGKILL)
-	})
-	return p
-}
-
-func (p *peer) signal(sig syscall.Signal) {
-	select {
-	case <-p.exited:
-	default:
-		_ = p.cmd.Process.Signal(sig)
-		<-p.exited
-	}
+	all := append([]string{command}, args...)
+	script := strings.ReplaceAll(peeredScript, "__OWNER__", owner)
+	return &peer{startLuaopProcess(t, bin, all, "peered.lua", script, "luaop "+command+" ("+owner+")", 0)}
 }
 
 // waitLines waits until the log has n lines containing text.

@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,49 +46,16 @@ end, { id = "beat", labels = { daemon = "yes" }, cancellation_timeout = 5 })
 type replica struct {
 	owner  string
 	health string
-	cmd    *exec.Cmd
-	log    *testcluster.LogBuffer
-	exited chan struct{}
+	*luaopProcess
 }
 
 func startReplica(t *testing.T, bin, owner string, args ...string) *replica {
 	t.Helper()
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "sharded.lua"), []byte(strings.ReplaceAll(shardedScript, "__OWNER__", owner)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	r := &replica{owner: owner, health: freeLoopback(t), log: &testcluster.LogBuffer{}, exited: make(chan struct{})}
-	all := append([]string{"run", "--health-address", r.health, "--metrics-address="}, args...)
-	r.cmd = exec.Command(bin, append(all, dir)...)
-	r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
-	if err := r.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = r.cmd.Wait(); close(r.exited) }()
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("the log of replica %s (last 60 lines):\n%s", owner, lastLines(r.log.String(), 60))
-		}
-		r.signal(syscall.SIGKILL)
-	})
-	return r
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-func (r *replica) signal(sig syscall.Signal) {
-	select {
-	case <-r.exited:
-	default:
-		_ = r.cmd.Process.Signal(sig)
-		<-r.exited
-	}
+	health := freeLoopback(t)
+	all := append([]string{"run", "--health-address", health, "--metrics-address="}, args...)
+	script := strings.ReplaceAll(shardedScript, "__OWNER__", owner)
+	return &replica{owner: owner, health: health,
+		luaopProcess: startLuaopProcess(t, bin, all, "sharded.lua", script, "replica "+owner+" (last 60 lines)", 60)}
 }
 
 // shardState is the part of /debug this test reads.
