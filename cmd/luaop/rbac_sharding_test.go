@@ -45,11 +45,7 @@ func findDoc(docs []*unstructured.Unstructured, kind, name string) *unstructured
 // ServiceAccount; nothing without it; refused with --leader-elect (as luaop run
 // refuses the pair) and --shard-namespace alone.
 func TestRBACShardingRole(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "a.lua"), []byte(`local luaop = require("luaop")
-luaop.on.create("v1/cm", function(ctx) end)`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir := oneHandlerFolder(t)
 	for _, tc := range []struct {
 		args []string
 		ns   string
@@ -57,10 +53,7 @@ luaop.on.create("v1/cm", function(ctx) end)`), 0o644); err != nil {
 		{[]string{"--shard-across-replicas"}, "luaop-system"},
 		{[]string{"--shard-across-replicas", "--shard-namespace", "shards", "--service-account", "ops/op", "--name", "op"}, "shards"},
 	} {
-		out, _, err := runCLI(t, append(append([]string{"rbac"}, tc.args...), dir)...)
-		if err != nil {
-			t.Fatal(err)
-		}
+		out := rbacOf(t, dir, tc.args...)
 		header, _, _ := strings.Cut(out, "\napiVersion")
 		if !strings.Contains(header, " --shard-across-replicas") || tc.ns == "shards" && !strings.Contains(header, " --shard-namespace shards") {
 			t.Errorf("luaop rbac %v: the header does not give the flags:\n%s", tc.args, header)
@@ -92,11 +85,7 @@ luaop.on.create("v1/cm", function(ctx) end)`), 0o644); err != nil {
 			t.Errorf("luaop rbac %v: RoleBinding %+v", tc.args, binding)
 		}
 	}
-	out, _, err := runCLI(t, "rbac", dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.Contains(out, "sharding") {
+	if out := rbacOf(t, dir); strings.Contains(out, "sharding") {
 		t.Errorf("luaop rbac without --shard-across-replicas has the sharding Role:\n%s", out)
 	}
 	for _, args := range [][]string{{"--shard-across-replicas", "--leader-elect"}, {"--shard-namespace", "x"}} {

@@ -174,11 +174,7 @@ luaop.on.mutate("example.com/v1/gizmos", function(ctx) end)
 // Peering (on unless --standalone) needs the Leases of its namespace: the
 // operator's own and its peers', and creates there for the webhooks' probe.
 func TestRBACPeeringRole(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "a.lua"), []byte(`local luaop = require("luaop")
-luaop.on.create("v1/cm", function(ctx) end)`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir := oneHandlerFolder(t)
 	for _, tc := range []struct {
 		args []string
 		ns   string
@@ -186,10 +182,7 @@ luaop.on.create("v1/cm", function(ctx) end)`), 0o644); err != nil {
 		{nil, "luaop-system"},
 		{[]string{"--peering-namespace", "ops"}, "ops"},
 	} {
-		out, _, err := runCLI(t, append(append([]string{"rbac"}, tc.args...), dir)...)
-		if err != nil {
-			t.Fatal(err)
-		}
+		out := rbacOf(t, dir, tc.args...)
 		for _, want := range []string{
 			"kind: Role\nmetadata:\n  name: luaop-peering\n  namespace: " + tc.ns + "\nrules:\n- apiGroups: [coordination.k8s.io]\n  resources: [leases]\n  verbs: [get, list, watch, create, update, delete]\n",
 			"kind: RoleBinding\nmetadata:\n  name: luaop-peering\n  namespace: " + tc.ns + "\n",
@@ -206,4 +199,27 @@ luaop.on.create("v1/cm", function(ctx) end)`), 0o644); err != nil {
 	if strings.Contains(out, "peering") {
 		t.Errorf("luaop rbac --standalone has the peering Role:\n%s", out)
 	}
+}
+
+// oneHandlerFolder is a scripts folder of one create handler of ConfigMaps: enough
+// for luaop rbac to render the operator's own Roles.
+func oneHandlerFolder(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a.lua"), []byte(`local luaop = require("luaop")
+luaop.on.create("v1/cm", function(ctx) end)`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// rbacOf is what luaop rbac prints with args for the folder dir (the test fails
+// on an error).
+func rbacOf(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	out, _, err := runCLI(t, append(append([]string{"rbac"}, args...), dir)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
