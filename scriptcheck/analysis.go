@@ -400,36 +400,35 @@ func (z *analyzer) expr(e ast.Expr, sc *scope) {
 		z.expr(e.Key, sc)
 	case *ast.FuncCallExpr:
 		z.call(e, sc)
-		z.expr(e.Func, sc)
-		z.expr(e.Receiver, sc)
-		for _, a := range e.Args {
-			z.expr(a, sc)
-		}
+		z.exprs(sc, e.Func, e.Receiver)
+		z.exprs(sc, e.Args...)
 	case *ast.TableExpr:
 		for _, f := range e.Fields {
-			z.expr(f.Key, sc)
-			z.expr(f.Value, sc)
+			z.exprs(sc, f.Key, f.Value)
 		}
 	case *ast.FunctionExpr:
 		z.function(e, sc, false)
 	case *ast.LogicalOpExpr:
-		z.expr(e.Lhs, sc)
-		z.expr(e.Rhs, sc)
+		z.exprs(sc, e.Lhs, e.Rhs)
 	case *ast.RelationalOpExpr:
-		z.expr(e.Lhs, sc)
-		z.expr(e.Rhs, sc)
+		z.exprs(sc, e.Lhs, e.Rhs)
 	case *ast.ArithmeticOpExpr:
-		z.expr(e.Lhs, sc)
-		z.expr(e.Rhs, sc)
+		z.exprs(sc, e.Lhs, e.Rhs)
 	case *ast.StringConcatOpExpr:
-		z.expr(e.Lhs, sc)
-		z.expr(e.Rhs, sc)
+		z.exprs(sc, e.Lhs, e.Rhs)
 	case *ast.UnaryMinusOpExpr:
 		z.expr(e.Expr, sc)
 	case *ast.UnaryNotOpExpr:
 		z.expr(e.Expr, sc)
 	case *ast.UnaryLenOpExpr:
 		z.expr(e.Expr, sc)
+	}
+}
+
+// exprs walks each of es in order, in the scope sc.
+func (z *analyzer) exprs(sc *scope, es ...ast.Expr) {
+	for _, e := range es {
+		z.expr(e, sc)
 	}
 }
 

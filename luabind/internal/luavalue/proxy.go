@@ -353,22 +353,24 @@ func (c *state) proxyMapNext(L *lua.LState) int {
 
 // proxyPairs is __pairs: listNext for a list, mapNext for an object.
 func (c *state) proxyPairs(L *lua.LState) int {
-	pd := proxyArg(L)
-	if pd.isList() {
-		L.Push(c.listNext)
-		L.Push(L.Get(1))
-		L.Push(lua.LNumber(0))
-	} else {
-		L.Push(c.mapNext)
-		L.Push(L.Get(1))
-		L.Push(lua.LNil)
+	if proxyArg(L).isList() {
+		return c.pushListIteration(L)
 	}
+	L.Push(c.mapNext)
+	L.Push(L.Get(1))
+	L.Push(lua.LNil)
 	return 3
 }
 
 // proxyIPairs is __ipairs: listNext (nothing for an object).
 func (c *state) proxyIPairs(L *lua.LState) int {
 	proxyArg(L)
+	return c.pushListIteration(L)
+}
+
+// pushListIteration pushes what a for loop over a list's elements starts from:
+// listNext, the proxy, index 0.
+func (c *state) pushListIteration(L *lua.LState) int {
 	L.Push(c.listNext)
 	L.Push(L.Get(1))
 	L.Push(lua.LNumber(0))
