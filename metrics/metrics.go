@@ -67,8 +67,10 @@ type Metrics struct {
 	engines           *engineCollector
 
 	queue queueMetrics
-	// collectors are those registered, for Names.
+	// collectors are those registered, for Names; histograms, those of them that
+	// are histogram families (Names lists their series before any observation).
 	collectors []prometheus.Collector
+	histograms []*prometheus.HistogramVec
 	// sharding is registered at its first report (sharding.go).
 	sharding shardingMetrics
 	// webhookOnce registers webhookReachable at the first probe.
@@ -222,6 +224,7 @@ func (m *Metrics) gauge(name, help string) prometheus.Gauge {
 func (m *Metrics) histogram(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
 	h := newHistogramVec(name, help, buckets, labels...)
 	m.register(h)
+	m.histograms = append(m.histograms, h)
 	return h
 }
 
@@ -272,7 +275,7 @@ func (m *Metrics) Names() []string {
 			}
 		}
 	}
-	for _, h := range []*prometheus.HistogramVec{m.reconcileTime, m.handlerDuration, m.reloadLatency, m.webhookLatency, m.queue.latency, m.queue.workDuration} {
+	for _, h := range append(slices.Clone(m.histograms), m.queue.latency, m.queue.workDuration) {
 		ch := make(chan *prometheus.Desc, 1)
 		h.Describe(ch)
 		if n := fqName.FindStringSubmatch((<-ch).String()); n != nil {
