@@ -2,7 +2,9 @@
 // Script (name relative to the folder, source), ConfigMap volumes included (links
 // into ..data followed, a top-level "lib__util.lua" read as "lib/util.lua"), hidden
 // entries and editor leftovers skipped (IgnoredName). FileCache makes a watcher's
-// repeated reads open only the files that changed.
+// repeated reads open only the files that changed. ScriptsOfConfigMap reads a
+// ConfigMap's data by the same rules (the scripts guard, the last good scripts),
+// ConfigMapKey writes a script's key.
 //
 // It owns the Script type and the rules of which files are scripts and what they
 // are named; luabind runs what it reads, scriptwatch decides when to read again. It
