@@ -117,7 +117,8 @@ func TestView(t *testing.T) {
 	body := map[string]any{"spec": map[string]any{"size": 3.0}}
 	update := ChangeCause(causes.Update, causes.Resource{}, body, old, new)
 	create := ChangeCause(causes.Create, causes.Resource{}, body, nil, new)
-	deletion := ChangeCause(causes.Delete, causes.Resource{}, body, nil, nil)
+	// kopf's deletion cause carries the stored and the current essence.
+	deletion := ChangeCause(causes.Delete, causes.Resource{}, body, old, new)
 	size := causes.Spec{ID: "s", Field: []string{"spec", "size"}}
 	mode := causes.Spec{ID: "m", Field: []string{"spec", "mode"}}
 	missing := causes.Spec{ID: "x", Field: []string{"spec", "other"}}
@@ -133,7 +134,8 @@ func TestView(t *testing.T) {
 		{"a field that changed", size, update, true, true, 1.0, 2.0, old, new},
 		{"a field that did not change", mode, update, false, false, nil, nil, nil, nil},
 		{"a field created", size, create, true, true, nil, 2.0, nil, new},
-		{"a field on deletion: present in the body", size, deletion, true, false, nil, 3.0, nil, nil},
+		{"a field on deletion: present in the essences", size, deletion, true, false, 1.0, 2.0, old, new},
+		{"a field on deletion that did not change: present", mode, deletion, true, false, "fast", "fast", old, new},
 		{"a field absent on deletion", missing, deletion, false, false, nil, nil, nil, nil},
 		{"the whole object", whole, update, true, false, old, new, nil, nil},
 		{"the whole object, an update without a diff", whole, causes.Cause{Reason: causes.Update, Old: old, New: old}, false, false, nil, nil, nil, nil},
@@ -251,11 +253,19 @@ func TestChangeCause(t *testing.T) {
 		{causes.Create, false, true, true},
 		{causes.Update, true, true, true},
 		{causes.Resume, true, false, true},
-		{causes.Delete, false, false, false},
+		{causes.Delete, true, true, true},
 	} {
 		c := ChangeCause(tc.reason, causes.Resource{}, nil, old, new)
+		if tc.reason == causes.Resume {
+			c = ChangeCause(tc.reason, causes.Resource{}, nil, new, new)
+		}
 		if (c.Old != nil) != tc.hasOld || (c.New != nil) != tc.hasNew || (len(c.Diff) > 0) != tc.diff {
 			t.Errorf("%s: old %v, new %v, diff %v", tc.reason, c.Old, c.New, c.Diff)
 		}
+	}
+	// A resume is a cause without a change: given no stored essence (luaop test
+	// without old:), its old is the current one, as the core's is.
+	if c := ChangeCause(causes.Resume, causes.Resource{}, nil, nil, new); !reflect.DeepEqual(c.Old, new) {
+		t.Errorf("a resume without a stored essence: old %v, want the current essence %v", c.Old, new)
 	}
 }
