@@ -46,7 +46,7 @@ func TestJudge(t *testing.T) {
 		{"the last allowed attempt fails", spec(func(s *causes.Spec) { s.Retries = 3 }), Attempt{Retries: 2}, boom,
 			Verdict{Outcome: OutcomeFailure, Class: Backoff, Retried: true, Message: "handler h exceeded its 3 retries (last error: boom)"}},
 		{"the next attempt would be past the timeout", spec(func(s *causes.Spec) { s.Timeout = 10 * time.Second }), Attempt{Runtime: 6 * time.Second}, temp,
-			Verdict{Outcome: OutcomeFailure, Class: Retry, Retried: true, Message: "handler h timed out after 10s (last error: later (retry in 5s))"}},
+			Verdict{Outcome: OutcomeFailure, Class: Retry, Retried: true, Message: "handler h timed out after 10s (last error: later)"}},
 		{"the next attempt within the timeout", spec(func(s *causes.Spec) { s.Timeout = 10 * time.Second }), Attempt{Runtime: 4 * time.Second}, temp,
 			Verdict{Outcome: OutcomeRetry, Class: Retry, Delay: 5 * time.Second, Retried: true}},
 		// kopf (execution.py) looks ahead at the timeout first, then at the retries.
