@@ -121,8 +121,8 @@ func View(spec causes.Spec, cause causes.Cause, old any, diff state.Diff) (view 
 
 // FieldChange reduces a creation or an update to a field handler's field: the diff
 // to the field's changes, old and new to its values; the whole essences go along
-// (WholeOld, WholeNew) for subhandlers filtering on other fields (kopf matches them
-// against the whole). old and diff are the cause's, or those that processing held
+// (WholeOld, WholeNew) for subhandlers filtering on other fields (luaop matches
+// them against the whole, kopf does not: SubhandlerView). old and diff are the cause's, or those that processing held
 // back for the handler. changed is false when the field did not change.
 func FieldChange(spec causes.Spec, cause causes.Cause, old any, diff state.Diff) (view causes.Cause, changed bool) {
 	view = cause

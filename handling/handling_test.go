@@ -214,7 +214,8 @@ func TestStoreResult(t *testing.T) {
 		{causes.KindTimer, 1.0, map[string]any{"status": map[string]any{"p/child": 1.0}}},
 		{causes.KindEvent, true, map[string]any{"status": map[string]any{"p/child": true}}},
 		{causes.KindChange, nil, map[string]any{}},
-		{causes.KindDaemon, "x", map[string]any{}},
+		// kopf delivers a daemon's result too (engines/daemons.py, _daemon).
+		{causes.KindDaemon, "x", map[string]any{"status": map[string]any{"p/child": "x"}}},
 		{causes.KindIndex, "x", map[string]any{}},
 		{causes.KindStartup, "x", map[string]any{}},
 	} {
