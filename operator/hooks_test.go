@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -30,6 +31,30 @@ func hookOperator(t *testing.T, src string, opts Options) *Operator {
 		t.Fatal(err)
 	}
 	return op
+}
+
+// fakeHookClock makes op's hooks wait on a fake clock, which each wait moves on;
+// waits tells the waits so far, rounded to seconds (more than 20 fail the hook).
+func fakeHookClock(op *Operator) (waits func() []time.Duration) {
+	var mu sync.Mutex
+	var sleeps []time.Duration
+	clock := time.Now()
+	op.hookNow = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	op.hookSleep = func(ctx context.Context, d time.Duration) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(sleeps) > 20 {
+			return fmt.Errorf("too many waits: %v", sleeps)
+		}
+		sleeps = append(sleeps, d.Round(time.Second))
+		clock = clock.Add(d)
+		return nil
+	}
+	return func() []time.Duration {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(sleeps)
+	}
 }
 
 // Issue 12, item 10: startup handlers are kopf activities: retried (after a
@@ -81,21 +106,9 @@ func TestStartupHooksAreRetriedUntilTheySucceed(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			op := hookOperator(t, tt.src+`
 				luaop.on.probe(function(ctx) return ctx.memo.calls end, {id = "calls"})`, Options{ProbeCache: -1})
-			var mu sync.Mutex
-			var sleeps []time.Duration
-			clock := time.Now()
-			op.hookNow = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
-			op.hookSleep = func(ctx context.Context, d time.Duration) error {
-				mu.Lock()
-				defer mu.Unlock()
-				if len(sleeps) > 20 {
-					return fmt.Errorf("too many waits: %v", sleeps)
-				}
-				sleeps = append(sleeps, d.Round(time.Second))
-				clock = clock.Add(d)
-				return nil
-			}
+			waits := fakeHookClock(op)
 			err := op.runHooks(t.Context(), causes.KindStartup)
+			sleeps := waits()
 			if tt.fails == "" && err != nil {
 				t.Fatalf("runHooks: %v", err)
 			}

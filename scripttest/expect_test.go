@@ -43,6 +43,7 @@ luaop.on.create(R, function(ctx)
   local a = ctx.new.metadata.annotations or {}
   return {hidden = a["example.org/last"] == nil, kept = a["luaop.dev/last"] ~= nil}
 end, {id = "annotations"})
+luaop.on.create(R, function(ctx) if ctx.spec.once then error("nope") end end, {id = "once", retries = 1})
 luaop.on.resume(R, function(ctx) return {old = ctx.old and ctx.old.spec.size, new = ctx.new.spec.size} end, {id = "resumed"})
 luaop.on.startup(function(ctx)
   luaop.kube.create({apiVersion = "v1", kind = "ConfigMap", metadata = {name = "booted", namespace = "ns"}})
@@ -137,6 +138,10 @@ func TestExpectations(t *testing.T) {
 		{name: "hook without an object", c: "handler: boot\nexpect: {kube: [{verb: create, kind: ConfigMap, name: booted}]}", pass: true},
 		// A daemon's result goes to status.<id>, as kopf delivers it (daemons.py).
 		{name: "daemon result in status", c: "handler: watcher\n" + obj("{}") + "\nexpect: {status: {watched: true, watcher: {done: a}}}", pass: true},
+
+		// An error at the last allowed attempt: the operator would not retry it.
+		{name: "error at the last retry", c: "handler: once\n" + obj("{once: true}") + "\nexpect: {}",
+			out: "the operator fails the handler for good: handler once exceeded its 1 retries (last error: h.lua:"},
 
 		// 3. result: null asserts that nothing was returned.
 		{name: "result null and none", c: "handler: plain\n" + obj("{}") + "\nexpect: {result: null}", pass: true},

@@ -44,7 +44,9 @@ type Case struct {
 	Handler string `json:"handler,omitempty"`
 	Cause   string `json:"cause,omitempty"`
 	// Object is the object, inline; ObjectFile a YAML file holding it (a relative
-	// path is relative to the test file, an absolute one is used as it is). Old is the previous version (updates, field handlers).
+	// path is relative to the test file, an absolute one is used as it is); a
+	// hook's case needs none. Old is the previous version (updates, field handlers;
+	// a resume without it takes the object as the state last handled).
 	Object     map[string]any `json:"object,omitempty"`
 	ObjectFile string         `json:"objectFile,omitempty"`
 	Old        map[string]any `json:"old,omitempty"`
@@ -461,6 +463,9 @@ type execution struct {
 	result  any
 	err     error
 	skipped bool // a handler: case's handler was skipped by its filters
+	// verdict is the operator's on err (handling.Judge, a first attempt of the
+	// handler that raised it): retried after a delay, or failed for good.
+	verdict handling.Verdict
 	// notPart: why the handlers skipped took no part in the cause (see outcome),
 	// the last one's; "" when filters skipped them.
 	notPart string
@@ -474,7 +479,7 @@ func execute(ctx context.Context, rt *luabind.Runtime, c Case, prefix string, ob
 		return execution{}, msg
 	}
 	indexes := caseIndexes(rt, c)
-	ex := execution{patch: state.NewPatch()}
+	ex := execution{patch: state.NewPatch(), verdict: handling.Verdict{Outcome: handling.OutcomeSuccess}}
 	for _, spec := range specs {
 		out := runHandler(ctx, rt, spec, c, prefix, obj, indexes)
 		if out.skipped {
@@ -492,12 +497,19 @@ func execute(ctx context.Context, rt *luabind.Runtime, c Case, prefix string, ob
 		}
 		if c.Handler != "" || ex.err == nil && out.err != nil {
 			ex.err = out.err
+			ex.verdict = firstAttemptVerdict(spec, out.err)
 		}
 		if c.Handler != "" {
 			ex.result = out.result
 		}
 	}
 	return ex, ""
+}
+
+// firstAttemptVerdict is the operator's verdict on a first attempt of spec that
+// ended with err (handling.Judge, the handler's backoff or kopf's default).
+func firstAttemptVerdict(spec causes.Spec, err error) handling.Verdict {
+	return handling.Judge(handling.WithBackoff(spec, handling.DefaultBackoff), handling.Attempt{}, err)
 }
 
 // checkExecution compares what a case's handlers did with its expectations.
@@ -525,6 +537,10 @@ func checkExecution(c Case, obj map[string]any, ex execution) []string {
 	switch {
 	case ex.err != nil && e.Error == nil:
 		fail("unexpected error: %s", describeError(ex.err))
+		if v := ex.verdict; v.Outcome == handling.OutcomeFailure && v.Message != ex.err.Error() {
+			// The retries or the time run out at once: the operator would not retry.
+			fail("the operator fails the handler for good: %s", v.Message)
+		}
 	case ex.err == nil && e.Error != nil:
 		fail("want an error (%s), got none", e.Error.Type)
 	case ex.err != nil:
@@ -1075,11 +1091,14 @@ func patchedObject(obj, patch any) (any, error) {
 
 // Execution is what `luaop test` did for a case, before any expectation is
 // compared: the object with the handlers' patch applied, the handlers that ran
-// (their filters matched) and the error (a handler: case's, else the first).
+// (their filters matched), the error (a handler: case's, else the first) and the
+// operator's verdict on it for a first attempt (handling.Judge: the outcome, the
+// delay of a retry, the message of a final failure).
 type Execution struct {
-	Object map[string]any
-	Ran    []string
-	Err    error
+	Object  map[string]any
+	Ran     []string
+	Err     error
+	Verdict handling.Verdict
 }
 
 // Execute runs a case's handlers (not an admission handler's) as Run does, with the
@@ -1113,5 +1132,5 @@ func Execute(ctx context.Context, o Options, c Case) (Execution, error) {
 		return Execution{}, err
 	}
 	afterMap, _ := after.(map[string]any)
-	return Execution{Object: afterMap, Ran: ex.ran, Err: ex.err}, nil
+	return Execution{Object: afterMap, Ran: ex.ran, Err: ex.err, Verdict: ex.verdict}, nil
 }
