@@ -43,9 +43,16 @@ const (
 // tried again (Retry, Backoff). A TemporaryError is retried whatever the error mode
 // (kopf); spec.Backoff <= 0 means DefaultBackoff (see WithBackoff for the
 // operator's own default).
+//
+// A raw event handler's error is always ignored: kopf runs them with its errors
+// mode IGNORED and keeps no progress to retry them by
+// (kopf/_core/reactor/processing.py, process_watching_cause).
 func Classify(spec causes.Spec, err error) (ErrorClass, time.Duration) {
 	if err == nil {
 		return NoError, 0
+	}
+	if spec.Kind == causes.KindEvent {
+		return Ignored, 0
 	}
 	if tmp, ok := causes.AsTemporary(err); ok {
 		return Retry, tmp.Delay

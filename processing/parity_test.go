@@ -208,6 +208,13 @@ luaop.on.create(R, function(ctx) return "created" end, {id = "make"})`,
 		handler: "watch", cause: causes.Create, spec: map[string]any{"size": 5},
 		ran: []string{"watch"}, status: map[string]any{"watch": map[string]any{"seen": 5, "typed": true}},
 	}, {
+		// kopf ignores a raw event handler's error (errors mode IGNORED, no retry).
+		name:    "handler: an event handler's error is ignored",
+		script:  `luaop.on.event(R, function(ctx) ctx.patch.status.tried = true; error("bad event") end, {id = "watch"})`,
+		handler: "watch", cause: causes.Create, spec: map[string]any{"size": 5},
+		ran: []string{"watch"}, status: map[string]any{"tried": true},
+		failing: "watch", outcome: handling.OutcomeIgnored, message: "bad event",
+	}, {
 		name:    "handler: a timer",
 		script:  `luaop.timer(R, function(ctx) ctx.patch.status.ticked = true; return {size = ctx.spec.size} end, {id = "tick", interval = 3600})`,
 		handler: "tick", cause: causes.Create, spec: map[string]any{"size": 6}, holdsFinalizer: true,

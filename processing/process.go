@@ -370,10 +370,9 @@ func (o *Reactor) runEventHandlers(ctx context.Context, log *slog.Logger, key ob
 		start := time.Now()
 		result, err := o.handlers.Invoke(ctx, causes.Call{Handler: spec, Cause: cause, Patch: patch, Started: start, Logger: log.With("handler", spec.ID, "reason", "event"), Indexes: o.indexes})
 		took := time.Since(start)
-		outcome := OutcomeSuccess
+		outcome := handling.Judge(spec, handling.Attempt{}, err).Outcome
 		if err != nil {
 			// kopf: event handlers' errors are ignored (never retried), and logged.
-			outcome = OutcomeIgnored
 			log.Error("handler failed; event handlers are never retried", "handler", spec.ID, "reason", "event", "took_ms", tookMs(took), "error", err, "event", ev.eventType)
 		} else {
 			handling.StoreResult(patch, spec, result.Value)
