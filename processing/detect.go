@@ -42,7 +42,7 @@ type detectedCause struct {
 func detectChangeCause(body map[string]any, resource causes.Resource, prefix, statusField, finalizer string, diffBase state.DiffBaseStorage, facts objectFacts, extraFields [][]string) detectedCause {
 	deleting := deletionInProgress(body)
 	if deleting && !hasFinalizer(body, finalizer) {
-		return detectedCause{Cause: causes.Cause{Reason: causes.Free, Resource: resource, Body: body}}
+		return detectedCause{Cause: handling.ChangeCause(causes.Free, resource, body, nil, nil)}
 	}
 	essence := handling.Essence(body, prefix, statusField, extraFields)
 	detected := func(reason causes.Reason, stored any, held map[string]heldValue, problem error) detectedCause {
