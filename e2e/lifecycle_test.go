@@ -272,3 +272,46 @@ func TestPatchWrittenBeforeATemporaryErrorIsApplied(t *testing.T) {
 	waitField(t, widgets, ns, "w", "status.attempt", int64(1))
 	waitField(t, widgets, ns, "w", "status.phase", "Ready")
 }
+
+// A deletion's cause carries the state last handled and the current one, as kopf's:
+// a field delete handler sees its field in both, and its subhandler filtering on
+// another field sees the whole object (it saw none, and never ran).
+func TestFieldDeleteHandlerAndItsSubhandlerSeeTheObject(t *testing.T) {
+	ns := env.Namespace(t)
+	op := startWith(t, ns, operator.Options{Scripts: script(`
+		local luaop = require("luaop")
+		local W = "examples.luaop.dev/v1/widgets"
+		luaop.on.update(W, function(ctx) return ctx.spec.size end, { id = "seen" })
+		luaop.on.delete(W, function(ctx)
+			ctx.subhandler(function(sub) sub.logger.info("subhandler saw mode", sub.spec.mode) end,
+				{ id = "fast", field = "spec.mode", value = "fast" })
+			ctx.logger.info("delete handler saw size", ctx.old, "->", ctx.new)
+		end, { id = "cleanup", field = "spec.size" })
+	`)})
+	create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w}, spec: {size: 1, mode: fast}}")
+	waitField(t, widgets, ns, "w", "metadata.finalizers", []any{"luaop.dev/finalizer"})
+	mergePatch(t, widgets, ns, "w", `{"spec":{"size":2}}`)
+	waitField(t, widgets, ns, "w", "status.seen", int64(2))
+	deleteObject(t, ns, "w")
+	waitGone(t, widgets, ns, "w")
+	logs := op.Log.String()
+	for _, want := range []string{"delete handler saw size 2 -> 2", "subhandler saw mode fast"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("the log lacks %q:\n%s", want, logs)
+		}
+	}
+}
+
+// What a daemon returns is stored at status.<id>, as kopf delivers a daemon's result.
+func TestDaemonResultIsStoredInStatus(t *testing.T) {
+	ns := env.Namespace(t)
+	startWith(t, ns, operator.Options{Scripts: script(`
+		local luaop = require("luaop")
+		luaop.daemon("examples.luaop.dev/v1/widgets", function(ctx)
+			luaop.sleep(0.1)
+			return { checked = ctx.name }
+		end, { id = "probe" })
+	`)})
+	create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: w}, spec: {size: 1}}")
+	waitField(t, widgets, ns, "w", "status.probe", map[string]any{"checked": "w"})
+}

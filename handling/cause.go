@@ -72,17 +72,25 @@ func WithValue(m map[string]any, path []string, v any) map[string]any {
 
 // ChangeCause is the cause of a change of reason, from the essence stored as the
 // diff-base when the last cause completed (old, nil when none) and the current one
-// (new): a creation has new and its diff from nothing; an update old, new and
-// their diff; a resume old and new, which do not differ; a deletion neither.
+// (new), as kopf builds every change cause (kopf/_core/reactor/processing.py,
+// _detect_causes: old, new and diff(old, new) go to detect_changing_cause whatever
+// the reason): a creation has new and its diff from nothing; an update, a deletion
+// and a no-change old, new and their diff; a resume old and new, which do not
+// differ, so that a resume given no stored essence (luaop test without old:) has
+// the current one as old, as the core's always has (it is a resume because
+// nothing changed since). body is the object as the watch delivered it.
 func ChangeCause(reason causes.Reason, resource causes.Resource, body map[string]any, old, new any) causes.Cause {
-	c := causes.Cause{Reason: reason, Resource: resource, Body: body}
+	c := causes.Cause{Reason: reason, Resource: resource, Body: body, Old: old, New: new}
 	switch reason {
 	case causes.Create:
-		c.New, c.Diff = new, state.Compare(nil, new)
-	case causes.Update:
-		c.Old, c.New, c.Diff = old, new, state.Compare(old, new)
+		c.Old = nil
+		c.Diff = state.Compare(nil, new)
 	case causes.Resume:
-		c.Old, c.New = old, new
+		if old == nil {
+			c.Old = new
+		}
+	default:
+		c.Diff = state.Compare(old, new)
 	}
 	return c
 }
@@ -113,8 +121,8 @@ func View(spec causes.Spec, cause causes.Cause, old any, diff state.Diff) (view 
 
 // FieldChange reduces a creation or an update to a field handler's field: the diff
 // to the field's changes, old and new to its values; the whole essences go along
-// (WholeOld, WholeNew) for subhandlers filtering on other fields (kopf matches them
-// against the whole). old and diff are the cause's, or those that processing held
+// (WholeOld, WholeNew) for subhandlers filtering on other fields (luaop matches
+// them against the whole, kopf does not: SubhandlerView). old and diff are the cause's, or those that processing held
 // back for the handler. changed is false when the field did not change.
 func FieldChange(spec causes.Spec, cause causes.Cause, old any, diff state.Diff) (view causes.Cause, changed bool) {
 	view = cause
@@ -130,9 +138,11 @@ func FieldChange(spec causes.Spec, cause causes.Cause, old any, diff state.Diff)
 
 // FieldCause reduces a cause to a field handler's field for the causes where the
 // field is a presence filter (delete, resume, and the finalizer's decision): old is
-// the field in the stored essence, new in the current one (the body when deletion
-// left no essence); present when either has it (kopf). A handler of the whole
-// object gets the cause as it is.
+// the field in the stored essence, new in the current one; present when either has
+// it (kopf's _matches_field_values, kopf/_core/intents/registries.py). The whole
+// essences go along for subhandlers (SubhandlerView); on a deletion they are the
+// stored and the current essence, as kopf's deletion cause carries them. A handler
+// of the whole object gets the cause as it is.
 func FieldCause(spec causes.Spec, cause causes.Cause) (causes.Cause, bool) {
 	if len(spec.Field) == 0 {
 		return cause, true
@@ -140,13 +150,9 @@ func FieldCause(spec causes.Spec, cause causes.Cause) (causes.Cause, bool) {
 	out := cause
 	out.Diff = nil
 	out.WholeOld, out.WholeNew = cause.Old, cause.New
-	newSource := cause.New
-	if newSource == nil {
-		newSource = cause.Body
-	}
 	var oldOK, newOK bool
 	out.Old, oldOK = state.Resolve(cause.Old, spec.Field)
-	out.New, newOK = state.Resolve(newSource, spec.Field)
+	out.New, newOK = state.Resolve(cause.New, spec.Field)
 	return out, oldOK || newOK
 }
 

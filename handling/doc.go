@@ -9,9 +9,10 @@
 //     TemporaryError's delay, backoff after an arbitrary one, permanent, ignored),
 //     the one default backoff, the strict check before an attempt and kopf's
 //     look-ahead after it (retries, timeout), with one message form (verdict.go);
-//   - where a result goes: status.<handler id> (result.go);
-//   - subhandlers: how deep they nest and how they see the parent's cause
-//     (subhandlers.go).
+//   - where a result goes: status.<handler id>, for every kind of handler whose
+//     result kopf delivers (result.go);
+//   - subhandlers: how deep they nest and how their filters see the parent's cause:
+//     the whole object, a deliberate difference from kopf (subhandlers.go).
 //
 // It is pure: it imports processing/causes and state only, never client-go, the
 // Lua binding or a clock; it keeps no state and takes no lock. Its callers own the

@@ -46,7 +46,7 @@ func TestJudge(t *testing.T) {
 		{"the last allowed attempt fails", spec(func(s *causes.Spec) { s.Retries = 3 }), Attempt{Retries: 2}, boom,
 			Verdict{Outcome: OutcomeFailure, Class: Backoff, Retried: true, Message: "handler h exceeded its 3 retries (last error: boom)"}},
 		{"the next attempt would be past the timeout", spec(func(s *causes.Spec) { s.Timeout = 10 * time.Second }), Attempt{Runtime: 6 * time.Second}, temp,
-			Verdict{Outcome: OutcomeFailure, Class: Retry, Retried: true, Message: "handler h timed out after 10s (last error: later (retry in 5s))"}},
+			Verdict{Outcome: OutcomeFailure, Class: Retry, Retried: true, Message: "handler h timed out after 10s (last error: later)"}},
 		{"the next attempt within the timeout", spec(func(s *causes.Spec) { s.Timeout = 10 * time.Second }), Attempt{Runtime: 4 * time.Second}, temp,
 			Verdict{Outcome: OutcomeRetry, Class: Retry, Delay: 5 * time.Second, Retried: true}},
 		// kopf (execution.py) looks ahead at the timeout first, then at the retries.
@@ -117,7 +117,8 @@ func TestView(t *testing.T) {
 	body := map[string]any{"spec": map[string]any{"size": 3.0}}
 	update := ChangeCause(causes.Update, causes.Resource{}, body, old, new)
 	create := ChangeCause(causes.Create, causes.Resource{}, body, nil, new)
-	deletion := ChangeCause(causes.Delete, causes.Resource{}, body, nil, nil)
+	// kopf's deletion cause carries the stored and the current essence.
+	deletion := ChangeCause(causes.Delete, causes.Resource{}, body, old, new)
 	size := causes.Spec{ID: "s", Field: []string{"spec", "size"}}
 	mode := causes.Spec{ID: "m", Field: []string{"spec", "mode"}}
 	missing := causes.Spec{ID: "x", Field: []string{"spec", "other"}}
@@ -133,7 +134,8 @@ func TestView(t *testing.T) {
 		{"a field that changed", size, update, true, true, 1.0, 2.0, old, new},
 		{"a field that did not change", mode, update, false, false, nil, nil, nil, nil},
 		{"a field created", size, create, true, true, nil, 2.0, nil, new},
-		{"a field on deletion: present in the body", size, deletion, true, false, nil, 3.0, nil, nil},
+		{"a field on deletion: present in the essences", size, deletion, true, false, 1.0, 2.0, old, new},
+		{"a field on deletion that did not change: present", mode, deletion, true, false, "fast", "fast", old, new},
 		{"a field absent on deletion", missing, deletion, false, false, nil, nil, nil, nil},
 		{"the whole object", whole, update, true, false, old, new, nil, nil},
 		{"the whole object, an update without a diff", whole, causes.Cause{Reason: causes.Update, Old: old, New: old}, false, false, nil, nil, nil, nil},
@@ -212,7 +214,8 @@ func TestStoreResult(t *testing.T) {
 		{causes.KindTimer, 1.0, map[string]any{"status": map[string]any{"p/child": 1.0}}},
 		{causes.KindEvent, true, map[string]any{"status": map[string]any{"p/child": true}}},
 		{causes.KindChange, nil, map[string]any{}},
-		{causes.KindDaemon, "x", map[string]any{}},
+		// kopf delivers a daemon's result too (engines/daemons.py, _daemon).
+		{causes.KindDaemon, "x", map[string]any{"status": map[string]any{"p/child": "x"}}},
 		{causes.KindIndex, "x", map[string]any{}},
 		{causes.KindStartup, "x", map[string]any{}},
 	} {
@@ -251,11 +254,19 @@ func TestChangeCause(t *testing.T) {
 		{causes.Create, false, true, true},
 		{causes.Update, true, true, true},
 		{causes.Resume, true, false, true},
-		{causes.Delete, false, false, false},
+		{causes.Delete, true, true, true},
 	} {
 		c := ChangeCause(tc.reason, causes.Resource{}, nil, old, new)
+		if tc.reason == causes.Resume {
+			c = ChangeCause(tc.reason, causes.Resource{}, nil, new, new)
+		}
 		if (c.Old != nil) != tc.hasOld || (c.New != nil) != tc.hasNew || (len(c.Diff) > 0) != tc.diff {
 			t.Errorf("%s: old %v, new %v, diff %v", tc.reason, c.Old, c.New, c.Diff)
 		}
+	}
+	// A resume is a cause without a change: given no stored essence (luaop test
+	// without old:), its old is the current one, as the core's is.
+	if c := ChangeCause(causes.Resume, causes.Resource{}, nil, nil, new); !reflect.DeepEqual(c.Old, new) {
+		t.Errorf("a resume without a stored essence: old %v, want the current essence %v", c.Old, new)
 	}
 }

@@ -6,11 +6,20 @@ import (
 )
 
 // StoresResult tells whether what a handler of kind returns is stored on the
-// object: change handlers (and their subhandlers), timers and raw event handlers
-// store it (kopf); daemons, indexes (whose result is the index's entries), hooks
-// and admission handlers do not.
+// object. kopf delivers the results of every handler that patches the object
+// (kopf/_core/actions/progression.py, deliver_results): change handlers
+// (reactor/processing.py, process_changing_cause) and their subhandlers
+// (reactor/subhandling.py), raw event handlers (processing.py,
+// process_watching_cause), daemons and timers (engines/daemons.py, _daemon and
+// _timer, after each run). Indexes (whose result is the index's entries), hooks
+// (kopf's activities, tied to no object) and admission handlers (whose result is
+// the verdict) do not.
 func StoresResult(kind causes.Kind) bool {
-	return kind == causes.KindChange || kind == causes.KindTimer || kind == causes.KindEvent
+	switch kind {
+	case causes.KindChange, causes.KindTimer, causes.KindEvent, causes.KindDaemon:
+		return true
+	}
+	return false
 }
 
 // StoreResult writes what a handler returned into patch, at status.<handler id>,

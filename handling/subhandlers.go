@@ -24,9 +24,18 @@ func NestedTooDeep(parentID string) (string, bool) {
 
 // SubhandlerView is the cause a subhandler's filters (field, value, old, new, when)
 // see, from the cause its parent was given: the parent's, when they share a field;
-// else their values come from the whole old and new (kopf matches subhandlers
-// against them), which a field handler's view carries along (WholeOld, WholeNew),
-// reduced to the subhandler's own field when it has one.
+// else their values come from the whole old and new, which a field handler's view
+// carries along (WholeOld, WholeNew), reduced to the subhandler's own field when it
+// has one.
+//
+// A deliberate difference from kopf (README, "Semantics"): kopf matches a
+// subhandler against the parent's cause already reduced to the parent's field
+// (kopf/_core/actions/execution.py invoke_handler sets cause_var to
+// handler.adjust_cause(cause); reactor/subhandling.py execute matches the
+// subregistry on it; intents/registries.py _matches_field_values resolves the
+// subhandler's field in cause.old and cause.new), so under a field handler a
+// subhandler's field is never found and a subhandler with a field never runs.
+// luaop keeps the whole object's view, in which it can.
 func SubhandlerView(parent causes.Spec, cause causes.Cause, sub causes.Spec) causes.Cause {
 	if slices.Equal(sub.Field, parent.Field) {
 		return cause

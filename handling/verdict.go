@@ -2,6 +2,7 @@ package handling
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/luaop/luaop/processing/causes"
@@ -42,9 +43,16 @@ const (
 // tried again (Retry, Backoff). A TemporaryError is retried whatever the error mode
 // (kopf); spec.Backoff <= 0 means DefaultBackoff (see WithBackoff for the
 // operator's own default).
+//
+// A raw event handler's error is always ignored: kopf runs them with its errors
+// mode IGNORED and keeps no progress to retry them by
+// (kopf/_core/reactor/processing.py, process_watching_cause).
 func Classify(spec causes.Spec, err error) (ErrorClass, time.Duration) {
 	if err == nil {
 		return NoError, 0
+	}
+	if spec.Kind == causes.KindEvent {
+		return Ignored, 0
 	}
 	if tmp, ok := causes.AsTemporary(err); ok {
 		return Retry, tmp.Delay
@@ -118,9 +126,9 @@ func Judge(spec causes.Spec, a Attempt, err error) Verdict {
 	// kopf looks ahead at the timeout first, then at the retries.
 	switch {
 	case spec.Timeout > 0 && a.Runtime+delay >= spec.Timeout:
-		v.Outcome, v.Delay, v.Message = OutcomeFailure, 0, timeoutMessage(spec, err.Error())
+		v.Outcome, v.Delay, v.Message = OutcomeFailure, 0, timeoutMessage(spec, ErrorMessage(err))
 	case spec.Retries > 0 && a.Retries+1 >= spec.Retries:
-		v.Outcome, v.Delay, v.Message = OutcomeFailure, 0, retriesMessage(spec, err.Error())
+		v.Outcome, v.Delay, v.Message = OutcomeFailure, 0, retriesMessage(spec, ErrorMessage(err))
 	}
 	return v
 }
@@ -136,6 +144,31 @@ func Exhausted(spec causes.Spec, a Attempt, lastError string) (string, bool) {
 		return retriesMessage(spec, lastError), true
 	}
 	return "", false
+}
+
+// ErrorMessage is what a handler's error says, without the retry a TemporaryError
+// asks for (its delay is the record's, and a final failure is retried no more):
+// the message a progress record keeps and a final failure quotes as its last error
+// (kopf's str() of the error).
+func ErrorMessage(err error) string {
+	if err == nil {
+		return ""
+	}
+	if tmp, ok := causes.AsTemporary(err); ok {
+		// A wrapper's text ends with the TemporaryError's own.
+		return strings.TrimSuffix(err.Error(), tmp.Error()) + tmp.Message
+	}
+	return err.Error()
+}
+
+// Failed is the error of a handler of spec that failed for good with err after
+// the verdict v, naming the handler once: the verdict's message when it names it
+// already (it ran out of retries or time), else "handler <id> failed: <err>".
+func Failed(spec causes.Spec, v Verdict, err error) error {
+	if final := v.Error(err); final != err {
+		return final
+	}
+	return fmt.Errorf("handler %s failed: %w", spec.ID, err)
 }
 
 // Error is the handler's final error for a failed verdict: err itself when the

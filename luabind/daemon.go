@@ -12,8 +12,11 @@ import (
 
 	lua "github.com/luaop/luaop/third_party/gopher-lua"
 
+	"github.com/luaop/luaop/handling"
 	"github.com/luaop/luaop/luabind/internal/luaerr"
+	"github.com/luaop/luaop/luabind/internal/luavalue"
 	"github.com/luaop/luaop/processing/causes"
+	"github.com/luaop/luaop/state"
 )
 
 // StartDaemon runs a daemon handler as a coroutine on a call thread of its object's
@@ -115,14 +118,22 @@ func (dc *daemonCall) begin(fn *lua.LFunction) {
 // sleep's result) and deals with where it stopped: a sleep parks it, anything else
 // ends it. Shard lock held; released before step returns.
 func (dc *daemonCall) step(fn *lua.LFunction, args ...lua.LValue) {
-	sleep, patch, err := dc.advance(fn, args)
+	sleep, patch, result, err := dc.advance(fn, args)
 	dc.sh.unlock()
 	if sleep != nil {
 		dc.park(sleep)
 		return
 	}
 	cs := dc.cs
-	if patch != nil {
+	if result != nil {
+		// What a daemon returns goes to status.<id>, as kopf delivers it after a
+		// daemon's run (kopf/_core/engines/daemons.py, _daemon: deliver_results).
+		p := state.NewPatch()
+		p.Merge(patch)
+		handling.StoreResult(p, cs.call.Handler, result)
+		patch = p.Map()
+	}
+	if patch != nil && cs.call.Daemon != nil && cs.call.Daemon.Flush != nil {
 		cs.call.Daemon.Flush(patch)
 	}
 	if err != nil && !errors.Is(err, causes.ErrDaemonCancelled) && cs.ctx.Err() != nil {
@@ -135,10 +146,10 @@ func (dc *daemonCall) step(fn *lua.LFunction, args ...lua.LValue) {
 // advance runs the coroutine to its next sleep, or to its end: then the thread is
 // dropped (gopher-lua kills a coroutine that ended, returning or failing: it can be
 // neither resumed nor pooled) and what the daemon wrote since its last sleep is
-// returned with how it ended. Shard lock
+// returned with how it ended, and what it returned when it did. Shard lock
 // held. A Go panic in luaop's code around the coroutine ends the daemon with an
 // internal error: it would otherwise crash the process from a timer's goroutine.
-func (dc *daemonCall) advance(fn *lua.LFunction, args []lua.LValue) (sleep *daemonSleep, patch map[string]any, err error) {
+func (dc *daemonCall) advance(fn *lua.LFunction, args []lua.LValue) (sleep *daemonSleep, patch map[string]any, result any, err error) {
 	s, cs, t := dc.sh, dc.cs, dc.t
 	top := s.L.GetTop() // Resume's values pass through the main state's stack
 	defer func() {
@@ -146,7 +157,7 @@ func (dc *daemonCall) advance(fn *lua.LFunction, args []lua.LValue) (sleep *daem
 			s.L.SetTop(top)
 			s.rt.mem.leave(&cs.mem)
 			s.putThread(t, false)
-			sleep, patch = nil, nil
+			sleep, patch, result = nil, nil, nil
 			err = fmt.Errorf("%s: internal error while running the daemon: %v", cs.call.Handler.ID, r)
 		}
 	}()
@@ -156,12 +167,12 @@ func (dc *daemonCall) advance(fn *lua.LFunction, args []lua.LValue) (sleep *daem
 	// state at every yield; reset here all the same, so that Resume's check never
 	// depends on the order in which other calls parked and continued.
 	s.L.G.CurrentThread = s.L
-	st, rerr, _ := s.L.Resume(t.L, fn, args...)
+	st, rerr, returned := s.L.Resume(t.L, fn, args...)
 	s.rt.mem.leave(&cs.mem) // a sleeping call allocates nothing: never the one to cancel
 	if st == lua.ResumeYield && cs.sleep != nil {
 		sleep = cs.sleep
 		cs.sleep, cs.raised, cs.raisedTrace = nil, nil, ""
-		return sleep, nil, nil
+		return sleep, nil, nil, nil
 	}
 	var ae *lua.ApiError
 	if errors.As(rerr, &ae) && ae.StackTrace == "" && cs.raised != nil && ae.Object == cs.raised {
@@ -169,6 +180,7 @@ func (dc *daemonCall) advance(fn *lua.LFunction, args []lua.LValue) (sleep *daem
 	}
 	switch {
 	case st == lua.ResumeOK:
+		result, err = daemonResult(cs, returned)
 	case cs.cancelled:
 		err = fmt.Errorf("%s: %w", cs.call.Handler.ID, causes.ErrDaemonCancelled)
 	case st == lua.ResumeYield:
@@ -184,7 +196,20 @@ func (dc *daemonCall) advance(fn *lua.LFunction, args []lua.LValue) (sleep *daem
 		err = luaerr.Translate(rerr)
 	}
 	s.putThread(t, false)
-	return nil, s.takeDaemonPatch(s.L, cs), err
+	return nil, s.takeDaemonPatch(s.L, cs), result, err
+}
+
+// daemonResult is what a daemon that ended returned (its first value), as a
+// change handler's result is converted (bound as an object's write).
+func daemonResult(cs *callState, returned []lua.LValue) (any, error) {
+	if len(returned) == 0 || returned[0] == lua.LNil {
+		return nil, nil
+	}
+	out, err := luavalue.FromLuaLimited(returned[0], objectWriteLimits)
+	if err != nil {
+		return nil, &causes.PermanentError{Message: fmt.Sprintf("%s: the daemon's return value: %s", cs.call.Handler.Source, err)}
+	}
+	return out, nil
 }
 
 // park flushes the sleep's patch and arms what wakes the daemon: its timer, its

@@ -518,9 +518,11 @@ func TestDaemonSleepResultsWhetherItYieldsOrBlocks(t *testing.T) {
 		}
 	}
 	t.Run("return luaop.sleep(0) as the last statement", func(t *testing.T) {
+		// The sleep flushes the patch; what the daemon then returns (the sleep's
+		// true) is its result, at status.<id> (kopf delivers a daemon's result).
 		flushes, err := runDaemonBody(t, `ctx.patch.status.r = "before"; return luaop.sleep(0)`)
-		if err != nil || len(flushes) != 1 || flushes[0]["status"].(map[string]any)["r"] != "before" {
-			t.Errorf("flushes %v, err %v; want the patch flushed by the sleep", flushes, err)
+		if err != nil || len(flushes) != 2 || flushes[0]["status"].(map[string]any)["r"] != "before" || flushes[1]["status"].(map[string]any)["d"] != true {
+			t.Errorf("flushes %v, err %v; want the patch flushed by the sleep, then the result", flushes, err)
 		}
 	})
 	t.Run("a bad argument names the script's line", func(t *testing.T) {

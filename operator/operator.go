@@ -285,11 +285,11 @@ func (o *Operator) runHooks(ctx context.Context, kind causes.Kind) error {
 			}
 			h.retries++
 			if v.Outcome == handling.OutcomeFailure {
-				err = v.Error(err)
+				err = handling.Failed(h.spec, v, err) // names the handler once
 				h.done = true
 				o.log.Error("handler failed for good", append(fields, "error", err)...)
 				if failed == nil {
-					failed = fmt.Errorf("%s handler %s failed: %w", kind, h.spec.ID, err)
+					failed = fmt.Errorf("%s %w", kind, err)
 				}
 				continue
 			}

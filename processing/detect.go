@@ -17,17 +17,15 @@ type objectFacts struct {
 	resumeIsHandled bool
 }
 
-// detectedCause is a change cause plus the data change handlers receive with it.
+// detectedCause is a change cause, as handling builds it (handling.ChangeCause),
+// with what detection learnt on the way.
 type detectedCause struct {
-	reason causes.Reason
-	old    any // the stored essence (update), nil otherwise
-	new    any // the current essence
-	diff   state.Diff
+	causes.Cause
 	// diffBaseProblem is set when the stored diff-base could not be read; the object
 	// is then treated as never handled (create), and the problem is reported.
 	diffBaseProblem error
 	// held are the field handlers' held-back values stored with the diff-base
-	// (heldback.go); old is without them.
+	// (heldback.go); Old is without them.
 	held map[string]heldValue
 }
 
@@ -38,32 +36,47 @@ type detectedCause struct {
 // -> resume; no diff -> noop; else update. The diff-base is read from diffBase;
 // extraFields are the fields that handlers name outside the essence (status.phase):
 // kopf adds them to the essence, so that a handler on such a field does fire; they are
-// read without luaop's own bookkeeping (its annotations, status.<statusField>).
-func detectChangeCause(body map[string]any, prefix, statusField, finalizer string, diffBase state.DiffBaseStorage, facts objectFacts, extraFields [][]string) detectedCause {
-	if deletionInProgress(body) {
-		if !hasFinalizer(body, finalizer) {
-			return detectedCause{reason: causes.Free}
-		}
-		return detectedCause{reason: causes.Delete}
+// read without luaop's own bookkeeping (its annotations, status.<statusField>). Every
+// cause, a deletion's too, carries the stored and the current essence (kopf builds
+// them before it tells the reason, kopf/_core/reactor/processing.py _detect_causes).
+func detectChangeCause(body map[string]any, resource causes.Resource, prefix, statusField, finalizer string, diffBase state.DiffBaseStorage, facts objectFacts, extraFields [][]string) detectedCause {
+	deleting := deletionInProgress(body)
+	if deleting && !hasFinalizer(body, finalizer) {
+		return detectedCause{Cause: handling.ChangeCause(causes.Free, resource, body, nil, nil)}
 	}
 	essence := handling.Essence(body, prefix, statusField, extraFields)
+	detected := func(reason causes.Reason, stored any, held map[string]heldValue, problem error) detectedCause {
+		return detectedCause{Cause: handling.ChangeCause(reason, resource, body, stored, essence), held: held, diffBaseProblem: problem}
+	}
 	stored, found, err := diffBase.Fetch(body)
 	if err != nil {
-		return detectedCause{reason: causes.Create, new: essence, diff: state.Compare(nil, essence),
-			diffBaseProblem: fmt.Errorf("the stored diff-base is unreadable, handling the object as new: %w", err)}
-	}
-	if !found {
-		return detectedCause{reason: causes.Create, new: essence, diff: state.Compare(nil, essence)}
-	}
-	stored, held := splitHeldBack(stored, prefix)
-	diff := state.Compare(stored, essence)
-	if len(diff) == 0 {
-		if facts.noticedByListing && !facts.resumeIsHandled {
-			return detectedCause{reason: causes.Resume, old: stored, new: essence, held: held}
+		problem := fmt.Errorf("the stored diff-base is unreadable, handling the object as new: %w", err)
+		if deleting {
+			return detected(causes.Delete, nil, nil, problem)
 		}
-		return detectedCause{reason: causes.Noop, old: stored, new: essence, held: held}
+		return detected(causes.Create, nil, nil, problem)
 	}
-	return detectedCause{reason: causes.Update, old: stored, new: essence, diff: diff, held: held}
+	// old stays a nil interface when nothing is stored (not a nil map).
+	var old any
+	var held map[string]heldValue
+	if found {
+		stored, held = splitHeldBack(stored, prefix)
+		old = stored
+	}
+	switch {
+	case deleting:
+		return detected(causes.Delete, old, held, nil)
+	case !found:
+		return detected(causes.Create, nil, nil, nil)
+	}
+	c := detected(causes.Update, old, held, nil)
+	if len(c.Diff) == 0 {
+		c.Reason = causes.Noop
+		if facts.noticedByListing && !facts.resumeIsHandled {
+			c.Reason = causes.Resume
+		}
+	}
+	return c
 }
 
 func deletionInProgress(body map[string]any) bool {

@@ -50,7 +50,7 @@ func widget() map[string]any {
 // detectWithAnnotations is detectChangeCause with the diff-base in annotations and no
 // fields outside the essence: the default the rules below are written against.
 func detectWithAnnotations(body map[string]any, prefix, finalizer string, facts objectFacts) detectedCause {
-	return detectChangeCause(body, prefix, "luaop_dev", finalizer, state.NewAnnotationsDiffBase(prefix), facts, nil)
+	return detectChangeCause(body, causes.Resource{}, prefix, "luaop_dev", finalizer, state.NewAnnotationsDiffBase(prefix), facts, nil)
 }
 
 // mergePatched returns obj with the JSON merge patch applied as the API server applies it
@@ -171,25 +171,27 @@ func TestDetectChangeCause(t *testing.T) {
 		{
 			name: "deletion in progress with our finalizer is delete",
 			body: edit(base, both(deleting, withFinalizers("other.io/finalizer", testFinalizer))),
-			want: causes.Delete, wantOldIsNil: true,
+			// kopf's deletion cause carries the stored and the current essence.
+			want: causes.Delete, wantOldReplicas: int64(3), wantNewReplicas: int64(3),
 		},
 		{
 			name: "deletion beats a missing diff-base",
 			body: edit(fresh, both(deleting, withFinalizers(testFinalizer))),
-			want: causes.Delete, wantOldIsNil: true,
+			want: causes.Delete, wantOldIsNil: true, wantDiff: createDiff,
 		},
 		{
 			name: "deletion beats a spec change",
 			body: edit(base, both(deleting, withFinalizers(testFinalizer), func(b map[string]any) {
 				at(b, "spec")["replicas"] = int64(9)
 			})),
-			want: causes.Delete, wantOldIsNil: true,
+			want: causes.Delete, wantOldReplicas: int64(3), wantNewReplicas: int64(9),
+			wantDiff: []string{`change spec.replicas: 3 -> 9`},
 		},
 		{
 			name:  "deletion beats resume",
 			body:  edit(base, both(deleting, withFinalizers(testFinalizer))),
 			facts: objectFacts{noticedByListing: true},
-			want:  causes.Delete, wantOldIsNil: true,
+			want:  causes.Delete, wantOldReplicas: int64(3),
 		},
 		{
 			name: "an empty deletionTimestamp is no deletion",
@@ -414,10 +416,10 @@ func TestDetectChangeCause(t *testing.T) {
 			before := state.DeepCopyValue(tt.body)
 			got := detectWithAnnotations(tt.body, testPrefix, testFinalizer, tt.facts)
 
-			if got.reason != tt.want {
-				t.Fatalf("reason = %q, want %q (diff %v)", got.reason, tt.want, diffText(got.diff))
+			if got.Reason != tt.want {
+				t.Fatalf("reason = %q, want %q (diff %v)", got.Reason, tt.want, diffText(got.Diff))
 			}
-			if gotDiff := diffText(got.diff); !slices.Equal(gotDiff, tt.wantDiff) && !(len(gotDiff) == 0 && len(tt.wantDiff) == 0) {
+			if gotDiff := diffText(got.Diff); !slices.Equal(gotDiff, tt.wantDiff) && !(len(gotDiff) == 0 && len(tt.wantDiff) == 0) {
 				t.Errorf("diff =\n  %q\nwant\n  %q", gotDiff, tt.wantDiff)
 			}
 			if (got.diffBaseProblem != nil) != tt.wantProblem {
@@ -426,33 +428,33 @@ func TestDetectChangeCause(t *testing.T) {
 			if tt.wantProblem && !strings.Contains(got.diffBaseProblem.Error(), state.LastHandledKey(testPrefix)) {
 				t.Errorf("diffBaseProblem %q does not name the annotation %s", got.diffBaseProblem, state.LastHandledKey(testPrefix))
 			}
-			if tt.wantOldIsNil && got.old != nil {
-				t.Errorf("old = %v, want nil", got.old)
+			if tt.wantOldIsNil && got.Old != nil {
+				t.Errorf("old = %v, want nil", got.Old)
 			}
 			if tt.wantOldReplicas != nil {
-				if v, _ := state.Resolve(got.old, []string{"spec", "replicas"}); !state.ValuesEqual(v, tt.wantOldReplicas) {
+				if v, _ := state.Resolve(got.Old, []string{"spec", "replicas"}); !state.ValuesEqual(v, tt.wantOldReplicas) {
 					t.Errorf("old spec.replicas = %v, want %v", v, tt.wantOldReplicas)
 				}
 			}
 			if tt.wantNewReplicas != nil {
-				if v, _ := state.Resolve(got.new, []string{"spec", "replicas"}); !state.ValuesEqual(v, tt.wantNewReplicas) {
+				if v, _ := state.Resolve(got.New, []string{"spec", "replicas"}); !state.ValuesEqual(v, tt.wantNewReplicas) {
 					t.Errorf("new spec.replicas = %v, want %v", v, tt.wantNewReplicas)
 				}
 			}
-			switch got.reason {
-			case causes.Create, causes.Update, causes.Resume, causes.Noop:
+			switch got.Reason {
+			case causes.Create, causes.Update, causes.Resume, causes.Noop, causes.Delete:
 				// new is the essence of the current body, without what is not part of it.
-				if !state.ValuesEqual(got.new, state.Essence(tt.body, testPrefix)) {
-					t.Errorf("new = %v, want the current essence", got.new)
+				if !state.ValuesEqual(got.New, state.Essence(tt.body, testPrefix)) {
+					t.Errorf("new = %v, want the current essence", got.New)
 				}
 				for _, k := range []string{"status", "apiVersion", "kind"} {
-					if _, ok := got.new.(map[string]any)[k]; ok {
+					if _, ok := got.New.(map[string]any)[k]; ok {
 						t.Errorf("new essence contains %q", k)
 					}
 				}
-			case causes.Free, causes.Delete:
-				if got.new != nil || len(got.diff) != 0 {
-					t.Errorf("%s cause carries new=%v diff=%v", got.reason, got.new, diffText(got.diff))
+			case causes.Free:
+				if got.New != nil || len(got.Diff) != 0 {
+					t.Errorf("%s cause carries new=%v diff=%v", got.Reason, got.New, diffText(got.Diff))
 				}
 			}
 			if !state.ValuesEqual(before, tt.body) {
@@ -467,8 +469,8 @@ func TestDetectChangeCause(t *testing.T) {
 func TestDetectChangeCauseAfterHandlingAnUpdate(t *testing.T) {
 	v1 := handled(t, widget())
 	v2 := edit(v1, func(b map[string]any) { at(b, "spec")["replicas"] = int64(5) })
-	if got := detectWithAnnotations(v2, testPrefix, testFinalizer, objectFacts{}); got.reason != causes.Update {
-		t.Fatalf("v2: reason = %q, want update", got.reason)
+	if got := detectWithAnnotations(v2, testPrefix, testFinalizer, objectFacts{}); got.Reason != causes.Update {
+		t.Fatalf("v2: reason = %q, want update", got.Reason)
 	}
 	v2handled := handled(t, v2)
 	v3 := edit(v2handled, func(b map[string]any) { at(b, "spec")["replicas"] = int64(7) })
@@ -485,10 +487,10 @@ func TestDetectChangeCauseAfterHandlingAnUpdate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := detectWithAnnotations(tt.body, testPrefix, testFinalizer, objectFacts{})
-			if got.reason != tt.want {
-				t.Fatalf("reason = %q, want %q", got.reason, tt.want)
+			if got.Reason != tt.want {
+				t.Fatalf("reason = %q, want %q", got.Reason, tt.want)
 			}
-			if gotDiff := diffText(got.diff); !slices.Equal(gotDiff, tt.wantDiff) && !(len(gotDiff) == 0 && len(tt.wantDiff) == 0) {
+			if gotDiff := diffText(got.Diff); !slices.Equal(gotDiff, tt.wantDiff) && !(len(gotDiff) == 0 && len(tt.wantDiff) == 0) {
 				t.Errorf("diff = %q, want %q", gotDiff, tt.wantDiff)
 			}
 		})

@@ -349,6 +349,9 @@ type daemonLoop struct {
 	link         *causes.DaemonLink
 	// first is when the first attempt started: retries' timeout counts from it.
 	first time.Time
+	// lastError is what the last failed attempt said, quoted when the next finds
+	// the retries or the time spent (written before the next attempt is scheduled).
+	lastError string
 }
 
 // run starts the daemon, on the goroutine startDaemon made for it (its first stretch
@@ -394,6 +397,7 @@ func (l *daemonLoop) ended(err error, n int, t0 time.Time) {
 		l.finish()
 		return
 	}
+	l.lastError = handling.ErrorMessage(err)
 	go l.after(delay, func() { l.attempt(n + 1) }) // a goroutine of its own for a delay of 0
 }
 
@@ -470,7 +474,7 @@ func (l *daemonLoop) callFor(attempt int, first time.Time) *causes.Call {
 	if body == nil {
 		return nil
 	}
-	if msg, over := engineExhausted(*spec, attempt, o.clock.Now().Sub(first)); over {
+	if msg, over := engineExhausted(*spec, attempt, o.clock.Now().Sub(first), l.lastError); over {
 		logOutcome(l.log, o.opts.SuccessLogLevel, spec.ID, "daemon", OutcomeFailure, 0, errors.New(msg), "restarted", false)
 		l.d.returned.Store(true)
 		return nil
@@ -545,6 +549,8 @@ type timerState struct {
 	// are reset once an attempt ends for good (success, or a final failure).
 	retries int
 	started time.Time
+	// lastError is what the last failed attempt said (quoted by the strict check).
+	lastError string
 	// waitChange: an idle timer without an interval ran at ranAt and runs again only
 	// after the next essential change (then after idle seconds without one).
 	waitChange bool
@@ -643,7 +649,7 @@ func (c *cycle) runTimer(ctx context.Context, spec causes.Spec, ts *timerState, 
 	var outcome Outcome
 	var delay time.Duration
 	t0 := time.Now()
-	if msg, over := engineExhausted(spec, ts.retries, now.Sub(ts.started)); over {
+	if msg, over := engineExhausted(spec, ts.retries, now.Sub(ts.started), ts.lastError); over {
 		// Strict check: the time or the tries ran out while the timer waited.
 		err, outcome = &causes.PermanentError{Message: msg}, OutcomeFailure
 		logOutcome(c.log, o.opts.SuccessLogLevel, spec.ID, "timer", outcome, 0, err, "next", "its next interval")
@@ -673,9 +679,10 @@ func (c *cycle) runTimer(ctx context.Context, spec causes.Spec, ts *timerState, 
 	if outcome == OutcomeRetry {
 		ts.retries++
 		ts.next = o.clock.Now().Add(delay)
+		ts.lastError = handling.ErrorMessage(err)
 		return
 	}
-	ts.retries, ts.started = 0, time.Time{}
+	ts.retries, ts.started, ts.lastError = 0, time.Time{}, ""
 	switch {
 	case spec.Interval > 0 && spec.Sharp:
 		// Aligned to the schedule, not to the end of the run: no drift; missed
@@ -694,9 +701,10 @@ func (c *cycle) runTimer(ctx context.Context, spec causes.Spec, ts *timerState, 
 
 // engineExhausted is kopf's strict check before an attempt of a timer or a daemon
 // (handling.Exhausted): retries is the number of failed attempts before it,
-// runtime the time since the first.
-func engineExhausted(spec causes.Spec, retries int, runtime time.Duration) (string, bool) {
-	return handling.Exhausted(spec, handling.Attempt{Retries: retries, Runtime: runtime}, "")
+// runtime the time since the first, lastError what the last failed one said (its
+// final message quotes it, as a change handler's does).
+func engineExhausted(spec causes.Spec, retries int, runtime time.Duration, lastError string) (string, bool) {
+	return handling.Exhausted(spec, handling.Attempt{Retries: retries, Runtime: runtime}, lastError)
 }
 
 // judgeEngineAttempt is handling.Judge for an in-memory handler (a timer's run, a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"sync"
 	"testing"
@@ -396,5 +397,47 @@ func TestIndexWithoutObjectsIsEmptyNotUnregistered(t *testing.T) {
 	e.stays("w1", "a second run (a retry)", func() bool { return runs() != "[true]" && runs() != "[false]" })
 	if found := runs(); found != "[true]" {
 		t.Errorf("the handler found the index (registered and empty) in its runs: %v, want [true] (one run)", found)
+	}
+}
+
+// kopf's strict check before an attempt (the time ran out while a timer or a daemon
+// waited for its retry) quotes the last error, as a change handler's does, without
+// the retry the error had asked for: the timer below fails once, the clock then
+// passes its timeout before the retry.
+func TestStrictCheckOfTimersAndDaemonsQuotesTheLastError(t *testing.T) {
+	h := newFakeHandlers()
+	h.add(causes.Spec{ID: "tick", Kind: causes.KindTimer, Resource: widgets, Interval: time.Minute, Backoff: time.Second, Timeout: 3 * time.Second},
+		failing(&causes.TemporaryError{Message: "not ready", Delay: time.Second}))
+	h.addDaemon(causes.Spec{ID: "watcher", Resource: widgets, Backoff: time.Second, Timeout: 3 * time.Second},
+		func(context.Context, causes.Call) error { return errBoom })
+	log := &jsonLog{}
+	e := startEnv(t, h, Options{Logger: slog.New(slog.NewJSONHandler(log, nil))})
+	e.create("w1", nil)
+	failedWith := func(id string) string {
+		for _, l := range log.lines() {
+			if l["msg"] == "handler failed for good" && l["handler"] == id {
+				return fmt.Sprint(l["error"])
+			}
+		}
+		return ""
+	}
+	retried := func(id string) bool {
+		for _, l := range log.lines() {
+			if l["msg"] == "handler will be retried" && l["handler"] == id {
+				return true
+			}
+		}
+		return false
+	}
+	e.eventually("both failed once", func() bool { return retried("tick") && retried("watcher") })
+	e.clock.Step(10 * time.Second)
+	e.eventually("both gave up", func() bool { return failedWith("tick") != "" && failedWith("watcher") != "" })
+	for id, want := range map[string]string{
+		"tick":    "handler tick timed out after 3s (last error: not ready)",
+		"watcher": "handler watcher timed out after 3s (last error: boom)",
+	} {
+		if got := failedWith(id); got != want {
+			t.Errorf("%s's final failure: %q, want %q", id, got, want)
+		}
 	}
 }

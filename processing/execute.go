@@ -44,7 +44,7 @@ func foldOutcome(spec causes.Spec, rec state.HandlerRecord, now time.Time, err e
 		rec.Success, rec.Failure, rec.Delayed, rec.Stopped, rec.Message = true, false, nil, &now, ""
 		return rec, OutcomeSuccess
 	}
-	rec.Message = err.Error()
+	rec.Message = handling.ErrorMessage(err)
 	v := handling.Judge(spec, attemptOf(rec, now), err)
 	if v.Retried {
 		rec.Retries++

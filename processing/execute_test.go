@@ -92,9 +92,9 @@ func TestFoldOutcome(t *testing.T) {
 			want: OutcomeSuccess, wantRetries: 2, wantDelay: never, wantSuccess: true, wantStarted: earlier, wantMessage: "", checkMessage: true},
 
 		{name: "temporary error retries after its delay", spec: causes.Spec{ID: "h"}, err: temp,
-			want: OutcomeRetry, wantRetries: 1, wantDelay: 30 * time.Second, wantStarted: t0, wantMessage: temp.Error(), checkMessage: true},
+			want: OutcomeRetry, wantRetries: 1, wantDelay: 30 * time.Second, wantStarted: t0, wantMessage: temp.Message, checkMessage: true},
 		{name: "temporary error counts on top of earlier retries", spec: causes.Spec{ID: "h"}, rec: retried, err: temp,
-			want: OutcomeRetry, wantRetries: 3, wantDelay: 30 * time.Second, wantStarted: earlier, wantMessage: temp.Error(), checkMessage: true},
+			want: OutcomeRetry, wantRetries: 3, wantDelay: 30 * time.Second, wantStarted: earlier, wantMessage: temp.Message, checkMessage: true},
 		{name: "wrapped temporary error is recognised", spec: causes.Spec{ID: "h"}, err: fmt.Errorf("lua: %w", temp),
 			want: OutcomeRetry, wantRetries: 1, wantDelay: 30 * time.Second, wantStarted: t0},
 		{name: "temporary error with no delay is due at once", spec: causes.Spec{ID: "h"}, err: &causes.TemporaryError{Message: "again"},

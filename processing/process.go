@@ -370,10 +370,9 @@ func (o *Reactor) runEventHandlers(ctx context.Context, log *slog.Logger, key ob
 		start := time.Now()
 		result, err := o.handlers.Invoke(ctx, causes.Call{Handler: spec, Cause: cause, Patch: patch, Started: start, Logger: log.With("handler", spec.ID, "reason", "event"), Indexes: o.indexes})
 		took := time.Since(start)
-		outcome := OutcomeSuccess
+		outcome := handling.Judge(spec, handling.Attempt{}, err).Outcome
 		if err != nil {
 			// kopf: event handlers' errors are ignored (never retried), and logged.
-			outcome = OutcomeIgnored
 			log.Error("handler failed; event handlers are never retried", "handler", spec.ID, "reason", "event", "took_ms", tookMs(took), "error", err, "event", ev.eventType)
 		} else {
 			handling.StoreResult(patch, spec, result.Value)
@@ -477,18 +476,18 @@ func (c *cycle) run(ctx context.Context, facts objectFacts) (time.Duration, erro
 	o := c.op
 	body := c.body.Object
 	finalizer := o.opts.finalizer()
-	detected := detectChangeCause(body, o.opts.Prefix, o.opts.StatusField, finalizer, c.store.diffBase, facts, c.handlerFields())
+	detected := detectChangeCause(body, c.key.resource, o.opts.Prefix, o.opts.StatusField, finalizer, c.store.diffBase, facts, c.handlerFields())
 	if detected.diffBaseProblem != nil {
 		c.log.Warn(detected.diffBaseProblem.Error())
 	}
-	base := causes.Cause{Reason: detected.reason, Resource: c.key.resource, Body: body, Old: detected.old, New: detected.new, Diff: detected.diff}
+	base := detected.Cause
 	c.held = detected.held
 
 	if c.mem.released && deletionInProgress(body) {
 		// Our part of the deletion is done: only the DELETED event is left.
 		return 0, nil
 	}
-	switch detected.reason {
+	switch detected.Reason {
 	case causes.Free:
 		c.mem.pinned = nil
 		o.board.progress(c.key, c.info.kind, c.mem.uid, "", nil, c.now)
@@ -527,9 +526,9 @@ func (c *cycle) run(ctx context.Context, facts objectFacts) (time.Duration, erro
 		switch {
 		case !pin.continues(detected):
 			c.mem.pinned = nil
-		case detected.reason == causes.Noop:
+		case detected.Reason == causes.Noop:
 			// Changed back meanwhile: the pinned change is still to finish.
-			base.Reason, base.Old, base.New, base.Diff = pin.reason, pin.old, pin.new, pin.diff
+			base = handling.ChangeCause(pin.reason, c.key.resource, body, pin.old, pin.new)
 			c.finishEssence = pin.new
 		default:
 			c.finishEssence = pin.new
@@ -557,19 +556,18 @@ func (c *cycle) run(ctx context.Context, facts objectFacts) (time.Duration, erro
 type pinnedCause struct {
 	reason   causes.Reason
 	old, new any
-	diff     state.Diff
 }
 
 // continues tells whether a newly detected cause is still the pinned one: the stored
 // diff-base did not move (nobody finished a cause in between).
 func (p *pinnedCause) continues(d detectedCause) bool {
 	switch {
-	case d.reason == causes.Delete || d.reason == causes.Free:
+	case d.Reason == causes.Delete || d.Reason == causes.Free:
 		return false
 	case p.old == nil:
-		return d.old == nil && d.reason == causes.Create
+		return d.Old == nil && d.Reason == causes.Create
 	default:
-		return d.old != nil && reflect.DeepEqual(p.old, d.old)
+		return d.Old != nil && reflect.DeepEqual(p.old, d.Old)
 	}
 }
 
@@ -798,7 +796,7 @@ func (c *cycle) persistProgress(ctx context.Context, cause causes.Cause, states 
 	// A resume is not pinned: it changes nothing, and a change made meanwhile
 	// supersedes it (kopf), with the resume handlers' progress kept (above).
 	if cause.Reason != causes.Delete && cause.Reason != causes.Resume && c.mem.pinned == nil && anyFinished(states) {
-		c.mem.pinned = &pinnedCause{reason: cause.Reason, old: cause.Old, new: cause.New, diff: cause.Diff}
+		c.mem.pinned = &pinnedCause{reason: cause.Reason, old: cause.Old, new: cause.New}
 	}
 	for _, h := range states {
 		if h.changed() {

@@ -43,6 +43,12 @@ luaop.on.create(R, function(ctx)
   local a = ctx.new.metadata.annotations or {}
   return {hidden = a["example.org/last"] == nil, kept = a["luaop.dev/last"] ~= nil}
 end, {id = "annotations"})
+luaop.on.create(R, function(ctx) if ctx.spec.once then error("nope") end end, {id = "once", retries = 1})
+luaop.on.resume(R, function(ctx) return {old = ctx.old and ctx.old.spec.size, new = ctx.new.spec.size} end, {id = "resumed"})
+luaop.on.startup(function(ctx)
+  luaop.kube.create({apiVersion = "v1", kind = "ConfigMap", metadata = {name = "booted", namespace = "ns"}})
+end, {id = "boot"})
+luaop.daemon(R, function(ctx) ctx.patch.status.watched = true; return {done = ctx.name} end, {id = "watcher"})
 `
 
 // runOne runs one case (YAML, the list item without "- ") against expectScripts and
@@ -118,6 +124,24 @@ func TestExpectations(t *testing.T) {
 		// part of the essence an update handler sees: luaop test compared the
 		// spellings literally, and this update handler saw no change at all.
 		{name: "field named under the kind's spelling", c: "handler: phase_seen\n" + strings.Replace(obj("{size: 1}"), "spec: {size: 1}}", "spec: {size: 1}, status: {phase: B}}", 1) + "\nold: {apiVersion: example.com/v1, kind: Thing, metadata: {name: a, namespace: ns}, spec: {size: 1}, status: {phase: A}}\nexpect: {result: {old: A, new: B}}", pass: true},
+
+		// A resume is a cause without a change: without old:, the handler's ctx.old
+		// is the object's essence, as the core's resume cause carries the stored one.
+		{name: "resume without old", c: "handler: resumed\n" + obj("{size: 4}") + "\nexpect: {result: {old: 4, new: 4}}", pass: true},
+		// An update that changes nothing runs no handler in the core, for that
+		// reason, not for its filters.
+		{name: "update without a change", c: "handler: phase_seen\n" + obj("{size: 1}") + "\nold: {apiVersion: example.com/v1, kind: Thing, metadata: {name: a, namespace: ns}, spec: {size: 1}}\nexpect: {}",
+			out: "the handler takes no part in the cause: the update changes nothing"},
+		{name: "update without a change by cause", c: "cause: update\n" + obj("{size: 1}") + "\nold: {apiVersion: example.com/v1, kind: Thing, metadata: {name: a, namespace: ns}, spec: {size: 1}}\nexpect: {}",
+			out: "no handler takes part in the cause: "},
+		// A hook is tied to no object: its case needs none.
+		{name: "hook without an object", c: "handler: boot\nexpect: {kube: [{verb: create, kind: ConfigMap, name: booted}]}", pass: true},
+		// A daemon's result goes to status.<id>, as kopf delivers it (daemons.py).
+		{name: "daemon result in status", c: "handler: watcher\n" + obj("{}") + "\nexpect: {status: {watched: true, watcher: {done: a}}}", pass: true},
+
+		// An error at the last allowed attempt: the operator would not retry it.
+		{name: "error at the last retry", c: "handler: once\n" + obj("{once: true}") + "\nexpect: {}",
+			out: "the operator fails the handler for good: handler once exceeded its 1 retries (last error: h.lua:"},
 
 		// 3. result: null asserts that nothing was returned.
 		{name: "result null and none", c: "handler: plain\n" + obj("{}") + "\nexpect: {result: null}", pass: true},

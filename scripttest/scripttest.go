@@ -44,7 +44,9 @@ type Case struct {
 	Handler string `json:"handler,omitempty"`
 	Cause   string `json:"cause,omitempty"`
 	// Object is the object, inline; ObjectFile a YAML file holding it (a relative
-	// path is relative to the test file, an absolute one is used as it is). Old is the previous version (updates, field handlers).
+	// path is relative to the test file, an absolute one is used as it is); a
+	// hook's case needs none. Old is the previous version (updates, field handlers;
+	// a resume without it takes the object as the state last handled).
 	Object     map[string]any `json:"object,omitempty"`
 	ObjectFile string         `json:"objectFile,omitempty"`
 	Old        map[string]any `json:"old,omitempty"`
@@ -276,6 +278,9 @@ type outcome struct {
 	result  any
 	err     error
 	skipped bool
+	// notPart says why a change handler took no part in the cause (no change, its
+	// field did not change or is absent), "" when its filters skipped it.
+	notPart string
 }
 
 func (o Options) handlerTimeout() time.Duration {
@@ -287,10 +292,6 @@ func (o Options) handlerTimeout() time.Duration {
 
 // runCase runs one case and returns what did not match its expectations.
 func runCase(ctx context.Context, scripts []luabind.Script, dir, prefix string, timeout time.Duration, c Case) []string {
-	obj, msg := caseObject(dir, c)
-	if msg != "" {
-		return []string{msg}
-	}
 	kube := newFakeKube(c.Objects)
 	var logs strings.Builder
 	rt := luabind.New(luabind.Options{Shards: 1, Kube: kube, HandlerTimeout: timeout,
@@ -298,6 +299,10 @@ func runCase(ctx context.Context, scripts []luabind.Script, dir, prefix string, 
 	defer rt.Close()
 	if _, err := rt.Load(ctx, scripts); err != nil {
 		return []string{"loading the scripts: " + err.Error()}
+	}
+	obj, msg := caseObject(dir, c, isHook(rt, c.Handler))
+	if msg != "" {
+		return []string{msg}
 	}
 	var failures []string
 	if spec, ok := admissionHandler(rt, c.Handler); ok {
@@ -318,9 +323,21 @@ func runCase(ctx context.Context, scripts []luabind.Script, dir, prefix string, 
 	return failures
 }
 
+// isHook tells whether id names an operator hook (startup, cleanup, probe): such a
+// handler is tied to no object.
+func isHook(rt *luabind.Runtime, id string) bool {
+	for _, s := range rt.Hooks() {
+		if id != "" && s.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
 // caseObject is the case's object (inline or from its file), normalized to JSON
-// types and given a uid, or what is wrong with the case.
-func caseObject(dir string, c Case) (map[string]any, string) {
+// types and given a uid, or what is wrong with the case. A hook's case (hook) needs
+// none: hooks are tied to no object (an empty one stands in).
+func caseObject(dir string, c Case, hook bool) (map[string]any, string) {
 	obj := c.Object
 	if c.ObjectFile != "" {
 		path := c.ObjectFile
@@ -338,6 +355,9 @@ func caseObject(dir string, c Case) (map[string]any, string) {
 		if obj, _ = v.(map[string]any); obj == nil {
 			return nil, fmt.Sprintf("%s: not a Kubernetes object (a YAML mapping)", c.ObjectFile)
 		}
+	}
+	if obj == nil && hook {
+		obj = map[string]any{}
 	}
 	if obj == nil {
 		return nil, "the case gives no object (object: or objectFile:)"
@@ -443,6 +463,12 @@ type execution struct {
 	result  any
 	err     error
 	skipped bool // a handler: case's handler was skipped by its filters
+	// verdict is the operator's on err (handling.Judge, a first attempt of the
+	// handler that raised it): retried after a delay, or failed for good.
+	verdict handling.Verdict
+	// notPart: why the handlers skipped took no part in the cause (see outcome),
+	// the last one's; "" when filters skipped them.
+	notPart string
 }
 
 // execute runs the handlers of a (non-admission) case in order, as the core would
@@ -453,12 +479,15 @@ func execute(ctx context.Context, rt *luabind.Runtime, c Case, prefix string, ob
 		return execution{}, msg
 	}
 	indexes := caseIndexes(rt, c)
-	ex := execution{patch: state.NewPatch()}
+	ex := execution{patch: state.NewPatch(), verdict: handling.Verdict{Outcome: handling.OutcomeSuccess}}
 	for _, spec := range specs {
 		out := runHandler(ctx, rt, spec, c, prefix, obj, indexes)
 		if out.skipped {
 			if c.Handler != "" {
 				ex.skipped = true
+			}
+			if out.notPart != "" {
+				ex.notPart = out.notPart
 			}
 			continue
 		}
@@ -468,6 +497,7 @@ func execute(ctx context.Context, rt *luabind.Runtime, c Case, prefix string, ob
 		}
 		if c.Handler != "" || ex.err == nil && out.err != nil {
 			ex.err = out.err
+			ex.verdict = firstAttemptVerdict(spec, out.err)
 		}
 		if c.Handler != "" {
 			ex.result = out.result
@@ -476,24 +506,41 @@ func execute(ctx context.Context, rt *luabind.Runtime, c Case, prefix string, ob
 	return ex, ""
 }
 
+// firstAttemptVerdict is the operator's verdict on a first attempt of spec that
+// ended with err (handling.Judge, the handler's backoff or kopf's default).
+func firstAttemptVerdict(spec causes.Spec, err error) handling.Verdict {
+	return handling.Judge(handling.WithBackoff(spec, handling.DefaultBackoff), handling.Attempt{}, err)
+}
+
 // checkExecution compares what a case's handlers did with its expectations.
 func checkExecution(c Case, obj map[string]any, ex execution) []string {
 	var failures []string
 	fail := func(format string, args ...any) { failures = append(failures, fmt.Sprintf(format, args...)) }
 	if ex.skipped != c.Expect.Skipped {
-		if ex.skipped {
+		switch {
+		case ex.skipped && ex.notPart != "":
+			fail("the handler takes no part in the cause: %s (expect skipped: true if that is intended)", ex.notPart)
+		case ex.skipped:
 			fail("the handler's filters do not match the object (expect skipped: true if that is intended)")
-		} else {
+		default:
 			fail("want the handler skipped by its filters, but it ran")
 		}
 	}
 	if c.Handler == "" && len(ex.ran) == 0 && !c.Expect.Skipped {
-		fail("no handler's filters match the object")
+		if ex.notPart != "" {
+			fail("no handler takes part in the cause: %s", ex.notPart)
+		} else {
+			fail("no handler's filters match the object")
+		}
 	}
 	e := c.Expect
 	switch {
 	case ex.err != nil && e.Error == nil:
 		fail("unexpected error: %s", describeError(ex.err))
+		if v := ex.verdict; v.Outcome == handling.OutcomeFailure && v.Message != ex.err.Error() {
+			// The retries or the time run out at once: the operator would not retry.
+			fail("the operator fails the handler for good: %s", v.Message)
+		}
 	case ex.err == nil && e.Error != nil:
 		fail("want an error (%s), got none", e.Error.Type)
 	case ex.err != nil:
@@ -577,9 +624,9 @@ func runHandler(ctx context.Context, rt *luabind.Runtime, spec causes.Spec, c Ca
 	call := causes.Call{Handler: spec, Patch: patch, Started: time.Now(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Indexes: indexes}
 	switch spec.Kind {
 	case causes.KindChange:
-		view, takesPart := changeView(rt.Specs(), spec, c, prefix, obj)
-		if !takesPart {
-			return outcome{skipped: true}
+		view, notPart := changeView(rt.Specs(), spec, c, prefix, obj)
+		if notPart != "" {
+			return outcome{skipped: true, notPart: notPart}
 		}
 		cause = view
 	case causes.KindEvent:
@@ -676,9 +723,10 @@ func (e *subhandlerError) Unwrap() error { return e.err }
 // builds it (handling): the case's reason (cause:, else the handler's first, or
 // update when old is given and the handler serves it), the essences with the
 // fields that the resource's change handlers name, and the handler's view of the
-// change (a field handler's reduced to its field, or skipped when its field did
-// not change).
-func changeView(all []causes.Spec, spec causes.Spec, c Case, prefix string, obj map[string]any) (causes.Cause, bool) {
+// change (a field handler's reduced to its field), or why the handler takes no part
+// in it (the core would not run it): the update changes nothing, or the handler's
+// field did not change or is absent.
+func changeView(all []causes.Spec, spec causes.Spec, c Case, prefix string, obj map[string]any) (causes.Cause, string) {
 	reason := causes.Reason(c.Cause)
 	if reason == "" {
 		reason = spec.Reasons[0]
@@ -702,7 +750,15 @@ func changeView(all []causes.Spec, spec causes.Spec, c Case, prefix string, obj 
 	}
 	base := handling.ChangeCause(reason, spec.Resource, obj, old, handling.Essence(obj, prefix, statusField, fields))
 	view, takesPart, _ := handling.View(spec, base, base.Old, base.Diff)
-	return view, takesPart
+	switch {
+	case takesPart:
+		return view, ""
+	case len(spec.Field) == 0:
+		return view, "the update changes nothing (old: and object: have the same essence), and the core runs no handler for an update without a change"
+	case reason == causes.Create || reason == causes.Update:
+		return view, fmt.Sprintf("its field %s did not change", strings.Join(spec.Field, "."))
+	}
+	return view, fmt.Sprintf("its field %s is absent", strings.Join(spec.Field, "."))
 }
 
 func describeError(err error) string {
@@ -1035,11 +1091,14 @@ func patchedObject(obj, patch any) (any, error) {
 
 // Execution is what `luaop test` did for a case, before any expectation is
 // compared: the object with the handlers' patch applied, the handlers that ran
-// (their filters matched) and the error (a handler: case's, else the first).
+// (their filters matched), the error (a handler: case's, else the first) and the
+// operator's verdict on it for a first attempt (handling.Judge: the outcome, the
+// delay of a retry, the message of a final failure).
 type Execution struct {
-	Object map[string]any
-	Ran    []string
-	Err    error
+	Object  map[string]any
+	Ran     []string
+	Err     error
+	Verdict handling.Verdict
 }
 
 // Execute runs a case's handlers (not an admission handler's) as Run does, with the
@@ -1054,15 +1113,15 @@ func Execute(ctx context.Context, o Options, c Case) (Execution, error) {
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
-	obj, msg := caseObject(o.Scripts, c)
-	if msg != "" {
-		return Execution{}, errors.New(msg)
-	}
 	rt := luabind.New(luabind.Options{Shards: 1, Kube: newFakeKube(c.Objects), HandlerTimeout: o.handlerTimeout(),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	defer rt.Close()
 	if _, err := rt.Load(ctx, scripts); err != nil {
 		return Execution{}, fmt.Errorf("loading the scripts: %w", err)
+	}
+	obj, msg := caseObject(o.Scripts, c, isHook(rt, c.Handler))
+	if msg != "" {
+		return Execution{}, errors.New(msg)
 	}
 	ex, msg := execute(ctx, rt, c, prefix, obj)
 	if msg != "" {
@@ -1073,5 +1132,5 @@ func Execute(ctx context.Context, o Options, c Case) (Execution, error) {
 		return Execution{}, err
 	}
 	afterMap, _ := after.(map[string]any)
-	return Execution{Object: afterMap, Ran: ex.ran, Err: ex.err}, nil
+	return Execution{Object: afterMap, Ran: ex.ran, Err: ex.err, Verdict: ex.verdict}, nil
 }
