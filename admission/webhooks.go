@@ -105,7 +105,9 @@ type Webhooks struct {
 	endpoint Endpoint
 	prober   *prober
 	// reach is the last probe's outcome; active: this operator owns the
-	// configurations (peering); owner: it wrote them and no peer took them over.
+	// configurations (peering); owner: it may have written some (a sync began
+	// writing; set before the first write, for a sync cut short may have written
+	// some) that are still there, and no peer took them over.
 	reach  atomic.Pointer[Reachability]
 	active atomic.Bool
 	owner  atomic.Bool
@@ -510,13 +512,7 @@ func (w *Webhooks) Start(ctx context.Context) error {
 			// Only what this operator wrote, and still owns: a peer working now
 			// (peering) keeps its own.
 			if w.opts.RemoveOnExit && w.unreachable == "" && w.owner.Load() && w.active.Load() {
-				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-				if err := w.Remove(rctx); err != nil {
-					w.log.Error("removing the webhook configurations", "error", err)
-				} else {
-					w.log.Info("webhook configurations removed")
-				}
-				cancel()
+				w.removeOnExit(ctx)
 			}
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			_ = srv.Shutdown(sctx)
@@ -596,6 +592,11 @@ func (w *Webhooks) sync(ctx context.Context) bool {
 	if !w.active.Load() {
 		return true // a peer works and owns the configurations
 	}
+	// From here on this sync writes (the probe's configuration, the handlers'):
+	// what it wrote is this operator's to remove at exit even when it ends halfway
+	// (the stop cutting a request short, a write refused). Set after the sync
+	// succeeded, the flag missed those, and RemoveOnExit left them behind.
+	w.owner.Store(true)
 	if len(handlers) > 0 && !w.ByService() && w.probeDue() {
 		if r := w.check(ctx); !r.Reachable {
 			w.withdraw(ctx)
@@ -620,13 +621,16 @@ func (w *Webhooks) sync(ctx context.Context) bool {
 	}
 	w.certs.Published(bundle)
 	w.synced.Store(true)
-	w.owner.Store(len(handlers) > 0)
 	if len(handlers) == 0 {
 		// Nothing to call: the probe's configuration goes with the handlers'.
 		if r := w.reach.Load(); r != nil && r.Checked {
-			_ = w.prober.remove(ctx)
+			if err := w.prober.remove(ctx); err != nil {
+				w.log.Error("the probe's webhook configuration not removed; retrying in "+retryEvery.String(), "error", err)
+				return false
+			}
 			w.reach.Store(&Reachability{})
 		}
+		w.owner.Store(false) // nothing of this operator's is left to remove
 	} else if w.ByService() && w.probeDue() {
 		w.check(ctx)
 	}
@@ -698,10 +702,28 @@ func (w *Webhooks) whatToDo(err error) string {
 		"or run the operator in the cluster (--webhook-service)", strings.TrimSuffix(w.URL("/"), "/"), how, reason, w.ln.Addr().(*net.TCPAddr).Port)
 }
 
-// withdraw removes the configurations this operator wrote (a failed probe).
+// withdraw removes the configurations this operator wrote (a failed probe); those
+// it could not remove stay its own (removed at exit, or by the next withdraw).
 func (w *Webhooks) withdraw(ctx context.Context) {
 	if err := w.Remove(ctx); err != nil {
 		w.log.Error("removing the webhook configurations after a failed probe", "error", err)
+		return
 	}
 	w.owner.Store(false)
+}
+
+// removeOnExit deletes the configurations this operator wrote (RemoveOnExit), on
+// a context of its own: the stop ended Start's. One it could not delete is named
+// with what to do, for a webhook nobody answers rejects what it covers.
+func (w *Webhooks) removeOnExit(stopped context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(stopped), 10*time.Second)
+	defer cancel()
+	if err := w.Remove(ctx); err != nil {
+		vname, mname := ConfigurationNames(w.opts.Prefix)
+		w.log.Error("the webhook configurations were not removed at exit: the API server keeps calling webhooks nobody answers, "+
+			"rejecting what their Fail handlers cover; remove them with: luaop webhooks remove --prefix "+w.opts.Prefix,
+			"configurations", strings.Join([]string{vname, mname, ProbeConfigurationName(w.opts.Prefix)}, ", "), "error", err)
+		return
+	}
+	w.log.Info("webhook configurations removed")
 }

@@ -3,10 +3,13 @@ package admission
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -92,11 +95,28 @@ func answerProbes(client *fake.Clientset, w *Webhooks, reached func() bool) {
 }
 
 // startOnFakeAPI runs Webhooks against client-go's fake clientset standing for the
-// API server of a local control plane: opts on a loopback address with the prefix
-// ops.example.com, one Go handler (so a validating configuration is written), the
-// probe answered as answerProbes does, a periodic sync every resyncEvery. They stop
-// when the test ends.
+// API server of a local control plane (newOnFakeAPI). They stop when the test ends.
 func startOnFakeAPI(t *testing.T, opts Options, reached func() bool, resyncEvery time.Duration) (*Webhooks, *fake.Clientset) {
+	t.Helper()
+	w, client := newOnFakeAPI(t, opts, reached, resyncEvery)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- w.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return w, client
+}
+
+// newOnFakeAPI makes Webhooks on client-go's fake clientset standing for the API
+// server of a local control plane: opts on a loopback address with the prefix
+// ops.example.com, one Go handler (so a validating configuration is written), the
+// probe answered as answerProbes does, a periodic sync every resyncEvery; not
+// started.
+func newOnFakeAPI(t *testing.T, opts Options, reached func() bool, resyncEvery time.Duration) (*Webhooks, *fake.Clientset) {
 	t.Helper()
 	opts.Address, opts.Prefix = "127.0.0.1:0", "ops.example.com"
 	opts.detect = noDetection("https://127.0.0.1:6443")
@@ -115,15 +135,6 @@ func startOnFakeAPI(t *testing.T, opts Options, reached func() bool, resyncEvery
 		Admit: func(context.Context, Request) (Response, error) { return Response{Allowed: true}, nil }}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- w.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
 	return w, client
 }
 
@@ -220,5 +231,76 @@ func TestPeriodicResyncRepairs(t *testing.T) {
 			t.Fatal("no periodic sync seen")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// The operator stops (RemoveOnExit) while a sync is under way: it wrote the
+// probe's and the validating configuration, and its read of the mutating one is
+// cut short by the stop (client-go returns the context's error). What the sync
+// wrote is removed all the same before Start returns: it was left behind (e2e
+// TestAdmissionConfigurationsRemovedWhenAsked), the API server then calling a Fail
+// webhook nobody answers.
+func TestStopDuringASyncRemovesWhatItWrote(t *testing.T) {
+	w, client := newOnFakeAPI(t, Options{RemoveOnExit: true}, nil, time.Hour)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	inFlight := make(chan struct{})
+	var once sync.Once
+	client.PrependReactor("get", "mutatingwebhookconfigurations", func(clienttesting.Action) (bool, runtime.Object, error) {
+		once.Do(func() { close(inFlight) })
+		<-ctx.Done() // held until the stop, which ends the request
+		return true, nil, fmt.Errorf("get mutatingwebhookconfigurations: %w", ctx.Err())
+	})
+	done := make(chan error, 1)
+	go func() { done <- w.Start(ctx) }()
+	select {
+	case <-inFlight:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no sync reached the mutating configuration")
+	}
+	// The clientset is locked while its reactor holds the sync: its tracker is not.
+	validating := admissionregistrationv1.SchemeGroupVersion.WithResource("validatingwebhookconfigurations")
+	for _, name := range []string{"ops.example.com.validate", "ops.example.com.probe"} {
+		if _, err := client.Tracker().Get(validating, "", name); err != nil {
+			t.Fatalf("%s before the stop: %v; the sync held should have written it", name, err)
+		}
+	}
+	cancel()
+	api := client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"ops.example.com.validate", "ops.example.com.probe"} {
+		if _, err := api.Get(context.Background(), name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("%s after the stop with RemoveOnExit: %v; want it removed", name, err)
+		}
+	}
+}
+
+// A configuration the operator cannot remove at exit (RemoveOnExit) is named in
+// the log with what to do: the API server keeps calling a webhook nobody answers.
+func TestRemovalRefusedAtExitSaysWhatToDo(t *testing.T) {
+	var logged bytes.Buffer
+	w, client := newOnFakeAPI(t, Options{RemoveOnExit: true, Logger: slog.New(slog.NewTextHandler(&logged, nil))}, nil, time.Hour)
+	client.PrependReactor("delete", "validatingwebhookconfigurations", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations"},
+			a.(clienttesting.DeleteAction).GetName(), errors.New("no delete granted"))
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- w.Start(ctx) }()
+	waitFor(t, "the first sync", w.Synced)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	out := logged.String()
+	for _, want := range []string{"not removed at exit", "luaop webhooks remove --prefix ops.example.com", "ops.example.com.validate", "no delete granted"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the log does not say %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, `msg="webhook configurations removed"`) {
+		t.Errorf("the log says they were removed:\n%s", out)
 	}
 }
