@@ -33,6 +33,10 @@ type membership struct {
 	seen map[string]observedLease
 
 	changed func() // told (no lock held) when a Lease came, went or was renewed late
+
+	// lease is this replica's Lease as last written (nil: read it first). Only
+	// the goroutine renewing it uses it: Run's first renewal, then keepRenewed.
+	lease *coordinationv1.Lease
 }
 
 type observedLease struct {
@@ -119,32 +123,96 @@ func (ms *membership) live(now time.Time) (members []string, nextExpiry time.Tim
 	return slices.Compact(members), nextExpiry
 }
 
-// renew writes this replica's Lease (creating it when missing) with a fresh
-// renewTime, within timeout.
-func (ms *membership) renew(ctx context.Context, timeout time.Duration) error {
+// renewOnce writes this replica's Lease with a fresh renewTime (creating it when
+// missing): one attempt, given at most timeout on the clock. The Lease last
+// written is kept, so a renewal is one Update; a conflict or a Lease gone makes the
+// next attempt read it again.
+func (ms *membership) renewOnce(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	timer := ms.s.clock.NewTimer(timeout)
+	defer timer.Stop()
+	go func() {
+		select {
+		case <-timer.C():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err := ms.write(ctx)
+	if err != nil {
+		ms.lease = nil
+	}
+	return err
+}
+
+func (ms *membership) write(ctx context.Context) error {
 	o := ms.s.opts
 	leases := ms.s.kube.CoordinationV1().Leases(o.Namespace)
 	now := metav1.NewMicroTime(ms.s.clock.Now())
-	seconds := int32(o.LeaseDuration / time.Second)
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	lease, err := leases.Get(ctx, ms.leaseName(), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		_, err = leases.Create(ctx, &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: ms.leaseName(), Namespace: o.Namespace, Labels: map[string]string{GroupLabel: o.Group}},
-			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(ms.s.member), LeaseDurationSeconds: &seconds,
-				AcquireTime: &now, RenewTime: &now},
-		}, metav1.CreateOptions{})
-		return err
+	seconds := int32(o.held() / time.Second)
+	lease := ms.lease
+	if lease == nil {
+		got, err := leases.Get(ctx, ms.leaseName(), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			created, err := leases.Create(ctx, &coordinationv1.Lease{
+				ObjectMeta: metav1.ObjectMeta{Name: ms.leaseName(), Namespace: o.Namespace, Labels: map[string]string{GroupLabel: o.Group}},
+				Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(ms.s.member), LeaseDurationSeconds: &seconds,
+					AcquireTime: &now, RenewTime: &now},
+			}, metav1.CreateOptions{})
+			ms.lease = created
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		lease = got
 	}
-	if err != nil {
-		return err
-	}
+	lease = lease.DeepCopy()
 	lease.Spec.HolderIdentity = ptr.To(ms.s.member)
 	lease.Spec.LeaseDurationSeconds = &seconds
 	lease.Spec.RenewTime = &now
-	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+	updated, err := leases.Update(ctx, lease, metav1.UpdateOptions{})
+	ms.lease = updated
 	return err
+}
+
+// renewBy renews the Lease before deadline (on the clock): attempts of at most a
+// quarter of RenewDeadline each (never past the deadline), until one succeeds. One
+// request the server never answers (lost, or stuck behind others) then costs one
+// attempt, not the membership, as client-go's leader election retries within its
+// renew deadline; an attempt that failed early is tried again after a tenth of
+// RenewEvery. Returns when the successful attempt started (what the Lease says),
+// or the last error once the deadline passed or ctx ended.
+func (ms *membership) renewBy(ctx context.Context, deadline time.Time) (time.Time, error) {
+	o := ms.s.opts
+	var last error
+	for attempt := 1; ; attempt++ {
+		start := ms.s.clock.Now()
+		left := deadline.Sub(start)
+		if left <= 0 {
+			return time.Time{}, fmt.Errorf("no renewal within the renew deadline %s (%d attempts, the last: %w)", o.RenewDeadline, attempt-1, last)
+		}
+		timeout := min(o.RenewDeadline/4, left)
+		err := ms.renewOnce(ctx, timeout)
+		if err == nil {
+			return start, nil
+		}
+		if ctx.Err() != nil {
+			return time.Time{}, ctx.Err()
+		}
+		last = err
+		took := ms.s.clock.Since(start)
+		ms.s.log.Warn("could not renew the membership Lease; trying again", "error", err, "attempt", attempt,
+			"took", took.Round(time.Millisecond), "attemptTimeout", timeout, "deadlineIn", deadline.Sub(ms.s.clock.Now()).Round(time.Millisecond))
+		if took < timeout {
+			select {
+			case <-ctx.Done():
+				return time.Time{}, ctx.Err()
+			case <-ms.s.clock.After(min(o.RenewEvery/10, max(deadline.Sub(ms.s.clock.Now()), 0))):
+			}
+		}
+	}
 }
 
 // leave deletes this replica's Lease: the coordinator gives its objects to the
@@ -162,39 +230,25 @@ func (ms *membership) leave() {
 }
 
 // keepRenewed renews every RenewEvery until ctx is done; it calls lost (once) and
-// returns when no renewal succeeded for RenewDeadline. A renewal may take all the
-// time left until that deadline (a slow API server is not a lost membership), and a
-// failed one is tried again after a tenth of RenewEvery.
+// returns when no renewal succeeded for RenewDeadline after the last one started
+// (renewBy), at that deadline.
 func (ms *membership) keepRenewed(ctx context.Context, lastOK time.Time, lost func()) {
-	o := ms.s.opts
-	wait := o.RenewEvery
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-ms.s.clock.After(wait):
+		case <-ms.s.clock.After(ms.s.opts.RenewEvery):
 		}
-		left := o.RenewDeadline - ms.s.clock.Since(lastOK)
-		if left <= 0 {
-			lost()
-			return
-		}
-		start := ms.s.clock.Now() // what the Lease says: the others count from there, or later
-		err := ms.renew(ctx, left)
-		if err == nil {
-			lastOK, wait = start, o.RenewEvery
-			continue
-		}
+		ok, err := ms.renewBy(ctx, lastOK.Add(ms.s.opts.RenewDeadline))
 		if ctx.Err() != nil {
 			return
 		}
-		since := ms.s.clock.Since(lastOK)
-		ms.s.log.Warn("could not renew the membership Lease", "error", err, "sinceLastRenewal", since.Round(time.Millisecond), "deadline", o.RenewDeadline)
-		if since >= o.RenewDeadline {
+		if err != nil {
+			ms.s.log.Error("could not renew the membership Lease", "error", err, "sinceLastRenewal", ms.s.clock.Since(lastOK).Round(time.Millisecond))
 			lost()
 			return
 		}
-		wait = o.RenewEvery / 10
+		lastOK = ok
 	}
 }
 
