@@ -233,7 +233,7 @@ func TestShardingAcrossReplicas(t *testing.T) {
 	// The default. Not shorter: on a loaded machine (the API server on two shared
 	// cores) a renewal may take seconds (seen: one API server stalled 7 s under a
 	// 3,000-object burst and a concurrent build), and a replica that cannot renew
-	// within two thirds of its lease stops, as it must; every replica then exits.
+	// within three fifths of its lease stops, as it must; every replica then exits.
 	const lease = 15 * time.Second
 	common := []string{"--kubeconfig", kubeconfig, "-n", ns, "--shard-across-replicas", "--shard-namespace", ns,
 		"--shard-group", "e2e", "--shard-lease-duration", lease.String(), "--post-events=false", "--log-format", "json", "--workers", "16"}

@@ -63,7 +63,8 @@ type Options struct {
 	RenewEvery time.Duration
 	// RenewDeadline: a replica that could not renew for this long stops handling
 	// (Run returns ErrMembershipLost) before the others may take its objects.
-	// Defaults to two thirds of LeaseDuration; must be less than it.
+	// Defaults to three fifths of LeaseDuration (the Lease then holds about two thirds of
+	// it, leaving a third for the move); must be less than it.
 	RenewDeadline time.Duration
 	// VirtualNodes per member on the hash ring. Defaults to DefaultVirtualNodes.
 	VirtualNodes int
@@ -217,7 +218,7 @@ func (o Options) withDefaults() (Options, error) {
 		o.RenewEvery = o.LeaseDuration / 5
 	}
 	if o.RenewDeadline <= 0 {
-		o.RenewDeadline = o.LeaseDuration * 2 / 3
+		o.RenewDeadline = o.LeaseDuration * 3 / 5
 	}
 	if o.RenewDeadline >= o.LeaseDuration || o.RenewEvery >= o.RenewDeadline {
 		return o, fmt.Errorf("shard renewals every %s with a deadline of %s: the deadline must exceed the interval and be less than the lease duration %s", o.RenewEvery, o.RenewDeadline, o.LeaseDuration)
