@@ -35,7 +35,8 @@ type membership struct {
 	changed func() // told (no lock held) when a Lease came, went or was renewed late
 
 	// lease is this replica's Lease as last written (nil: read it first). Only
-	// the goroutine renewing it uses it: Run's first renewal, then keepRenewed.
+	// the goroutine renewing it uses it (renewBy): Run's first renewal, then
+	// keepRenewed.
 	lease *coordinationv1.Lease
 }
 
@@ -123,94 +124,101 @@ func (ms *membership) live(now time.Time) (members []string, nextExpiry time.Tim
 	return slices.Compact(members), nextExpiry
 }
 
-// renewOnce writes this replica's Lease with a fresh renewTime (creating it when
-// missing): one attempt, given at most timeout on the clock. The Lease last
-// written is kept, so a renewal is one Update; a conflict or a Lease gone makes the
-// next attempt read it again.
-func (ms *membership) renewOnce(ctx context.Context, timeout time.Duration) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	timer := ms.s.clock.NewTimer(timeout)
-	defer timer.Stop()
-	go func() {
-		select {
-		case <-timer.C():
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	err := ms.write(ctx)
-	if err != nil {
-		ms.lease = nil
-	}
-	return err
-}
-
-func (ms *membership) write(ctx context.Context) error {
+// write writes this replica's Lease with renewTime now (creating it when
+// missing), on base, the Lease as last written (nil: read it first), and returns
+// it as written.
+func (ms *membership) write(ctx context.Context, base *coordinationv1.Lease, now time.Time) (*coordinationv1.Lease, error) {
 	o := ms.s.opts
 	leases := ms.s.kube.CoordinationV1().Leases(o.Namespace)
-	now := metav1.NewMicroTime(ms.s.clock.Now())
+	renew := metav1.NewMicroTime(now)
 	seconds := int32(o.held() / time.Second)
-	lease := ms.lease
-	if lease == nil {
+	if base == nil {
 		got, err := leases.Get(ctx, ms.leaseName(), metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			created, err := leases.Create(ctx, &coordinationv1.Lease{
+			return leases.Create(ctx, &coordinationv1.Lease{
 				ObjectMeta: metav1.ObjectMeta{Name: ms.leaseName(), Namespace: o.Namespace, Labels: map[string]string{GroupLabel: o.Group}},
 				Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(ms.s.member), LeaseDurationSeconds: &seconds,
-					AcquireTime: &now, RenewTime: &now},
+					AcquireTime: &renew, RenewTime: &renew},
 			}, metav1.CreateOptions{})
-			ms.lease = created
-			return err
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
-		lease = got
+		base = got
 	}
-	lease = lease.DeepCopy()
+	lease := base.DeepCopy()
 	lease.Spec.HolderIdentity = ptr.To(ms.s.member)
 	lease.Spec.LeaseDurationSeconds = &seconds
-	lease.Spec.RenewTime = &now
-	updated, err := leases.Update(ctx, lease, metav1.UpdateOptions{})
-	ms.lease = updated
-	return err
+	lease.Spec.RenewTime = &renew
+	return leases.Update(ctx, lease, metav1.UpdateOptions{})
 }
 
-// renewBy renews the Lease before deadline (on the clock): attempts of at most a
-// quarter of RenewDeadline each (never past the deadline), until one succeeds. One
-// request the server never answers (lost, or stuck behind others) then costs one
-// attempt, not the membership, as client-go's leader election retries within its
-// renew deadline; an attempt that failed early is tried again after a tenth of
-// RenewEvery. Returns when the successful attempt started (what the Lease says),
-// or the last error once the deadline passed or ctx ended.
+type attempt struct {
+	start time.Time
+	lease *coordinationv1.Lease
+	err   error
+}
+
+// renewBy renews the Lease before deadline (on the clock). An attempt not
+// answered within a quarter of RenewDeadline gets another beside it, and is not
+// given up: a request lost or stuck costs a quarter of the deadline, not the
+// membership, and a server that answers every request slowly (seconds, under
+// load) is still heard. An attempt that failed is tried again after a tenth of
+// RenewEvery. Whichever succeeds first is the renewal; the others end with the
+// deadline (or conflict: each writes on the version last read). Returns when the
+// successful attempt started (what its Lease says: the others count from when
+// they saw it, later), or the last error once the deadline passed or ctx ended.
+// ms.lease, the Lease as last written, is this goroutine's: a renewal is one
+// Update, and a failure makes the next attempt read it again.
 func (ms *membership) renewBy(ctx context.Context, deadline time.Time) (time.Time, error) {
 	o := ms.s.opts
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // the attempts still in flight
+	results := make(chan attempt, 8)
 	var last error
-	for attempt := 1; ; attempt++ {
-		start := ms.s.clock.Now()
-		left := deadline.Sub(start)
-		if left <= 0 {
-			return time.Time{}, fmt.Errorf("no renewal within the renew deadline %s (%d attempts, the last: %w)", o.RenewDeadline, attempt-1, last)
-		}
-		timeout := min(o.RenewDeadline/4, left)
-		err := ms.renewOnce(ctx, timeout)
-		if err == nil {
-			return start, nil
-		}
-		if ctx.Err() != nil {
+	attempts, inFlight := 0, 0
+	launch := func() {
+		attempts++
+		inFlight++
+		start, base := ms.s.clock.Now(), ms.lease
+		go func() {
+			lease, err := ms.write(ctx, base, start)
+			results <- attempt{start: start, lease: lease, err: err}
+		}()
+	}
+	end := ms.s.clock.NewTimer(max(deadline.Sub(ms.s.clock.Now()), 0))
+	defer end.Stop()
+	launch()
+	hedge, retry := ms.s.clock.After(o.RenewDeadline/4), (<-chan time.Time)(nil)
+	for {
+		select {
+		case <-ctx.Done():
 			return time.Time{}, ctx.Err()
-		}
-		last = err
-		took := ms.s.clock.Since(start)
-		ms.s.log.Warn("could not renew the membership Lease; trying again", "error", err, "attempt", attempt,
-			"took", took.Round(time.Millisecond), "attemptTimeout", timeout, "deadlineIn", deadline.Sub(ms.s.clock.Now()).Round(time.Millisecond))
-		if took < timeout {
-			select {
-			case <-ctx.Done():
-				return time.Time{}, ctx.Err()
-			case <-ms.s.clock.After(min(o.RenewEvery/10, max(deadline.Sub(ms.s.clock.Now()), 0))):
+		case <-end.C():
+			if last == nil {
+				last = errors.New("no answer")
 			}
+			return time.Time{}, fmt.Errorf("no renewal within the renew deadline %s (%d attempts, the last error: %w)", o.RenewDeadline, attempts, last)
+		case r := <-results:
+			inFlight--
+			if r.err == nil {
+				ms.lease = r.lease
+				return r.start, nil
+			}
+			last, ms.lease = r.err, nil
+			ms.s.log.Warn("could not renew the membership Lease; trying again", "error", r.err, "attempt", attempts,
+				"deadlineIn", deadline.Sub(ms.s.clock.Now()).Round(time.Millisecond))
+			if inFlight == 0 {
+				retry, hedge = ms.s.clock.After(o.RenewEvery/10), nil
+			}
+		case <-hedge:
+			ms.s.log.Warn("the membership Lease's renewal has no answer yet; another attempt beside it",
+				"waited", (o.RenewDeadline / 4).Round(time.Millisecond), "attempt", attempts+1, "deadlineIn", deadline.Sub(ms.s.clock.Now()).Round(time.Millisecond))
+			launch()
+			hedge = ms.s.clock.After(o.RenewDeadline / 4)
+		case <-retry:
+			launch()
+			retry, hedge = nil, ms.s.clock.After(o.RenewDeadline/4)
 		}
 	}
 }
@@ -231,7 +239,7 @@ func (ms *membership) leave() {
 
 // keepRenewed renews every RenewEvery until ctx is done; it calls lost (once) and
 // returns when no renewal succeeded for RenewDeadline after the last one started
-// (renewBy), at that deadline.
+// (renewBy), at that deadline: the others take its objects a margin later.
 func (ms *membership) keepRenewed(ctx context.Context, lastOK time.Time, lost func()) {
 	for {
 		select {

@@ -19,19 +19,33 @@ type stalls struct {
 	mu      sync.Mutex
 	left    int // calls still to stall; -1: all
 	stalled int // calls stalled so far
+	// answer, when set, lets the first stalled call go on (a slow answer).
+	answer chan struct{}
 }
 
-func (st *stalls) take() bool {
+// take tells whether a call stalls; it stalls it until its context ends (or,
+// the first, until answer is closed).
+func (st *stalls) take(ctx context.Context) bool {
 	st.mu.Lock()
-	defer st.mu.Unlock()
 	if st.left == 0 {
+		st.mu.Unlock()
 		return false
 	}
 	if st.left > 0 {
 		st.left--
 	}
 	st.stalled++
-	return true
+	answer := st.answer
+	if st.stalled > 1 {
+		answer = nil
+	}
+	st.mu.Unlock()
+	select {
+	case <-ctx.Done():
+		return true
+	case <-answer:
+		return false
+	}
 }
 
 func (st *stalls) set(n int) {
@@ -70,24 +84,21 @@ type stallingLeases struct {
 }
 
 func (l stallingLeases) Get(ctx context.Context, name string, o metav1.GetOptions) (*coordinationv1.Lease, error) {
-	if l.st.take() {
-		<-ctx.Done()
+	if l.st.take(ctx) {
 		return nil, ctx.Err()
 	}
 	return l.LeaseInterface.Get(ctx, name, o)
 }
 
 func (l stallingLeases) Create(ctx context.Context, lease *coordinationv1.Lease, o metav1.CreateOptions) (*coordinationv1.Lease, error) {
-	if l.st.take() {
-		<-ctx.Done()
+	if l.st.take(ctx) {
 		return nil, ctx.Err()
 	}
 	return l.LeaseInterface.Create(ctx, lease, o)
 }
 
 func (l stallingLeases) Update(ctx context.Context, lease *coordinationv1.Lease, o metav1.UpdateOptions) (*coordinationv1.Lease, error) {
-	if l.st.take() {
-		<-ctx.Done()
+	if l.st.take(ctx) {
 		return nil, ctx.Err()
 	}
 	return l.LeaseInterface.Update(ctx, lease, o)
@@ -104,9 +115,9 @@ type renewing struct {
 	lostAt time.Time
 }
 
-func startRenewing(t *testing.T) *renewing {
+func startRenewing(t *testing.T, answer chan struct{}) *renewing {
 	f := newFixture(t, 0)
-	r := &renewing{f: f, st: &stalls{}}
+	r := &renewing{f: f, st: &stalls{answer: answer}}
 	s, err := NewWithClients(Clients{Kube: stallingKube{f.kube, r.st}, Metadata: f.meta}, Options{Namespace: "luaop", Identity: "a",
 		Clock: f.clock, LeaseDuration: 15 * time.Second, Logger: slog.New(slog.NewTextHandler(testLogOut, nil))})
 	if err != nil {
@@ -147,10 +158,10 @@ func (r *renewing) renewedAt() time.Time {
 }
 
 // One renewal the server does not answer costs an attempt, not the membership:
-// the next attempt, within the renew deadline, renews the Lease, and the renewals
-// go on.
+// another attempt beside it, within the renew deadline, renews the Lease, and the
+// renewals go on.
 func TestMembershipSurvivesAnUnansweredRenewal(t *testing.T) {
-	r := startRenewing(t)
+	r := startRenewing(t, nil)
 	r.st.set(1)
 	r.f.until("the Lease is renewed after the unanswered attempt", func() bool {
 		return r.st.count() == 1 && r.renewedAt().After(r.joined.Add(r.s.opts.RenewEvery))
@@ -165,11 +176,11 @@ func TestMembershipSurvivesAnUnansweredRenewal(t *testing.T) {
 // the last renewal, not later (the others take the objects soon after), and not
 // before.
 func TestMembershipLostAtTheRenewDeadline(t *testing.T) {
-	r := startRenewing(t)
+	r := startRenewing(t, nil)
 	r.st.set(-1)
 	deadline := r.joined.Add(r.s.opts.RenewDeadline)
-	// Attempts of a quarter of the deadline each, from RenewEvery on: the third
-	// is the last that starts before the deadline, and ends at it.
+	// One attempt at RenewEvery, another beside it every quarter of the deadline:
+	// the third is the last before the deadline, and none is answered.
 	r.f.until("three renewal attempts went unanswered", func() bool { return r.st.count() == 3 })
 	r.f.clock.SetTime(deadline.Add(-time.Millisecond))
 	time.Sleep(50 * time.Millisecond)
@@ -190,4 +201,24 @@ func TestMembershipLostAtTheRenewDeadline(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	t.Fatal("membership not lost at the renew deadline, though no renewal was answered")
+}
+
+// A server that answers slowly (a renewal answered after seconds, the attempts
+// beside it still unanswered) is still heard: the late answer is the renewal.
+func TestMembershipHearsASlowAnswer(t *testing.T) {
+	answer := make(chan struct{})
+	r := startRenewing(t, answer)
+	r.st.set(-1)
+	r.f.until("a second attempt beside the first", func() bool { return r.st.count() == 2 })
+	r.st.set(0)
+	close(answer)
+	r.f.until("the first attempt's late answer renewed the Lease", func() bool {
+		first := r.joined.Add(r.s.opts.RenewEvery) // the first attempt's start; the second's is a quarter of the deadline later
+		at := r.renewedAt()
+		return !at.Before(first) && at.Before(first.Add(r.s.opts.RenewDeadline/4))
+	})
+	r.f.until("the renewals go on", func() bool { return r.renewedAt().After(r.joined.Add(3 * r.s.opts.LeaseDuration)) })
+	if at, lost := r.lost(); lost {
+		t.Fatalf("membership lost %s after joining, though the server answered within the deadline", at.Sub(r.joined))
+	}
 }
