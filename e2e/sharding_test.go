@@ -182,8 +182,9 @@ func shardObjects(t *testing.T) int {
 // Issue 36: three `luaop run --shard-across-replicas` processes share the
 // widgets. Each owns within 10 % of a third, by label (its watch holds only its
 // own); every create handler runs exactly once per object, counted on the
-// objects. One replica is killed right after every object's spec changed: its
-// objects go to the others once its lease expired, and every update handler runs
+// objects. One replica (not the coordinator) is killed and every object's spec
+// changes: its objects go to the others once its lease expired, the first handled
+// by them within the lease duration of the kill, and every update handler runs
 // exactly once. A new replica joins: the objects are rebalanced by handovers (the
 // daemons of the moved objects stop on the old owner before they start on the
 // new), and no handler runs twice. Two replicas stop cleanly: the third holds
@@ -197,14 +198,21 @@ func TestShardingAcrossReplicas(t *testing.T) {
 	// The default. Not shorter: on a loaded machine (the API server on two shared
 	// cores) a renewal may take seconds (seen: one API server stalled 7 s under a
 	// 3,000-object burst and a concurrent build), and a replica that cannot renew
-	// within two thirds of its lease stops, as it must; every replica then exits.
+	// within three fifths of its lease stops, as it must; every replica then exits.
 	const lease = 15 * time.Second
 	common := []string{"--kubeconfig", kubeconfig, "-n", ns, "--shard-across-replicas", "--shard-namespace", ns,
 		"--shard-group", "e2e", "--shard-lease-duration", lease.String(), "--post-events=false", "--log-format", "json", "--workers", "16"}
 	timeout := 120*time.Second + time.Duration(n)*60*time.Millisecond // liveness bounds, not speed goals
 
-	replicas := map[string]*replica{}
-	for _, owner := range []string{"r1", "r2", "r3"} {
+	// r1 coordinates before the others join, so that the replica killed below, r2,
+	// is not the coordinator: a coordinator's death adds to the move a new
+	// coordinator's election and its list of every object (README).
+	replicas := map[string]*replica{"r1": startReplica(t, bin, "r1", common...)}
+	testcluster.Eventually(t, 60*time.Second, func() (bool, string) {
+		st, ok := replicas["r1"].shard(t)
+		return ok && st.Coordinator, "r1 does not coordinate yet"
+	})
+	for _, owner := range []string{"r2", "r3"} {
 		replicas[owner] = startReplica(t, bin, owner, common...)
 	}
 	members := func(live ...string) map[string]string { // member -> owner, once every live replica sees them all
@@ -338,26 +346,38 @@ func TestShardingAcrossReplicas(t *testing.T) {
 		return len(objects) == n, "waiting for the late objects to go"
 	})
 
-	// Every object changes, and r2 is killed at once: what r2 did not handle, the
-	// others handle once its lease expired; every update handler runs once.
+	// r2 is killed, and every object changes at once: r2's objects are handled by
+	// the others once its lease expired, the first of them within the lease
+	// duration of the kill; every update handler runs once.
+	before := objects
+	replicas["r2"].signal(syscall.SIGKILL)
+	killed := time.Now()
 	inParallel(n, func(i int) {
 		if _, err := api.Patch(t.Context(), fmt.Sprintf("w%05d", i), types.MergePatchType, []byte(`{"spec":{"size":2}}`), metav1.PatchOptions{}); err != nil {
 			t.Error(err)
 		}
 	})
-	replicas["r2"].signal(syscall.SIGKILL)
-	killed := time.Now()
+	var firstMoved time.Duration // the kill -> an object of r2's seen handled by its new owner
 	testcluster.Eventually(t, timeout+lease, func() (bool, string) {
 		objects = census(t, ns)
+		seen := time.Since(killed)
 		done := 0
-		for _, c := range objects {
-			if sum(c.updates) >= 1 && owners[c.member] != "r2" {
+		for name, c := range objects {
+			owner := owners[c.member]
+			if firstMoved == 0 && owners[before[name].member] == "r2" && owner != "r2" && c.updates[owner] >= 1 {
+				firstMoved = seen
+			}
+			if sum(c.updates) >= 1 && owner != "r2" {
 				done++
 			}
 		}
 		return done == n, fmt.Sprintf("%d of %d objects updated and away from the killed replica", done, n)
 	})
-	t.Logf("replica r2 killed: every object handled and away from it %s after the kill (lease %s)", time.Since(killed).Round(time.Millisecond), lease)
+	t.Logf("replica r2 killed: its first object handled by another %s after the kill, every object handled and away from it after %s (lease %s)",
+		firstMoved.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond), lease)
+	if firstMoved > lease {
+		t.Errorf("the killed replica's objects were first handled by the others %s after the kill, not within the lease duration %s", firstMoved.Round(time.Millisecond), lease)
+	}
 	exactlyOnce("after the kill", true)
 	members("r1", "r3")
 	objects = census(t, ns)

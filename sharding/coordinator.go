@@ -1,8 +1,10 @@
 package sharding
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -39,22 +41,44 @@ type informerKey struct {
 
 type coordinator struct {
 	s     *Sharding
-	queue workqueue.TypedRateLimitingInterface[objRef]
+	queue workqueue.TypedRateLimitingInterface[planRef]
 
 	// mu is a leaf lock: it guards plan and informers.
-	mu        sync.Mutex
-	plan      map[objRef]string
+	mu sync.Mutex
+	// plan: per informer, the key of each object in its store -> its member (a
+	// string of the ring's). Kept in place from pass to pass.
+	plan      map[informerKey]map[string]string
 	informers map[informerKey]cache.SharedIndexInformer
 
 	lastMembers    []string
 	rebalanceSince time.Time
+	// items and seen are a pass's, reused by the next (one goroutine passes).
+	items []planItem
+	seen  []seenObject
+}
+
+// planRef names one object by its informer and its key in the informer's store
+// (namespace/name): what the coordinator queues for a write.
+type planRef struct {
+	inf informerKey
+	key string
+}
+
+func (r planRef) String() string { return r.inf.gvr.Resource + " " + r.key }
+
+// seenObject is what a pass decides on, of one object: the strings are the
+// informer store's own.
+type seenObject struct {
+	inf             int // index in the pass's sorted informer keys
+	key             string
+	label, handover string
 }
 
 func newCoordinator(s *Sharding) *coordinator {
-	return &coordinator{s: s, plan: map[objRef]string{}, informers: map[informerKey]cache.SharedIndexInformer{},
+	return &coordinator{s: s, plan: map[informerKey]map[string]string{}, informers: map[informerKey]cache.SharedIndexInformer{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[objRef](50*time.Millisecond, 5*time.Second),
-			workqueue.TypedRateLimitingQueueConfig[objRef]{Clock: s.clock})}
+			workqueue.NewTypedItemExponentialFailureRateLimiter[planRef](50*time.Millisecond, 5*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[planRef]{Clock: s.clock})}
 }
 
 func (c *coordinator) run(ctx context.Context) {
@@ -150,15 +174,12 @@ func (c *coordinator) startInformers(ctx context.Context) {
 }
 
 // pass plans and queues the writes; it returns when to pass again without a
-// change (a member's lease expiring, informers still listing), 0 for never.
+// change (a member's lease expiring, informers still listing), 0 for never. It
+// copies no object: it reads the informers' stores into the reused items and
+// seen, and updates the plan in place.
 func (c *coordinator) pass() time.Duration {
 	s := c.s
-	c.mu.Lock()
-	informers := make(map[informerKey]cache.SharedIndexInformer, len(c.informers))
-	for k, v := range c.informers {
-		informers[k] = v
-	}
-	c.mu.Unlock()
+	keys, informers := c.sortedInformers()
 	for _, inf := range informers {
 		if !inf.HasSynced() {
 			return 100 * time.Millisecond // a plan of part of the objects would move objects for nothing
@@ -167,70 +188,111 @@ func (c *coordinator) pass() time.Duration {
 	now := s.clock.Now()
 	members, nextExpiry := s.ms.live(now)
 	ring := NewRing(members, s.opts.VirtualNodes)
-	type seen struct {
-		ref             objRef
-		label, handover string
+	c.gather(keys, informers)
+	assign(ring, c.items, s.opts.Tolerance)
+	c.mu.Lock()
+	for _, k := range keys {
+		if c.plan[k] == nil {
+			c.plan[k] = map[string]string{}
+		}
+		clear(c.plan[k]) // keeps its buckets: the next plan is mostly the same objects
 	}
-	var objects []seen
-	var placements []Placement
-	for k, inf := range informers {
-		for _, obj := range inf.GetStore().List() {
+	for _, it := range c.items {
+		o := c.seen[it.at]
+		c.plan[keys[o.inf]][o.key] = it.member
+	}
+	c.mu.Unlock()
+	pending := 0
+	for _, it := range c.items {
+		o := c.seen[it.at]
+		switch {
+		case it.member == "":
+		case o.handover != "":
+			pending++
+			if !ring.Has(o.label) {
+				c.queue.Add(planRef{keys[o.inf], o.key}) // its member left before releasing it
+			}
+		case o.label != it.member:
+			pending++
+			c.queue.Add(planRef{keys[o.inf], o.key})
+		}
+	}
+	c.noteRebalance(now, members, len(c.items), pending)
+	if !nextExpiry.IsZero() {
+		return nextExpiry.Sub(now) + time.Millisecond
+	}
+	return 0
+}
+
+// sortedInformers are the informers, in one order (so a pass's order of the
+// objects, and the plan's tie-breaks, do not depend on a map's).
+func (c *coordinator) sortedInformers() ([]informerKey, []cache.SharedIndexInformer) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	keys := make([]informerKey, 0, len(c.informers))
+	for k := range c.informers {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b informerKey) int {
+		return cmp.Or(strings.Compare(a.gvr.String(), b.gvr.String()), strings.Compare(a.namespace, b.namespace))
+	})
+	informers := make([]cache.SharedIndexInformer, len(keys))
+	for i, k := range keys {
+		informers[i] = c.informers[k]
+	}
+	return keys, informers
+}
+
+// gather fills items and seen with the objects of the informers' stores (those
+// being deleted without a finalizer left out): the key, label and handover
+// strings are the store's, the hash is computed without building a key. Ties of
+// two objects' hashes are broken by their store keys (of two resources with the
+// same namespace and name, by the order of the informers: hashes of 64 bits
+// make it moot).
+func (c *coordinator) gather(keys []informerKey, informers []cache.SharedIndexInformer) {
+	s := c.s
+	c.items, c.seen = c.items[:0], c.seen[:0]
+	for i, inf := range informers {
+		store := inf.GetStore()
+		for _, key := range store.ListKeys() {
+			obj, _, _ := store.GetByKey(key)
 			m, ok := obj.(*metav1.PartialObjectMetadata)
 			if !ok || m.DeletionTimestamp != nil && len(m.Finalizers) == 0 {
 				continue
 			}
-			o := seen{ref: objRef{k.gvr, m.Namespace, m.Name}, label: m.Labels[s.label], handover: m.Annotations[s.handover]}
-			current := o.label
-			if o.handover != "" {
-				current = o.handover // committed: it goes there
+			label, handover := m.Labels[s.label], m.Annotations[s.handover]
+			current := label
+			if handover != "" {
+				current = handover // committed: it goes there
 			}
-			objects = append(objects, o)
-			placements = append(placements, Placement{Key: o.ref.key(), Current: current})
+			c.seen = append(c.seen, seenObject{inf: i, key: key, label: label, handover: handover})
+			c.items = append(c.items, planItem{hash: hashParts(keys[i].gvr.Group, keys[i].gvr.Resource, m.Namespace, m.Name),
+				tie: key, current: current, at: len(c.seen) - 1})
 		}
 	}
-	plan := Plan(ring, placements, s.opts.Tolerance)
-	newPlan := make(map[objRef]string, len(objects))
-	pending := 0
-	for _, o := range objects {
-		want := plan[o.ref.key()]
-		newPlan[o.ref] = want
-		switch {
-		case want == "":
-		case o.handover != "":
-			pending++
-			if !ring.Has(o.label) {
-				c.queue.Add(o.ref) // its member left before releasing it
-			}
-		case o.label != want:
-			pending++
-			c.queue.Add(o.ref)
-		}
-	}
-	c.mu.Lock()
-	c.plan = newPlan
-	c.mu.Unlock()
+}
 
+// noteRebalance logs a change of the members and, once every object is with
+// its member, how long the rebalance took (and tells the Observer).
+func (c *coordinator) noteRebalance(now time.Time, members []string, objects, pending int) {
+	s := c.s
 	if !equalStrings(members, c.lastMembers) {
-		if c.lastMembers != nil || len(objects) > 0 {
+		if c.lastMembers != nil || objects > 0 {
 			if c.rebalanceSince.IsZero() {
 				c.rebalanceSince = now
 			}
-			s.log.Info("shard members changed: rebalancing", "members", strings.Join(members, ","), "objects", len(objects), "moves", pending)
+			s.log.Info("shard members changed: rebalancing", "members", strings.Join(members, ","), "objects", objects, "moves", pending)
 		}
 		c.lastMembers = members
 	}
 	if pending == 0 && !c.rebalanceSince.IsZero() {
 		took := now.Sub(c.rebalanceSince)
 		c.rebalanceSince = time.Time{}
-		s.log.Info("rebalanced: every object is with its member", "members", len(members), "objects", len(objects), "took", took.Round(time.Millisecond))
+		s.log.Info("rebalanced: every object is with its member", "members", len(members), "objects", objects, "took", took.Round(time.Millisecond))
 		if s.opts.Observer != nil {
 			s.opts.Observer.ShardRebalanced(took)
 		}
 	}
-	if !nextExpiry.IsZero() {
-		return nextExpiry.Sub(now) + time.Millisecond
-	}
-	return 0
 }
 
 // writeNext makes the write one object needs now, decided on the informer's
@@ -243,21 +305,14 @@ func (c *coordinator) writeNext(ctx context.Context) bool {
 	defer c.queue.Done(ref)
 	s := c.s
 	c.mu.Lock()
-	want := c.plan[ref]
-	inf := c.informers[informerKey{ref.gvr, ref.namespace}]
-	if inf == nil {
-		inf = c.informers[informerKey{ref.gvr, ""}]
-	}
+	want := c.plan[ref.inf][ref.key]
+	inf := c.informers[ref.inf]
 	c.mu.Unlock()
 	if want == "" || inf == nil {
 		c.queue.Forget(ref)
 		return true
 	}
-	storeKey := ref.name
-	if ref.namespace != "" {
-		storeKey = ref.namespace + "/" + ref.name
-	}
-	obj, exists, _ := inf.GetStore().GetByKey(storeKey)
+	obj, exists, _ := inf.GetStore().GetByKey(ref.key)
 	m, ok := obj.(*metav1.PartialObjectMetadata)
 	if !exists || !ok {
 		c.queue.Forget(ref)
@@ -296,7 +351,7 @@ func (c *coordinator) writeNext(ctx context.Context) bool {
 	}
 	meta["resourceVersion"] = m.ResourceVersion
 	patch, _ := json.Marshal(map[string]any{"metadata": meta})
-	_, err := s.meta.Resource(ref.gvr).Namespace(ref.namespace).Patch(ctx, ref.name, types.MergePatchType, patch, metav1.PatchOptions{})
+	_, err := s.meta.Resource(ref.inf.gvr).Namespace(m.Namespace).Patch(ctx, m.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 	switch {
 	case err == nil:
 		c.queue.Forget(ref)

@@ -6,9 +6,11 @@
 //
 // Every replica holds a coordination.k8s.io/v1 Lease of its own,
 // <group>-member-<member>, labelled luaop.dev/shard-group=<group>: its membership,
-// renewed every RenewEvery; a replica that cannot renew for RenewDeadline stops
-// handling (Run returns ErrMembershipLost) before the others may take its objects
-// (LeaseDuration after its last renewal, as they observe it). One replica, elected
+// renewed every RenewEvery (attempts of a quarter of RenewDeadline, retried); a
+// replica that cannot renew for RenewDeadline stops handling (Run returns
+// ErrMembershipLost) before the others may take its objects (once its Lease's
+// leaseDurationSeconds, RenewDeadline and a margin, has passed since they saw its
+// last renewal; what LeaseDuration leaves is for the move). One replica, elected
 // on the Lease <group>-coordinator with the leader package (no extra component),
 // is the coordinator: it watches the metadata of every object of the sharded
 // resources and writes each object's member into the label <prefix>/shard.

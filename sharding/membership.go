@@ -33,6 +33,11 @@ type membership struct {
 	seen map[string]observedLease
 
 	changed func() // told (no lock held) when a Lease came, went or was renewed late
+
+	// lease is this replica's Lease as last written (nil: read it first). Only
+	// the goroutine renewing it uses it (renewBy): Run's first renewal, then
+	// keepRenewed.
+	lease *coordinationv1.Lease
 }
 
 type observedLease struct {
@@ -119,32 +124,103 @@ func (ms *membership) live(now time.Time) (members []string, nextExpiry time.Tim
 	return slices.Compact(members), nextExpiry
 }
 
-// renew writes this replica's Lease (creating it when missing) with a fresh
-// renewTime, within timeout.
-func (ms *membership) renew(ctx context.Context, timeout time.Duration) error {
+// write writes this replica's Lease with renewTime now (creating it when
+// missing), on base, the Lease as last written (nil: read it first), and returns
+// it as written.
+func (ms *membership) write(ctx context.Context, base *coordinationv1.Lease, now time.Time) (*coordinationv1.Lease, error) {
 	o := ms.s.opts
 	leases := ms.s.kube.CoordinationV1().Leases(o.Namespace)
-	now := metav1.NewMicroTime(ms.s.clock.Now())
-	seconds := int32(o.LeaseDuration / time.Second)
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	lease, err := leases.Get(ctx, ms.leaseName(), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		_, err = leases.Create(ctx, &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: ms.leaseName(), Namespace: o.Namespace, Labels: map[string]string{GroupLabel: o.Group}},
-			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(ms.s.member), LeaseDurationSeconds: &seconds,
-				AcquireTime: &now, RenewTime: &now},
-		}, metav1.CreateOptions{})
-		return err
+	renew := metav1.NewMicroTime(now)
+	seconds := int32(o.held() / time.Second)
+	if base == nil {
+		got, err := leases.Get(ctx, ms.leaseName(), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return leases.Create(ctx, &coordinationv1.Lease{
+				ObjectMeta: metav1.ObjectMeta{Name: ms.leaseName(), Namespace: o.Namespace, Labels: map[string]string{GroupLabel: o.Group}},
+				Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(ms.s.member), LeaseDurationSeconds: &seconds,
+					AcquireTime: &renew, RenewTime: &renew},
+			}, metav1.CreateOptions{})
+		}
+		if err != nil {
+			return nil, err
+		}
+		base = got
 	}
-	if err != nil {
-		return err
-	}
+	lease := base.DeepCopy()
 	lease.Spec.HolderIdentity = ptr.To(ms.s.member)
 	lease.Spec.LeaseDurationSeconds = &seconds
-	lease.Spec.RenewTime = &now
-	_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
-	return err
+	lease.Spec.RenewTime = &renew
+	return leases.Update(ctx, lease, metav1.UpdateOptions{})
+}
+
+type attempt struct {
+	start time.Time
+	lease *coordinationv1.Lease
+	err   error
+}
+
+// renewBy renews the Lease before deadline (on the clock). An attempt not
+// answered within a quarter of RenewDeadline gets another beside it, and is not
+// given up: a request lost or stuck costs a quarter of the deadline, not the
+// membership, and a server that answers every request slowly (seconds, under
+// load) is still heard. An attempt that failed is tried again after a tenth of
+// RenewEvery. Whichever succeeds first is the renewal; the others end with the
+// deadline (or conflict: each writes on the version last read). Returns when the
+// successful attempt started (what its Lease says: the others count from when
+// they saw it, later), or the last error once the deadline passed or ctx ended.
+// ms.lease, the Lease as last written, is this goroutine's: a renewal is one
+// Update, and a failure makes the next attempt read it again.
+func (ms *membership) renewBy(ctx context.Context, deadline time.Time) (time.Time, error) {
+	o := ms.s.opts
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // the attempts still in flight
+	results := make(chan attempt, 8)
+	var last error
+	attempts, inFlight := 0, 0
+	launch := func() {
+		attempts++
+		inFlight++
+		start, base := ms.s.clock.Now(), ms.lease
+		go func() {
+			lease, err := ms.write(ctx, base, start)
+			results <- attempt{start: start, lease: lease, err: err}
+		}()
+	}
+	end := ms.s.clock.NewTimer(max(deadline.Sub(ms.s.clock.Now()), 0))
+	defer end.Stop()
+	launch()
+	hedge, retry := ms.s.clock.After(o.RenewDeadline/4), (<-chan time.Time)(nil)
+	for {
+		select {
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		case <-end.C():
+			if last == nil {
+				last = errors.New("no answer")
+			}
+			return time.Time{}, fmt.Errorf("no renewal within the renew deadline %s (%d attempts, the last error: %w)", o.RenewDeadline, attempts, last)
+		case r := <-results:
+			inFlight--
+			if r.err == nil {
+				ms.lease = r.lease
+				return r.start, nil
+			}
+			last, ms.lease = r.err, nil
+			ms.s.log.Warn("could not renew the membership Lease; trying again", "error", r.err, "attempt", attempts,
+				"deadlineIn", deadline.Sub(ms.s.clock.Now()).Round(time.Millisecond))
+			if inFlight == 0 {
+				retry, hedge = ms.s.clock.After(o.RenewEvery/10), nil
+			}
+		case <-hedge:
+			ms.s.log.Warn("the membership Lease's renewal has no answer yet; another attempt beside it",
+				"waited", (o.RenewDeadline / 4).Round(time.Millisecond), "attempt", attempts+1, "deadlineIn", deadline.Sub(ms.s.clock.Now()).Round(time.Millisecond))
+			launch()
+			hedge = ms.s.clock.After(o.RenewDeadline / 4)
+		case <-retry:
+			launch()
+			retry, hedge = nil, ms.s.clock.After(o.RenewDeadline/4)
+		}
+	}
 }
 
 // leave deletes this replica's Lease: the coordinator gives its objects to the
@@ -162,39 +238,25 @@ func (ms *membership) leave() {
 }
 
 // keepRenewed renews every RenewEvery until ctx is done; it calls lost (once) and
-// returns when no renewal succeeded for RenewDeadline. A renewal may take all the
-// time left until that deadline (a slow API server is not a lost membership), and a
-// failed one is tried again after a tenth of RenewEvery.
+// returns when no renewal succeeded for RenewDeadline after the last one started
+// (renewBy), at that deadline: the others take its objects a margin later.
 func (ms *membership) keepRenewed(ctx context.Context, lastOK time.Time, lost func()) {
-	o := ms.s.opts
-	wait := o.RenewEvery
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-ms.s.clock.After(wait):
+		case <-ms.s.clock.After(ms.s.opts.RenewEvery):
 		}
-		left := o.RenewDeadline - ms.s.clock.Since(lastOK)
-		if left <= 0 {
-			lost()
-			return
-		}
-		start := ms.s.clock.Now() // what the Lease says: the others count from there, or later
-		err := ms.renew(ctx, left)
-		if err == nil {
-			lastOK, wait = start, o.RenewEvery
-			continue
-		}
+		ok, err := ms.renewBy(ctx, lastOK.Add(ms.s.opts.RenewDeadline))
 		if ctx.Err() != nil {
 			return
 		}
-		since := ms.s.clock.Since(lastOK)
-		ms.s.log.Warn("could not renew the membership Lease", "error", err, "sinceLastRenewal", since.Round(time.Millisecond), "deadline", o.RenewDeadline)
-		if since >= o.RenewDeadline {
+		if err != nil {
+			ms.s.log.Error("could not renew the membership Lease", "error", err, "sinceLastRenewal", ms.s.clock.Since(lastOK).Round(time.Millisecond))
 			lost()
 			return
 		}
-		wait = o.RenewEvery / 10
+		lastOK = ok
 	}
 }
 

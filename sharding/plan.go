@@ -39,59 +39,107 @@ func Plan(ring *Ring, objects []Placement, tolerance float64) map[string]string 
 	if ring.Len() == 0 {
 		return nil
 	}
+	items := make([]planItem, len(objects))
+	for i, p := range objects {
+		items[i] = planItem{hash: hashKey(p.Key), tie: p.Key, current: p.Current}
+	}
+	assign(ring, items, tolerance)
+	plan := make(map[string]string, len(items))
+	for _, it := range items {
+		plan[it.tie] = it.member
+	}
+	return plan
+}
+
+// planItem is one object to place: its hash (hashKey of its ObjectKey), what
+// breaks a tie of two hashes (its key), its current member; assign sets member.
+// at is the caller's (the coordinator's index of the object).
+type planItem struct {
+	hash           uint64
+	tie            string
+	current, first string
+	member         string
+	at             int
+}
+
+// assign is Plan on items, in place: it sets each item's member and reorders
+// items (by hash). It allocates nothing but the load of each member, so the
+// coordinator's passes reuse one slice of items.
+func assign(ring *Ring, items []planItem, tolerance float64) {
+	if ring.Len() == 0 {
+		for i := range items {
+			items[i].member = ""
+		}
+		return
+	}
 	if tolerance <= 0 {
 		tolerance = DefaultTolerance
 	}
-	n, members := len(objects), ring.Len()
+	n, members := len(items), ring.Len()
 	factor := 1.0
 	if members > 1 {
 		factor += tolerance / float64(members-1)
 	}
-	limit := int(math.Ceil(factor * float64(n) / float64(members)))
-	if limit < 1 {
-		limit = 1
-	}
-	type item struct {
-		key, current, first string
-		hash                uint64
-	}
-	items := make([]item, n)
-	for i, p := range objects {
-		h := hashKey(p.Key)
-		items[i] = item{key: p.Key, current: p.Current, first: ring.ownerOfHash(h), hash: h}
+	limit := max(int(math.Ceil(factor*float64(n)/float64(members))), 1)
+	for i := range items {
+		items[i].first, items[i].member = ring.ownerOfHash(items[i].hash), ""
 	}
 	// One fixed order (by hash, then key) so that who stays when a member is full
 	// does not depend on the order the objects were listed in.
-	slices.SortFunc(items, func(a, b item) int {
+	slices.SortFunc(items, func(a, b planItem) int {
 		if c := cmp.Compare(a.hash, b.hash); c != 0 {
 			return c
 		}
-		return strings.Compare(a.key, b.key)
+		return strings.Compare(a.tie, b.tie)
 	})
 	load := make(map[string]int, ring.Len())
-	plan := make(map[string]string, n)
 	keep := func(preferred bool) {
-		for _, it := range items {
-			if _, done := plan[it.key]; done || it.current == "" || !ring.Has(it.current) || (it.current == it.first) != preferred {
+		for i := range items {
+			it := &items[i]
+			if it.member != "" || it.current == "" || !ring.Has(it.current) || (it.current == it.first) != preferred {
 				continue
 			}
 			if load[it.current] < limit {
-				plan[it.key] = it.current
-				load[it.current]++
+				it.member = ring.canonical(it.current)
+				load[it.member]++
 			}
 		}
 	}
 	keep(true)
 	keep(false)
-	for _, it := range items {
-		if _, done := plan[it.key]; done {
+	for i := range items {
+		it := &items[i]
+		if it.member != "" {
 			continue
 		}
-		m := ring.walk(it.hash, func(m string) bool { return load[m] < limit })
-		plan[it.key] = m
-		load[m]++
+		it.member = ring.walk(it.hash, func(m string) bool { return load[m] < limit })
+		load[it.member]++
 	}
-	return plan
+}
+
+// canonical is the ring's own copy of member (one of its members): a plan keeps
+// the ring's strings, not those of the objects' labels.
+func (r *Ring) canonical(member string) string {
+	if i, found := slices.BinarySearch(r.members, member); found {
+		return r.members[i]
+	}
+	return member
+}
+
+// hashParts is hashKey(ObjectKey(group, resource, namespace, name)) without
+// building the key.
+func hashParts(group, resource, namespace, name string) uint64 {
+	const offset, prime = 14695981039346656037, 1099511628211
+	x := uint64(offset)
+	for i, part := range [...]string{group, resource, namespace, name} {
+		if i > 0 {
+			x = (x ^ '/') * prime
+		}
+		for j := 0; j < len(part); j++ {
+			x = (x ^ uint64(part[j])) * prime
+		}
+	}
+	return finalize(x)
 }
 
 // ownerOfHash is Owner for a key already hashed.

@@ -183,3 +183,13 @@ func TestMemberName(t *testing.T) {
 		}
 	}
 }
+
+// The coordinator hashes an object by its parts (no key built): the same hash as
+// its ObjectKey's, so the placements do not depend on who computes them.
+func TestHashPartsIsTheObjectKeysHash(t *testing.T) {
+	for _, p := range [][4]string{{"example.com", "widgets", "default", "w-1"}, {"", "configmaps", "", "cluster-wide"}, {"a.b", "c", "ns-7", "x/y"}} {
+		if got, want := hashParts(p[0], p[1], p[2], p[3]), hashKey(ObjectKey(p[0], p[1], p[2], p[3])); got != want {
+			t.Errorf("%v: hashParts %x, hashKey(ObjectKey) %x", p, got, want)
+		}
+	}
+}

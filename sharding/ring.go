@@ -84,7 +84,11 @@ func (r *Ring) Owner(key string) string {
 func hashKey(s string) uint64 {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(s))
-	x := h.Sum64()
+	return finalize(h.Sum64())
+}
+
+// finalize is splitmix64's finalizer.
+func finalize(x uint64) uint64 {
 	x ^= x >> 30
 	x *= 0xbf58476d1ce4e5b9
 	x ^= x >> 27

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -50,16 +51,20 @@ type Options struct {
 	// Prefix of the shard label (<prefix>/shard) and of the handover annotation
 	// (<prefix>/shard-handover): the operator's --prefix. Defaults to luaop.dev.
 	Prefix string
-	// LeaseDuration is how long after its last renewal a replica still counts as a
-	// member: a killed replica's objects move to the others within it. Whole
+	// LeaseDuration bounds the time from a replica's death to its objects being
+	// handled by the others. Of it, the membership Lease holds RenewDeadline and a
+	// margin (held: its leaseDurationSeconds, after which the others take its
+	// objects, since it stopped itself at RenewDeadline); the rest is the move's:
+	// the coordinator's pass and writes and the new owner's first handling. Whole
 	// seconds, at least 2s. Defaults to 15s.
 	LeaseDuration time.Duration
-	// RenewEvery is how often the membership Lease is renewed. Defaults to a third
-	// of LeaseDuration.
+	// RenewEvery is how often the membership Lease is renewed. Defaults to a fifth
+	// of LeaseDuration: until RenewDeadline, a renewal has the rest for attempts.
 	RenewEvery time.Duration
 	// RenewDeadline: a replica that could not renew for this long stops handling
 	// (Run returns ErrMembershipLost) before the others may take its objects.
-	// Defaults to two thirds of LeaseDuration; must be less than it.
+	// Defaults to three fifths of LeaseDuration (the Lease then holds about two thirds of
+	// it, leaving a third for the move); must be less than it.
 	RenewDeadline time.Duration
 	// VirtualNodes per member on the hash ring. Defaults to DefaultVirtualNodes.
 	VirtualNodes int
@@ -210,13 +215,16 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("shard lease duration %s: must be a whole number of seconds, at least 2s (the Lease stores seconds)", o.LeaseDuration)
 	}
 	if o.RenewEvery <= 0 {
-		o.RenewEvery = o.LeaseDuration / 3
+		o.RenewEvery = o.LeaseDuration / 5
 	}
 	if o.RenewDeadline <= 0 {
-		o.RenewDeadline = o.LeaseDuration * 2 / 3
+		o.RenewDeadline = o.LeaseDuration * 3 / 5
 	}
 	if o.RenewDeadline >= o.LeaseDuration || o.RenewEvery >= o.RenewDeadline {
 		return o, fmt.Errorf("shard renewals every %s with a deadline of %s: the deadline must exceed the interval and be less than the lease duration %s", o.RenewEvery, o.RenewDeadline, o.LeaseDuration)
+	}
+	if o.held() > o.LeaseDuration {
+		return o, fmt.Errorf("shard renewals with a deadline of %s: the membership Lease would hold %s, longer than the lease duration %s; shorten the deadline", o.RenewDeadline, o.held(), o.LeaseDuration)
 	}
 	if o.VirtualNodes <= 0 {
 		o.VirtualNodes = DefaultVirtualNodes
@@ -242,9 +250,18 @@ func (o Options) withDefaults() (Options, error) {
 	return o, nil
 }
 
-// New prepares sharding from a rest.Config: its own clients (its own rate limit,
-// so the operator's requests cannot delay renewals and assignments) and a
-// coordinator elected on the Lease <group>-coordinator with the leader package.
+// held is how long this replica's membership Lease holds after a renewal (its
+// leaseDurationSeconds, whole seconds): its RenewDeadline, when it stops handling
+// by itself, and a quarter of RenewEvery for its requests then in flight. The
+// others take its objects once held has passed since they saw the renewal.
+func (o Options) held() time.Duration {
+	return (o.RenewDeadline + o.RenewEvery/4 + time.Second - 1).Truncate(time.Second)
+}
+
+// New prepares sharding from a rest.Config: its own clients, with their own rate
+// limit and their own connections (so the operator's requests cannot delay
+// renewals and assignments), and a coordinator elected on the Lease
+// <group>-coordinator with the leader package.
 func New(cfg *rest.Config, opts Options) (*Sharding, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
@@ -254,6 +271,7 @@ func New(cfg *rest.Config, opts Options) (*Sharding, error) {
 	if cfg.QPS == 0 {
 		cfg.QPS, cfg.Burst = 100, 200 // a burst of new objects is labelled at once
 	}
+	ownConnections(cfg)
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating the sharding clients: %w", err)
@@ -262,14 +280,29 @@ func New(cfg *rest.Config, opts Options) (*Sharding, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the sharding clients: %w", err)
 	}
-	d := opts.LeaseDuration
+	// The coordinator's Lease holds as long as a member's: a killed coordinator's
+	// objects (it is a member too) wait for a new coordinator no longer than for
+	// their member's Lease, and standbys try every third of RenewEvery.
 	elector, err := leader.New(cfg, leader.Options{Namespace: opts.Namespace, Name: opts.Group + "-coordinator",
-		Identity: opts.Identity, LeaseDuration: d, RenewDeadline: d * 2 / 3, RetryPeriod: d / 8,
+		Identity: opts.Identity, LeaseDuration: opts.held(), RenewDeadline: opts.RenewDeadline, RetryPeriod: opts.RenewEvery / 3,
 		Logger: opts.Logger.With("role", "shard coordinator election")})
 	if err != nil {
 		return nil, fmt.Errorf("the coordinator election: %w", err)
 	}
 	return NewWithClients(Clients{Kube: kube, Metadata: meta, Elector: elector}, opts)
+}
+
+// ownConnections gives every client made from cfg a transport of its own (and so
+// its own HTTP/2 connection): client-go shares one transport, and one connection,
+// among the clients of configurations alike, and this one's Lease renewals would
+// otherwise queue with the handlers' requests and the watches of the operator.
+// A configuration with a dial function is never shared (its key is the function's
+// holder, made anew for each client).
+func ownConnections(cfg *rest.Config) {
+	if cfg.Dial != nil || cfg.Transport != nil {
+		return // the caller's own already
+	}
+	cfg.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 }
 
 // NewWithClients prepares sharding on the given clients; nothing runs until Run.
@@ -361,8 +394,11 @@ func (s *Sharding) Run(ctx context.Context, work func(ctx context.Context) error
 	defer stopInformer()
 	inf := s.ms.informer()
 	go inf.RunWithContext(infCtx)
-	lastOK := s.clock.Now()
-	if err := s.ms.renew(ctx, s.opts.RenewDeadline); err != nil {
+	lastOK, err := s.ms.renewBy(ctx, s.clock.Now().Add(s.opts.RenewDeadline))
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return errWriteLease(err, s.opts.Namespace)
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
@@ -402,7 +438,7 @@ func (s *Sharding) Run(ctx context.Context, work func(ctx context.Context) error
 	bg.Add(1)
 	go func() { defer bg.Done(); s.coordinateWhileElected(workCtx) }()
 
-	err := work(workCtx)
+	err = work(workCtx)
 	cancelWork()
 	s.drains.ShutDown()
 	stopRenewing()

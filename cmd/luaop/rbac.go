@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -55,9 +56,9 @@ func newRBACCommand() *cobra.Command {
 		Short: "Print the least-privilege RBAC the scripts of DIR need (no cluster needed)",
 		Long: `Print the ClusterRole (or, with --namespaces naming namespaces, one Role per
 namespace), its binding to the operator's ServiceAccount, the Role for the peering
-Leases (unless --standalone; also what the webhooks' reachability probe needs), and
-with --leader-elect the Role for the Lease (with --shard-across-replicas, the Role for
-the sharding Leases), that the scripts of DIR need:
+Leases (unless --standalone or --shard-across-replicas: a sharded operator does not
+peer), and with --leader-elect the Role for the Lease (with --shard-across-replicas,
+the Role for the sharding Leases), that the scripts of DIR need:
   - the resources the handlers watch: get, list, watch, patch, and patch of their
     status subresource (handler results, progress with --progress-storage=status);
   - core Events: create, patch (handler outcomes, luaop.info/warn/exception);
@@ -426,9 +427,15 @@ func (d *rbacDoc) orOwnNamespace(ns string) string {
 	return ns
 }
 
-// writePeeringRole writes, unless --standalone, the Role of the peering Leases.
+// writePeeringRole writes, unless --standalone or --shard-across-replicas, the Role
+// of the peering Leases: luaop run turns peering off when it shards (the replicas
+// of a group split the objects instead of pausing each other), whatever
+// --standalone says, so the Role would grant what nothing uses.
 func (d *rbacDoc) writePeeringRole() error {
-	if d.o.Standalone {
+	if d.o.Shard.On && d.o.PeeringNamespace != "" {
+		return errors.New("--peering-namespace with --shard-across-replicas: a sharded operator does not peer (luaop run turns peering off), so it needs no peering Leases; drop --peering-namespace")
+	}
+	if d.o.Standalone || d.o.Shard.On {
 		return nil
 	}
 	d.writeRole("# Peering: the operator's own Lease and those of the other operators of its prefix\n# (luaop dev pauses it), in the namespace of --peering-namespace; creates there are\n# also the webhooks' reachability probe (a dry run). Omit with --standalone.\n",

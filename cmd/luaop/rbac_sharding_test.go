@@ -42,8 +42,9 @@ func findDoc(docs []*unstructured.Unstructured, kind, name string) *unstructured
 
 // luaop rbac --shard-across-replicas adds the Role of the sharding Leases in the
 // namespace of --shard-namespace (the ServiceAccount's by default), bound to the
-// ServiceAccount; nothing without it; refused with --leader-elect (as luaop run
-// refuses the pair) and --shard-namespace alone.
+// ServiceAccount, and leaves out the peering Role (luaop run turns peering off when
+// it shards); nothing changes without it; refused with --leader-elect (as luaop
+// run refuses the pair), --shard-namespace alone and --peering-namespace.
 func TestRBACShardingRole(t *testing.T) {
 	dir := oneHandlerFolder(t)
 	for _, tc := range []struct {
@@ -84,11 +85,17 @@ func TestRBACShardingRole(t *testing.T) {
 		if binding.Namespace != tc.ns || binding.RoleRef.Name != name || !reflect.DeepEqual(binding.Subjects, []rbacv1.Subject{sa}) {
 			t.Errorf("luaop rbac %v: RoleBinding %+v", tc.args, binding)
 		}
+		if peering := strings.TrimSuffix(name, "sharding") + "peering"; findDoc(docs, "Role", peering) != nil || findDoc(docs, "RoleBinding", peering) != nil {
+			t.Errorf("luaop rbac %v: the peering Role %s, though a sharded operator does not peer:\n%s", tc.args, peering, out)
+		}
 	}
 	if out := rbacOf(t, dir); strings.Contains(out, "sharding") {
 		t.Errorf("luaop rbac without --shard-across-replicas has the sharding Role:\n%s", out)
 	}
-	for _, args := range [][]string{{"--shard-across-replicas", "--leader-elect"}, {"--shard-namespace", "x"}} {
+	if findDoc(rbacDocs(t, out), "Role", "luaop-peering") == nil {
+		t.Errorf("luaop rbac without --shard-across-replicas has no peering Role:\n%s", out)
+	}
+	for _, args := range [][]string{{"--shard-across-replicas", "--leader-elect"}, {"--shard-namespace", "x"}, {"--shard-across-replicas", "--peering-namespace", "x"}} {
 		if _, _, err := runCLI(t, append(append([]string{"rbac"}, args...), dir)...); err == nil {
 			t.Errorf("luaop rbac %v: no error", args)
 		}

@@ -28,7 +28,7 @@ func addShardFlags(fs *pflag.FlagSet) {
 	fs.Bool("shard-across-replicas", false, "run several replicas that split the objects: each holds a membership Lease, one of them labels every object with its replica (consistent hashing), each watches only its own; objects move between replicas with a handover (see README: Sharding)")
 	fs.String("shard-group", sharding.DefaultGroup, "name of the group of replicas that share the objects (one per operator)")
 	fs.String("shard-namespace", "", "namespace of the sharding Leases (default: the pod's own namespace)")
-	fs.Duration("shard-lease-duration", sharding.DefaultLeaseDuration, "how long after its last renewal a replica still counts as a member: a killed replica's objects move to the others within it (whole seconds, at least 2s)")
+	fs.Duration("shard-lease-duration", sharding.DefaultLeaseDuration, "a killed replica's objects are handled by the others within it: its membership Lease holds about two thirds of it (three fifths to renew, and a margin), the rest is for the move (whole seconds, at least 2s)")
 }
 
 func readShardSettings(r *settingsReader) shardSettings {
