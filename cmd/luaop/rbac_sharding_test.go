@@ -89,7 +89,8 @@ func TestRBACShardingRole(t *testing.T) {
 			t.Errorf("luaop rbac %v: the peering Role %s, though a sharded operator does not peer:\n%s", tc.args, peering, out)
 		}
 	}
-	if out := rbacOf(t, dir); strings.Contains(out, "sharding") {
+	out := rbacOf(t, dir)
+	if strings.Contains(out, "sharding") {
 		t.Errorf("luaop rbac without --shard-across-replicas has the sharding Role:\n%s", out)
 	}
 	if findDoc(rbacDocs(t, out), "Role", "luaop-peering") == nil {
