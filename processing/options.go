@@ -74,6 +74,13 @@ type Options struct {
 	// ShutdownGracePeriod is how long cycles in flight may take to finish after the
 	// context of Start is done, before they are cancelled. Defaults to 20s.
 	ShutdownGracePeriod time.Duration
+	// StopAtOnce, when set, is closed when the operator must stop writing at once,
+	// with no shutdown grace: a replica that lost its shard membership (sharding)
+	// must have stopped before the others take its objects, which a grace period
+	// of cycles finishing their patches would overrun. Once it is closed (with the
+	// context of Start done), the cycles and daemons in flight are cancelled: what
+	// they had not written is the next owner's to do again. Nil: never.
+	StopAtOnce <-chan struct{}
 	// DryRun logs every write the core would send (patches of objects, status and
 	// finalizers) instead of sending it. Handlers still run.
 	DryRun bool

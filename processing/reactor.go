@@ -228,17 +228,21 @@ func (o *Reactor) Start(ctx context.Context) error {
 		o.forgetting.Wait()
 		close(daemonsDone)
 	}()
-	grace := time.After(o.opts.ShutdownGracePeriod)
+	grace, atOnce := time.After(o.opts.ShutdownGracePeriod), o.opts.StopAtOnce
 	for stopped != nil || daemonsDone != nil {
 		select {
 		case <-stopped:
 			stopped = nil
 		case <-daemonsDone:
 			daemonsDone = nil
+		case <-atOnce:
+			o.log.Warn("told to stop writing at once: cancelling the cycles and daemons still running, with no grace")
+			cancelWork()
+			atOnce, grace = nil, nil
 		case <-grace:
 			o.log.Warn("shutdown grace period over: cancelling the cycles and daemons still running")
 			cancelWork()
-			grace = nil
+			grace, atOnce = nil, nil
 		}
 	}
 	workers.Wait()

@@ -6,9 +6,11 @@
 //
 // Every replica holds a coordination.k8s.io/v1 Lease of its own,
 // <group>-member-<member>, labelled luaop.dev/shard-group=<group>: its membership,
-// renewed every RenewEvery (attempts of a quarter of RenewDeadline, retried); a
-// replica that cannot renew for RenewDeadline stops handling (Run returns
-// ErrMembershipLost) before the others may take its objects (once its Lease's
+// renewed every RenewEvery (another attempt beside one unanswered for a quarter of
+// RenewDeadline, a refused one retried); a replica that cannot renew for
+// RenewDeadline stops handling at once (StopWritingAtOnce: the Reactor cancels its
+// cycles and daemons with no grace; Run returns ErrMembershipLost) before the others
+// may take its objects (once its Lease's
 // leaseDurationSeconds, RenewDeadline and a margin, has passed since they saw its
 // last renewal; what LeaseDuration leaves is for the move). One replica, elected
 // on the Lease <group>-coordinator with the leader package (no extra component),

@@ -22,9 +22,9 @@ import (
 var ErrMembershipLost = errors.New("sharding: membership lost (the membership Lease could not be renewed)")
 
 // membership keeps this replica's Lease renewed and follows the Leases of the
-// group. Liveness is judged by the time this replica saw a renewal, not by the
-// peer's clock (as client-go's leader election does), except for a Lease seen for
-// the first time, judged by its renewTime.
+// group. Liveness is judged by the time this replica saw a renewal, never by the
+// peer's clock (as client-go's leader election does), a Lease seen for the first
+// time included.
 type membership struct {
 	s *Sharding
 
@@ -90,8 +90,12 @@ func (ms *membership) observe(obj any, deleted bool) {
 		prev, known := ms.seen[lease.Name]
 		switch {
 		case !known:
-			// First seen: judged by its own renewTime (it may be long dead).
-			ms.seen[lease.Name] = observedLease{member: member, renewTime: renew, observedAt: renew, duration: d}
+			// First seen: judged from now, as client-go's leader election does, not
+			// by its renewTime: that is the member's clock, and the Lease holds only a
+			// margin past the member's renew deadline, so a member whose clock is
+			// behind would lose its objects while still handling them. A Lease long
+			// dead costs its duration once more (after a coordinator is elected).
+			ms.seen[lease.Name] = observedLease{member: member, renewTime: renew, observedAt: now, duration: d}
 		case !renew.Equal(prev.renewTime) || member != prev.member || d != prev.duration:
 			ms.seen[lease.Name] = observedLease{member: member, renewTime: renew, observedAt: now, duration: d}
 		}

@@ -2,15 +2,19 @@ package sharding
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	clienttesting "k8s.io/client-go/testing"
 )
 
 // stalls makes Lease calls go unanswered, as a request lost or stuck on its
@@ -222,3 +226,86 @@ func TestMembershipHearsASlowAnswer(t *testing.T) {
 		t.Fatalf("membership lost %s after joining, though the server answered within the deadline", at.Sub(r.joined))
 	}
 }
+
+// A replica whose membership is lost is told to stop writing at once before its
+// work's context ends (the Reactor then cancels its cycles and daemons with no
+// grace: the Lease holds only a margin past the renew deadline), and Run returns
+// ErrMembershipLost; while it is a member, it is not told.
+func TestALostMembershipStopsWritingAtOnce(t *testing.T) {
+	f := newFixture(t, 0)
+	var refuse atomic.Bool
+	for _, verb := range []string{"get", "update", "create"} {
+		f.kube.PrependReactor(verb, "leases", func(a clienttesting.Action) (bool, runtime.Object, error) {
+			if refuse.Load() { // the coordinator's Lease too: this replica is alone
+				return true, nil, errors.New("the server is unavailable")
+			}
+			return false, nil, nil
+		})
+	}
+	s, err := NewWithClients(Clients{Kube: f.kube, Metadata: f.meta}, Options{Namespace: "luaop", Identity: "a",
+		Clock: f.clock, LeaseDuration: 15 * time.Second, Logger: slog.New(slog.NewTextHandler(testLogOut, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	working := make(chan struct{})
+	toldFirst := make(chan bool, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Run(context.Background(), func(ctx context.Context) error {
+			close(working)
+			<-ctx.Done()
+			select {
+			case <-s.StopWritingAtOnce():
+				toldFirst <- true
+			default:
+				toldFirst <- false
+			}
+			return nil
+		})
+	}()
+	select {
+	case <-working:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run never started the work")
+	}
+	f.until("two renewals", func() bool {
+		return f.clock.Since(f.clock.Now().Add(-2*s.opts.RenewEvery)) > 0 && len(s.State().Members) == 1
+	})
+	select {
+	case <-s.StopWritingAtOnce():
+		t.Fatal("told to stop writing while a member")
+	default:
+	}
+	refuse.Store(true) // the server refuses every renewal from now on
+	f.until("the membership is lost", func() bool { return len(done) == 1 || len(toldFirst) == 1 })
+	if told := <-toldFirst; !told {
+		t.Error("the work's context ended before the replica was told to stop writing at once")
+	}
+	if err := <-done; !errors.Is(err, ErrMembershipLost) {
+		t.Errorf("Run returned %v, want ErrMembershipLost", err)
+	}
+}
+
+// A Lease seen for the first time is judged from the moment it was seen, not by
+// its renewTime (the member's clock, which may be behind): its member stays live
+// for the Lease's duration from then, and no longer.
+func TestALeaseSeenFirstIsJudgedByLocalTime(t *testing.T) {
+	f := newFixture(t, 0)
+	s := f.sharding("a", nil)
+	now := f.clock.Now()
+	behind := metav1.NewMicroTime(now.Add(-time.Hour)) // a member whose clock is an hour behind
+	seconds := int32(10)
+	s.ms.observe(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "luaop-member-b"},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptrTo("b"), RenewTime: &behind, LeaseDurationSeconds: &seconds}}, false)
+	for _, tc := range []struct {
+		at   time.Duration
+		live bool
+	}{{0, true}, {9 * time.Second, true}, {10 * time.Second, false}} {
+		members, _ := s.ms.live(now.Add(tc.at))
+		if got := len(members) == 1; got != tc.live {
+			t.Errorf("%s after it was first seen: live %v, want %v", tc.at, got, tc.live)
+		}
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }

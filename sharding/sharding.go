@@ -161,7 +161,11 @@ type Sharding struct {
 
 	coordinating atomic.Bool
 	released     atomic.Int64
-	drains       workqueue.TypedRateLimitingInterface[drainItem]
+	// lost is closed when the membership is lost, before work's context ends: the
+	// Reactor then stops at once, with no grace (StopWritingAtOnce).
+	lost     chan struct{}
+	lostOnce sync.Once
+	drains   workqueue.TypedRateLimitingInterface[drainItem]
 }
 
 type releaserBox struct{ r Releaser }
@@ -324,6 +328,7 @@ func NewWithClients(c Clients, opts Options) (*Sharding, error) {
 		resourcesChanged: make(chan struct{}, 1),
 		membersChanged:   make(chan struct{}, 1),
 		coordinatorWake:  make(chan struct{}, 1),
+		lost:             make(chan struct{}),
 	}
 	s.log = opts.Logger.With("shardGroup", opts.Group, "member", s.member)
 	s.ms = &membership{s: s, seen: map[string]observedLease{}, changed: func() { poke(s.membersChanged); poke(s.coordinatorWake) }}
@@ -342,6 +347,12 @@ func (s *Sharding) releaser() Releaser {
 
 // Member is this replica's name in the group (the value of the shard label).
 func (s *Sharding) Member() string { return s.member }
+
+// StopWritingAtOnce is closed when this replica lost its membership: its Lease
+// holds only a margin past the renew deadline, so the cycles and daemons in flight
+// must be cancelled then, not given the shutdown grace period (processing's
+// Options.StopAtOnce). What they had not written, the next owner does again.
+func (s *Sharding) StopWritingAtOnce() <-chan struct{} { return s.lost }
 
 // Selector is the label selector of this replica's objects.
 func (s *Sharding) Selector() string { return s.label + "=" + s.member }
@@ -417,7 +428,8 @@ func (s *Sharding) Run(ctx context.Context, work func(ctx context.Context) error
 		defer bg.Done()
 		s.ms.keepRenewed(renewCtx, lastOK, func() {
 			lost.Store(true)
-			s.log.Error("the membership Lease could not be renewed: stopping handling before the others take these objects over")
+			s.log.Error("the membership Lease could not be renewed: stopping handling at once, before the others take these objects over")
+			s.lostOnce.Do(func() { close(s.lost) }) // first: the Reactor must not take its grace period
 			cancelWork()
 		})
 	}()

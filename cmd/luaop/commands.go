@@ -271,6 +271,7 @@ func newOperator(cfg *rest.Config, s settings, dir string, dev bool, m *metrics.
 	}
 	if shards != nil {
 		popts.Shard = shards
+		popts.StopAtOnce = shards.StopWritingAtOnce()
 	}
 	operator.Instrument(&popts, m)
 	oopts := operator.Options{
