@@ -566,6 +566,15 @@ func killPhase(t *testing.T, rig killPhaseRig, live []string, updates int64) (su
 	}
 	updates++
 	before := *rig.objects
+	owned := 0
+	for _, c := range before {
+		if rig.owners[c.member] == victim {
+			owned++
+		}
+	}
+	if owned == 0 {
+		t.Fatalf("replica %s owns no object before the kill: the move could not be timed", victim)
+	}
 	rig.replicas[victim].stop(syscall.SIGKILL)
 	killed := time.Now()
 	inParallel(rig.n, func(i int) {
