@@ -155,8 +155,10 @@ func ErrorMessage(err error) string {
 		return ""
 	}
 	if tmp, ok := causes.AsTemporary(err); ok {
-		// A wrapper's text ends with the TemporaryError's own.
-		return strings.TrimSuffix(err.Error(), tmp.Error()) + tmp.Message
+		// A wrapper's text holds the TemporaryError's own, before or after what the
+		// wrapper adds ("%w: detail" too); a wrapper that does not quote it keeps
+		// its text.
+		return strings.Replace(err.Error(), tmp.Error(), tmp.Message, 1)
 	}
 	return err.Error()
 }

@@ -162,6 +162,10 @@ type Options struct {
 	// HandlerTimeout is the deadline of each call (luaop run --handler-timeout),
 	// loading and compiling the scripts included. Default DefaultHandlerTimeout.
 	HandlerTimeout time.Duration
+	// DefaultBackoff is the operator's backoff after an arbitrary error (luaop run
+	// --default-backoff), which the verdict on an attempt looks ahead with (a
+	// handler's timeout). Default handling.DefaultBackoff.
+	DefaultBackoff time.Duration
 }
 
 // DefaultHandlerTimeout is the deadline of a test's calls when none is given.
@@ -232,7 +236,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 				continue
 			}
 			t0 := time.Now()
-			res.Failures = runCase(ctx, scripts, filepath.Dir(path), prefix, o.handlerTimeout(), c.Case)
+			res.Failures = runCase(ctx, scripts, filepath.Dir(path), prefix, o, c.Case)
 			res.Took = time.Since(t0)
 			sum.Cases = append(sum.Cases, res)
 			took := res.Took.Round(time.Millisecond)
@@ -283,6 +287,13 @@ type outcome struct {
 	notPart string
 }
 
+func (o Options) defaultBackoff() time.Duration {
+	if o.DefaultBackoff > 0 {
+		return o.DefaultBackoff
+	}
+	return handling.DefaultBackoff
+}
+
 func (o Options) handlerTimeout() time.Duration {
 	if o.HandlerTimeout > 0 {
 		return o.HandlerTimeout
@@ -291,10 +302,10 @@ func (o Options) handlerTimeout() time.Duration {
 }
 
 // runCase runs one case and returns what did not match its expectations.
-func runCase(ctx context.Context, scripts []luabind.Script, dir, prefix string, timeout time.Duration, c Case) []string {
+func runCase(ctx context.Context, scripts []luabind.Script, dir, prefix string, o Options, c Case) []string {
 	kube := newFakeKube(c.Objects)
 	var logs strings.Builder
-	rt := luabind.New(luabind.Options{Shards: 1, Kube: kube, HandlerTimeout: timeout,
+	rt := luabind.New(luabind.Options{Shards: 1, Kube: kube, HandlerTimeout: o.handlerTimeout(),
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	defer rt.Close()
 	if _, err := rt.Load(ctx, scripts); err != nil {
@@ -310,7 +321,7 @@ func runCase(ctx context.Context, scripts []luabind.Script, dir, prefix string, 
 	} else if msg := admissionOnly(c); msg != "" {
 		return []string{msg}
 	} else {
-		ex, msg := execute(ctx, rt, c, prefix, obj)
+		ex, msg := execute(ctx, rt, c, prefix, o.defaultBackoff(), obj)
 		if msg != "" {
 			return []string{msg}
 		}
@@ -473,7 +484,7 @@ type execution struct {
 
 // execute runs the handlers of a (non-admission) case in order, as the core would
 // for one cause, and merges what they wrote.
-func execute(ctx context.Context, rt *luabind.Runtime, c Case, prefix string, obj map[string]any) (execution, string) {
+func execute(ctx context.Context, rt *luabind.Runtime, c Case, prefix string, backoff time.Duration, obj map[string]any) (execution, string) {
 	specs, msg := caseSpecs(rt, c, obj)
 	if msg != "" {
 		return execution{}, msg
@@ -497,7 +508,7 @@ func execute(ctx context.Context, rt *luabind.Runtime, c Case, prefix string, ob
 		}
 		if c.Handler != "" || ex.err == nil && out.err != nil {
 			ex.err = out.err
-			ex.verdict = firstAttemptVerdict(spec, out.err)
+			ex.verdict = firstAttemptVerdict(spec, backoff, out.err)
 		}
 		if c.Handler != "" {
 			ex.result = out.result
@@ -507,9 +518,9 @@ func execute(ctx context.Context, rt *luabind.Runtime, c Case, prefix string, ob
 }
 
 // firstAttemptVerdict is the operator's verdict on a first attempt of spec that
-// ended with err (handling.Judge, the handler's backoff or kopf's default).
-func firstAttemptVerdict(spec causes.Spec, err error) handling.Verdict {
-	return handling.Judge(handling.WithBackoff(spec, handling.DefaultBackoff), handling.Attempt{}, err)
+// ended with err (handling.Judge, the handler's backoff or the operator's default).
+func firstAttemptVerdict(spec causes.Spec, defaultBackoff time.Duration, err error) handling.Verdict {
+	return handling.Judge(handling.WithBackoff(spec, defaultBackoff), handling.Attempt{}, err)
 }
 
 // checkExecution compares what a case's handlers did with its expectations.
@@ -1123,7 +1134,7 @@ func Execute(ctx context.Context, o Options, c Case) (Execution, error) {
 	if msg != "" {
 		return Execution{}, errors.New(msg)
 	}
-	ex, msg := execute(ctx, rt, c, prefix, obj)
+	ex, msg := execute(ctx, rt, c, prefix, o.defaultBackoff(), obj)
 	if msg != "" {
 		return Execution{}, errors.New(msg)
 	}
