@@ -86,6 +86,11 @@ func (p *luaopProcess) signal(sig syscall.Signal) {
 // waits for it).
 const restartBackoff = time.Second
 
+// maxRestarts is how many restarts a supervised process gets: a replica that
+// loses its membership on every start (its own renewals stuck, not the API
+// server's stall) must fail the test, not loop until an unrelated wait fails.
+const maxRestarts = 3
+
 // supervisedProcess is a luaop process started again, with the same arguments,
 // when it exits by itself for a reason restartable accepts: what a Deployment's
 // restartPolicy Always does for a replica that exits by design (a lost Lease).
@@ -149,7 +154,13 @@ func (s *supervisedProcess) supervise(t *testing.T, from int) {
 		}
 		s.mu.Lock()
 		s.exits = append(s.exits, time.Now())
+		restarts := len(s.exits)
 		s.mu.Unlock()
+		if restarts > maxRestarts {
+			t.Errorf("%s exited (%s) for the %dth time: more than %d restarts is a failure, not a stall; its last lines:\n%s",
+				s.title, reason, restarts, maxRestarts, lastLines(output[from:], 10))
+			return
+		}
 		t.Logf("%s exited (status %d: %s): started again in %s, as its Deployment would", s.title, code, reason, restartBackoff)
 		select {
 		case <-time.After(restartBackoff):
@@ -192,6 +203,10 @@ func (s *supervisedProcess) stop(sig syscall.Signal) {
 	}
 	p.signal(sig)
 	<-s.done
+	s.mu.Lock()
+	p = s.current // a run started while stop signalled the previous one got sig too
+	s.mu.Unlock()
+	<-p.exited
 }
 
 // pid is the running process's.
@@ -201,13 +216,13 @@ func (s *supervisedProcess) pid() int {
 	return s.current.cmd.Process.Pid
 }
 
-// exitsSince is how many times it exited restartably after since.
-func (s *supervisedProcess) exitsSince(since time.Time) int {
+// exitsBetween is how many times it exited restartably between from and to.
+func (s *supervisedProcess) exitsBetween(from, to time.Time) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
 	for _, at := range s.exits {
-		if at.After(since) {
+		if at.After(from) && !at.After(to) {
 			n++
 		}
 	}

@@ -214,13 +214,35 @@ func (o *Operator) Start(ctx context.Context) error {
 		return fmt.Errorf("%w; the operator does not start: fix the startup handler, or what it checks", err)
 	}
 	err := o.reactor.Start(ctx)
-	// Cleanup runs after the last cycle, with a fresh deadline of its own.
+	o.runCleanup(ctx)
+	return err
+}
+
+// runCleanup runs the cleanup handlers after the last cycle, with a fresh deadline
+// of their own, unless the operator was told to stop writing at once: a replica
+// that lost its shard membership must write nothing more (the others are taking
+// its objects, and cleanup handlers write through luaop.kube). kopf has no such
+// stop; its cleanup runs on every exit.
+func (o *Operator) runCleanup(ctx context.Context) {
+	if o.stoppedAtOnce() {
+		o.log.Warn("cleanup handlers not run: the operator was told to stop writing at once (its shard membership was lost)")
+		return
+	}
 	cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if cerr := o.runHooks(cleanupCtx, causes.KindCleanup); cerr != nil {
-		o.log.Error("cleanup handler failed", "error", cerr)
+	if err := o.runHooks(cleanupCtx, causes.KindCleanup); err != nil {
+		o.log.Error("cleanup handler failed", "error", err)
 	}
-	return err
+}
+
+// stoppedAtOnce tells whether processing's StopAtOnce was closed.
+func (o *Operator) stoppedAtOnce() bool {
+	select {
+	case <-o.opts.Processing.StopAtOnce:
+		return true
+	default:
+		return false
+	}
 }
 
 // runHooks runs the operator-level handlers of one kind (startup, cleanup) as kopf

@@ -368,6 +368,9 @@ func (c *cycle) patchFinalizers(ctx context.Context, present bool) error {
 			c.log.Info("dry run: not sent", "finalizers", string(data))
 			return nil
 		}
+		if err := notSent(ctx, c.key); err != nil {
+			return err
+		}
 		resp, err := client.Patch(ctx, c.key.name, types.JSONPatchType, data, metav1.PatchOptions{})
 		if err != nil && writeOutcomeUnknown(err) {
 			// Applied or not: the next cycle reads the object first (a removal
@@ -408,6 +411,16 @@ func (c *cycle) patchFinalizers(ctx context.Context, present bool) error {
 	}
 }
 
+// notSent is the error of a write not sent because the cycle's context ended (a
+// stop past its grace, or at once: StopAtOnce): known not applied, unlike a
+// request cancelled in flight, so nothing has to be read back.
+func notSent(ctx context.Context, key objectKey) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("the write of %s was not sent: the operator is stopping (%w)", key, err)
+	}
+	return nil
+}
+
 // send marshals and sends one patch. A vanished object is not an error (nil, nil).
 func (c *cycle) send(ctx context.Context, subresource string, do func([]byte) (*unstructured.Unstructured, error), patch any) (*unstructured.Unstructured, error) {
 	data, err := json.Marshal(patch)
@@ -417,6 +430,9 @@ func (c *cycle) send(ctx context.Context, subresource string, do func([]byte) (*
 	if c.op.opts.DryRun {
 		c.log.Info("dry run: not sent", "subresource", subresource, "patch", string(data))
 		return nil, nil
+	}
+	if err := notSent(ctx, c.key); err != nil {
+		return nil, err
 	}
 	resp, err := do(data)
 	if refusedAsTooLarge(err) {

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	clienttesting "k8s.io/client-go/testing"
+
 	"github.com/luaop/luaop/processing/causes"
 )
 
@@ -45,6 +47,7 @@ func TestStopAtOnceCancelsTheCyclesInFlightWithNoGrace(t *testing.T) {
 			case <-time.After(20 * time.Second):
 				t.Fatal("the handler never ran")
 			}
+			patchesBefore := len(e.patchActions())
 			if tt.atOnce {
 				close(stopNow)
 				e.stop()
@@ -53,10 +56,24 @@ func TestStopAtOnceCancelsTheCyclesInFlightWithNoGrace(t *testing.T) {
 				release <- struct{}{} // the handler returns within the grace period
 			}
 			e.shutdown() // fails the test when Start does not return (a grace of an hour)
+			if n := len(e.patchActions()) - patchesBefore; tt.atOnce && n != 0 {
+				t.Errorf("%d patches sent after the operator was told to stop writing at once", n)
+			}
 			st, _ := e.get("w1").Object["status"].(map[string]any)
 			if stored := st["slow"] == "done"; stored != tt.wantStored {
 				t.Errorf("the handler's result stored: %v, want %v (status %v)", stored, tt.wantStored, st)
 			}
 		})
 	}
+}
+
+// patchActions are the patches the fake API server received so far.
+func (e *env) patchActions() []clienttesting.Action {
+	var patches []clienttesting.Action
+	for _, a := range e.dyn.Actions() {
+		if a.GetVerb() == "patch" {
+			patches = append(patches, a)
+		}
+	}
+	return patches
 }

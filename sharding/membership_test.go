@@ -268,8 +268,10 @@ func TestALostMembershipStopsWritingAtOnce(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("Run never started the work")
 	}
-	f.until("two renewals", func() bool {
-		return f.clock.Since(f.clock.Now().Add(-2*s.opts.RenewEvery)) > 0 && len(s.State().Members) == 1
+	joinedAt := f.clock.Now()
+	f.until("a member that renewed its Lease since it joined", func() bool {
+		l, err := f.kube.CoordinationV1().Leases("luaop").Get(context.Background(), "luaop-member-a", metav1.GetOptions{})
+		return err == nil && l.Spec.RenewTime != nil && l.Spec.RenewTime.After(joinedAt) && len(s.State().Members) == 1
 	})
 	select {
 	case <-s.StopWritingAtOnce():
