@@ -365,13 +365,7 @@ func TestAutoStorageKeepsProgressInStatusWhenTheSchemaKeepsIt(t *testing.T) {
 	if a := e.get("w1").GetAnnotations(); len(a) != 0 {
 		t.Errorf("annotations written with status storage: %v", a)
 	}
-	var writes int
-	for _, a := range e.dyn.Actions() {
-		if a.GetVerb() == "patch" && a.GetResource() == widgetsGVR {
-			writes++
-		}
-	}
-	if writes != 1 {
+	if writes := e.patchesOf(widgetsGVR); writes != 1 {
 		t.Errorf("%d patches for one handled creation, want 1", writes)
 	}
 }

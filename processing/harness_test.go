@@ -308,6 +308,17 @@ func (e *env) stopAndWait() {
 	}
 }
 
+// patchesOf is how many patches of resource the fake API server received so far.
+func (e *env) patchesOf(resource schema.GroupVersionResource) int {
+	n := 0
+	for _, a := range e.dyn.Actions() {
+		if a.GetVerb() == "patch" && a.GetResource() == resource {
+			n++
+		}
+	}
+	return n
+}
+
 // widget builds a Widget object.
 func widgetObject(name, uid string, spec map[string]any) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{Object: map[string]any{

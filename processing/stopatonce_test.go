@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	clienttesting "k8s.io/client-go/testing"
-
 	"github.com/luaop/luaop/processing/causes"
 )
 
@@ -47,7 +45,7 @@ func TestStopAtOnceCancelsTheCyclesInFlightWithNoGrace(t *testing.T) {
 			case <-time.After(20 * time.Second):
 				t.Fatal("the handler never ran")
 			}
-			patchesBefore := len(e.patchActions())
+			patchesBefore := e.patchesOf(widgetsGVR)
 			if tt.atOnce {
 				close(stopNow)
 				e.stop()
@@ -56,7 +54,7 @@ func TestStopAtOnceCancelsTheCyclesInFlightWithNoGrace(t *testing.T) {
 				release <- struct{}{} // the handler returns within the grace period
 			}
 			e.shutdown() // fails the test when Start does not return (a grace of an hour)
-			if n := len(e.patchActions()) - patchesBefore; tt.atOnce && n != 0 {
+			if n := e.patchesOf(widgetsGVR) - patchesBefore; tt.atOnce && n != 0 {
 				t.Errorf("%d patches sent after the operator was told to stop writing at once", n)
 			}
 			st, _ := e.get("w1").Object["status"].(map[string]any)
@@ -65,15 +63,4 @@ func TestStopAtOnceCancelsTheCyclesInFlightWithNoGrace(t *testing.T) {
 			}
 		})
 	}
-}
-
-// patchActions are the patches the fake API server received so far.
-func (e *env) patchActions() []clienttesting.Action {
-	var patches []clienttesting.Action
-	for _, a := range e.dyn.Actions() {
-		if a.GetVerb() == "patch" {
-			patches = append(patches, a)
-		}
-	}
-	return patches
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
 )
 
 // stalls makes Lease calls go unanswered, as a request lost or stuck on its
@@ -298,7 +299,7 @@ func TestALeaseSeenFirstIsJudgedByLocalTime(t *testing.T) {
 	behind := metav1.NewMicroTime(now.Add(-time.Hour)) // a member whose clock is an hour behind
 	seconds := int32(10)
 	s.ms.observe(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "luaop-member-b"},
-		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptrTo("b"), RenewTime: &behind, LeaseDurationSeconds: &seconds}}, false)
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("b"), RenewTime: &behind, LeaseDurationSeconds: &seconds}}, false)
 	for _, tc := range []struct {
 		at   time.Duration
 		live bool
@@ -309,5 +310,3 @@ func TestALeaseSeenFirstIsJudgedByLocalTime(t *testing.T) {
 		}
 	}
 }
-
-func ptrTo[T any](v T) *T { return &v }
