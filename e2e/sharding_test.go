@@ -65,11 +65,11 @@ func startReplica(t *testing.T, bin, owner string, args ...string) *replica {
 
 // membershipLost accepts the one exit a replica makes by design: when its
 // membership Lease could not be renewed within the renew deadline (the API
-// server did not answer), `luaop run` stops handling and exits with status 1,
-// one of its last lines "luaop: " and sharding.ErrMembershipLost. Any other exit is a
-// crash.
+// server did not answer), `luaop run` stops handling and exits with status 6 (a
+// lost standing, README "Exit statuses"), one of its last lines "luaop: " and
+// sharding.ErrMembershipLost. Any other exit is a crash.
 func membershipLost(exitCode int, output string) (string, bool) {
-	if exitCode != 1 {
+	if exitCode != 6 {
 		return "", false
 	}
 	// The last lines, not the last one: a goroutine still logging as the process

@@ -421,14 +421,15 @@ func runWork(ctx context.Context, cfg *rest.Config, dir string, op *operator.Ope
 	work := func(ctx context.Context) error { return runPeered(ctx, op, peer, stopWebhooks) }
 	if shards != nil {
 		// Every replica handles its share; ErrMembershipLost ends the process with
-		// an error (its objects went to the others), and Kubernetes restarts it.
+		// status 6 (exitStandingLost: its objects went to the others), and
+		// Kubernetes restarts it.
 		log.Info("watching the cluster: this replica's share", "server", cfg.Host, "scripts", dir, "labelSelector", shards.Selector())
 		return shards.Run(ctx, work)
 	}
 	if elector != nil {
 		// Only the leader watches and handles (and takes part in peering);
-		// ErrLeadershipLost ends the process with an error, and Kubernetes restarts
-		// it as a standby.
+		// ErrLeadershipLost ends the process with status 6 (exitStandingLost), and
+		// Kubernetes restarts it as a standby.
 		return elector.Run(ctx, work)
 	}
 	log.Info("watching the cluster", "server", cfg.Host, "scripts", dir)

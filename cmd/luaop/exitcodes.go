@@ -10,6 +10,9 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/luaop/luaop/leader"
+	"github.com/luaop/luaop/sharding"
 )
 
 // Exit statuses of luaop, documented in `luaop --help` and README.md ("Exit
@@ -28,11 +31,18 @@ const (
 	exitTestsFailed = 4
 	// exitUnreachable: no usable kubeconfig, or the API server does not answer.
 	exitUnreachable = 5
+	// exitStandingLost: luaop run stopped by design because this replica lost its
+	// standing: its leader election Lease (--leader-elect) or its shard membership
+	// Lease (--shard-across-replicas) could not be renewed in time, so its work went
+	// to the others. Not a crash: the replica is meant to be started again (its
+	// Deployment does), and a supervisor or an alert can tell the two apart.
+	exitStandingLost = 6
 )
 
 const exitCodesHelp = `Exit statuses: 0 success; 1 the command failed; 2 a usage error (flags, arguments,
 settings: nothing was done); 3 luaop check found problems; 4 luaop test had failing
-cases; 5 no usable kubeconfig or the cluster cannot be reached.`
+cases; 5 no usable kubeconfig or the cluster cannot be reached; 6 luaop run lost its
+leader election or shard membership (its work went to the other replicas; start it again).`
 
 // exitError is an error that ends luaop with a status of its own.
 type exitCodeError struct {
@@ -78,6 +88,9 @@ func exitCode(err error) int {
 	var e exitCodeError
 	if errors.As(err, &e) {
 		return e.code
+	}
+	if errors.Is(err, sharding.ErrMembershipLost) || errors.Is(err, leader.ErrLeadershipLost) {
+		return exitStandingLost
 	}
 	// cobra's own: an unknown command or a flag of the root.
 	if msg := err.Error(); strings.HasPrefix(msg, "unknown command") || strings.HasPrefix(msg, "unknown flag") ||

@@ -2,11 +2,15 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/luaop/luaop/leader"
+	"github.com/luaop/luaop/sharding"
 	"github.com/luaop/luaop/testcluster"
 )
 
@@ -62,5 +66,23 @@ func TestExitCodes(t *testing.T) {
 				t.Errorf("luaop %s: exit %d, stderr %q; want %d and %q", strings.Join(tt.args, " "), code, stderr.String(), tt.code, tt.stderr)
 			}
 		})
+	}
+}
+
+// A replica that lost its standing exits with a status of its own, not a crash's
+// (the e2e's supervisor and a Deployment's alert tell the two apart by it).
+func TestExitCodeOfALostStanding(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		code int
+	}{
+		{fmt.Errorf("running: %w", sharding.ErrMembershipLost), exitStandingLost},
+		{errors.Join(leader.ErrLeadershipLost, errors.New("lead: context canceled")), exitStandingLost},
+		{errors.New("sharding: membership lost, in words only"), exitError},
+		{unreachableError(fmt.Errorf("x: %w", sharding.ErrMembershipLost)), exitUnreachable},
+	} {
+		if got := exitCode(tt.err); got != tt.code {
+			t.Errorf("exitCode(%v) = %d, want %d", tt.err, got, tt.code)
+		}
 	}
 }
