@@ -38,6 +38,7 @@ func realMain() int {
 	replicasFlag := flag.String("replicas", "1,2,3", "-scenario sharding: replica counts, comma-separated")
 	slowN := flag.Int("slow-n", 600, "-scenario sharding: objects of the slow-handler run (luaop.sleep(0.2) in the create handler); 0 skips it")
 	slowWorkers := flag.Int("slow-workers", 4, "-scenario sharding: --workers of each replica in the slow-handler run")
+	payload := flag.Int("payload", 0, "-scenario sharding: bytes of spec.data in every object of the create storm (0: none); objects of a realistic size show how memory splits when they, not each process's base, dominate it")
 	shardLease := flag.Duration("shard-lease-duration", 15*time.Second, "-scenario sharding: the replicas' --shard-lease-duration (luaop's default 15s; a replica that cannot renew within two thirds of it exits, as it must: on an overloaded shared API server give more)")
 	heapProfiles := flag.Bool("heap-profiles", false, "-scenario sharding: run the replicas with --profiles and save each one's heap profile, holding its share, in the temporary folder (with -keep)")
 	flag.Parse()
@@ -191,7 +192,7 @@ or against a cluster of your own:
 		}
 		return runSharding(ctx, cl, shardingOptions{luaopBin: luaopBin, kubeconfig: kubeconfig, tmp: tmp, commit: commit,
 			n: ns[0], slowN: *slowN, replicas: replicaCounts, workers: *workers, slowWorkers: *slowWorkers, creators: *creators,
-			timeout: *timeout, profiles: *heapProfiles, leaseDuration: *shardLease})
+			timeout: *timeout, profiles: *heapProfiles, leaseDuration: *shardLease, payload: *payload})
 	}
 
 	if err := warmUp(ctx, cl, 500, *creators); err != nil {

@@ -358,14 +358,18 @@ func cleanUp(cl *cluster, subj subject, ns string, creators int, tag string) {
 // createObjects creates objects 0..n-1 on ns with a few concurrent clients.
 func createObjects(ctx context.Context, cl *cluster, ns string, n, creators int) error {
 	client := cl.dyn.Resource(benchGVR).Namespace(ns)
-	return forEachObject(ctx, n, creators, func(i int) error { return createObject(ctx, client, i) })
+	return forEachObject(ctx, n, creators, func(i int) error { return createObject(ctx, client, i, 0) })
 }
 
-// createObject creates object i, retrying transport errors; one that an earlier
-// attempt created counts as created.
-func createObject(ctx context.Context, client dynamic.ResourceInterface, i int) error {
+// createObject creates object i (with payload bytes of spec.data: 0 for none),
+// retrying transport errors; one that an earlier attempt created counts as created.
+func createObject(ctx context.Context, client dynamic.ResourceInterface, i, payload int) error {
+	obj := newObject(i)
+	if payload > 0 {
+		_ = unstructured.SetNestedField(obj.Object, strings.Repeat("x", payload), "spec", "data")
+	}
 	return retry(ctx, func() error {
-		_, err := client.Create(ctx, newObject(i), metav1.CreateOptions{})
+		_, err := client.Create(ctx, obj, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
 			return nil // an earlier attempt went through
 		}
@@ -665,7 +669,7 @@ func warmUp(ctx context.Context, cl *cluster, n, creators int) error {
 	client := cl.dyn.Resource(benchGVR).Namespace(ns)
 	start := time.Now()
 	if err := forEachObject(ctx, n, creators, func(i int) error {
-		if err := createObject(ctx, client, i); err != nil {
+		if err := createObject(ctx, client, i, 0); err != nil {
 			return err
 		}
 		return retry(ctx, func() error {

@@ -175,6 +175,9 @@ type shardingOptions struct {
 	timeout                           time.Duration
 	profiles                          bool // heap profiles of every replica, in tmp
 	leaseDuration                     time.Duration
+	// payload: bytes of spec.data in every object of the storm (0: none), to see
+	// how memory splits when the objects, not the process's base, dominate it.
+	payload int
 }
 
 // runSharding runs the scenario and prints its tables; the exit status.
@@ -301,7 +304,7 @@ func shardRun(ctx context.Context, cl *cluster, o shardingOptions, spec shardRun
 	start := time.Now()
 	go func() {
 		errc <- forEachObject(sctx, spec.n, o.creators, func(i int) error {
-			if err := createObject(sctx, client, i); err != nil {
+			if err := createObject(sctx, client, i, o.payload); err != nil {
 				return err
 			}
 			tr.issuedAt(i, time.Now())
@@ -382,7 +385,7 @@ wait:
 	if trickle > 0 {
 		// New objects one at a time on idle replicas: how soon each is assigned.
 		for i := spec.n; i < spec.n+trickle; i++ {
-			if err := createObject(sctx, client, i); err != nil {
+			if err := createObject(sctx, client, i, o.payload); err != nil {
 				res.err = err
 				return res
 			}

@@ -197,7 +197,7 @@ func runSleep(ctx context.Context, cl *cluster, luaopBin, kubeconfig, tmp, commi
 	go func() {
 		defer close(creatorsDone)
 		errc <- forEachObject(sctx, n, creators, func(i int) error {
-			if err := createObject(sctx, client, i); err != nil {
+			if err := createObject(sctx, client, i, 0); err != nil {
 				return err
 			}
 			tr.issuedAt(i, time.Now())

@@ -211,8 +211,10 @@ func shardObjects(t *testing.T) int {
 // by them within the lease duration of the kill, and every update handler runs
 // exactly once. A new replica joins: the objects are rebalanced by handovers (the
 // daemons of the moved objects stop on the old owner before they start on the
-// new), and no handler runs twice. Two replicas stop cleanly: the third holds
-// everything. The RSS of a replica holding a third and of one holding all are
+// new), and no handler runs twice. The coordinator is killed and every object
+// changes: another replica coordinates, the dead one's objects are handled by the
+// others within twice the lease duration, every update handler runs once. One
+// replica stops cleanly: the other holds everything. The RSS of a replica holding a third and of one holding all are
 // logged.
 //
 // The replicas run as a Deployment's pods do: one that exits with its membership
@@ -496,9 +498,39 @@ func TestShardingAcrossReplicas(t *testing.T) {
 	}
 	t.Logf("daemons: %d of the daemon objects moved in the rebalance", moved)
 
-	// Two replicas stop cleanly: the one left holds everything at once (their
-	// Leases are gone).
-	keep := live[1]
+	// The coordinator is killed, and every object changes at once: another
+	// replica is elected coordinator, lists every object's metadata, and gives the
+	// dead one's objects to the others; every update handler runs once. Its death
+	// adds the election to the move (README): the bound is twice the lease.
+	for attempt := 1; ; attempt++ {
+		var judged bool
+		live, updates, judged = killPhase(t, killPhaseRig{api: api, ns: ns, n: n, lease: lease, timeout: timeout, replicas: replicas, owners: owners,
+			learnMembers: learnMembers, objects: &objects, coordinator: true}, live, updates)
+		if judged {
+			break
+		}
+		if attempt == 3 {
+			t.Fatalf("in each of %d kill phases of the coordinator a surviving replica lost its membership (the API server stalled): the move could not be judged", attempt)
+		}
+		live = append(live, startNext())
+		settled(live...)
+	}
+	exactlyOnce("after the coordinator's kill", updates)
+	settled(live...)
+	checkBalance("after the coordinator's kill", live...)
+	testcluster.Eventually(t, 60*time.Second, func() (bool, string) {
+		coordinates := 0
+		for _, owner := range live {
+			if st, ok := replicas[owner].shard(t); ok && st.Coordinator {
+				coordinates++
+			}
+		}
+		return coordinates == 1, fmt.Sprintf("%d of the live replicas coordinate, want 1", coordinates)
+	})
+
+	// The replicas but one stop cleanly: the one left holds everything at once
+	// (their Leases are gone).
+	keep := live[0] // one of the first three (its idle RSS was measured), unless a kill phase ran again
 	for _, owner := range live {
 		if owner != keep {
 			replicas[owner].stop(syscall.SIGTERM)
@@ -540,13 +572,17 @@ type killPhaseRig struct {
 	owners         map[string]string // member -> owner, learnt by learnMembers
 	learnMembers   func(live ...string)
 	objects        *map[string]widgetCensus
+	// coordinator: the victim is the coordinator (a new one must be elected
+	// first: the bound is twice the lease), not one of the others.
+	coordinator bool
 }
 
-// killPhase kills a live replica that is not the coordinator and changes every
-// object (their updates-th change): the others handle them all, the killed
-// replica's first within the lease duration of the kill. Returns the survivors
-// and the changes so far, and whether the timing could be judged (not: over the
-// bound, and a survivor lost its membership since the kill).
+// killPhase kills a live replica that is not the coordinator (with
+// rig.coordinator, the coordinator) and changes every object (their updates-th
+// change): the others handle them all, the killed replica's first within the
+// lease duration of the kill (twice that for the coordinator). Returns the
+// survivors and the changes so far, and whether the timing could be judged (not:
+// over the bound, and a survivor lost its membership since the kill).
 func killPhase(t *testing.T, rig killPhaseRig, live []string, updates int64) (survivors []string, changes int64, judged bool) {
 	t.Helper()
 	victim := ""
@@ -557,6 +593,10 @@ func killPhase(t *testing.T, rig killPhaseRig, live []string, updates int64) (su
 				coordinates = owner
 			}
 		}
+		if rig.coordinator && coordinates != "" {
+			victim = coordinates
+			return true, ""
+		}
 		for _, owner := range live {
 			if coordinates != "" && owner != coordinates {
 				victim = owner
@@ -565,6 +605,10 @@ func killPhase(t *testing.T, rig killPhaseRig, live []string, updates int64) (su
 		}
 		return false, "no replica coordinates"
 	})
+	bound, what := rig.lease, "the lease duration"
+	if rig.coordinator {
+		bound, what = 2*rig.lease, "twice the lease duration"
+	}
 	for _, owner := range live {
 		if owner != victim {
 			survivors = append(survivors, owner)
@@ -618,16 +662,20 @@ func killPhase(t *testing.T, rig killPhaseRig, live []string, updates int64) (su
 	for _, owner := range survivors {
 		lost += rig.replicas[owner].exitsBetween(killed, killed.Add(firstMoved+rig.lease*3/5))
 	}
-	t.Logf("replica %s killed: its first object handled by another %s after the kill, every object handled and away from it after %s (lease %s); the survivors lost their membership %d times meanwhile",
-		victim, firstMoved.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond), rig.lease, lost)
+	role := "replica"
+	if rig.coordinator {
+		role = "coordinator"
+	}
+	t.Logf("%s %s killed: its first object handled by another %s after the kill, every object handled and away from it after %s (lease %s); the survivors lost their membership %d times meanwhile",
+		role, victim, firstMoved.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond), rig.lease, lost)
 	switch {
-	case firstMoved <= rig.lease:
+	case firstMoved <= bound:
 	case lost > 0:
-		t.Logf("the killed replica's objects were first handled by the others %s after the kill, over the lease duration %s, but the survivors lost their membership meanwhile (the API server stalled past the renew deadline): the time measures the stall, it cannot be judged; running the kill phase again",
-			firstMoved.Round(time.Millisecond), rig.lease)
+		t.Logf("the killed %s's objects were first handled by the others %s after the kill, over %s (%s), but the survivors lost their membership meanwhile (the API server stalled past the renew deadline): the time measures the stall, it cannot be judged; running the kill phase again",
+			role, firstMoved.Round(time.Millisecond), what, bound)
 		return survivors, updates, false
 	default:
-		t.Errorf("the killed replica's objects were first handled by the others %s after the kill, not within the lease duration %s", firstMoved.Round(time.Millisecond), rig.lease)
+		t.Errorf("the killed %s's objects were first handled by the others %s after the kill, not within %s (%s)", role, firstMoved.Round(time.Millisecond), what, bound)
 	}
 	return survivors, updates, true
 }
