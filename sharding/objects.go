@@ -20,10 +20,11 @@ import (
 // annotation, whether its deletion started and how many finalizers it has, and
 // the member the last pass planned for it. The label, annotation and planned
 // values are interned (a few member names for all the objects). A metadata
-// informer kept a trimmed PartialObjectMetadata per object in its indexer, and
-// the coordinator a plan map beside it: about 2.4 KB per object of the group
-// measured on the coordinator's replica (BENCHMARKS.md); a record and its key
-// are about a tenth of it (BenchmarkCoordinatorStore).
+// informer kept a trimmed PartialObjectMetadata per object in its indexer (and
+// its queue's and handler's buffers, grown to the first list), and the
+// coordinator a plan map beside it: 836 bytes an object, 1,039 with the plan
+// and a pass's items, against 138 and 184 now (BenchmarkCoordinatorStore, 10,000
+// objects; the heap each holds, before the garbage collector's headroom).
 
 // name is an interned string (unique.Handle: one pointer, compared as one; the
 // string is freed once no record refers to it); the zero name is "".

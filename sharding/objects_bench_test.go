@@ -30,7 +30,7 @@ var benchMembers = []string{"luaop-6d5f8c7b9-x2k4p-1a2b3c4d", "luaop-6d5f8c7b9-q
 func benchList(plan map[string]string) *metav1.PartialObjectMetadataList {
 	list := &metav1.PartialObjectMetadataList{ListMeta: metav1.ListMeta{ResourceVersion: "3000000"}}
 	list.Items = make([]metav1.PartialObjectMetadata, benchObjects)
-	fields := []byte(`{"f:metadata":{"f:annotations":{".":{},"f:luaop.dev/last-handled-configuration":{}},"f:finalizers":{".":{},"v:\"luaop.dev/finalizer\"":{}}}}`)
+	const fields = `{"f:metadata":{"f:annotations":{".":{},"f:luaop.dev/last-handled-configuration":{}},"f:finalizers":{".":{},"v:\"luaop.dev/finalizer\"":{}}}}`
 	for i := range list.Items {
 		ns, n := benchNamespace, fmt.Sprintf("obj-%05d", i)
 		list.Items[i] = metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "example.com/v1", Kind: "Widget"},
@@ -40,7 +40,7 @@ func benchList(plan map[string]string) *metav1.PartialObjectMetadataList {
 				Annotations: map[string]string{"luaop.dev/last-handled-configuration": fmt.Sprintf(
 					`{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":%q,"namespace":%q},"spec":{"size":%d,"image":"registry.example/app:1.2.3","replicas":3}}`, n, ns, i)},
 				Finalizers:    []string{"luaop.dev/finalizer"},
-				ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "luaop", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "example.com/v1", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: append([]byte(nil), fields...)}}},
+				ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "luaop", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "example.com/v1", FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(strings.Clone(fields))}},
 			}}
 	}
 	return list
@@ -123,7 +123,7 @@ func coordinatorBefore(b *testing.B, plan map[string]string) (store, all int64, 
 		member := benchMembers[i%len(benchMembers)]
 		planned[k] = member
 		items[i] = oldPlanItem{hash: hashKey(k), tie: k, current: m.Labels["luaop.dev/shard"], first: member, member: member, at: i}
-		seen[i] = oldSeenObject{key: k, label: m.Labels["luaop.dev/shard"]}
+		seen[i] = oldSeenObject{inf: 0, key: k, label: m.Labels["luaop.dev/shard"], handover: m.Annotations["luaop.dev/shard-handover"]}
 	}
 	all = heapAlloc() - base
 	return store, all, func() { runtime.KeepAlive(planned); runtime.KeepAlive(items); runtime.KeepAlive(seen); cancel() }

@@ -151,28 +151,44 @@ func TestCoordinatorPassDecides(t *testing.T) {
 	}
 }
 
-// A member joining: of the objects all at one member, those over its bound are
-// marked for the new one, the same as Plan gives (the coordinator hashes by the
-// object's parts and plans on indexes, Plan on keys and names), and no label moves.
+// A member joining: of the objects at one member, those over its bound are
+// marked for the new one and no label moves; the objects of a member gone and
+// the new ones are labelled; those being handed over count as their new
+// member's; all as Plan places them (the coordinator hashes by
+// the object's parts and plans on indexes, Plan on keys and names).
 func TestCoordinatorPassMarksWhatPlanMoves(t *testing.T) {
 	var objects []objMeta
 	var placements []Placement
-	for i := range 30 {
-		o := objMeta{name: fmt.Sprintf("w-%02d", i), version: fmt.Sprint(100 + i), label: "a"}
+	for i := range 70 {
+		o := objMeta{name: fmt.Sprintf("w-%02d", i), version: fmt.Sprint(100 + i), label: []string{"a", "a", "a", "a", "z", "", "a"}[i%7]}
+		current := o.label
+		if i%7 == 6 {
+			o.handover, current = "b", "b" // on its way to b: b's
+		}
 		objects = append(objects, o)
-		placements = append(placements, Placement{Key: ObjectKey(widgets.Group, widgets.Resource, "default", o.name), Current: "a"})
+		placements = append(placements, Placement{Key: ObjectKey(widgets.Group, widgets.Resource, "default", o.name), Current: current})
 	}
 	plan := Plan(NewRing([]string{"a", "b"}, 0), placements, 0)
 	want := map[string]string{}
 	var kinds []string
+	marked := 0
 	for _, o := range objects {
-		if m := plan[ObjectKey(widgets.Group, widgets.Resource, "default", o.name)]; m != "a" {
+		switch m := plan[ObjectKey(widgets.Group, widgets.Resource, "default", o.name)]; {
+		case o.handover != "": // left to a, which is handing it over
+		case o.label == "a" && m != "a":
 			want[o.name] = markPatch(m, o.version)
 			kinds = append(kinds, "marked")
+			marked++
+		case o.label == "z":
+			want[o.name] = assignPatch(m, o.version)
+			kinds = append(kinds, "reassigned")
+		case o.label == "":
+			want[o.name] = assignPatch(m, o.version)
 		}
 	}
-	if len(want) < 10 {
-		t.Fatalf("Plan moves %d of 30 objects to the member that joined", len(want))
+	slices.Sort(kinds)
+	if marked == 0 {
+		t.Fatal("Plan moves none of a's objects to the member that joined")
 	}
 	patches, got, c := passOnce(t, objects, []string{"a", "b"})
 	if fmt.Sprint(patches) != fmt.Sprint(want) || !slices.Equal(got, kinds) {
