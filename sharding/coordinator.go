@@ -200,9 +200,11 @@ func (c *coordinator) pass() time.Duration {
 			st.objects[it.tie] = r
 		}
 		st.mu.Unlock()
+		// Decided on the record as it is now (a change since gather woke the
+		// next pass; writeNext decides on the newest anyway).
 		_, labelLive := index[r.label]
 		switch {
-		case !ok || planned == (name{}): // gone since gather: its deletion woke the next pass
+		case !ok || planned == (name{}): // deleted since gather, or no member live
 		case r.handover != (name{}):
 			pending++
 			if !labelLive {
