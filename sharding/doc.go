@@ -19,7 +19,8 @@
 // each object it keeps a record of 40 bytes (its version, shard label, handover
 // annotation, deletion, finalizer count and planned member; member names
 // interned), about 180 bytes an object with its map and a pass's items, so
-// the coordinator's replica holds little more than the others.
+// the coordinator's live heap is little more than the others' (its lists'
+// garbage aside: BENCHMARKS.md).
 // Objects are placed by consistent hashing with virtual nodes and bounded loads
 // (Ring, Plan): balanced within DefaultTolerance whatever the members' names, and
 // a member coming or going moves only the objects it takes or gives. Each
