@@ -11,18 +11,25 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 )
 
-// The coordinator runs on the replica elected for it. It watches the metadata of
-// every object of the sharded resources (names, labels, annotations: no bodies),
-// and after each change (debounced) makes a pass: the plan (Plan) of the objects
-// over the live members, then for each object away from its planned member one
-// write, queued on a client-go work queue:
+// The coordinator runs on the replica elected for it. It follows the metadata of
+// every object of the sharded resources with a client-go Reflector per resource
+// and namespace (a list, then a watch; names, labels, annotations: no bodies)
+// into a store of its own (objects.go) that keeps, per object, only what it
+// decides on: its version, shard label, handover annotation, deletion and
+// finalizer count, and the member the last pass planned for it, in a record of
+// 40 bytes (member names interned) instead of a copy of the object's metadata
+// and a plan beside it. After each change that can matter (debounced) it makes a
+// pass: the plan (Plan) of the objects over the live members, kept in the
+// records, then for each object away from its planned member one write, queued
+// on a client-go work queue:
 //   - no member yet, or its member is gone (Lease deleted or expired): the shard
 //     label is set to the planned member (and a stale handover annotation
 //     removed): nobody else handles it, so no handshake is needed;
@@ -43,21 +50,18 @@ type coordinator struct {
 	s     *Sharding
 	queue workqueue.TypedRateLimitingInterface[planRef]
 
-	// mu is a leaf lock: it guards plan and informers.
-	mu sync.Mutex
-	// plan: per informer, the key of each object in its store -> its member (a
-	// string of the ring's). Kept in place from pass to pass.
-	plan      map[informerKey]map[string]string
-	informers map[informerKey]cache.SharedIndexInformer
+	// mu is a leaf lock: it guards stores (the map; each store has its own).
+	mu     sync.Mutex
+	stores map[informerKey]*objectStore
 
 	lastMembers    []string
 	rebalanceSince time.Time
-	// items and seen are a pass's, reused by the next (one goroutine passes).
+	// items is a pass's, reused by the next (one goroutine passes): 40 bytes an
+	// object.
 	items []planItem
-	seen  []seenObject
 }
 
-// planRef names one object by its informer and its key in the informer's store
+// planRef names one object by its store and its key in the store
 // (namespace/name): what the coordinator queues for a write.
 type planRef struct {
 	inf informerKey
@@ -66,16 +70,8 @@ type planRef struct {
 
 func (r planRef) String() string { return r.inf.gvr.Resource + " " + r.key }
 
-// seenObject is what a pass decides on, of one object: the strings are the
-// informer store's own.
-type seenObject struct {
-	inf             int // index in the pass's sorted informer keys
-	key             string
-	label, handover string
-}
-
 func newCoordinator(s *Sharding) *coordinator {
-	return &coordinator{s: s, plan: map[informerKey]map[string]string{}, informers: map[informerKey]cache.SharedIndexInformer{},
+	return &coordinator{s: s, stores: map[informerKey]*objectStore{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[planRef](50*time.Millisecond, 5*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[planRef]{Clock: s.clock})}
@@ -109,7 +105,7 @@ func (c *coordinator) run(ctx context.Context) {
 			return
 		case <-c.s.clock.After(c.s.opts.Debounce):
 		}
-		c.startInformers(ctx)
+		c.startWatches(ctx)
 		again := c.pass()
 		next = nil
 		if again > 0 {
@@ -118,9 +114,9 @@ func (c *coordinator) run(ctx context.Context) {
 	}
 }
 
-// startInformers starts a metadata informer per resource and namespace that the
-// Reactor watches by label (filtered resources are not labelled).
-func (c *coordinator) startInformers(ctx context.Context) {
+// startWatches starts a Reflector and its store per resource and namespace that
+// the Reactor watches by label (filtered resources are not labelled).
+func (c *coordinator) startWatches(ctx context.Context) {
 	s := c.s
 	s.mu.Lock()
 	var want []informerKey
@@ -135,86 +131,88 @@ func (c *coordinator) startInformers(ctx context.Context) {
 	s.mu.Unlock()
 	for _, k := range want {
 		c.mu.Lock()
-		_, running := c.informers[k]
+		_, running := c.stores[k]
 		c.mu.Unlock()
 		if running {
 			continue
 		}
-		inf := metadatainformer.NewFilteredMetadataInformer(s.meta, k.gvr, k.namespace, 0, cache.Indexers{}, nil).Informer()
-		// The coordinator keeps, of each object, only what it decides on: its
-		// name, version, shard label, handover annotation and deletion. The
-		// other annotations (with annotation storage, luaop's diff-base: a copy
-		// of the object) would cost the coordinator's replica the memory the
-		// label selectors save.
-		_ = inf.SetTransform(func(obj any) (any, error) {
-			if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
-				return decisionMetadata(m, s.label, s.handover), nil
-			}
-			return obj, nil
-		})
-		// Only what changes the plan wakes it: an object coming or going, its
-		// label or handover mark changing, its deletion starting (status writes
-		// of the handlers change none of them).
-		onChange := func(any) { poke(s.coordinatorWake) }
-		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: onChange, DeleteFunc: onChange,
-			UpdateFunc: func(old, cur any) {
-				o, ok1 := old.(*metav1.PartialObjectMetadata)
-				c, ok2 := cur.(*metav1.PartialObjectMetadata)
-				if !ok1 || !ok2 || o.Labels[s.label] != c.Labels[s.label] || o.Annotations[s.handover] != c.Annotations[s.handover] ||
-					(o.DeletionTimestamp == nil) != (c.DeletionTimestamp == nil) || len(o.Finalizers) != len(c.Finalizers) {
-					onChange(cur)
-				}
-			}})
-		go inf.RunWithContext(ctx)
+		// The store wakes a pass only on what can change the plan: an object
+		// coming or going, its label or handover mark changing, its deletion
+		// starting, its finalizers (status writes of the handlers change none).
+		store := newObjectStore(s.label, s.handover, func() { poke(s.coordinatorWake) })
+		go c.reflector(k, store).RunWithContext(ctx)
 		c.mu.Lock()
-		c.informers[k] = inf
+		c.stores[k] = store
 		c.mu.Unlock()
 		s.log.Info("assigning objects to the shard members", "resource", k.gvr.String(), "namespace", k.namespace)
 	}
 }
 
+// reflector lists and watches the metadata of k's objects into store, as a
+// metadata informer would (the same requests, a watch-list stream where the
+// server serves one), without the informer's queue and indexer.
+func (c *coordinator) reflector(k informerKey, store *objectStore) *cache.Reflector {
+	objects := c.s.meta.Resource(k.gvr).Namespace(k.namespace)
+	lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return objects.List(ctx, o) },
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return objects.Watch(ctx, o)
+		},
+	}, c.s.meta)
+	return cache.NewReflectorWithOptions(lw, &metav1.PartialObjectMetadata{}, store, cache.ReflectorOptions{
+		Name: "shard coordinator " + k.gvr.String() + " " + k.namespace})
+}
+
 // pass plans and queues the writes; it returns when to pass again without a
-// change (a member's lease expiring, informers still listing), 0 for never. It
-// copies no object: it reads the informers' stores into the reused items and
-// seen, and updates the plan in place.
+// change (a member's lease expiring, stores still listing), 0 for never. It
+// copies no object: it reads the stores into the reused items (their keys are
+// the stores' strings) and writes the plan into the records.
 func (c *coordinator) pass() time.Duration {
 	s := c.s
-	keys, informers := c.sortedInformers()
-	for _, inf := range informers {
-		if !inf.HasSynced() {
+	keys, stores := c.sortedStores()
+	for _, st := range stores {
+		if !st.hasSynced() {
 			return 100 * time.Millisecond // a plan of part of the objects would move objects for nothing
 		}
 	}
 	now := s.clock.Now()
 	members, nextExpiry := s.ms.live(now)
 	ring := NewRing(members, s.opts.VirtualNodes)
-	c.gather(keys, informers)
+	names := make([]name, ring.Len()) // the ring's members, by index
+	index := make(map[name]int32, ring.Len())
+	for i, m := range ring.members {
+		names[i] = nameOf(m)
+		index[names[i]] = int32(i)
+	}
+	c.gather(keys, stores, index)
 	assign(ring, c.items, s.opts.Tolerance)
-	c.mu.Lock()
-	for _, k := range keys {
-		if c.plan[k] == nil {
-			c.plan[k] = map[string]string{}
-		}
-		clear(c.plan[k]) // keeps its buckets: the next plan is mostly the same objects
-	}
-	for _, it := range c.items {
-		o := c.seen[it.at]
-		c.plan[keys[o.inf]][o.key] = it.member
-	}
-	c.mu.Unlock()
 	pending := 0
 	for _, it := range c.items {
-		o := c.seen[it.at]
+		planned := name{}
+		if it.member >= 0 {
+			planned = names[it.member]
+		}
+		st := stores[it.at]
+		st.mu.Lock()
+		r, ok := st.objects[it.tie]
+		if ok {
+			r.planned = planned
+			st.objects[it.tie] = r
+		}
+		st.mu.Unlock()
+		// Decided on the record as it is now (a change since gather woke the
+		// next pass; writeNext decides on the newest anyway).
+		_, labelLive := index[r.label]
 		switch {
-		case it.member == "":
-		case o.handover != "":
+		case !ok || planned == (name{}): // deleted since gather, or no member live
+		case r.handover != (name{}):
 			pending++
-			if !ring.Has(o.label) {
-				c.queue.Add(planRef{keys[o.inf], o.key}) // its member left before releasing it
+			if !labelLive {
+				c.queue.Add(planRef{keys[it.at], it.tie}) // its member left before releasing it
 			}
-		case o.label != it.member:
+		case r.label != planned:
 			pending++
-			c.queue.Add(planRef{keys[o.inf], o.key})
+			c.queue.Add(planRef{keys[it.at], it.tie})
 		}
 	}
 	c.noteRebalance(now, members, len(c.items), pending)
@@ -224,52 +222,67 @@ func (c *coordinator) pass() time.Duration {
 	return 0
 }
 
-// sortedInformers are the informers, in one order (so a pass's order of the
-// objects, and the plan's tie-breaks, do not depend on a map's).
-func (c *coordinator) sortedInformers() ([]informerKey, []cache.SharedIndexInformer) {
+// sortedStores are the stores, in one order (so a pass's order of the objects,
+// and the plan's tie-breaks, do not depend on a map's).
+func (c *coordinator) sortedStores() ([]informerKey, []*objectStore) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	keys := make([]informerKey, 0, len(c.informers))
-	for k := range c.informers {
+	keys := make([]informerKey, 0, len(c.stores))
+	for k := range c.stores {
 		keys = append(keys, k)
 	}
 	slices.SortFunc(keys, func(a, b informerKey) int {
 		return cmp.Or(strings.Compare(a.gvr.String(), b.gvr.String()), strings.Compare(a.namespace, b.namespace))
 	})
-	informers := make([]cache.SharedIndexInformer, len(keys))
+	stores := make([]*objectStore, len(keys))
 	for i, k := range keys {
-		informers[i] = c.informers[k]
+		stores[i] = c.stores[k]
 	}
-	return keys, informers
+	return keys, stores
 }
 
-// gather fills items and seen with the objects of the informers' stores (those
-// being deleted without a finalizer left out): the key, label and handover
-// strings are the store's, the hash is computed without building a key. Ties of
-// two objects' hashes are broken by their store keys (of two resources with the
-// same namespace and name, by the order of the informers: hashes of 64 bits
-// make it moot).
-func (c *coordinator) gather(keys []informerKey, informers []cache.SharedIndexInformer) {
-	s := c.s
-	c.items, c.seen = c.items[:0], c.seen[:0]
-	for i, inf := range informers {
-		store := inf.GetStore()
-		for _, key := range store.ListKeys() {
-			obj, _, _ := store.GetByKey(key)
-			m, ok := obj.(*metav1.PartialObjectMetadata)
-			if !ok || m.DeletionTimestamp != nil && len(m.Finalizers) == 0 {
+// gather fills items with the objects of the stores (those being deleted
+// without a finalizer left out, and their plan cleared): the key is the
+// store's, the hash is computed without building a key, the current member is
+// an index in the ring (index). Ties of two objects' hashes are broken by their
+// store keys (of two resources with the same namespace and name, by the order
+// of the stores: hashes of 64 bits make it moot).
+func (c *coordinator) gather(keys []informerKey, stores []*objectStore, index map[name]int32) {
+	c.items = c.items[:0]
+	for i, st := range stores {
+		gvr := keys[i].gvr
+		st.mu.Lock()
+		for key, r := range st.objects {
+			if r.gone() {
+				if r.planned != (name{}) {
+					r.planned = name{}
+					st.objects[key] = r
+				}
 				continue
 			}
-			label, handover := m.Labels[s.label], m.Annotations[s.handover]
-			current := label
-			if handover != "" {
-				current = handover // committed: it goes there
+			current := r.label
+			if r.handover != (name{}) {
+				current = r.handover // committed: it goes there
 			}
-			c.seen = append(c.seen, seenObject{inf: i, key: key, label: label, handover: handover})
-			c.items = append(c.items, planItem{hash: hashParts(keys[i].gvr.Group, keys[i].gvr.Resource, m.Namespace, m.Name),
-				tie: key, current: current, at: len(c.seen) - 1})
+			at, on := index[current]
+			if !on {
+				at = -1
+			}
+			namespace, objName := splitKey(key)
+			c.items = append(c.items, planItem{hash: hashParts(gvr.Group, gvr.Resource, namespace, objName),
+				tie: key, current: at, at: int32(i)})
 		}
+		st.mu.Unlock()
 	}
+}
+
+// splitKey is cache.SplitMetaNamespaceKey for a key of the store (no error, no
+// allocation).
+func splitKey(key string) (namespace, name string) {
+	if ns, n, found := strings.Cut(key, "/"); found {
+		return ns, n
+	}
+	return "", key
 }
 
 // noteRebalance logs a change of the members and, once every object is with
@@ -295,8 +308,8 @@ func (c *coordinator) noteRebalance(now time.Time, members []string, objects, pe
 	}
 }
 
-// writeNext makes the write one object needs now, decided on the informer's
-// newest copy of it and the newest plan.
+// writeNext makes the write one object needs now, decided on the store's
+// newest record of it (the newest plan included).
 func (c *coordinator) writeNext(ctx context.Context) bool {
 	ref, shutdown := c.queue.Get()
 	if shutdown {
@@ -305,16 +318,16 @@ func (c *coordinator) writeNext(ctx context.Context) bool {
 	defer c.queue.Done(ref)
 	s := c.s
 	c.mu.Lock()
-	want := c.plan[ref.inf][ref.key]
-	inf := c.informers[ref.inf]
+	store := c.stores[ref.inf]
 	c.mu.Unlock()
-	if want == "" || inf == nil {
-		c.queue.Forget(ref)
-		return true
+	var r record
+	var version string
+	exists := false
+	if store != nil {
+		r, version, exists = store.get(ref.key)
 	}
-	obj, exists, _ := inf.GetStore().GetByKey(ref.key)
-	m, ok := obj.(*metav1.PartialObjectMetadata)
-	if !exists || !ok {
+	want := r.planned.String()
+	if !exists || want == "" {
 		c.queue.Forget(ref)
 		return true
 	}
@@ -327,7 +340,7 @@ func (c *coordinator) writeNext(ctx context.Context) bool {
 		}
 		return false
 	}
-	label, handover := m.Labels[s.label], m.Annotations[s.handover]
+	label, handover := r.label.String(), r.handover.String()
 	var meta map[string]any
 	var kind string
 	switch {
@@ -349,9 +362,10 @@ func (c *coordinator) writeNext(ctx context.Context) bool {
 	default:
 		return true
 	}
-	meta["resourceVersion"] = m.ResourceVersion
+	meta["resourceVersion"] = version
 	patch, _ := json.Marshal(map[string]any{"metadata": meta})
-	_, err := s.meta.Resource(ref.inf.gvr).Namespace(m.Namespace).Patch(ctx, m.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	namespace, objName := splitKey(ref.key)
+	_, err := s.meta.Resource(ref.inf.gvr).Namespace(namespace).Patch(ctx, objName, types.MergePatchType, patch, metav1.PatchOptions{})
 	switch {
 	case err == nil:
 		c.queue.Forget(ref)
@@ -367,25 +381,4 @@ func (c *coordinator) writeNext(ctx context.Context) bool {
 		}
 	}
 	return true
-}
-
-// decisionMetadata is what the coordinator keeps of an object: a new
-// PartialObjectMetadata with its name, namespace, version, shard label,
-// handover annotation, finalizers and deletion only (the UID, the times, the
-// type and the rest of the decoded object are left to the collector).
-func decisionMetadata(m *metav1.PartialObjectMetadata, label, handover string) *metav1.PartialObjectMetadata {
-	return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
-		Name: m.Name, Namespace: m.Namespace, ResourceVersion: m.ResourceVersion,
-		Labels: onlyKey(m.Labels, label), Annotations: onlyKey(m.Annotations, handover),
-		Finalizers: m.Finalizers, DeletionTimestamp: m.DeletionTimestamp,
-	}}
-}
-
-// onlyKey is m with key alone (nil without it).
-func onlyKey(m map[string]string, key string) map[string]string {
-	v, ok := m[key]
-	if !ok {
-		return nil
-	}
-	return map[string]string{key: v}
 }

@@ -15,7 +15,12 @@
 // last renewal; what LeaseDuration leaves is for the move). One replica, elected
 // on the Lease <group>-coordinator with the leader package (no extra component),
 // is the coordinator: it watches the metadata of every object of the sharded
-// resources and writes each object's member into the label <prefix>/shard.
+// resources and writes each object's member into the label <prefix>/shard. Of
+// each object it keeps a record of 40 bytes (its version, shard label, handover
+// annotation, deletion, finalizer count and planned member; member names
+// interned), about 180 bytes an object with its map and a pass's items, so
+// the coordinator's live heap is little more than the others' (its lists'
+// garbage aside: BENCHMARKS.md).
 // Objects are placed by consistent hashing with virtual nodes and bounded loads
 // (Ring, Plan): balanced within DefaultTolerance whatever the members' names, and
 // a member coming or going moves only the objects it takes or gives. Each
@@ -45,8 +50,11 @@
 // Sharding's leaf mutex guards the resources, the objects this replica owns and
 // those it is handing over; Admits (an informer goroutine) and the handover
 // workers (a client-go work queue) are its only writers. The coordinator
-// (coordinator.go) owns its informers and the plan; one goroutine plans, its
-// workers write. No lock is held while calling the API or the Reactor.
+// (coordinator.go) owns a client-go Reflector per resource and namespace and
+// the store it feeds (objects.go: the records, the plan in them, behind the
+// store's leaf mutex); one goroutine plans, its workers write, each deciding on
+// a copy of the record taken under that mutex. No lock is held while calling
+// the API or the Reactor.
 //
 // It imports leader (the coordinator's election) and state, and must not import
 // processing or operator: the Reactor it releases objects from, the elector and the

@@ -41,25 +41,26 @@ func Plan(ring *Ring, objects []Placement, tolerance float64) map[string]string 
 	}
 	items := make([]planItem, len(objects))
 	for i, p := range objects {
-		items[i] = planItem{hash: hashKey(p.Key), tie: p.Key, current: p.Current}
+		items[i] = planItem{hash: hashKey(p.Key), tie: p.Key, current: ring.indexOf(p.Current)}
 	}
 	assign(ring, items, tolerance)
 	plan := make(map[string]string, len(items))
 	for _, it := range items {
-		plan[it.tie] = it.member
+		plan[it.tie] = ring.members[it.member]
 	}
 	return plan
 }
 
 // planItem is one object to place: its hash (hashKey of its ObjectKey), what
 // breaks a tie of two hashes (its key), its current member; assign sets member.
-// at is the caller's (the coordinator's index of the object).
+// Members are indexes in the ring's members (-1: none, or not on the ring), so
+// an item is 40 bytes: the coordinator keeps one per object between passes. at
+// is the caller's (the coordinator's: the object's store).
 type planItem struct {
-	hash           uint64
-	tie            string
-	current, first string
-	member         string
-	at             int
+	hash                   uint64
+	tie                    string
+	current, first, member int32
+	at                     int32
 }
 
 // assign is Plan on items, in place: it sets each item's member and reorders
@@ -68,7 +69,7 @@ type planItem struct {
 func assign(ring *Ring, items []planItem, tolerance float64) {
 	if ring.Len() == 0 {
 		for i := range items {
-			items[i].member = ""
+			items[i].member = -1
 		}
 		return
 	}
@@ -82,7 +83,7 @@ func assign(ring *Ring, items []planItem, tolerance float64) {
 	}
 	limit := max(int(math.Ceil(factor*float64(n)/float64(members))), 1)
 	for i := range items {
-		items[i].first, items[i].member = ring.ownerOfHash(items[i].hash), ""
+		items[i].first, items[i].member = ring.ownerOfHash(items[i].hash), -1
 	}
 	// One fixed order (by hash, then key) so that who stays when a member is full
 	// does not depend on the order the objects were listed in.
@@ -92,15 +93,16 @@ func assign(ring *Ring, items []planItem, tolerance float64) {
 		}
 		return strings.Compare(a.tie, b.tie)
 	})
-	load := make(map[string]int, ring.Len())
+	load := make([]int, members)
 	keep := func(preferred bool) {
 		for i := range items {
 			it := &items[i]
-			if it.member != "" || it.current == "" || !ring.Has(it.current) || (it.current == it.first) != preferred {
+			// current < 0: no member, or one not on the ring.
+			if it.member >= 0 || it.current < 0 || (it.current == it.first) != preferred {
 				continue
 			}
 			if load[it.current] < limit {
-				it.member = ring.canonical(it.current)
+				it.member = it.current
 				load[it.member]++
 			}
 		}
@@ -109,21 +111,21 @@ func assign(ring *Ring, items []planItem, tolerance float64) {
 	keep(false)
 	for i := range items {
 		it := &items[i]
-		if it.member != "" {
+		if it.member >= 0 {
 			continue
 		}
-		it.member = ring.walk(it.hash, func(m string) bool { return load[m] < limit })
+		it.member = ring.walk(it.hash, func(m int32) bool { return load[m] < limit })
 		load[it.member]++
 	}
 }
 
-// canonical is the ring's own copy of member (one of its members): a plan keeps
-// the ring's strings, not those of the objects' labels.
-func (r *Ring) canonical(member string) string {
+// indexOf is member's index in the ring's members; -1 when not on the ring (or
+// "").
+func (r *Ring) indexOf(member string) int32 {
 	if i, found := slices.BinarySearch(r.members, member); found {
-		return r.members[i]
+		return int32(i)
 	}
-	return member
+	return -1
 }
 
 // hashParts is hashKey(ObjectKey(group, resource, namespace, name)) without
@@ -142,10 +144,11 @@ func hashParts(group, resource, namespace, name string) uint64 {
 	return finalize(x)
 }
 
-// ownerOfHash is Owner for a key already hashed.
-func (r *Ring) ownerOfHash(h uint64) string {
+// ownerOfHash is Owner for a key already hashed, as an index in members (-1
+// on an empty ring).
+func (r *Ring) ownerOfHash(h uint64) int32 {
 	if len(r.points) == 0 {
-		return ""
+		return -1
 	}
 	return r.owners[r.index(h)]
 }
@@ -160,7 +163,7 @@ func (r *Ring) index(h uint64) int {
 
 // walk returns the first member clockwise from h that ok accepts; the first
 // member from h when none does (cannot happen with a bound above the fair share).
-func (r *Ring) walk(h uint64, ok func(string) bool) string {
+func (r *Ring) walk(h uint64, ok func(int32) bool) int32 {
 	start := r.index(h)
 	for j := range len(r.points) {
 		if m := r.owners[(start+j)%len(r.points)]; ok(m) {

@@ -19,8 +19,10 @@ const DefaultVirtualNodes = 256
 // leaving moves only the keys of the arcs it takes or leaves (about 1/N of them),
 // never keys between two members that stay. A Ring is immutable: safe to share.
 type Ring struct {
-	points  []uint64
-	owners  []string // owners[i] owns points[i]
+	points []uint64
+	// owners[i], the index in members of the member owning points[i]: a plan
+	// works on indexes, not strings (its items are 40 bytes).
+	owners  []int32
 	members []string // sorted, distinct
 }
 
@@ -36,23 +38,24 @@ func NewRing(members []string, vnodes int) *Ring {
 	ms = slices.Compact(ms)
 	type point struct {
 		at    uint64
-		owner string
+		owner int32
 	}
 	pts := make([]point, 0, len(ms)*vnodes)
-	for _, m := range ms {
+	for j, m := range ms {
 		for i := range vnodes {
-			pts = append(pts, point{hashKey(m + "#" + strconv.Itoa(i)), m})
+			pts = append(pts, point{hashKey(m + "#" + strconv.Itoa(i)), int32(j)})
 		}
 	}
-	// Ties (two members on one point, astronomically rare) are broken by name,
-	// so every replica builds the same ring from the same members.
+	// Ties (two members on one point, astronomically rare) are broken by name
+	// (members are sorted: by index), so every replica builds the same ring from
+	// the same members.
 	sort.Slice(pts, func(i, j int) bool {
 		if pts[i].at != pts[j].at {
 			return pts[i].at < pts[j].at
 		}
 		return pts[i].owner < pts[j].owner
 	})
-	r := &Ring{points: make([]uint64, len(pts)), owners: make([]string, len(pts)), members: ms}
+	r := &Ring{points: make([]uint64, len(pts)), owners: make([]int32, len(pts)), members: ms}
 	for i, p := range pts {
 		r.points[i], r.owners[i] = p.at, p.owner
 	}
@@ -76,7 +79,7 @@ func (r *Ring) Owner(key string) string {
 	if len(r.points) == 0 {
 		return ""
 	}
-	return r.ownerOfHash(hashKey(key))
+	return r.members[r.ownerOfHash(hashKey(key))]
 }
 
 // hashKey is FNV-1a, then a 64-bit finalizer (splitmix64's), which spreads the
