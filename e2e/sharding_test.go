@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -627,13 +628,25 @@ func killPhase(t *testing.T, rig killPhaseRig, live []string, updates int64) (su
 	}
 	rig.replicas[victim].stop(syscall.SIGKILL)
 	killed := time.Now()
-	inParallel(rig.n, func(i int) {
-		patch := fmt.Sprintf(`{"spec":{"size":%d}}`, updates+1)
-		if _, err := rig.api.Patch(t.Context(), fmt.Sprintf("w%05d", i), types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-			t.Error(err)
-		}
-	})
+	// The changes are written while the census watches: at 3,000 objects writing
+	// them takes longer than the lease on this machine, and a census that waited
+	// for the last write could not see a move before it.
+	var writing sync.WaitGroup
+	defer writing.Wait() // a failed wait below must not leave writes of a finished test
+	var changesTook atomic.Int64
+	writing.Add(1)
+	go func() {
+		defer writing.Done()
+		inParallel(rig.n, func(i int) {
+			patch := fmt.Sprintf(`{"spec":{"size":%d}}`, updates+1)
+			if _, err := rig.api.Patch(t.Context(), fmt.Sprintf("w%05d", i), types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+				t.Error(err)
+			}
+		})
+		changesTook.Store(int64(time.Since(killed)))
+	}()
 	var firstMoved time.Duration // the kill -> an object of the victim's seen handled by its new owner
+	var firstName string
 	testcluster.Eventually(t, rig.timeout+rig.lease, func() (bool, string) {
 		rig.learnMembers(survivors...)
 		objects := census(t, rig.ns)
@@ -644,13 +657,14 @@ func killPhase(t *testing.T, rig killPhaseRig, live []string, updates int64) (su
 			owner := rig.owners[c.member]
 			was := before[name]
 			if firstMoved == 0 && rig.owners[was.member] == victim && owner != victim && c.updates[owner] > was.updates[owner] {
-				firstMoved = seen
+				firstMoved, firstName = seen, name
 			}
 			if sum(c.updates) >= updates && owner != victim {
 				done++
 			}
 		}
-		return done == rig.n, fmt.Sprintf("%d of %d objects updated and away from the killed replica", done, rig.n)
+		// done counts only written changes; the census ends once they all are.
+		return done == rig.n && changesTook.Load() != 0, fmt.Sprintf("%d of %d objects updated and away from the killed replica", done, rig.n)
 	})
 	if firstMoved == 0 {
 		t.Fatalf("every object is away from the killed replica %s, but none of its objects was seen handled by a new owner", victim)
@@ -666,8 +680,20 @@ func killPhase(t *testing.T, rig killPhaseRig, live []string, updates int64) (su
 	if rig.coordinator {
 		role = "coordinator"
 	}
-	t.Logf("%s %s killed: its first object handled by another %s after the kill, every object handled and away from it after %s (lease %s); the survivors lost their membership %d times meanwhile",
-		role, victim, firstMoved.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond), rig.lease, lost)
+	// Where the time went, from the first moved object's managedFields (to the
+	// second): the coordinator's label write, then the new owner's writes.
+	if u, err := rig.api.Get(t.Context(), firstName, metav1.GetOptions{}); err == nil {
+		var writes []string
+		for _, m := range u.GetManagedFields() {
+			if m.Time != nil && m.Time.After(killed.Add(-time.Second)) {
+				writes = append(writes, fmt.Sprintf("%s %s%s at +%.0fs", m.Manager, m.Operation, m.Subresource, m.Time.Sub(killed).Seconds()))
+			}
+		}
+		t.Logf("killed at %s; the first moved object %s: %s", killed.UTC().Format("15:04:05.000"), firstName, strings.Join(writes, ", "))
+	}
+	t.Logf("%s %s killed: its first object handled by another %s after the kill, every object handled and away from it after %s (lease %s; writing the change of every object took %s); the survivors lost their membership %d times meanwhile",
+		role, victim, firstMoved.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond), rig.lease,
+		time.Duration(changesTook.Load()).Round(time.Millisecond), lost)
 	switch {
 	case firstMoved <= bound:
 	case lost > 0:

@@ -10,7 +10,9 @@
 // detects the high-level cause from the newest body and the diff-base stored on the
 // object, runs the selected change handlers through the Handlers interface, and
 // applies everything they changed as one merge patch (plus one of /status when status
-// is a subresource).
+// is a subresource). The queue is FIFO, but a sharded Reactor (Options.Shard) serves
+// first the objects that reach it after its initial listing (moved from another
+// replica, or newly assigned to it): its storage has a front lane (lanes.go).
 //
 // Progress of every handler is persisted on the object (state.ProgressStorage), so a
 // restarted operator resumes where it stopped. After its own patch a worker does not
@@ -57,6 +59,9 @@
 //     leaf mutex. The memory (daemons, timers, consistency wait, index version) is
 //     owned by the worker holding the object's key: the work queue hands a key to one
 //     worker at a time, so it has no lock at all.
+//   - The keys a sharded Reactor puts in the queue's front lane are marked under a
+//     leaf mutex (frontMarks) before the key is added; the queue's storage takes the
+//     mark under client-go's queue lock, the one order these two locks are taken in.
 //   - The object table (key -> state) has a leaf RWMutex; a worker drops a gone object
 //     only if no notification arrived since, under the table's lock.
 //   - Readiness is the set of keys of the initial listings still to process (and, for

@@ -45,7 +45,7 @@ func ControllerName(r causes.Resource) string { return r.GroupResource().String(
 // one work queue for every resource, so the metrics client-go keeps per queue would
 // all be named alike; here every series is named after the resource of the keys
 // (ControllerName), as if each resource had a queue of its own, as in
-// controller-runtime. The queue's storage (meteredFIFO) tells what enters and
+// controller-runtime. The queue's storage (laneFIFO) tells what enters and
 // leaves it; the worker tells when it is done with a key and when it adds one back
 // after a delay (a retry).
 //
@@ -179,28 +179,4 @@ func (q *queueMetrics) runUpdates(ctx context.Context, clk clock.WithTicker) {
 			q.updateUnfinished()
 		}
 	}
-}
-
-// meteredFIFO is the work queue's storage (client-go's default FIFO) telling
-// queueMetrics what enters and leaves it. client-go calls it under its queue's lock.
-type meteredFIFO struct {
-	items []objectKey
-	m     *queueMetrics
-}
-
-func (f *meteredFIFO) Touch(objectKey) {}
-
-func (f *meteredFIFO) Push(key objectKey) {
-	f.items = append(f.items, key)
-	f.m.pushed(key)
-}
-
-func (f *meteredFIFO) Len() int { return len(f.items) }
-
-func (f *meteredFIFO) Pop() objectKey {
-	key := f.items[0]
-	f.items[0] = objectKey{}
-	f.items = f.items[1:]
-	f.m.popped(key)
-	return key
 }

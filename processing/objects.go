@@ -280,16 +280,16 @@ func (t *objectTable) get(key objectKey) *objectState {
 }
 
 // record stores one notification in the object's inbox, creating the object's state
-// on its first notification. The table's lock is held across the inbox update, so
-// a worker dropping a gone object (dropIfGone) never drops a notification that
-// arrived meanwhile.
-func (t *objectTable) record(key objectKey, eventType string, obj *unstructured.Unstructured, initial, keepEvents bool) {
+// on its first notification (created: the object was new to the table). The table's
+// lock is held across the inbox update, so a worker dropping a gone object
+// (dropIfGone) never drops a notification that arrived meanwhile.
+func (t *objectTable) record(key objectKey, eventType string, obj *unstructured.Unstructured, initial, keepEvents bool) (created bool) {
 	t.mu.RLock()
 	st := t.objects[key]
 	if st != nil {
 		st.inbox.put(eventType, obj, initial, keepEvents)
 		t.mu.RUnlock()
-		return
+		return false
 	}
 	t.mu.RUnlock()
 	t.mu.Lock()
@@ -297,8 +297,10 @@ func (t *objectTable) record(key objectKey, eventType string, obj *unstructured.
 	if st = t.objects[key]; st == nil {
 		st = &objectState{}
 		t.objects[key] = st
+		created = true
 	}
 	st.inbox.put(eventType, obj, initial, keepEvents)
+	return created
 }
 
 func (in *objectInbox) put(eventType string, obj *unstructured.Unstructured, initial, keepEvents bool) {

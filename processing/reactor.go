@@ -47,6 +47,9 @@ type Reactor struct {
 	// qmetrics feeds the work queue's metrics per resource; nil without
 	// Options.QueueMetrics.
 	qmetrics *queueMetrics
+	// front marks the keys the queue serves first (lanes.go); nil when not
+	// sharded. Set by Start.
+	front *frontMarks
 	// board is what /debug shows: objects in flight, timers (status.go).
 	board   statusBoard
 	objects objectTable
@@ -160,16 +163,20 @@ func (o *Reactor) Start(ctx context.Context) error {
 		return fmt.Errorf("operator already started")
 	}
 	// The queue is made here, not in New: client-go queues start goroutines at once.
-	// With QueueMetrics, its storage reports per resource (metrics.go); the queue
-	// itself is unnamed, so client-go keeps no metrics of its own for it.
-	baseConfig := workqueue.TypedQueueConfig[objectKey]{Clock: o.clock}
+	// Its storage is laneFIFO (lanes.go), metered or not: a sharded Reactor puts
+	// the objects that come to it after its initial listing in front. With
+	// QueueMetrics, the storage reports per resource (metrics.go); the queue itself
+	// is unnamed, so client-go keeps no metrics of its own for it.
+	if o.opts.Shard != nil {
+		o.front = newFrontMarks()
+	}
 	if o.opts.QueueMetrics != nil {
 		o.qmetrics = newQueueMetrics(o.opts.QueueMetrics, o.clock)
-		baseConfig.Queue = &meteredFIFO{m: o.qmetrics}
 		updates, stopUpdates := context.WithCancel(ctx)
 		defer stopUpdates()
 		go o.qmetrics.runUpdates(updates, o.clock)
 	}
+	baseConfig := workqueue.TypedQueueConfig[objectKey]{Clock: o.clock, Queue: newLaneFIFO(o.qmetrics, o.front)}
 	// The failure backoff of framework errors: process asks it (When) and keeps the
 	// retry time in the object's memory; the queue's Forget resets it.
 	o.failures = workqueue.NewTypedItemExponentialFailureRateLimiter[objectKey](time.Second, 5*time.Minute)

@@ -169,7 +169,19 @@ func (o *Reactor) Revisit(resource schema.GroupVersionResource) {
 				continue
 			}
 			o.objects.record(key, "MODIFIED", u, false, false)
-			o.queue.Add(key)
+			o.queueNewcomer(key)
 		}
 	}
+}
+
+// queueNewcomer queues an object new to this Reactor after its initial listing:
+// sharded, in the front lane of the queue (laneFIFO says why; in sharded mode it
+// came from another replica, or was just created and assigned here), else as any
+// key. The mark is set before the Add and its lock released: the queue's storage
+// takes it under the queue's lock.
+func (o *Reactor) queueNewcomer(key objectKey) {
+	if o.front != nil {
+		o.front.mark(key)
+	}
+	o.queue.Add(key)
 }

@@ -2,6 +2,7 @@ package processing
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -101,4 +102,77 @@ func TestReleaseFinishesTheCycleThenStopsDaemonsAndForgets(t *testing.T) {
 	shard.refuse.Store(false)
 	e.patch("w1", `{"spec":{"size":3}}`)
 	e.eventually("handled again once admitted", func() bool { return len(h.callsOf("update", "w1")) == 1 && e.op.daemons.count() == 1 })
+}
+
+// In sharded mode an object new to the Reactor after its initial listing (moved
+// here from another replica, or created and assigned here) is handled before the
+// backlog of changes of the objects it already owned; unsharded, the queue stays
+// FIFO. One worker, held in the handler of a gate object while every owned object
+// changes and then a newcomer is created: once released, the order of the handler
+// runs tells.
+func TestShardNewcomerIsHandledBeforeTheBacklog(t *testing.T) {
+	const owned = 8
+	cases := []struct {
+		name         string
+		shard        Shard
+		newcomerRuns int // the newcomer's handler run among the runs after the gate: its index
+	}{
+		{"sharded: the newcomer first", &testShard{}, 0},
+		{"unsharded: in order of arrival", nil, owned},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newFakeHandlers()
+			inGate, openGate := make(chan struct{}), make(chan struct{})
+			h.add(changeSpec("create", causes.Create), nil)
+			h.add(changeSpec("update", causes.Update), func(ctx context.Context, call causes.Call) (causes.Result, error) {
+				if meta, _ := call.Cause.Body["metadata"].(map[string]any); meta["name"] == "gate" {
+					close(inGate)
+					<-openGate
+				}
+				return causes.Result{}, nil
+			})
+			var objects []*unstructured.Unstructured
+			names := []string{"gate"}
+			for i := range owned {
+				names = append(names, fmt.Sprintf("w%d", i))
+			}
+			for _, name := range names {
+				objects = append(objects, widgetObject(name, "uid-"+name, map[string]any{"size": int64(1)}))
+			}
+			e := startEnv(t, h, Options{Shard: tc.shard, Workers: 1}, objects...)
+			e.eventually("the initial listing handled", e.op.Synced)
+			for _, name := range names {
+				e.settleIn(widgetsGVR, name)
+			}
+
+			// The one worker is held in the gate's handler; the owned objects'
+			// changes queue up behind it, then the newcomer arrives.
+			e.patch("gate", `{"spec":{"size":2}}`)
+			<-inGate
+			for _, name := range names[1:] {
+				e.patch(name, `{"spec":{"size":2}}`)
+			}
+			e.eventually("the owned objects' changes queued", func() bool { return e.op.queue.Len() == owned })
+			e.create("newcomer", map[string]any{"size": int64(1)})
+			e.eventually("the newcomer queued", func() bool { return e.op.queue.Len() == owned+1 })
+			h.mu.Lock()
+			before := len(h.calls)
+			h.mu.Unlock()
+			close(openGate)
+			e.eventually("every change handled", func() bool {
+				return len(h.callsOf("create", "newcomer")) == 1 && len(h.callsOf("update", "")) == owned+1
+			})
+
+			h.mu.Lock()
+			var order []string
+			for _, c := range h.calls[before:] {
+				order = append(order, c.id+" "+c.name)
+			}
+			h.mu.Unlock()
+			if len(order) != owned+1 || order[tc.newcomerRuns] != "create newcomer" {
+				t.Fatalf("handler runs after the gate opened: %v; want the newcomer's create at index %d", order, tc.newcomerRuns)
+			}
+		})
+	}
 }

@@ -251,6 +251,9 @@ func (w *watcher) notify(eventType string, obj any, initial bool) {
 	}
 	// While paused, the raw events are the working peer's (pause.go).
 	keepEvents := idx.has(w.resource, causes.KindEvent) && !o.pause.pausedNow.Load()
-	o.objects.record(key, eventType, u, initial, keepEvents)
+	if o.objects.record(key, eventType, u, initial, keepEvents) && !initial && eventType != "DELETED" {
+		o.queueNewcomer(key)
+		return
+	}
 	o.queue.Add(key)
 }
