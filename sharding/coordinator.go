@@ -264,6 +264,15 @@ func (c *coordinator) gather(keys []informerKey, stores []*objectStore, index ma
 			if r.handover != (name{}) {
 				current = r.handover // committed: it goes there
 			}
+			if current == (name{}) {
+				// Labelled by an earlier pass (or about to be) but not seen so yet:
+				// the store lags the coordinator's own writes in a storm of
+				// creates. It counts at the member it was given; planned anew,
+				// with the new objects and a larger bound, it could land elsewhere,
+				// and the written label would then put its member over the bound:
+				// objects would move with no member coming or going.
+				current = r.planned
+			}
 			at, on := index[current]
 			if !on {
 				at = -1
