@@ -147,8 +147,17 @@ func (p *prober) configuration() *admissionregistrationv1.ValidatingWebhookConfi
 	}
 }
 
-// ensure writes the probe's configuration when it is missing or different.
+// ensure writes the probe's configuration when it is missing or different. Every
+// replica writes the same one, and replicas start together (a Deployment's, three
+// with deploy/components/sharding): a create or update that loses the race to
+// another (AlreadyExists, Conflict) reads the winner's copy and compares again,
+// instead of failing the probe (seen on a node: the replica's webhooks reported not
+// reached until the next resync).
 func (p *prober) ensure(ctx context.Context) error {
+	return againIfRaced(func() error { return p.ensureOnce(ctx) })
+}
+
+func (p *prober) ensureOnce(ctx context.Context) error {
 	api := p.client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
 	want := p.configuration()
 	cur, err := api.Get(ctx, want.Name, metav1.GetOptions{})

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 )
@@ -215,5 +217,68 @@ func TestProbeConfigurationCoversOnlyItsOwnPrefixesProbes(t *testing.T) {
 	}
 	if v := probeOwner(strings.Repeat("a.", 120) + "example.com"); len(v) > 63 {
 		t.Errorf("probeOwner of a long prefix is %d characters, over a label value's 63", len(v))
+	}
+}
+
+// Replicas start together and each writes the probe's configuration: the one
+// whose create or update loses the race (AlreadyExists, Conflict) reads the
+// winner's copy and compares again, instead of failing the probe. The fake API
+// server has another replica write first, between this one's read and write.
+func TestProbeConfigurationRaceWithAnotherReplica(t *testing.T) {
+	noClient := func() admissionregistrationv1.WebhookClientConfig {
+		return admissionregistrationv1.WebhookClientConfig{}
+	}
+	mine := &prober{prefix: "ops.example.com", namespace: "luaop", clientConfig: noClient}
+	stale := mine.configuration()
+	stale.Webhooks[0].Name = "an.older.probe"
+	for _, tc := range []struct {
+		name string
+		// existing is what the API server holds before; verb the write that races.
+		existing *admissionregistrationv1.ValidatingWebhookConfiguration
+		verb     string
+	}{
+		{"both create it", nil, "create"},
+		{"both update an older one", stale, "update"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := fake.NewClientset()
+			if tc.existing != nil {
+				if err := client.Tracker().Add(tc.existing.DeepCopy()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			raced := false
+			client.PrependReactor(tc.verb, "validatingwebhookconfigurations", func(action clienttesting.Action) (bool, runtime.Object, error) {
+				if raced {
+					return false, nil, nil
+				}
+				raced = true
+				// The other replica's write lands first.
+				gvr := admissionregistrationv1.SchemeGroupVersion.WithResource("validatingwebhookconfigurations")
+				winner := mine.configuration()
+				if tc.existing == nil {
+					if err := client.Tracker().Create(gvr, winner, ""); err != nil {
+						t.Fatal(err)
+					}
+					return true, nil, apierrors.NewAlreadyExists(gvr.GroupResource(), winner.Name)
+				}
+				if err := client.Tracker().Update(gvr, winner, ""); err != nil {
+					t.Fatal(err)
+				}
+				return true, nil, apierrors.NewConflict(gvr.GroupResource(), winner.Name, errors.New("the object has been modified"))
+			})
+			p := *mine
+			p.client = client
+			if err := p.ensure(t.Context()); err != nil {
+				t.Fatalf("ensure, another replica writing first: %v", err)
+			}
+			if !raced {
+				t.Fatal("the race was not staged: no " + tc.verb)
+			}
+			got, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(t.Context(), "ops.example.com.probe", metav1.GetOptions{})
+			if err != nil || got.Webhooks[0].Name != "reachability.probe.ops.example.com" {
+				t.Fatalf("the probe's configuration after the race: %v %+v", err, got)
+			}
+		})
 	}
 }

@@ -119,9 +119,23 @@ func (s *Syncer) Sync(ctx context.Context, handlers []Handler) (unresolved []str
 		}
 	}
 	vname, mname := ConfigurationNames(s.Prefix)
-	errV := s.syncValidating(ctx, vname, validating, keep)
-	errM := s.syncMutating(ctx, mname, mutating, keep)
+	errV := againIfRaced(func() error { return s.syncValidating(ctx, vname, validating, keep) })
+	errM := againIfRaced(func() error { return s.syncMutating(ctx, mname, mutating, keep) })
 	return unresolved, errors.Join(append(discoveryErrs, errV, errM)...)
+}
+
+// againIfRaced runs write, a read-compare-write of one configuration, again when it
+// lost the race to another replica's (AlreadyExists, Conflict): the replicas of a
+// Deployment start together and write the same configurations, and a lost race is
+// not an error (it was one for the next retry, 10 s later, logged as such).
+func againIfRaced(write func() error) error {
+	var err error
+	for range 3 {
+		if err = write(); !apierrors.IsAlreadyExists(err) && !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+	return err
 }
 
 // keepCurrent replaces the placeholders of hooks named in keep by the webhook of

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -344,5 +345,75 @@ func TestWebhookNameIsADNSName(t *testing.T) {
 	b := webhookName(Handler{ID: long + "b", Kind: causes.KindValidate}, "p", taken)
 	if a == b {
 		t.Errorf("two ids, one name %q", a)
+	}
+}
+
+// Replicas start together and each writes the handlers' configurations: the one
+// whose create or update loses the race (AlreadyExists, Conflict) reads the
+// winner's copy and compares again, instead of failing the sync (and retrying 10 s
+// later, logged as an error). The fake API server has another replica write first.
+func TestSyncRaceWithAnotherReplica(t *testing.T) {
+	handlers := []Handler{{ID: "check", Kind: causes.KindValidate}, {ID: "defaults", Kind: causes.KindMutate}}
+	for i := range handlers {
+		handlers[i].Resource.Group, handlers[i].Resource.Version, handlers[i].Resource.Resource = "example.com", "v1", "widgets"
+	}
+	for _, verb := range []string{"create", "update"} {
+		t.Run(verb, func(t *testing.T) {
+			s, client := testSyncer(t)
+			if verb == "update" {
+				// An older scripts' configurations, to be updated by both replicas.
+				old := []Handler{{ID: "old", Kind: causes.KindValidate, Resource: handlers[0].Resource}, {ID: "old", Kind: causes.KindMutate, Resource: handlers[0].Resource}}
+				if _, err := s.Sync(t.Context(), old); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The other replica: the same syncer's configurations, written first.
+			other, _ := testSyncer(t)
+			other.Client = fake.NewClientset()
+			if _, err := other.Sync(t.Context(), handlers); err != nil {
+				t.Fatal(err)
+			}
+			raced := map[string]bool{}
+			for _, resource := range []string{"validatingwebhookconfigurations", "mutatingwebhookconfigurations"} {
+				client.PrependReactor(verb, resource, func(action clienttesting.Action) (bool, runtime.Object, error) {
+					if raced[resource] {
+						return false, nil, nil
+					}
+					raced[resource] = true
+					gvr := admissionregistrationv1.SchemeGroupVersion.WithResource(resource)
+					var winner runtime.Object
+					var name string
+					if resource == "validatingwebhookconfigurations" {
+						v, _ := other.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(t.Context(), "ops.example.com.validate", metav1.GetOptions{})
+						winner, name = v, v.Name
+					} else {
+						m, _ := other.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(t.Context(), "ops.example.com.mutate", metav1.GetOptions{})
+						winner, name = m, m.Name
+					}
+					winner.(metav1.Object).SetResourceVersion("") // the other API server's
+					if verb == "create" {
+						if err := client.Tracker().Create(gvr, winner, ""); err != nil {
+							t.Fatal(err)
+						}
+						return true, nil, apierrors.NewAlreadyExists(gvr.GroupResource(), name)
+					}
+					if err := client.Tracker().Update(gvr, winner, ""); err != nil {
+						t.Fatal(err)
+					}
+					return true, nil, apierrors.NewConflict(gvr.GroupResource(), name, errors.New("the object has been modified"))
+				})
+			}
+			if _, err := s.Sync(t.Context(), handlers); err != nil {
+				t.Fatalf("sync, another replica writing first: %v", err)
+			}
+			if len(raced) != 2 {
+				t.Fatalf("the race was not staged for both configurations: %v", raced)
+			}
+			v, errV := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(t.Context(), "ops.example.com.validate", metav1.GetOptions{})
+			m, errM := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(t.Context(), "ops.example.com.mutate", metav1.GetOptions{})
+			if errV != nil || errM != nil || len(v.Webhooks) != 1 || len(m.Webhooks) != 1 {
+				t.Fatalf("the configurations after the race: %v %v %+v %+v", errV, errM, v, m)
+			}
+		})
 	}
 }

@@ -100,9 +100,24 @@ func (s *LastGoodStore) Run(ctx context.Context) {
 	}
 }
 
+// write writes set unless the ConfigMap holds it already. The replicas of a
+// Deployment start together and each keeps the same scripts: a create or update
+// that loses the race to another replica's (AlreadyExists, Conflict) reads the
+// winner's copy and compares again, instead of failing (it did, on a node with three
+// replicas: an error logged, advising RBAC, and the write retried 30 s later).
 func (s *LastGoodStore) write(ctx context.Context, set *lastGoodSet) error {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
+	var err error
+	for range 3 {
+		if err = s.writeOnce(ctx, set); !apierrors.IsAlreadyExists(err) && !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+	return err
+}
+
+func (s *LastGoodStore) writeOnce(ctx context.Context, set *lastGoodSet) error {
 	data := make(map[string]string, len(set.scripts))
 	for _, sc := range set.scripts {
 		data[scriptsource.ConfigMapKey(sc.Name)] = string(sc.Source)

@@ -121,3 +121,60 @@ func TestLastGoodStoreRunRetriesAFailedWrite(t *testing.T) {
 		return cm.Annotations["luaop.dev/scripts-hash"] == "h2" && cm.Data["b.lua"] == "-- b", fmt.Sprintf("%v", cm)
 	})
 }
+
+// Replicas start together and each keeps the same scripts: the one whose create or
+// update loses the race (AlreadyExists, Conflict) reads the winner's copy, finds
+// its hash there and writes nothing, instead of failing. The fake API server has
+// another replica write first, between this one's read and write.
+func TestLastGoodStoreRaceWithAnotherReplica(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	scripts := []luabind.Script{{Name: "a.lua", Source: []byte("-- a")}}
+	for _, verb := range []string{"create", "update"} {
+		t.Run(verb, func(t *testing.T) {
+			client := fake.NewSimpleClientset()
+			store := NewLastGoodStore(client, "ops", "last-good", "luaop.dev", false, log)
+			other := NewLastGoodStore(fake.NewSimpleClientset(), "ops", "last-good", "luaop.dev", false, log)
+			if verb == "update" {
+				if err := store.write(t.Context(), &lastGoodSet{scripts: scripts, hash: "h0"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := other.write(t.Context(), &lastGoodSet{scripts: scripts, hash: "h1"}); err != nil {
+				t.Fatal(err)
+			}
+			winner, err := other.client.CoreV1().ConfigMaps("ops").Get(t.Context(), "last-good", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			winner.ResourceVersion = "" // the other fake API server's
+			raced := false
+			gvr := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+			client.PrependReactor(verb, "configmaps", func(clienttesting.Action) (bool, runtime.Object, error) {
+				if raced {
+					return false, nil, nil
+				}
+				raced = true
+				if verb == "create" {
+					if err := client.Tracker().Create(gvr, winner, "ops"); err != nil {
+						t.Fatal(err)
+					}
+					return true, nil, apierrors.NewAlreadyExists(gvr.GroupResource(), "last-good")
+				}
+				if err := client.Tracker().Update(gvr, winner, "ops"); err != nil {
+					t.Fatal(err)
+				}
+				return true, nil, apierrors.NewConflict(gvr.GroupResource(), "last-good", errors.New("the object has been modified"))
+			})
+			if err := store.write(t.Context(), &lastGoodSet{scripts: scripts, hash: "h1"}); err != nil {
+				t.Fatalf("write, another replica writing the same scripts first: %v", err)
+			}
+			if !raced {
+				t.Fatal("the race was not staged: no " + verb)
+			}
+			cm, err := client.CoreV1().ConfigMaps("ops").Get(t.Context(), "last-good", metav1.GetOptions{})
+			if err != nil || cm.Annotations["luaop.dev/scripts-hash"] != "h1" {
+				t.Fatalf("the ConfigMap after the race: %v %v", err, cm)
+			}
+		})
+	}
+}

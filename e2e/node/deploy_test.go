@@ -69,6 +69,7 @@ func TestDeployOnNode(t *testing.T) {
 		{"MemoryBomb", s.memoryBomb},
 		{"Uninstall", func(t *testing.T) { s.uninstall(t, operatorNS, filepath.Join(s.overlay, "examples")) }},
 		{"OverlayInAnotherNamespace", s.otherNamespace},
+		{"ShardedAcrossReplicas", s.sharded},
 	}
 	for _, st := range steps {
 		began := time.Now()

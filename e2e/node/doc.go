@@ -4,7 +4,9 @@
 // `kubectl apply -k deploy/examples`, then driven the way an SRE would: admission
 // through the Services, ConfigMap edits reaching the pods through the kubelet, leader
 // handovers on pod deletion and rolling updates, the kubelet's probes, a memory bomb
-// under the pod's limit, an overlay in another namespace, and the uninstall. Every
+// under the pod's limit, an overlay in another namespace, the uninstall, and the
+// examples sharded across three replicas (components/sharding: the members' Leases,
+// each object labelled and handled once, a pod deleted and replaced). Every
 // step is measured (go test -v prints the table) and asserted on what the cluster and
 // the kernel show (pods, Leases, objects, /proc of the containers).
 //
