@@ -647,21 +647,28 @@ func killPhase(t *testing.T, rig killPhaseRig, live []string, updates int64) (su
 	}()
 	var firstMoved time.Duration // the kill -> an object of the victim's seen handled by its new owner
 	var firstName string
+	var lastMoved time.Duration // the kill -> every object of the victim's seen so
 	testcluster.Eventually(t, rig.timeout+rig.lease, func() (bool, string) {
 		rig.learnMembers(survivors...)
 		objects := census(t, rig.ns)
 		*rig.objects = objects
 		seen := time.Since(killed)
-		done := 0
+		done, moved := 0, 0
 		for name, c := range objects {
 			owner := rig.owners[c.member]
 			was := before[name]
-			if firstMoved == 0 && rig.owners[was.member] == victim && owner != victim && c.updates[owner] > was.updates[owner] {
-				firstMoved, firstName = seen, name
+			if rig.owners[was.member] == victim && owner != victim && c.updates[owner] > was.updates[owner] {
+				moved++
+				if firstMoved == 0 {
+					firstMoved, firstName = seen, name
+				}
 			}
 			if sum(c.updates) >= updates && owner != victim {
 				done++
 			}
+		}
+		if lastMoved == 0 && moved == owned {
+			lastMoved = seen
 		}
 		// done counts only written changes; the census ends once they all are.
 		return done == rig.n && changesTook.Load() != 0, fmt.Sprintf("%d of %d objects updated and away from the killed replica", done, rig.n)
@@ -691,8 +698,8 @@ func killPhase(t *testing.T, rig killPhaseRig, live []string, updates int64) (su
 		}
 		t.Logf("killed at %s; the first moved object %s: %s", killed.UTC().Format("15:04:05.000"), firstName, strings.Join(writes, ", "))
 	}
-	t.Logf("%s %s killed: its first object handled by another %s after the kill, every object handled and away from it after %s (lease %s; writing the change of every object took %s); the survivors lost their membership %d times meanwhile",
-		role, victim, firstMoved.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond), rig.lease,
+	t.Logf("%s %s killed: its first object handled by another %s after the kill, the last of its %d %s after, every object handled and away from it after %s (lease %s; writing the change of every object took %s); the survivors lost their membership %d times meanwhile",
+		role, victim, firstMoved.Round(time.Millisecond), owned, lastMoved.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond), rig.lease,
 		time.Duration(changesTook.Load()).Round(time.Millisecond), lost)
 	switch {
 	case firstMoved <= bound:

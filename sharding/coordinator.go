@@ -336,10 +336,6 @@ func (c *coordinator) writeNext(ctx context.Context) bool {
 		r, version, exists = store.get(ref.key)
 	}
 	want := r.planned.String()
-	if !exists || want == "" {
-		c.queue.Forget(ref)
-		return true
-	}
 	members, _ := s.ms.live(s.clock.Now())
 	live := func(member string) bool {
 		for _, x := range members {
@@ -349,15 +345,23 @@ func (c *coordinator) writeNext(ctx context.Context) bool {
 		}
 		return false
 	}
+	if !exists || want == "" || !live(want) {
+		// Gone, unplanned, or planned for a member whose Lease expired since the
+		// pass (a long queue after a kill): the expiry's pass plans it again.
+		c.queue.Forget(ref)
+		return true
+	}
 	label, handover := r.label.String(), r.handover.String()
 	var meta map[string]any
 	var kind string
 	switch {
 	case handover != "" && live(label):
+		c.queue.Forget(ref)
 		return true // its member is handing it over
 	case handover != "" || label == "" || !live(label):
 		// Unassigned, or its member is gone: nobody handles it now.
 		if label == want && handover == "" {
+			c.queue.Forget(ref)
 			return true
 		}
 		meta = map[string]any{"labels": map[string]any{s.label: want}, "annotations": map[string]any{s.handover: nil}}
@@ -369,6 +373,7 @@ func (c *coordinator) writeNext(ctx context.Context) bool {
 		meta = map[string]any{"annotations": map[string]any{s.handover: want}}
 		kind = "marked"
 	default:
+		c.queue.Forget(ref)
 		return true
 	}
 	meta["resourceVersion"] = version
@@ -381,8 +386,14 @@ func (c *coordinator) writeNext(ctx context.Context) bool {
 		if s.opts.Observer != nil && kind != "assigned" {
 			s.opts.Observer.ShardHandover(kind)
 		}
-	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
-		c.queue.Forget(ref) // changed meanwhile: its event brings another pass
+	case apierrors.IsNotFound(err):
+		c.queue.Forget(ref) // deleted meanwhile
+	case apierrors.IsConflict(err):
+		// Changed since the store's copy: decided again on the newer one, after
+		// a short backoff. Not left to the change's event: a change of its
+		// version only (a handler's status write) wakes no pass, and the store
+		// may not have seen the coordinator's own last write yet.
+		c.queue.AddRateLimited(ref)
 	default:
 		if ctx.Err() == nil {
 			s.log.Warn("could not assign an object to its shard member; retrying", "object", ref.String(), "member", want, "error", err)

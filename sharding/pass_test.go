@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	metadatafake "k8s.io/client-go/metadata/fake"
@@ -241,5 +242,42 @@ func TestAPassCountsTheLabelsItWroteButHasNotSeen(t *testing.T) {
 	}
 	if len(moved) > 0 {
 		t.Fatalf("objects labelled by the first pass, not yet seen so, planned elsewhere by the second: %s", strings.Join(moved, ", "))
+	}
+}
+
+// A write refused for a conflict is decided again (on the store's newer copy),
+// not left to the change's event: a version-only change (a handler's status
+// write) wakes no pass, and the object would wait for an unrelated one.
+func TestAConflictedWriteIsDecidedAgain(t *testing.T) {
+	f := newFixture(t, 0)
+	scheme := metadatafake.NewTestScheme()
+	_ = metav1.AddMetaToScheme(scheme)
+	o := objMeta{name: "w-0", version: "5"}.object()
+	o.TypeMeta = metav1.TypeMeta{APIVersion: "example.com/v1", Kind: "Widget"}
+	f.meta = metadatafake.NewSimpleMetadataClient(scheme, o)
+	f.meta.PrependReactor("patch", "widgets", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewConflict(widgets.GroupResource(), "w-0", fmt.Errorf("the object has been modified"))
+	})
+	s, err := NewWithClients(Clients{Kube: f.kube, Metadata: f.meta}, Options{Namespace: "luaop", Identity: "a", Clock: f.clock,
+		Logger: slog.New(slog.NewTextHandler(testLogOut, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.ms.seen["luaop-member-a"] = observedLease{member: "a", observedAt: f.clock.Now(), duration: 15 * time.Second}
+	c := newCoordinator(s)
+	defer c.queue.ShutDown()
+	store := newObjectStore(s.label, s.handover, func() {})
+	if err := store.Replace([]any{objMeta{name: "w-0", version: "5"}.object()}, "5"); err != nil {
+		t.Fatal(err)
+	}
+	c.stores[informerKey{widgets, "default"}] = store
+	c.pass()
+	if c.queue.Len() != 1 {
+		t.Fatalf("%d writes queued, want 1", c.queue.Len())
+	}
+	c.writeNext(context.Background())
+	ref := planRef{informerKey{widgets, "default"}, "default/w-0"}
+	if n := c.queue.NumRequeues(ref); n != 1 {
+		t.Fatalf("after a conflict the write is requeued %d times, want 1 (decided again after a backoff)", n)
 	}
 }
