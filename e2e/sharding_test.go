@@ -433,19 +433,24 @@ func TestShardingAcrossReplicas(t *testing.T) {
 	// of the killed one (at most three times). A time within the bound holds
 	// whatever stalled: a stall only delays.
 	var updates int64
-	for attempt := 1; ; attempt++ {
-		var judged bool
-		live, updates, judged = killPhase(t, killPhaseRig{api: api, ns: ns, n: n, lease: lease, timeout: timeout, replicas: replicas, owners: owners,
-			learnMembers: learnMembers, objects: &objects}, live, updates)
-		if judged {
-			break
+	// kill runs the kill phase until its time can be judged (at most three times).
+	kill := func(coordinator bool) {
+		t.Helper()
+		for attempt := 1; ; attempt++ {
+			var judged bool
+			live, updates, judged = killPhase(t, killPhaseRig{api: api, ns: ns, n: n, lease: lease, timeout: timeout, replicas: replicas, owners: owners,
+				learnMembers: learnMembers, objects: &objects, coordinator: coordinator}, live, updates)
+			if judged {
+				return
+			}
+			if attempt == 3 {
+				t.Fatalf("in each of %d kill phases a surviving replica lost its membership (the API server stalled): the time to move the killed replica's objects could not be judged", attempt)
+			}
+			live = append(live, startNext())
+			settled(live...)
 		}
-		if attempt == 3 {
-			t.Fatalf("in each of %d kill phases a surviving replica lost its membership (the API server stalled): the time to move the killed replica's objects could not be judged", attempt)
-		}
-		live = append(live, startNext())
-		settled(live...)
 	}
+	kill(false)
 	exactlyOnce("after the kill", updates)
 	settled(live...)
 	checkBalance("two replicas", live...)
@@ -503,19 +508,7 @@ func TestShardingAcrossReplicas(t *testing.T) {
 	// replica is elected coordinator, lists every object's metadata, and gives the
 	// dead one's objects to the others; every update handler runs once. Its death
 	// adds the election to the move (README): the bound is twice the lease.
-	for attempt := 1; ; attempt++ {
-		var judged bool
-		live, updates, judged = killPhase(t, killPhaseRig{api: api, ns: ns, n: n, lease: lease, timeout: timeout, replicas: replicas, owners: owners,
-			learnMembers: learnMembers, objects: &objects, coordinator: true}, live, updates)
-		if judged {
-			break
-		}
-		if attempt == 3 {
-			t.Fatalf("in each of %d kill phases of the coordinator a surviving replica lost its membership (the API server stalled): the move could not be judged", attempt)
-		}
-		live = append(live, startNext())
-		settled(live...)
-	}
+	kill(true)
 	exactlyOnce("after the coordinator's kill", updates)
 	settled(live...)
 	checkBalance("after the coordinator's kill", live...)
