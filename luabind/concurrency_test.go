@@ -203,52 +203,6 @@ end, {id = "fast"})
 	}
 }
 
-// Callers never hang on a busy state: while a CPU-bound handler holds its shard, a
-// call on that shard with a short context fails promptly with its context's error,
-// and a probe (operator-level hook) answers at once.
-func TestBusyShardShortContextFailsPromptly(t *testing.T) {
-	rt := loadedRuntime(t, Options{Shards: 1, HandlerTimeout: 20 * time.Second}, "s.lua", concurrencyScript)
-	logger, logs := channelLogger()
-	spinCtx, stopSpin := context.WithCancel(t.Context())
-	spin := invokeAsync(spinCtx, rt, specOf(t, rt, "spin"), widgetBody("ua", "a"), logger)
-	expectLog(t, logs, "spinning")
-	defer func() { stopSpin(); <-spin }()
-
-	// Another object of the busy shard, with a short context.
-	done := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
-		defer cancel()
-		_, err := rt.Invoke(ctx, causes.Call{Handler: specOf(t, rt, "fast"), Cause: causes.Cause{Reason: causes.Update, Body: widgetBody("ub", "b")}})
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("a call on a busy state with a 100ms context: err = %v, want its deadline", err)
-		}
-	case <-time.After(promptWait):
-		t.Fatal("a call with a 100ms context hangs while a CPU-bound handler holds its state")
-	}
-
-	// A probe has a state of its own.
-	probe := make(chan callResult, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(t.Context(), 800*time.Millisecond)
-		defer cancel()
-		res, err := rt.Invoke(ctx, causes.Call{Handler: specOf(t, rt, "alive")})
-		probe <- callResult{res: res, err: err}
-	}()
-	select {
-	case r := <-probe:
-		if r.err != nil || r.res.Value != "alive" {
-			t.Errorf("probe = %v, %v; want \"alive\"", r.res.Value, r.err)
-		}
-	case <-time.After(promptWait):
-		t.Fatal("a probe hangs while a CPU-bound object handler runs")
-	}
-}
-
 // Two calls interleaved on one state (a parks in an API call, b runs meanwhile) each
 // see their own ctx afterwards: name, uid, memo, patch, logger.
 func TestInterleavedCallsKeepTheirOwnCtx(t *testing.T) {

@@ -30,7 +30,8 @@ import (
 //     every memGCEvery; after a GC that found mostly garbage, only once the heap grew
 //     by another quarter of the budget) to tell garbage from live data, and if the
 //     heap is still above, cancels the Lua call that has been running longest since it last took
-//     its state (a memory bomb runs without pause; ordinary handlers are short):
+//     its state in a blocking function (a preemption does not count: a memory bomb runs
+//     without pause but for those; ordinary handlers are short):
 //     gopher-lua checks the call's context between instructions, so the call fails
 //     at its next instruction with ErrMemoryBudget, "memory budget exceeded", naming
 //     file:line. Then it waits for that call to end before cancelling another.
@@ -134,8 +135,12 @@ type memCall struct {
 	hit    atomic.Bool
 	heapAt atomic.Uint64
 	// since and cancel are set by enter (mu held): the start of the current stretch
-	// of Lua and the function ending its context; deadline is that context's.
+	// of Lua and the function ending its context; deadline is that context's. ran
+	// is how long the stretch ran before the call was preempted (pause): its waits
+	// for the state do not count, and a call preempted is still the one that ran
+	// longest.
 	since    time.Time
+	ran      time.Duration
 	cancel   context.CancelFunc
 	deadline time.Time
 	// sh is the shard the call runs on (nil: none known); stuck is set (mu held)
@@ -170,7 +175,7 @@ func (w *memWatch) enter(mc *memCall, ctx context.Context, cancel context.Cancel
 		return
 	}
 	w.mu.Lock()
-	mc.since, mc.cancel = time.Now(), cancel
+	mc.since, mc.cancel = time.Now().Add(-mc.ran), cancel
 	mc.deadline, _ = ctx.Deadline()
 	w.active[mc] = struct{}{}
 	if !w.running {
@@ -181,11 +186,21 @@ func (w *memWatch) enter(mc *memCall, ctx context.Context, cancel context.Cancel
 }
 
 // leave records that mc stopped running Lua (ended, or parked in a blocking function).
-func (w *memWatch) leave(mc *memCall) {
+func (w *memWatch) leave(mc *memCall) { w.stop(mc, false) }
+
+// pause records that mc stopped running Lua for a while in the middle of a
+// stretch: it was preempted, and goes on once it has its state back (enter).
+func (w *memWatch) pause(mc *memCall) { w.stop(mc, true) }
+
+func (w *memWatch) stop(mc *memCall, paused bool) {
 	if w == nil || (w.budget == 0 && w.onStuck == nil) {
 		return
 	}
 	w.mu.Lock()
+	mc.ran = 0
+	if _, active := w.active[mc]; active && paused {
+		mc.ran = time.Since(mc.since)
+	}
 	delete(w.active, mc)
 	mc.cancel = nil
 	wasStuck := mc.stuck
@@ -255,7 +270,8 @@ func (w *memWatch) loop() {
 	}
 }
 
-// cancelOldest cancels the active call running longest since it took its state.
+// cancelOldest cancels the active call running longest since it took its state
+// back from a blocking function (the time it waited when preempted not counted).
 func (w *memWatch) cancelOldest(heap uint64) {
 	w.mu.Lock()
 	var victim *memCall

@@ -23,6 +23,8 @@ import (
 	"github.com/luaop/luaop/third_party/gopher-lua/ast"
 	"github.com/luaop/luaop/third_party/gopher-lua/parse"
 
+	"k8s.io/utils/clock"
+
 	"github.com/luaop/luaop/processing/causes"
 	"github.com/luaop/luaop/scriptsource"
 )
@@ -106,6 +108,10 @@ type Runtime struct {
 	// scriptMetrics are the metrics of luaop.metrics (metrics.go), shared by the
 	// shards and kept across reloads.
 	scriptMetrics *ScriptMetrics
+	// clock times the shards' turns and the calls' deadlines (schedule.go);
+	// preemptions counts the calls preempted.
+	clock       clock.WithDelayedExecution
+	preemptions atomic.Uint64
 }
 
 type codeHashEntry struct {
@@ -135,9 +141,12 @@ type generation struct {
 }
 
 // New creates the shards' Lua states; no handler exists until Load succeeds.
-func New(opts Options) *Runtime {
+func New(opts Options) *Runtime { return newRuntime(opts, clock.RealClock{}) }
+
+// newRuntime is New with the clock of the shards' turns and the calls' deadlines.
+func newRuntime(opts Options, clk clock.WithDelayedExecution) *Runtime {
 	opts.setDefaults()
-	r := &Runtime{opts: opts, mem: newMemWatch(opts.MemoryBudget, opts.Logger), scriptMetrics: NewScriptMetrics()}
+	r := &Runtime{opts: opts, mem: newMemWatch(opts.MemoryBudget, opts.Logger), scriptMetrics: NewScriptMetrics(), clock: clk}
 	r.mem.onStuck, r.mem.onUnstuck = r.onStuck, r.onUnstuck
 	r.shards = make([]atomic.Pointer[shard], opts.Shards+1) // the last one serves the hooks
 	for i := range r.shards {

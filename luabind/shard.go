@@ -24,9 +24,9 @@ type shard struct {
 	rt  *Runtime
 	idx int
 
-	// sem is the shard lock: a 1-slot semaphore, so that waiting for it can end
-	// with the caller's context (lock).
-	sem    chan struct{}
+	// sched is the shard lock: handed over in turn, its holder preempted when it
+	// holds it too long while others wait (schedule.go).
+	sched  *stateLock
 	closed bool // set by Runtime.Close: no call may start any more
 	// stuck is closed when a call held the shard past its deadline, swapped when a
 	// new shard took its place (stuck.go).
@@ -126,7 +126,7 @@ type shardGeneration struct {
 }
 
 func newShard(rt *Runtime, idx int) *shard {
-	s := &shard{rt: rt, idx: idx, sem: make(chan struct{}, 1), stuck: make(chan struct{}), swapped: make(chan struct{}), threads: map[*lua.LState]*callThread{}, parked: map[*daemonWake]struct{}{}}
+	s := &shard{rt: rt, idx: idx, stuck: make(chan struct{}), swapped: make(chan struct{}), threads: map[*lua.LState]*callThread{}, parked: map[*daemonWake]struct{}{}}
 	s.L = sandbox.NewState(sandbox.Options{
 		MaxStringSize: rt.opts.MaxStringSize,
 		Print: func(L *lua.LState, msg string) {
@@ -135,6 +135,8 @@ func newShard(rt *Runtime, idx int) *shard {
 			}
 		},
 	})
+	s.sched = newStateLock(rt.clock, s.L.RequestPreempt)
+	s.L.G.Preempt = s.preempt
 	s.memos = map[string]*lua.LTable{}
 	s.opMemo = s.L.NewTable()
 	s.module = s.newModule()
@@ -247,6 +249,10 @@ func (ld *moduleLoader) run(L *lua.LState, file string) (lua.LValue, error) {
 	}
 	ld.loading[mod] = L
 	defer delete(ld.loading, mod)
+	if t := s.threadOf(L); t != nil { // not preempted half-way (shard.preempt)
+		t.modules++
+		defer func() { t.modules-- }()
+	}
 	fn := L.NewFunctionFromProto(ld.protos[file])
 	fn.Env = s.iso.NewEnv(L, ld.require)
 	L.Push(fn)

@@ -153,8 +153,10 @@ func withShard[T any](ctx context.Context, shardOf func() *shard, fn func(*shard
 }
 
 // BudgetMetrics are the metrics of the budgets at scrape time:
-// luaop_lua_states_stuck (calls holding their state past their deadline now) and
-// luaop_lua_states_replaced_total (states replaced since the start).
+// luaop_lua_states_stuck (calls holding their state past their deadline now),
+// luaop_lua_states_replaced_total (states replaced since the start) and
+// luaop_lua_preemptions_total (calls made to give their state to a waiting call,
+// schedule.go).
 func (r *Runtime) BudgetMetrics() prometheus.Collector { return budgetCollector{r} }
 
 type budgetCollector struct{ r *Runtime }
@@ -164,9 +166,15 @@ var (
 		"Lua calls holding their state past their deadline (plus a grace of 1s) now; /healthz answers 500 meanwhile", nil, nil)
 	replacedDesc = prometheus.NewDesc("luaop_lua_states_replaced_total",
 		"Lua states replaced because a call held them past its deadline", nil, nil)
+	preemptionsDesc = prometheus.NewDesc("luaop_lua_preemptions_total",
+		"Lua calls preempted: made to give their state to a waiting call after holding it for their slice (10 ms, then 1 ms)", nil, nil)
 )
 
-func (c budgetCollector) Describe(ch chan<- *prometheus.Desc) { ch <- stuckDesc; ch <- replacedDesc }
+func (c budgetCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- stuckDesc
+	ch <- replacedDesc
+	ch <- preemptionsDesc
+}
 
 func (c budgetCollector) Collect(ch chan<- prometheus.Metric) {
 	c.r.stuck.mu.Lock()
@@ -174,4 +182,5 @@ func (c budgetCollector) Collect(ch chan<- prometheus.Metric) {
 	c.r.stuck.mu.Unlock()
 	ch <- prometheus.MustNewConstMetric(stuckDesc, prometheus.GaugeValue, float64(stuck))
 	ch <- prometheus.MustNewConstMetric(replacedDesc, prometheus.CounterValue, float64(replaced))
+	ch <- prometheus.MustNewConstMetric(preemptionsDesc, prometheus.CounterValue, float64(c.r.preemptions.Load()))
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	lua "github.com/luaop/luaop/third_party/gopher-lua"
 )
@@ -16,17 +17,17 @@ var errClosed = errors.New("the Lua runtime is closed")
 // their calls end.
 const maxIdleThreads = 16
 
-// lock takes the shard lock, or gives up when ctx ends first.
+// lock takes the shard lock for a call starting, or gives up when ctx ends first
+// (or when the state turns out stuck). The lock is handed over in turn
+// (schedule.go): the call waits behind those that asked before it.
 func (s *shard) lock(ctx context.Context) error {
-	select {
-	case s.sem <- struct{}{}:
-	default:
+	if w := s.sched.join(firstSlice); w != nil {
 		select {
-		case s.sem <- struct{}{}:
+		case <-w.granted:
 		case <-s.stuck:
-			return errStuck
+			return s.giveUp(w, errStuck)
 		case <-ctx.Done():
-			return fmt.Errorf("lua state %d stayed busy with other calls: %w", s.idx, ctx.Err())
+			return s.giveUp(w, fmt.Errorf("lua state %d stayed busy with other calls: %w", s.idx, ctx.Err()))
 		}
 	}
 	if s.closed {
@@ -36,12 +37,29 @@ func (s *shard) lock(ctx context.Context) error {
 	return nil
 }
 
-// relock takes the shard lock without a way out: used where the caller must get back
-// into Lua (a blocking function returning, a staged load committing). Every holder
-// releases it within a handler deadline, so the wait is bounded.
-func (s *shard) relock() { s.sem <- struct{}{} }
+// giveUp takes a waiter out of line (passing the state on if it was granted it
+// meanwhile) and returns err.
+func (s *shard) giveUp(w *stateWaiter, err error) error {
+	if s.sched.leave(w) {
+		s.unlock()
+	}
+	return err
+}
 
-func (s *shard) unlock() { <-s.sem }
+// relock takes the shard lock without a way out: used where the caller must get back
+// into Lua (a blocking function returning, a preempted call, a staged load
+// committing). The holders ahead of it in line each hold it at most a slice while
+// others wait, so the wait is bounded.
+func (s *shard) relock() { s.relockSlice(firstSlice) }
+
+// relockSlice is relock for a call whose turns are slice long.
+func (s *shard) relockSlice(slice time.Duration) {
+	if w := s.sched.join(slice); w != nil {
+		<-w.granted
+	}
+}
+
+func (s *shard) unlock() { s.sched.release() }
 
 // callThread is one coroutine thread of a shard's state (L.NewThread: its own stack
 // and context, the shard's globals), on which one call runs at a time. Threads are
@@ -49,8 +67,23 @@ func (s *shard) unlock() { <-s.sem }
 type callThread struct {
 	L  *lua.LState
 	cs *callState // the call running on this thread; nil when idle
-	// cancel ends the thread's current deadline context.
-	cancel context.CancelFunc
+	// cancel ends the thread's current deadline context, deadline; nil while a
+	// daemon sleeps.
+	cancel   context.CancelFunc
+	deadline *callDeadline
+	// preempted is set once the call was preempted (schedule.go): its later turns
+	// are laterSlice long. modules counts the module top levels it runs
+	// (moduleLoader.run), which are not preempted.
+	preempted bool
+	modules   int
+}
+
+// slice is how long the call on t may hold its state while others wait.
+func (t *callThread) slice() time.Duration {
+	if t.preempted {
+		return laterSlice
+	}
+	return firstSlice
 }
 
 // Sizes of a call thread's stacks. gopher-lua's NewThread gives a thread the options
@@ -119,7 +152,7 @@ func (s *shard) putThread(t *callThread, reuse bool) {
 		t.cancel()
 		t.cancel = nil
 	}
-	t.cs = nil
+	t.cs, t.deadline, t.preempted, t.modules = nil, nil, false, 0
 	if reuse && !s.closed && len(s.idle) < maxIdleThreads {
 		t.L.SetTop(0)
 		t.L.RemoveContext()
@@ -129,16 +162,18 @@ func (s *shard) putThread(t *callThread, reuse bool) {
 	delete(s.threads, t.L)
 }
 
-// setDeadline gives the thread a new handler deadline under parent. Only the call
-// thread's own context changes; threads of the scripts' own coroutines keep theirs.
+// setDeadline gives the thread a new handler deadline under parent: a budget of
+// the call's own time (callDeadline), paused while it waits for its state. Only the
+// call thread's own context changes; threads of the scripts' own coroutines keep
+// theirs.
 func (s *shard) setDeadline(t *callThread, parent context.Context) context.Context {
-	cctx, cancel := context.WithTimeout(parent, s.rt.opts.HandlerTimeout)
-	t.L.SetContext(cctx)
+	d := newCallDeadline(parent, s.rt.opts.HandlerTimeout, s.rt.clock)
+	t.L.SetContext(d)
 	if t.cancel != nil {
 		t.cancel()
 	}
-	t.cancel = cancel
-	return cctx
+	t.cancel, t.deadline = d.cancel, d
+	return d
 }
 
 // endStretch ends a daemon's handler deadline as it goes to sleep: the sleep waits
@@ -153,7 +188,7 @@ func (s *shard) endStretch(L *lua.LState, cs *callState) {
 		return
 	}
 	t.cancel()
-	t.cancel = nil
+	t.cancel, t.deadline = nil, nil
 	t.L.SetContext(cs.ctx)
 }
 
@@ -184,6 +219,7 @@ func (s *shard) callOf(L *lua.LState) *callState {
 //   - ctx is the call's context (its handler deadline; a sleeping daemon's own
 //     context, its deadline ended by endStretch): wait must end with it.
 //
+// The wait counts in the call's deadline; waiting for the shard afterwards does not.
 // Not being a yield, this works inside pcall. While scripts load (on the main state,
 // no call), the shard is not released: a load must see no other call.
 func (s *shard) blocking(L *lua.LState, wait func(ctx context.Context)) {
@@ -193,17 +229,50 @@ func (s *shard) blocking(L *lua.LState, wait func(ctx context.Context)) {
 		wait(ctx)
 		return
 	}
+	s.away(L, t, func() { wait(ctx) })
+}
+
+// preempt is the state's Preempt hook: gopher-lua calls it between two
+// instructions once the shard's lock asked the running call to give the state back
+// (schedule.go). The call waits in line, its deadline paused, and goes on where it
+// was, as after a blocking function. Scripts loading (the main state) and a
+// module's top level first required inside a call are not preempted: a load sees
+// no other call, and a module must not be required by another call half-way.
+func (s *shard) preempt(L *lua.LState) {
+	t := s.threadOf(L)
+	if t == nil || t.cs == nil || t.modules > 0 || !s.sched.yieldDue() {
+		return
+	}
+	t.preempted = true
+	s.rt.preemptions.Add(1)
+	s.away(L, t, nil)
+}
+
+// away releases the shard for the call on t, runs wait (a blocking function's;
+// nil for a preemption) and takes the shard back in turn. Shard lock held on entry
+// and on return.
+func (s *shard) away(L *lua.LState, t *callThread, wait func()) {
 	cs := t.cs
-	s.rt.mem.leave(&cs.mem) // a parked call allocates nothing: never the one to cancel
+	if wait == nil {
+		// Preempted: the stretch of Lua goes on after the wait, as the memory
+		// watch sees it; the deadline stops counting now.
+		s.rt.mem.pause(&cs.mem)
+		t.pauseDeadline()
+	} else {
+		s.rt.mem.leave(&cs.mem) // a parked call allocates nothing: never the one to cancel
+	}
 	s.unlock()
 	defer func() {
-		s.relock()
-		if cs.daemon {
+		t.pauseDeadline() // waiting for the shard is not the call's own time
+		s.relockSlice(t.slice())
+		if cs.daemon && wait != nil {
 			cs.logBytes, cs.logCapped = 0, false // its log budget too
 			// A daemon's deadline bounds the Lua run between two waits. It is set
 			// before the checks below may raise: a raise caught by pcall must not
 			// leave the daemon running without one (its sleep ended the last).
 			s.setDeadline(t, cs.ctx)
+		} else {
+			t.resumeDeadline()
 		}
 		if s.closed { // Close ran while this call was parked (processing stops calls before)
 			L.RaiseError("%s", errClosed.Error())
@@ -217,5 +286,21 @@ func (s *shard) blocking(L *lua.LState, wait func(ctx context.Context)) {
 		}
 		s.rt.mem.enter(&cs.mem, t.L.Context(), t.cancel)
 	}()
-	wait(ctx)
+	if wait != nil {
+		wait()
+	}
+}
+
+// pauseDeadline and resumeDeadline stop and restart the count of the call's own
+// time (none while a daemon sleeps).
+func (t *callThread) pauseDeadline() {
+	if t.deadline != nil {
+		t.deadline.pause()
+	}
+}
+
+func (t *callThread) resumeDeadline() {
+	if t.deadline != nil {
+		t.deadline.resume()
+	}
 }

@@ -2312,6 +2312,12 @@ func (ls *LState) SetContext(ctx context.Context) {
 	ls.ctx = ctx
 }
 
+// RequestPreempt asks the state of this Global running Lua now to call
+// G.Preempt at its next instruction (luaop patch). Safe from any goroutine.
+func (ls *LState) RequestPreempt() {
+	ls.G.preemptRequested.Store(true)
+}
+
 // Context returns the LState's context. To change the context, use WithContext.
 func (ls *LState) Context() context.Context {
 	return ls.ctx

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync/atomic"
 )
 
 type LValueType int
@@ -174,6 +175,15 @@ type Global struct {
 	builtinMts map[int]LValue
 	tempFiles  []*os.File
 	gccount    int32
+
+	// luaop patch: Preempt, when set, is called between two instructions of a
+	// state of this Global that runs with a context (SetContext), on the goroutine
+	// running it, once RequestPreempt was called (from any goroutine): so that the
+	// embedder can let another of its callers run the Global's states meanwhile
+	// (luaop's time-slicing of a shard's Lua state). preemptRequested is cleared
+	// before Preempt is called: a request is served once.
+	Preempt          func(L *LState)
+	preemptRequested atomic.Bool
 }
 
 type LState struct {

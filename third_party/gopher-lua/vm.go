@@ -57,6 +57,14 @@ func mainLoopWithContext(L *LState, baseframe *callFrame) {
 			L.RaiseError("%s", L.ctx.Err().Error())
 			return
 		default:
+			// luaop patch: a preemption asked for (RequestPreempt) is served here,
+			// between two instructions.
+			if L.G.preemptRequested.Load() {
+				L.G.preemptRequested.Store(false)
+				if fn := L.G.Preempt; fn != nil {
+					fn(L)
+				}
+			}
 			if jumpTable[int(inst>>26)](L, inst, baseframe) == 1 {
 				return
 			}
