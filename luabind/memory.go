@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/luaop/luaop/luabind/internal/luaerr"
 )
 
@@ -112,6 +114,8 @@ type memWatch struct {
 	budget uint64 // 0: no budget
 	logger *slog.Logger
 	heap   func() uint64 // the heap reading (heapObjects)
+	// clock is the runtime's: the calls' deadlines are read on it (schedule.go).
+	clock clock.PassiveClock
 	// onStuck and onUnstuck are told (no lock held) of a call past its deadline
 	// and stuckGrace, and of its end (stuck.go). Nil: not watched.
 	onStuck, onUnstuck func(*memCall)
@@ -149,8 +153,8 @@ type memCall struct {
 	stuck bool
 }
 
-func newMemWatch(budget int64, logger *slog.Logger) *memWatch {
-	w := &memWatch{logger: logger, heap: heapObjects, active: map[*memCall]struct{}{}}
+func newMemWatch(budget int64, logger *slog.Logger, clk clock.PassiveClock) *memWatch {
+	w := &memWatch{logger: logger, heap: heapObjects, clock: clk, active: map[*memCall]struct{}{}}
 	if budget > 0 {
 		w.budget = uint64(budget)
 	}
@@ -175,7 +179,7 @@ func (w *memWatch) enter(mc *memCall, ctx context.Context, cancel context.Cancel
 		return
 	}
 	w.mu.Lock()
-	mc.since, mc.cancel = time.Now().Add(-mc.ran), cancel
+	mc.since, mc.cancel = w.clock.Now().Add(-mc.ran), cancel
 	mc.deadline, _ = ctx.Deadline()
 	w.active[mc] = struct{}{}
 	if !w.running {
@@ -199,7 +203,7 @@ func (w *memWatch) stop(mc *memCall, paused bool) {
 	w.mu.Lock()
 	mc.ran = 0
 	if _, active := w.active[mc]; active && paused {
-		mc.ran = time.Since(mc.since)
+		mc.ran = w.clock.Since(mc.since)
 	}
 	delete(w.active, mc)
 	mc.cancel = nil
@@ -217,7 +221,7 @@ func (w *memWatch) checkStuck() {
 	if w.onStuck == nil {
 		return
 	}
-	now := time.Now()
+	now := w.clock.Now()
 	var stuck []*memCall
 	w.mu.Lock()
 	for mc := range w.active {

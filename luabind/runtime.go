@@ -146,7 +146,7 @@ func New(opts Options) *Runtime { return newRuntime(opts, clock.RealClock{}) }
 // newRuntime is New with the clock of the shards' turns and the calls' deadlines.
 func newRuntime(opts Options, clk clock.WithDelayedExecution) *Runtime {
 	opts.setDefaults()
-	r := &Runtime{opts: opts, mem: newMemWatch(opts.MemoryBudget, opts.Logger), scriptMetrics: NewScriptMetrics(), clock: clk}
+	r := &Runtime{opts: opts, mem: newMemWatch(opts.MemoryBudget, opts.Logger, clk), scriptMetrics: NewScriptMetrics(), clock: clk}
 	r.mem.onStuck, r.mem.onUnstuck = r.onStuck, r.onUnstuck
 	r.shards = make([]atomic.Pointer[shard], opts.Shards+1) // the last one serves the hooks
 	for i := range r.shards {
