@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -19,18 +20,20 @@ import (
 
 // Issue 51: objects sharing the only Lua state (Shards 1, so the sharing is
 // certain) with an endless loop, or with a CPU-heavy handler that stays under its
-// deadline. Twenty objects, created together with it, each make two API calls
-// (create and read a ConfigMap) and release the state during each, so the
-// neighbour has it meanwhile. Every one of them succeeds at its first attempt
-// (ctx.retry 0 in its status, one ConfigMap each), none is reported as timed out
-// (log, luaop_handler_runs_total), and the state was time-sliced
+// deadline. Twenty objects' handlers make API calls: each creates a ConfigMap and
+// waits (reading it with luaop.kube.get, sleeping in between) for a ConfigMap "go"
+// which the test creates once the neighbour has started: so the neighbour takes the
+// state while all twenty are in an API call, and each needs the state back while
+// the neighbour runs. Every one of them succeeds at its first attempt (ctx.retry 0
+// in its status, one ConfigMap each), none is reported as timed out (log,
+// luaop_handler_runs_total), and the state was time-sliced
 // (luaop_lua_preemptions_total). Before, the loop kept the state until its own
-// deadline and the calls coming back from the API server were failed with it.
+// deadline, and the calls coming back from the API server were failed with it.
 func TestNeighbourRunawayDoesNotFailTheOtherHandlers(t *testing.T) {
 	const innocents = 20
 	for _, tc := range []struct {
 		name string
-		// neighbour is the body of the neighbour's handler; done counts the
+		// neighbour is the end of the neighbour's handler; done counts the
 		// innocent handlers that finished, in the shared Lua state.
 		neighbour string
 		deadline  time.Duration
@@ -38,7 +41,7 @@ func TestNeighbourRunawayDoesNotFailTheOtherHandlers(t *testing.T) {
 		// stopped by it, once the innocent objects are done).
 		neighbourSucceeds bool
 	}{
-		{"an endless loop", `while true do end`, 5 * time.Second, false},
+		{"an endless loop", `while true do end`, 10 * time.Second, false},
 		// It computes until the twenty others are done, which it can only see if
 		// they run while it computes.
 		{"a CPU-heavy handler under its deadline", fmt.Sprintf(`local n = 0
@@ -51,14 +54,19 @@ func TestNeighbourRunawayDoesNotFailTheOtherHandlers(t *testing.T) {
 				local luaop = require("luaop")
 				local R = "examples.luaop.dev/v1/widgets"
 				local done = 0
+				local function configMap(ctx, name, labels)
+					local cm, err = luaop.kube.create({ apiVersion = "v1", kind = "ConfigMap",
+						metadata = { name = name, namespace = ctx.namespace, labels = labels },
+						data = { retry = tostring(ctx.retry) } })
+					if not cm then error("creating the ConfigMap " .. name .. ": " .. err) end
+				end
 				luaop.on.create(R, function(ctx)
+					configMap(ctx, "neighbour-started", {})
 					%s
 				end, { id = "neighbour", when = function(ctx) return ctx.spec.neighbour == true end })
 				luaop.on.create(R, function(ctx)
-					local cm, err = luaop.kube.create({ apiVersion = "v1", kind = "ConfigMap",
-						metadata = { name = ctx.name, namespace = ctx.namespace, labels = { made = "by-innocent" } },
-						data = { retry = tostring(ctx.retry) } })
-					if not cm then error("creating the ConfigMap: " .. err) end
+					configMap(ctx, ctx.name, { made = "by-innocent" })
+					while not luaop.kube.get("v1", "ConfigMap", ctx.namespace, "go") do luaop.sleep(0.05) end
 					local got = luaop.kube.get("v1", "ConfigMap", ctx.namespace, ctx.name)
 					done = done + 1
 					return { retry = ctx.retry, read = got.metadata.name }
@@ -77,8 +85,6 @@ func TestNeighbourRunawayDoesNotFailTheOtherHandlers(t *testing.T) {
 			srv := httptest.NewServer(m.Handler())
 			t.Cleanup(srv.Close)
 
-			// Created together: the neighbour first, the others at once after it.
-			create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: neighbour}, spec: {size: 1, neighbour: true}}")
 			var wg sync.WaitGroup
 			errs := make([]error, innocents)
 			for i := range innocents {
@@ -93,18 +99,36 @@ func TestNeighbourRunawayDoesNotFailTheOtherHandlers(t *testing.T) {
 					t.Fatalf("creating n-%d: %v", i, err)
 				}
 			}
+			configMaps := func(selector string) []corev1.ConfigMap {
+				cms, err := env.Kube.CoreV1().ConfigMaps(ns).List(t.Context(), metav1.ListOptions{LabelSelector: selector})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return cms.Items
+			}
+			// Every innocent handler waits in its API calls for "go"; the neighbour
+			// starts, then "go" comes.
+			testcluster.Eventually(t, time.Minute, func() (bool, string) {
+				n := len(configMaps("made=by-innocent"))
+				return n == innocents, fmt.Sprintf("waiting for the innocent handlers to start: %d of %d", n, innocents)
+			})
+			create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: neighbour}, spec: {size: 1, neighbour: true}}")
+			testcluster.Eventually(t, time.Minute, func() (bool, string) {
+				_, err := env.Kube.CoreV1().ConfigMaps(ns).Get(t.Context(), "neighbour-started", metav1.GetOptions{})
+				return err == nil, "waiting for the neighbour to start"
+			})
+			if _, err := env.Kube.CoreV1().ConfigMaps(ns).Create(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "go"}}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
 			for i := range innocents {
 				name := fmt.Sprintf("n-%d", i)
 				waitField(t, widgets, ns, name, "status.innocent", map[string]any{"retry": int64(0), "read": name})
 			}
-			cms, err := env.Kube.CoreV1().ConfigMaps(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "made=by-innocent"})
-			if err != nil {
-				t.Fatal(err)
+			cms := configMaps("made=by-innocent")
+			if len(cms) != innocents {
+				t.Errorf("%d ConfigMaps made by the innocent handlers, want %d (one each)", len(cms), innocents)
 			}
-			if len(cms.Items) != innocents {
-				t.Errorf("%d ConfigMaps made by the innocent handlers, want %d (one each)", len(cms.Items), innocents)
-			}
-			for _, cm := range cms.Items {
+			for _, cm := range cms {
 				if cm.Data["retry"] != "0" {
 					t.Errorf("ConfigMap %s made at retry %s, want the first attempt", cm.Name, cm.Data["retry"])
 				}
