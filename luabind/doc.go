@@ -35,10 +35,10 @@
 // # Concurrency
 //
 // Who owns what:
-//   - The shard lock (shard.sem, a 1-slot semaphore) protects the shard's LState,
-//     every thread made from it, and every Lua value and Go table reached from them:
-//     globals, memos, the registered functions, subhandlers, the thread pool, the
-//     per-call state. Lua runs only with it held.
+//   - The shard lock (shard.sched, a stateLock: see "Scheduling" below) protects
+//     the shard's LState, every thread made from it, and every Lua value and Go
+//     table reached from them: globals, memos, the registered functions,
+//     subhandlers, the thread pool, the per-call state. Lua runs only with it held.
 //   - Every call (a change, field or event handler, a filter, a hook, a timer, an
 //     index function, a daemon) runs on a thread of its shard (LState.NewThread: its
 //     own stack and its own context, the shard's globals), taken from a per-shard
@@ -48,10 +48,10 @@
 //     coroutines a script made back to their call thread). There is no "current
 //     call" of a shard.
 //   - The handler deadline (Options.HandlerTimeout) is the thread's context
-//     (SetContext), so a CPU-bound loop holds its shard at most that long. A daemon's
-//     deadline restarts after each blocking function: it bounds each stretch of Lua
-//     between two waits. luaop.sleep ends a daemon's stretch before it parks
-//     (shard.endStretch): while it sleeps, its thread's context is the daemon's own,
+//     (SetContext, a callDeadline): it counts the call's own time, see
+//     "Scheduling". A daemon's deadline restarts after each blocking function: it
+//     bounds each stretch of Lua between two waits. luaop.sleep ends a daemon's
+//     stretch before it parks (shard.endStretch): while it sleeps, its thread's context is the daemon's own,
 //     with no deadline or timer; it keeps its thread and call state (which holds a
 //     copy of the Call: the caller's is not referenced).
 //   - A daemon runs as a coroutine (daemon.go, daemonCall): started and resumed with
@@ -95,11 +95,42 @@
 // writes and Events go through DryRunKube (logged, not sent).
 //
 // Taking the lock: a call takes it under its caller's context and fails with that
-// context's error if it ends first (a caller never hangs on a busy state); a call
-// returning from a blocking function takes it back unconditionally (every holder
-// releases it within a handler deadline). Runtime.Forget may be called from any
-// goroutine holding no lock; Runtime.Close works while calls are parked (they fail
-// when they come back; daemons asleep in a yield end at once with errClosed).
+// context's error if it ends first ("lua state N stayed busy with other calls": a
+// caller never hangs on a busy state); a call returning from a blocking function or
+// preempted takes it back unconditionally (every holder gives it up within its
+// slice while others wait, or, a load, within its deadline). Runtime.Forget may be
+// called from any goroutine holding no lock; Runtime.Close works while calls are
+// parked (they fail when they come back; daemons asleep in a yield end at once with
+// errClosed).
+//
+// # Scheduling
+//
+// The lock is handed over in turn (schedule.go, stateLock): calls that want the
+// state while another holds it wait in line, in the order they asked, whether they
+// start, come back from a blocking function or were preempted. A call holding the
+// state while another waits is preempted once it held it for its slice (10 ms;
+// 1 ms for the rest of a call preempted once): the patched gopher-lua calls the
+// state's Preempt hook (shard.preempt) at its next instruction, and the call goes
+// back in line like a call returning from a blocking function (shard.away). So a
+// runaway (an endless loop, a long computation) delays each call of its state by
+// about 1 ms each time that call takes the state, not by the runaway's deadline
+// (BenchmarkInnocentCallNextToRunaway). Not preempted: script loads (a load sees
+// no other call) and a module's top level first required inside a call (a second
+// require must not find it half-way); a single Go function (a decode, a pattern
+// match) runs to its end, bounded in size and by the deadline (Budgets). What a
+// script sees: its Lua runs without another call of its state in between for its
+// first 10 ms after taking the state; longer, other calls may run between two of
+// its instructions, as they do during its blocking functions.
+//
+// Lua values cannot move between states (and a memo, a parked call's stack, the
+// subhandlers an object registered live in its state), so no call moves to another
+// state: turns are what keeps one call from holding up the others.
+//
+// The handler deadline counts the call's own time: while it runs Lua and while it
+// waits in its own blocking functions, not while it waits in line for its state
+// (callDeadline pauses around every wait for the lock). A call cannot time out
+// because another held its state; the error of a deadline names the call that ran
+// out of its own time. Preemptions are counted in luaop_lua_preemptions_total.
 //
 // The rule: no lock is held while calling out of the package or waiting on I/O.
 // Callbacks the processing core passes in a causes.Call are called as follows:
