@@ -20,6 +20,10 @@ import (
 // any other. So a runaway call (an endless loop, a long computation) delays each
 // call of its state by one slice at most, not by its deadline.
 //
+// A turn is never shorter than minTurnInstructions VM instructions: what a script
+// sees, that its Lua runs without another call in between, then holds for every
+// stretch of fewer instructions, however loaded the machine.
+//
 // A call's handler deadline (callDeadline) counts the call's own time: while it
 // runs Lua and while it waits in its own blocking functions, not while it waits for
 // its state. Waiting for the state can then never make a call time out.
@@ -33,6 +37,14 @@ const (
 	// run long holds the state at most that long at a time while others wait, and
 	// still gets that much of each turn, however many calls wait.
 	laterSlice = time.Millisecond
+	// minTurnInstructions is how many VM instructions a call runs in a turn before
+	// it may be preempted, however long the turn took. A slice is wall-clock time,
+	// which a loaded machine stretches by descheduling the goroutine: without this
+	// floor, a handler's few instructions between two blocking functions (say
+	// `done = done + 1`) could be cut in two by another call of its state, which
+	// scripts may rely on never happening. About 1 ms of Lua here
+	// (BenchmarkLuaLoop: 400,000 instructions in about 4 ms).
+	minTurnInstructions = 100_000
 )
 
 // stateLock is the lock of one Lua state, handed over in the order it was asked

@@ -281,3 +281,66 @@ luaop.on.update(R, function(ctx) return "fast " .. ctx.name end, {id = "fast"})
 		})
 	}
 }
+
+// holdingHandler is a logger that holds its caller (and so the caller's Lua
+// state: loggers are written to under the shard lock) until the test releases it.
+type holdingHandler struct {
+	entered chan string
+	release chan struct{}
+}
+
+func (h holdingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h holdingHandler) Handle(_ context.Context, r slog.Record) error {
+	h.entered <- r.Message
+	<-h.release
+	return nil
+}
+func (h holdingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h holdingHandler) WithGroup(string) slog.Handler      { return h }
+
+// A turn of a few instructions is never cut in two, however long it took on the
+// clock (a loaded machine deschedules goroutines): a call holding the state past
+// its slice while another waits, asked to give it back, runs the rest of its short
+// stretch first. Without the floor of instructions (minTurnInstructions) the
+// waiting call ran between two of its instructions and the first call read the
+// other's write.
+func TestShortTurnIsNeverCutInTwo(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC))
+	rt := newRuntime(Options{Shards: 1, HandlerTimeout: time.Minute, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, clk)
+	t.Cleanup(rt.Close)
+	mustLoad(t, rt, "s.lua", `local luaop = require("luaop")
+local R = "example.com/v1/widgets"
+local shared
+luaop.on.update(R, function(ctx)
+  shared = "a"
+  ctx.logger.info("holding")
+  local x = 0
+  for i = 1, 100 do x = x + i end
+  return shared
+end, {id = "short"})
+luaop.on.update(R, function(ctx) shared = "b"; return "b ran" end, {id = "other"})
+`)
+	hold := holdingHandler{entered: make(chan string, 1), release: make(chan struct{})}
+	short := invokeAsync(t.Context(), rt, specOf(t, rt, "short"), widgetBody("ua", "a"), slog.New(hold))
+	select {
+	case msg := <-hold.entered:
+		if msg != "holding" {
+			t.Fatalf("the short call logged %q", msg)
+		}
+	case <-time.After(promptWait):
+		t.Fatal("the short call did not log")
+	}
+	other := invokeAsync(t.Context(), rt, specOf(t, rt, "other"), widgetBody("ub", "b"), nil)
+	waitInLine(t, rt, 1)
+	clk.Step(firstSlice) // the short call held the state for its slice: it is asked
+	close(hold.release)
+	if r := resultOf(t, "the short call", short); r.err != nil || r.res.Value != "a" {
+		t.Errorf("the short call returned %v, %v; want \"a\": nothing ran in the middle of its turn", r.res.Value, r.err)
+	}
+	if r := resultOf(t, "the other call", other); r.err != nil || r.res.Value != "b ran" {
+		t.Errorf("the other call returned %v, %v", r.res.Value, r.err)
+	}
+	if n := rt.preemptions.Load(); n != 0 {
+		t.Errorf("%d preemptions, want none", n)
+	}
+}

@@ -26,8 +26,11 @@ type shard struct {
 
 	// sched is the shard lock: handed over in turn, its holder preempted when it
 	// holds it too long while others wait (schedule.go).
-	sched  *stateLock
-	closed bool // set by Runtime.Close: no call may start any more
+	sched *stateLock
+	// turnStart is L.G.Instructions when the current holder took the state: a
+	// turn runs minTurnInstructions before it may be preempted. Shard lock.
+	turnStart uint64
+	closed    bool // set by Runtime.Close: no call may start any more
 	// stuck is closed when a call held the shard past its deadline, swapped when a
 	// new shard took its place (stuck.go).
 	stuck, swapped chan struct{}

@@ -34,6 +34,7 @@ func (s *shard) lock(ctx context.Context) error {
 		s.unlock()
 		return errClosed
 	}
+	s.turnStart = s.L.G.Instructions
 	return nil
 }
 
@@ -57,6 +58,7 @@ func (s *shard) relockSlice(slice time.Duration) {
 	if w := s.sched.join(slice); w != nil {
 		<-w.granted
 	}
+	s.turnStart = s.L.G.Instructions
 }
 
 func (s *shard) unlock() { s.sched.release() }
@@ -237,8 +239,15 @@ func (s *shard) blocking(L *lua.LState, wait func(ctx context.Context)) {
 // (schedule.go). The call waits in line, its deadline paused, and goes on where it
 // was, as after a blocking function. Scripts loading (the main state) and a
 // module's top level first required inside a call are not preempted: a load sees
-// no other call, and a module must not be required by another call half-way.
+// no other call, and a module must not be required by another call half-way;
+// nor is a turn of fewer than minTurnInstructions instructions.
 func (s *shard) preempt(L *lua.LState) {
+	if L.G.Instructions-s.turnStart < minTurnInstructions {
+		// Too few instructions in this turn for a preemption (minTurnInstructions):
+		// asked again at the next one, until the turn has run enough or ends.
+		L.RequestPreempt()
+		return
+	}
 	t := s.threadOf(L)
 	if t == nil || t.cs == nil || t.modules > 0 || !s.sched.yieldDue() {
 		return

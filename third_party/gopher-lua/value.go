@@ -181,9 +181,13 @@ type Global struct {
 	// running it, once RequestPreempt was called (from any goroutine): so that the
 	// embedder can let another of its callers run the Global's states meanwhile
 	// (luaop's time-slicing of a shard's Lua state). preemptRequested is cleared
-	// before Preempt is called: a request is served once.
+	// before Preempt is called: a request is served once. Instructions counts the
+	// instructions those states ran (one goroutine at a time runs them: the
+	// embedder's lock orders the counts), so that the embedder can tell a long run
+	// of Lua from one its goroutine spent descheduled.
 	Preempt          func(L *LState)
 	preemptRequested atomic.Bool
+	Instructions     uint64
 }
 
 type LState struct {

@@ -58,7 +58,8 @@ func mainLoopWithContext(L *LState, baseframe *callFrame) {
 			return
 		default:
 			// luaop patch: a preemption asked for (RequestPreempt) is served here,
-			// between two instructions.
+			// between two instructions, which are counted (Global.Instructions).
+			L.G.Instructions++
 			if L.G.preemptRequested.Load() {
 				L.G.preemptRequested.Store(false)
 				if fn := L.G.Preempt; fn != nil {
