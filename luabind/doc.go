@@ -118,9 +118,11 @@
 // no other call) and a module's top level first required inside a call (a second
 // require must not find it half-way); a single Go function (a decode, a pattern
 // match) runs to its end, bounded in size and by the deadline (Budgets). What a
-// script sees: its Lua runs without another call of its state in between for its
-// first 10 ms after taking the state; longer, other calls may run between two of
-// its instructions, as they do during its blocking functions.
+// script sees: its Lua runs without another call of its state in between until it
+// has run both 10 ms and minTurnInstructions (100,000) instructions since taking
+// the state; the count keeps a short stretch whole on a loaded machine, where a
+// goroutine may be descheduled past its slice. Longer, other calls may run between
+// two of its instructions, as they do during its blocking functions.
 //
 // Lua values cannot move between states (and a memo, a parked call's stack, the
 // subhandlers an object registered live in its state), so no call moves to another

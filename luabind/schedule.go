@@ -42,8 +42,9 @@ const (
 	// which a loaded machine stretches by descheduling the goroutine: without this
 	// floor, a handler's few instructions between two blocking functions (say
 	// `done = done + 1`) could be cut in two by another call of its state, which
-	// scripts may rely on never happening. About 1 ms of Lua here
-	// (BenchmarkLuaLoop: 400,000 instructions in about 4 ms).
+	// scripts may rely on never happening. An endless loop's turn is then about
+	// 1 ms (BenchmarkInnocentCallNextToRunaway: an innocent call, which takes the
+	// state twice, waits 2.3 ms at the median).
 	minTurnInstructions = 100_000
 )
 
