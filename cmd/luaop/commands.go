@@ -308,7 +308,7 @@ func newWebhooks(cfg *rest.Config, s settings, dev bool, op *operator.Operator, 
 	if s.WebhookAddress == "" {
 		return nil, nil
 	}
-	webhooks, err := admission.New(cfg, op.Runtime(), admission.Options{Address: s.WebhookAddress, CertDir: s.WebhookCertDir, ClientCA: s.WebhookClientCA,
+	webhooks, err := admission.New(cfg, op.Runtime(), admission.Options{Address: s.WebhookAddress, CertDir: s.WebhookCertDir, ClientCA: s.WebhookClientCA, EnableHTTP2: s.EnableHTTP2,
 		Service: s.WebhookService, URL: s.WebhookURL, Prefix: s.Prefix, RemoveOnExit: s.WebhookCleanup, DryRun: s.DryRun, Namespaces: s.Namespaces,
 		ProbeNamespace: probeNamespace(s), OnReachability: reachabilityReport(m, view, op.Runtime),
 		Inactive: !s.Standalone && !s.DryRun, Logger: log, Observer: m})
@@ -552,7 +552,7 @@ func serveEndpoints(ctx context.Context, log *slog.Logger, s settings, op *opera
 		}
 	}
 	if metricsLn != nil && s.MetricsSecure {
-		if metricsLn, err = secureListener(ctx, metricsLn, s.MetricsCertDir, log); err != nil {
+		if metricsLn, err = secureListener(ctx, metricsLn, s.MetricsCertDir, s.EnableHTTP2, log); err != nil {
 			return err
 		}
 	}
@@ -584,7 +584,8 @@ func serveEndpoints(ctx context.Context, log *slog.Logger, s settings, op *opera
 
 // secureListener serves ln over TLS with the certificate of dir (tls.crt, tls.key,
 // read again when they change), else a self-signed one renewed before it expires.
-func secureListener(ctx context.Context, ln net.Listener, dir string, log *slog.Logger) (net.Listener, error) {
+// HTTP/2 only with enableHTTP2 (--enable-http2): the protocols the TLS handshake offers.
+func secureListener(ctx context.Context, ln net.Listener, dir string, enableHTTP2 bool, log *slog.Logger) (net.Listener, error) {
 	var certs *admission.Certificates
 	var err error
 	if dir != "" {
@@ -598,7 +599,11 @@ func secureListener(ctx context.Context, ln net.Listener, dir string, log *slog.
 		return nil, fmt.Errorf("the certificate of /metrics (--metrics-secure): %w", err)
 	}
 	go certs.Run(ctx)
-	return tls.NewListener(ln, &tls.Config{GetCertificate: certs.GetCertificate, MinVersion: tls.VersionTLS12}), nil
+	protos := []string{"http/1.1"}
+	if enableHTTP2 {
+		protos = []string{"h2", "http/1.1"}
+	}
+	return tls.NewListener(ln, &tls.Config{GetCertificate: certs.GetCertificate, MinVersion: tls.VersionTLS12, NextProtos: protos}), nil
 }
 
 // loopbackOnly answers the paths under prefix to loopback clients only.
