@@ -381,6 +381,9 @@ func (w *Webhooks) Register(h Handler) error {
 // Addr is the address the server listens on.
 func (w *Webhooks) Addr() net.Addr { return w.ln.Addr() }
 
+// CertificateNotAfter is when the serving certificate in use expires.
+func (w *Webhooks) CertificateNotAfter() time.Time { return w.certs.NotAfter() }
+
 // URL is the address the API server is given for path ("" with a Service).
 func (w *Webhooks) URL(path string) string {
 	if u := w.syncer.ClientConfig(path).URL; u != nil {

@@ -315,6 +315,9 @@ func newWebhooks(cfg *rest.Config, s settings, dev bool, op *operator.Operator, 
 	if err != nil {
 		return nil, err
 	}
+	if m != nil {
+		m.Certificate("webhook", webhooks.CertificateNotAfter)
+	}
 	guardNS, guardName, guarded := strings.Cut(s.ScriptsConfigMap, "/")
 	if guarded && s.ScriptsWebhook && !dev {
 		if err := webhooks.Register(scriptsguard.ScriptsGuard(guardNS, guardName, log, luabindOptions(s, log))); err != nil {
@@ -552,7 +555,7 @@ func serveEndpoints(ctx context.Context, log *slog.Logger, s settings, op *opera
 		}
 	}
 	if metricsLn != nil && s.MetricsSecure {
-		if metricsLn, err = secureListener(ctx, metricsLn, s.MetricsCertDir, s.EnableHTTP2, log); err != nil {
+		if metricsLn, err = secureListener(ctx, metricsLn, s.MetricsCertDir, s.EnableHTTP2, m, log); err != nil {
 			return err
 		}
 	}
@@ -585,7 +588,8 @@ func serveEndpoints(ctx context.Context, log *slog.Logger, s settings, op *opera
 // secureListener serves ln over TLS with the certificate of dir (tls.crt, tls.key,
 // read again when they change), else a self-signed one renewed before it expires.
 // HTTP/2 only with enableHTTP2 (--enable-http2): the protocols the TLS handshake offers.
-func secureListener(ctx context.Context, ln net.Listener, dir string, enableHTTP2 bool, log *slog.Logger) (net.Listener, error) {
+// Its certificate's expiry is reported to m (nil: not reported).
+func secureListener(ctx context.Context, ln net.Listener, dir string, enableHTTP2 bool, m *metrics.Metrics, log *slog.Logger) (net.Listener, error) {
 	var certs *admission.Certificates
 	var err error
 	if dir != "" {
@@ -599,6 +603,9 @@ func secureListener(ctx context.Context, ln net.Listener, dir string, enableHTTP
 		return nil, fmt.Errorf("the certificate of /metrics (--metrics-secure): %w", err)
 	}
 	go certs.Run(ctx)
+	if m != nil {
+		m.Certificate("metrics", certs.NotAfter)
+	}
 	protos := []string{"http/1.1"}
 	if enableHTTP2 {
 		protos = []string{"h2", "http/1.1"}

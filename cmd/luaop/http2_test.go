@@ -22,7 +22,7 @@ func TestSecureMetricsSpeakHTTP2OnlyWhenEnabled(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		secure, err := secureListener(t.Context(), ln, "", tc.enable, log)
+		secure, err := secureListener(t.Context(), ln, "", tc.enable, nil, log)
 		if err != nil {
 			t.Fatal(err)
 		}
