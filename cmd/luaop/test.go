@@ -75,16 +75,21 @@ The format's JSON Schema: luaop stubs --schema FILE.`,
 			if errors.Is(err, scripttest.ErrNoCaseMatches) {
 				return usageError(err)
 			}
+			var malformed scripttest.MalformedTestFileError
+			if errors.As(err, &malformed) {
+				// A report all the same, so that CI shows the file that does not load
+				// instead of an empty (unparsable) report.
+				sum = scripttest.Summary{Failed: 1, Cases: []scripttest.CaseResult{{File: malformed.File,
+					Name: "the test file loads", Failures: []string{err.Error()}}}}
+				if err := writeTestReport(cmd, format, sum, started); err != nil {
+					return err
+				}
+				return usageError(err)
+			}
 			if err != nil {
 				return err
 			}
-			switch format {
-			case "junit":
-				err = writeTestJUnit(cmd.OutOrStdout(), sum, started)
-			case "json":
-				err = writeTestJSON(cmd.OutOrStdout(), sum)
-			}
-			if err != nil {
+			if err := writeTestReport(cmd, format, sum, started); err != nil {
 				return err
 			}
 			if sum.Failed > 0 {
@@ -101,4 +106,15 @@ The format's JSON Schema: luaop stubs --schema FILE.`,
 	cmd.Flags().DurationVar(&defaultBackoff, "default-backoff", handling.DefaultBackoff, "the backoff after an arbitrary error, as given to luaop run --default-backoff (the verdict on an attempt looks ahead with it: a handler's timeout)")
 	cmd.Flags().DurationVar(&handlerTimeout, "handler-timeout", scripttest.DefaultHandlerTimeout, "deadline of each handler call, script loading and compiling included (luaop run --handler-timeout)")
 	return cmd
+}
+
+// writeTestReport writes the report of --format junit or json on standard output.
+func writeTestReport(cmd *cobra.Command, format string, sum scripttest.Summary, started time.Time) error {
+	switch format {
+	case "junit":
+		return writeTestJUnit(cmd.OutOrStdout(), sum, started)
+	case "json":
+		return writeTestJSON(cmd.OutOrStdout(), sum)
+	}
+	return nil
 }
