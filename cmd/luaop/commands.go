@@ -131,7 +131,7 @@ func clientConfig(s settings) clientcmd.ClientConfig {
 func restConfig(s settings) (*rest.Config, error) {
 	cfg, err := clientConfig(s).ClientConfig()
 	if err != nil {
-		return nil, unreachableError(fmt.Errorf("no usable kubeconfig (%w); give --kubeconfig, set KUBECONFIG, or start a local cluster with `make cluster`", err))
+		return nil, unreachableError(fmt.Errorf("no usable kubeconfig (%w); give --kubeconfig, set KUBECONFIG, or start a local cluster (`kind create cluster`, or `make cluster` in a luaop checkout)", err))
 	}
 	cfg.QPS, cfg.Burst = 500, 1000
 	if s.QPS > 0 {
@@ -484,7 +484,7 @@ func checkReachable(cfg *rest.Config) error {
 		return err
 	}
 	if err := client.Get().AbsPath("/version").Do(context.Background()).Error(); err != nil {
-		return unreachableError(fmt.Errorf("the cluster at %s cannot be reached: %w; is it running? (a local one: `make cluster`)", cfg.Host, err))
+		return unreachableError(fmt.Errorf("the cluster at %s cannot be reached: %w; is it running? (a local one: `kind create cluster`, or `make cluster` in a luaop checkout)", cfg.Host, err))
 	}
 	return nil
 }

@@ -63,7 +63,8 @@ func TestExitCodes(t *testing.T) {
 		{"cluster unreachable", []string{"run", "--kubeconfig", unreachable, "--health-address=", "--metrics-address=", examples}, exitUnreachable, "cannot be reached"},
 		{"release without what to release", []string{"release"}, exitUsage, "give the scripts' folder"},
 		{"webhooks remove, cluster unreachable", []string{"webhooks", "remove", "--kubeconfig", unreachable}, exitUnreachable, "cannot be reached"},
-		{"-v 6 is a verbosity, not an argument", []string{"check", "-v", "6", examples}, exitUsage, "unknown shorthand flag: 'v'"},
+		{"-v 6 is a verbosity, not an argument", []string{"check", "-v", "6", examples}, exitOK, ""},
+		{"-v alone", []string{"test", "-v", examples}, exitOK, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var stderr bytes.Buffer

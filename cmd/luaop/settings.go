@@ -161,6 +161,14 @@ func (f verbosityFlag) Set(v string) error {
 
 func (verbosityFlag) Type() string { return "N" }
 
+// verboseFlag gives cmd the -v/--verbose of every luaop command: more output, -v
+// alone or -v N as kubectl takes it (any N > 0 is "more" where there are no levels;
+// luaop run and dev log at debug level from 4, client-go's requests from 6).
+func verboseFlag(cmd *cobra.Command, level *int, more string) {
+	f := cmd.Flags().VarPF(verbosityFlag{level}, "verbose", "v", "say more, as everywhere in luaop (-v alone or -v N, kubectl's levels): "+more)
+	f.NoOptDefVal = strconv.Itoa(verboseAlone)
+}
+
 // parseVerbosity reads a verbosity: a whole number of at least 0, or true (4) and
 // false (0) as LUAOP_VERBOSE=true and "verbose: true" in a config file had it.
 func parseVerbosity(v string) (int, error) {

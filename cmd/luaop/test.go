@@ -16,7 +16,7 @@ import (
 
 func newTestCommand() *cobra.Command {
 	var run, tests, prefix, format string
-	var verbose bool
+	verbosity := 0
 	var handlerTimeout, defaultBackoff time.Duration
 	cmd := &cobra.Command{
 		Use:   "test DIR",
@@ -60,7 +60,7 @@ The format's JSON Schema: luaop stubs --schema FILE.`,
 			if defaultBackoff <= 0 {
 				return usageError(fmt.Errorf("--default-backoff must be greater than 0"))
 			}
-			opts := scripttest.Options{Scripts: dir, Tests: files, Out: text, Verbose: verbose, Prefix: prefix,
+			opts := scripttest.Options{Scripts: dir, Tests: files, Out: text, Verbose: verbosity > 0, Prefix: prefix,
 				HandlerTimeout: handlerTimeout, DefaultBackoff: defaultBackoff}
 			if run != "" {
 				if opts.Run, err = regexp.Compile(run); err != nil {
@@ -101,7 +101,7 @@ The format's JSON Schema: luaop stubs --schema FILE.`,
 	cmd.Flags().StringVar(&run, "run", "", "run only the cases whose FILE/NAME matches this regular expression")
 	cmd.Flags().StringVar(&tests, "tests", "", "folder of the test files (default: DIR/tests)")
 	cmd.Flags().StringVar(&prefix, "prefix", scripttest.DefaultPrefix, "prefix of the operator's annotations, as given to luaop run --prefix (its annotations are not part of the handlers' view of the object)")
-	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "print passing cases too")
+	verboseFlag(cmd, &verbosity, "print passing cases too")
 	cmd.Flags().StringVar(&format, "format", "text", "report format: text, junit or json (junit and json on standard output, the text on standard error)")
 	cmd.Flags().DurationVar(&defaultBackoff, "default-backoff", handling.DefaultBackoff, "the backoff after an arbitrary error, as given to luaop run --default-backoff (the verdict on an attempt looks ahead with it: a handler's timeout)")
 	cmd.Flags().DurationVar(&handlerTimeout, "handler-timeout", scripttest.DefaultHandlerTimeout, "deadline of each handler call, script loading and compiling included (luaop run --handler-timeout)")
