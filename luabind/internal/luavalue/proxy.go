@@ -1,7 +1,6 @@
 package luavalue
 
 import (
-	"encoding/json"
 	"sort"
 	"strings"
 
@@ -379,11 +378,10 @@ func (c *state) pushListIteration(L *lua.LState) int {
 
 // proxyToString is __tostring: the JSON of the value.
 func (c *state) proxyToString(L *lua.LState) int {
-	pd := proxyArg(L)
-	data, err := json.Marshal(pd.v)
+	proxyArg(L)
+	data, err := NewBudget(Limits{}).EncodeJSON(L.Get(1))
 	if err != nil {
-		L.Push(lua.LString("read-only view: " + err.Error()))
-		return 1
+		L.RaiseError("tostring of a read-only view: %s", err)
 	}
 	L.Push(lua.LString(data))
 	return 1
