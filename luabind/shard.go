@@ -58,6 +58,9 @@ type shard struct {
 	idle    []*callThread
 
 	ctxMT, patchMT *lua.LTable
+	// patchDepth is the depth of each auto-vivified table of the ctx.patch of the
+	// calls running (newPatchMetatable), until its call ends (endPatch).
+	patchDepth map[*lua.LTable]int
 	// deadPatchMT ends a ctx.patch after its call, memoMT serves memo views.
 	deadPatchMT, memoMT *lua.LTable
 	// daemonEntry and daemonSetup start every daemon's coroutine (daemon.go).
@@ -129,13 +132,14 @@ func newShard(rt *Runtime, idx int) *shard {
 	s := &shard{rt: rt, idx: idx, sem: make(chan struct{}, 1), stuck: make(chan struct{}), swapped: make(chan struct{}), threads: map[*lua.LState]*callThread{}, parked: map[*daemonWake]struct{}{}}
 	s.L = sandbox.NewState(sandbox.Options{
 		MaxStringSize: rt.opts.MaxStringSize,
-		Print: func(L *lua.LState, msg string) {
-			if s.logAllowed(L, len(msg)) {
+		Print: func(L *lua.LState, args []lua.LValue) {
+			if msg, ok := s.printMessage(L, args); ok {
 				s.log(L).Info(msg)
 			}
 		},
 	})
 	s.memos = map[string]*lua.LTable{}
+	s.patchDepth = map[*lua.LTable]int{}
 	s.opMemo = s.L.NewTable()
 	s.module = s.newModule()
 	s.ctxMT = s.newCtxMetatable()

@@ -9,15 +9,15 @@ import (
 	lua "github.com/luaop/luaop/third_party/gopher-lua"
 
 	"github.com/luaop/luaop/luabind/internal/luatest"
-	"github.com/luaop/luaop/luabind/internal/sandbox"
 )
 
 // newTestState returns a sandboxed state with a global `luaop` holding the markers
 // and a global `userdata()` making a plain userdata.
 func newTestState(t testing.TB) *lua.LState {
 	t.Helper()
-	L := sandbox.NewState(sandbox.Options{})
+	L := lua.NewState()
 	t.Cleanup(L.Close)
+	InstallIteration(L)
 	mod := L.NewTable()
 	InstallMarkers(L, mod)
 	L.SetGlobal("luaop", mod)

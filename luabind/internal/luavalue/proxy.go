@@ -24,7 +24,7 @@ import (
 // What works on a proxy:
 //   - p.field, p[i], nested access, with JSON null read as luaop.null;
 //   - #p for lists (gopher-lua's # operator honours __len for tables);
-//   - pairs(p) and ipairs(p), once sandbox.InstallIteration has replaced the global pairs and
+//   - pairs(p) and ipairs(p), once InstallIteration has replaced the global pairs and
 //     ipairs (gopher-lua follows Lua 5.1, whose pairs/ipairs ignore __pairs/__ipairs).
 //     Objects iterate in sorted key order; lists in index order;
 //   - tostring(p) renders the value as JSON;

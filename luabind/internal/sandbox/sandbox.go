@@ -163,7 +163,7 @@ func NewState(opts Options) *lua.LState {
 	}
 
 	boundStrings(L, opts.MaxStringSize)
-	InstallIteration(L)
+	luavalue.InstallIteration(L)
 	return L
 }
 
