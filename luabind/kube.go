@@ -379,9 +379,7 @@ func sleepDuration(L *lua.LState) time.Duration {
 	v := L.Get(1)
 	n, ok := v.(lua.LNumber)
 	if str, isString := v.(lua.LString); isString {
-		if f, err := strconv.ParseFloat(strings.TrimSpace(string(str)), 64); err == nil {
-			n, ok = lua.LNumber(f), true
-		}
+		n, ok = stringNumber(string(str))
 	}
 	f := float64(n)
 	switch {
@@ -390,13 +388,33 @@ func sleepDuration(L *lua.LState) time.Duration {
 	case math.IsNaN(f):
 		luaerr.RaiseAtScript(L, "bad argument #1 to 'luaop.sleep' (seconds must be a number, got nan)")
 	case math.IsInf(f, 0):
-		luaerr.RaiseAtScript(L, "bad argument #1 to 'luaop.sleep' (seconds must be finite, got %s)", n)
+		luaerr.RaiseAtScript(L, "bad argument #1 to 'luaop.sleep' (seconds must be finite, got %s)", map[bool]string{true: "inf", false: "-inf"}[f > 0])
 	case f < 0:
 		luaerr.RaiseAtScript(L, "bad argument #1 to 'luaop.sleep' (seconds must not be negative, got %s)", n)
 	case f >= maxSleepSeconds:
 		return math.MaxInt64
 	}
 	return time.Duration(f * float64(time.Second))
+}
+
+// stringNumber reads a string as tonumber does: a decimal number or a
+// hexadecimal integer (0x10), with spaces around.
+func stringNumber(s string) (lua.LNumber, bool) {
+	s = strings.TrimSpace(s)
+	if f, err := strconv.ParseFloat(s, 64); err == nil {
+		return lua.LNumber(f), true
+	}
+	neg := strings.HasPrefix(s, "-")
+	digits := strings.TrimPrefix(s, "-")
+	if len(digits) > 2 && (digits[:2] == "0x" || digits[:2] == "0X") {
+		if u, err := strconv.ParseUint(digits[2:], 16, 64); err == nil {
+			if neg {
+				return lua.LNumber(-float64(u)), true
+			}
+			return lua.LNumber(u), true
+		}
+	}
+	return 0, false
 }
 
 // typeName is Lua's type(v), "no value" for an absent argument.

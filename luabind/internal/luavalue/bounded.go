@@ -362,16 +362,20 @@ func describe(w *cutWriter, v lua.LValue, depth int) {
 			return
 		}
 		type kv struct {
-			k string
-			v lua.LValue
+			k   string
+			n   float64 // a number key's value, for the order: numbers first
+			num bool
+			v   lua.LValue
 		}
 		var items []kv
 		x.ForEach(func(k, v lua.LValue) {
 			if len(items) > w.max { // each item writes a byte at least
 				return
 			}
-			ks := ""
+			ks, n, num := "", 0.0, false
 			switch kk := k.(type) {
+			case lua.LNumber:
+				ks, n, num = "["+kk.String()+"]", float64(kk), true
 			case lua.LString:
 				ks = string(kk)
 				if !IsIdent(ks) {
@@ -380,9 +384,18 @@ func describe(w *cutWriter, v lua.LValue, depth int) {
 			default:
 				ks = "[" + k.String() + "]"
 			}
-			items = append(items, kv{ks, v})
+			items = append(items, kv{ks, n, num, v})
 		})
-		sort.Slice(items, func(i, j int) bool { return items[i].k < items[j].k })
+		sort.Slice(items, func(i, j int) bool {
+			a, b := items[i], items[j]
+			if a.num != b.num {
+				return a.num
+			}
+			if a.num {
+				return a.n < b.n
+			}
+			return a.k < b.k
+		})
 		w.WriteString("{")
 		for i, it := range items {
 			if w.full {
