@@ -566,6 +566,7 @@ func (s *shard) newMemoMetatable() *lua.LTable {
 func (s *shard) memoView(L *lua.LState, cs *callState, uid string) lua.LValue {
 	if cs.memoView == nil {
 		cs.memo = s.memoFor(uid)
+		s.nameMemo(uid, cs.body())
 		cs.memoView = L.CreateTable(0, 0)
 		cs.memoView.Metatable = s.memoMT
 	}

@@ -106,6 +106,9 @@ type Runtime struct {
 	// scriptMetrics are the metrics of luaop.metrics (metrics.go), shared by the
 	// shards and kept across reloads.
 	scriptMetrics *ScriptMetrics
+	// memReport is what the memory budget found the last time it cancelled a
+	// call (holders.go).
+	memReport atomic.Pointer[MemoryReport]
 }
 
 type codeHashEntry struct {
@@ -139,6 +142,12 @@ func New(opts Options) *Runtime {
 	opts.setDefaults()
 	r := &Runtime{opts: opts, mem: newMemWatch(opts.MemoryBudget, opts.Logger), scriptMetrics: NewScriptMetrics()}
 	r.mem.onStuck, r.mem.onUnstuck = r.onStuck, r.onUnstuck
+	r.mem.holders = func(mc *memCall) string {
+		if mc.sh == nil {
+			return ""
+		}
+		return r.measureHolders(mc.sh, mc).Summary()
+	}
 	r.shards = make([]atomic.Pointer[shard], opts.Shards+1) // the last one serves the hooks
 	for i := range r.shards {
 		r.shards[i].Store(newShard(r, i))
@@ -478,6 +487,7 @@ func (r *Runtime) Forget(uid string) {
 		return // closed
 	}
 	delete(sh.memos, uid)
+	delete(sh.memoNames, uid)
 	delete(sh.subFns, uid)
 	sh.unlock()
 }

@@ -38,6 +38,12 @@ type shard struct {
 	// leaves it in the table's key list), so a table keyed by uid would grow with
 	// every object ever seen.
 	memos map[string]*lua.LTable
+	// memoNames name the objects of memos (namespace/name by uid), for the
+	// measurement of whose memory it is (holders.go).
+	memoNames map[string]string
+	// held are the values each file of the serving scripts holds across calls:
+	// its globals and its value as a module (holders.go), by file.
+	held map[string]*heldByFile
 	// opMemo is the memo of operator-level hooks (startup, cleanup, probe).
 	opMemo *lua.LTable
 	module *lua.LTable // the `luaop` module of this state (Go and the prelude use it)
@@ -126,6 +132,15 @@ type shardGeneration struct {
 	records map[string]string
 	// held is how long staging held the shard: its calls waited at most that long.
 	held time.Duration
+	// files are what each file of the load holds (moduleLoader.files).
+	files map[string]*heldByFile
+}
+
+// heldByFile is what a file of a load holds across calls: its global environment
+// and, once it ran as a module, its value.
+type heldByFile struct {
+	env   *lua.LTable
+	value lua.LValue
 }
 
 func newShard(rt *Runtime, idx int) *shard {
@@ -139,6 +154,7 @@ func newShard(rt *Runtime, idx int) *shard {
 		},
 	})
 	s.memos = map[string]*lua.LTable{}
+	s.memoNames = map[string]string{}
 	s.patchDepth = map[*lua.LTable]int{}
 	s.opMemo = s.L.NewTable()
 	s.module = s.newModule()
@@ -206,7 +222,7 @@ func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lu
 		}
 	}
 	ld.keepOnlyLazy()
-	return &shardGeneration{fns: col.fns, records: col.records, held: time.Since(locked)}, col, nil
+	return &shardGeneration{fns: col.fns, records: col.records, held: time.Since(locked), files: ld.files}, col, nil
 }
 
 // moduleLoader runs the files of one load: the handler scripts, and the modules
@@ -220,12 +236,16 @@ type moduleLoader struct {
 	loading map[string]*lua.LState
 	require *lua.LFunction
 	mc      *memCall
+	// files are what each file that ran holds (its environment, its value): the
+	// shard's held once the load is committed, kept up to date as modules are
+	// required later.
+	files map[string]*heldByFile
 }
 
 func (s *shard) newModuleLoader(L *lua.LState, files []string, protos map[string]*lua.FunctionProto) *moduleLoader {
 	ld := &moduleLoader{s: s, byModule: make(map[string]string, len(files)), protos: protos,
 		loaded: make(map[string]lua.LValue, len(files)), loading: map[string]*lua.LState{},
-		mc: &memCall{what: "loading the scripts", sh: s}}
+		mc: &memCall{what: "loading the scripts", sh: s}, files: map[string]*heldByFile{}}
 	for _, f := range files {
 		ld.byModule[moduleName(f)] = f
 	}
@@ -253,6 +273,8 @@ func (ld *moduleLoader) run(L *lua.LState, file string) (lua.LValue, error) {
 	defer delete(ld.loading, mod)
 	fn := L.NewFunctionFromProto(ld.protos[file])
 	fn.Env = s.iso.NewEnv(L, ld.require)
+	held := &heldByFile{env: fn.Env}
+	ld.files[file] = held
 	L.Push(fn)
 	if err := L.PCall(0, 1, nil); err != nil {
 		if ld.mc.hit.Load() {
@@ -266,6 +288,7 @@ func (ld *moduleLoader) run(L *lua.LState, file string) (lua.LValue, error) {
 		v = lua.LTrue
 	}
 	ld.loaded[mod] = v
+	held.value = v
 	return v, nil
 }
 
@@ -307,7 +330,7 @@ func (ld *moduleLoader) keepOnlyLazy() {
 
 func (s *shard) commit(g *shardGeneration) {
 	s.relock()
-	s.fns, s.records = g.fns, g.records
+	s.fns, s.records, s.held = g.fns, g.records, g.files
 	s.unlock()
 }
 

@@ -456,3 +456,13 @@ func (tb *LTable) Next(key LValue) (LValue, LValue) {
 	}
 	return LNil, LNil
 }
+
+// MemSize estimates the bytes the table itself holds (its header, array part,
+// hash parts and key list; not the values it refers to). luaop patch: luaop
+// measures whose data fills the memory budget (luabind's holders.go) and cannot see
+// the table's fields from outside the package.
+func (tb *LTable) MemSize() int {
+	const header, slot, mapEntry = 96, 16, 48 // LValue is an interface: 16 bytes
+	return header + cap(tb.array)*slot + len(tb.strdict)*mapEntry + len(tb.dict)*mapEntry +
+		cap(tb.keys)*slot + len(tb.k2i)*mapEntry
+}

@@ -145,6 +145,10 @@ func (iso *Isolation) View(L *lua.LState, name string, t *lua.LTable) *lua.LUser
 // none).
 func (iso *Isolation) Module() *lua.LUserData { return iso.module }
 
+// Base is the table of base globals every script environment reads through to:
+// shared by the scripts, nobody's own (luabind measures what scripts hold without it).
+func (iso *Isolation) Base() *lua.LTable { return iso.base }
+
 // Globals lists the base globals a script reads, each with the sorted fields of its
 // read-only view when it is a library table (string, table, math, os) and nil when it
 // is not.
