@@ -46,7 +46,7 @@ type MemoryReport struct {
 	Heap   uint64 `json:"heapBytes"`
 	Budget uint64 `json:"budgetBytes"`
 	// Holders are the largest holders of data kept across calls, largest first
-	// (at most maxHolders).
+	// (at most maxHolders, each holding 1% of the budget at least).
 	Holders []MemoryHolder `json:"holders"`
 	// Unmeasured are the Lua states busy with a call while the others were
 	// measured.
@@ -59,7 +59,7 @@ const maxHolders = 5
 // Summary says who holds the most, for the budget's error.
 func (m *MemoryReport) Summary() string {
 	if len(m.Holders) == 0 {
-		return "the scripts hold no data across calls (measured): the call's own data filled it"
+		return "the scripts hold little data across calls (measured): the calls running filled it"
 	}
 	parts := make([]string, len(m.Holders))
 	for i, h := range m.Holders {
@@ -104,7 +104,9 @@ func (r *Runtime) measureHolders(own *shard, mc *memCall) *MemoryReport {
 		}
 	}
 	for what, n := range sizes {
-		rep.Holders = append(rep.Holders, MemoryHolder{What: what, Bytes: n})
+		if uint64(n) >= rep.Budget/100 { // smaller ones are not whose memory it is
+			rep.Holders = append(rep.Holders, MemoryHolder{What: what, Bytes: n})
+		}
 	}
 	sort.Slice(rep.Holders, func(i, j int) bool {
 		a, b := rep.Holders[i], rep.Holders[j]
