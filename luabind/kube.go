@@ -496,6 +496,7 @@ func (s *shard) checkObjects(L *lua.LState, n int) []map[string]any {
 // of the first failure (the others are posted all the same).
 func (s *shard) postEvents(L *lua.LState, objs []map[string]any, eventType, reason, message string) int {
 	k := s.kube(L)
+	message = luavalue.Cut(message, luaerr.MaxMessage) // the recorder cuts it further
 	var first error
 	s.blockingPoint(L, func(ctx context.Context) {
 		for _, obj := range objs {
