@@ -44,6 +44,8 @@ func TestVMLimitsAreLua51s(t *testing.T) {
 		b.WriteString("}\n")
 		return b.String()
 	}
+	// a loop whose body is longer than a jump reaches (2^17 instructions: two a line)
+	longJump := "while x do\n" + strings.Repeat("a = 1\n", 70_000) + "end\n"
 	for _, tc := range []struct {
 		name, src, want string
 	}{
@@ -52,6 +54,7 @@ func TestVMLimitsAreLua51s(t *testing.T) {
 		{"257 upvalues", upvalues(257), "handler.lua:260: too many upvalues (limit is 60)"},
 		{"300 upvalues", upvalues(300), "handler.lua:303: too many upvalues (limit is 60)"},
 		{"constants", constants(), "handler.lua:262145: constant table overflow (more than 262144 constants in one function)"},
+		{"jump", longJump, "handler.lua:1: control structure too long"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			L := newTestState(t)
