@@ -109,7 +109,7 @@ unit: lint
 # and replayed by `make test` from then on. No cluster needed.
 FUZZTIME ?= 1m
 FUZZ_TARGETS := FuzzLoad:./luabind/internal/sandbox FuzzPatterns:./luabind/internal/sandbox \
-	FuzzCall:./luabind FuzzDecode:./luabind FuzzRoundTrip:./luabind/internal/luavalue
+	FuzzCall:./luabind FuzzDecode:./luabind FuzzGrammar:./luabind FuzzRoundTrip:./luabind/internal/luavalue
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		echo "[fuzz] $${t%%:*} ($${t#*:}, $(FUZZTIME))"; \

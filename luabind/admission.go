@@ -183,10 +183,11 @@ func (s *shard) admit(ctx context.Context, req *AdmissionRequest, cause causes.C
 	if ret == lua.LFalse {
 		resp.Allowed = false
 		resp.Message = fmt.Sprintf("rejected by %s", req.Handler.ID)
+		// The call has ended: no metamethod runs now (Describe runs none).
 		if msg, ok := adm.second.(lua.LString); ok && msg != "" {
-			resp.Message = string(msg)
+			resp.Message = luavalue.Cut(string(msg), luaerr.MaxMessage)
 		} else if adm.second != nil && adm.second != lua.LNil {
-			resp.Message = lua.LVAsString(s.L.ToStringMeta(adm.second))
+			resp.Message = luavalue.Describe(adm.second, luaerr.MaxMessage)
 		}
 		return resp, nil
 	}
@@ -213,9 +214,9 @@ func (a *admissionState) warningList() []string {
 		switch v := a.warnings.RawGetInt(i).(type) {
 		case *lua.LNilType:
 		case lua.LString:
-			out = append(out, string(v))
+			out = append(out, luavalue.Cut(string(v), luaerr.MaxMessage))
 		default:
-			out = append(out, v.String())
+			out = append(out, luavalue.Describe(v, luaerr.MaxMessage))
 		}
 	}
 	return out
@@ -337,10 +338,10 @@ func (s *shard) admissionOption(L *lua.LState, spec *causes.Spec, name string, v
 // message and the HTTP code (default 500, as kopf's AdmissionError).
 func installAdmissionError(L *lua.LState, mod *lua.LTable) {
 	mod.RawSetString("admission_error", L.NewFunction(func(L *lua.LState) int {
-		msg := L.ToStringMeta(L.Get(1)).String()
 		if L.Get(1) == lua.LNil {
 			L.ArgError(1, "message expected")
 		}
+		msg := luaerr.MessageArg(L, 1)
 		code := 500
 		if v := L.Get(2); v != lua.LNil {
 			n, ok := v.(lua.LNumber)

@@ -119,10 +119,16 @@ func TestAdversarialLoads(t *testing.T) {
 	}
 	rt := loadedRuntime(t, Options{Shards: 2, HandlerTimeout: timeout}, "a.lua", `local luaop = require("luaop")
 luaop.on.create("example.com/v1/widgets", function() return "a" end, {id = "a"})`)
+	slow := loadedRuntime(t, Options{Shards: 2, HandlerTimeout: adversary.LongCompileDeadline}, "a.lua", `local luaop = require("luaop")
+luaop.on.create("example.com/v1/widgets", function() return "a" end, {id = "a"})`)
 	for _, c := range adversary.LoadCases {
 		t.Run(c.Name, func(t *testing.T) {
 			scripts := scriptsOf("a.lua", `local luaop = require("luaop")
 luaop.on.create("example.com/v1/widgets", function() return "a" end, {id = "a"})`, "b.lua", c.Source())
+			rt := rt
+			if c.LongCompile {
+				rt = slow
+			}
 			_, err := rt.Load(t.Context(), scripts)
 			if c.Want == "" {
 				if err != nil {

@@ -2,6 +2,7 @@ package luabind
 
 import (
 	"fmt"
+	"math"
 	"path"
 	"reflect"
 	"regexp"
@@ -279,7 +280,7 @@ func (s *shard) applyOptions(L *lua.LState, spec *causes.Spec, fns *handlerFns, 
 		case "id":
 			spec.ID = s.optString(L, name, v)
 		case "retries":
-			spec.Retries = int(s.optNumber(L, name, v))
+			spec.Retries = int(s.optNumber(L, name, v, maxRetries, ""))
 		case "backoff":
 			spec.Backoff = s.optSeconds(L, name, v)
 		case "timeout":
@@ -362,16 +363,26 @@ func (s *shard) optString(L *lua.LState, name string, v lua.LValue) string {
 	return string(str)
 }
 
-func (s *shard) optNumber(L *lua.LState, name string, v lua.LValue) float64 {
+// optNumber reads a number option: from 0 to max, neither NaN nor infinite (NaN
+// passed every comparison, so `timeout = 0/0` was accepted and the Go conversion
+// of it undefined). The error names the registration's line.
+func (s *shard) optNumber(L *lua.LState, name string, v lua.LValue, max float64, unit string) float64 {
 	n, ok := v.(lua.LNumber)
-	if !ok || n < 0 {
-		L.RaiseError("option %s must be a number >= 0, got %s", name, v.String())
+	if !ok || !(n >= 0 && float64(n) <= max) { // NaN fails both
+		L.RaiseError("option %s must be a number from 0 to %g%s, got %s", name, max, unit, luavalue.Describe(v, 64))
 	}
 	return float64(n)
 }
 
+// maxOptionSeconds bounds the options in seconds: about 31 years, within a
+// time.Duration.
+const maxOptionSeconds = 1e9
+
+// maxRetries bounds the retries option (an int32, and more than any handler means).
+const maxRetries = math.MaxInt32
+
 func (s *shard) optSeconds(L *lua.LState, name string, v lua.LValue) time.Duration {
-	return time.Duration(s.optNumber(L, name, v) * float64(time.Second))
+	return time.Duration(s.optNumber(L, name, v, maxOptionSeconds, " seconds") * float64(time.Second))
 }
 
 // optValueFilter reads a value, old or new option: a value to equal, luaop.PRESENT,

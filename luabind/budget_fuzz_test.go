@@ -34,12 +34,12 @@ end, {id = "decode"})
 luaop.on.create("example.com/v1/widgets", function(ctx) return "fine" end, {id = "fine"})`)
 }
 
-func fuzzCall(t *testing.T, rt *Runtime, id string, spec map[string]any) {
+func fuzzCall(t *testing.T, rt *Runtime, id string, spec map[string]any) error {
 	t.Helper()
 	body := widgetObject("fuzz")
 	body["spec"] = spec
 	start := time.Now()
-	_, _ = rt.Invoke(t.Context(), causes.Call{Handler: specOf(t, rt, id), Cause: causes.Cause{Reason: causes.Create, Body: body}, Patch: state.NewPatch()})
+	_, err := rt.Invoke(t.Context(), causes.Call{Handler: specOf(t, rt, id), Cause: causes.Cause{Reason: causes.Create, Body: body}, Patch: state.NewPatch()})
 	slack := time.Second
 	if raceDetector { // converting a large result is many times slower with it
 		slack = 8 * time.Second
@@ -50,6 +50,7 @@ func fuzzCall(t *testing.T, rt *Runtime, id string, spec map[string]any) {
 	if res := mustInvoke(t, rt, "fine", createCause("fuzz")); res.Value != "fine" {
 		t.Fatalf("the next call: %#v", res.Value)
 	}
+	return err
 }
 
 // FuzzCall runs any handler body (the adversarial ones among the seeds).

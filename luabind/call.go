@@ -53,7 +53,7 @@ type callState struct {
 	adm *admissionState
 	// mem is the call as the memory budget's watchdog sees it.
 	mem memCall
-	// logBytes counts what the call logged (logAllowed); logCapped is set once
+	// logBytes counts what the call logged (logSpent); logCapped is set once
 	// it went over. A daemon's restart after each blocking function.
 	logBytes  int
 	logCapped bool
@@ -192,10 +192,12 @@ func (s *shard) mergePatch(cs *callState, call causes.Call) error {
 }
 
 // convertPatch converts the call's ctx.patch (auto-vivified tables left empty
-// pruned). Shard lock held.
+// left out: Limits.Vivified), on the bounded path: a cycle is "cycle at
+// ctx.patch.x: ...". Shard lock held.
 func (s *shard) convertPatch(cs *callState) (any, error) {
-	prunePatchTable(cs.patchTbl, s.patchMT, s.deadPatchMT)
-	return luavalue.FromLuaLimited(cs.patchTbl, objectWriteLimits)
+	limits := objectWriteLimits
+	limits.Root, limits.Vivified = "ctx.patch", s.patchMT
+	return luavalue.FromLuaLimited(cs.patchTbl, limits)
 }
 
 // objectWriteLimits bound a handler's result and its ctx.patch, each: what goes
@@ -219,16 +221,23 @@ func (s *shard) endPatch(cs *callState) {
 	if cs == nil || cs.patchTbl == nil {
 		return
 	}
-	var kill func(t *lua.LTable)
-	kill = func(t *lua.LTable) {
+	// A loop over the patch's own tables (those with its metatable), each once:
+	// the patch may contain itself (ctx.patch.x = ctx.patch) or be deep.
+	todo := []*lua.LTable{cs.patchTbl}
+	for len(todo) > 0 {
+		t := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		if t.Metatable == s.deadPatchMT {
+			continue
+		}
+		t.Metatable = s.deadPatchMT
+		delete(s.patchDepth, t)
 		clearTable(t, func(v lua.LValue) {
 			if child, ok := v.(*lua.LTable); ok && child.Metatable == s.patchMT {
-				kill(child)
+				todo = append(todo, child)
 			}
 		})
-		t.Metatable = s.deadPatchMT
 	}
-	kill(cs.patchTbl)
 	cs.patchTbl = nil
 }
 
@@ -557,6 +566,7 @@ func (s *shard) newMemoMetatable() *lua.LTable {
 func (s *shard) memoView(L *lua.LState, cs *callState, uid string) lua.LValue {
 	if cs.memoView == nil {
 		cs.memo = s.memoFor(uid)
+		s.nameMemo(uid, cs.body())
 		cs.memoView = L.CreateTable(0, 0)
 		cs.memoView.Metatable = s.memoMT
 	}
@@ -699,8 +709,15 @@ func (s *shard) newPatchMetatable() *lua.LTable {
 	mt.RawSetString("__index", L.NewFunction(func(L *lua.LState) int {
 		t := L.CheckTable(1)
 		k := L.Get(2)
+		// A chain read deeper than a conversion goes (p = p.x in a loop) fails
+		// here, at its line, before it builds the tables.
+		depth := s.patchDepth[t] + 1
+		if depth >= maxPatchDepth {
+			L.RaiseError("ctx.patch: nested deeper than %d levels (reading %s of a table %d levels down)", maxPatchDepth, lua.LVAsString(k), depth-1)
+		}
 		child := L.CreateTable(0, 4)
 		L.SetMetatable(child, mt)
+		s.patchDepth[child] = depth
 		t.RawSet(k, child)
 		L.Push(child)
 		return 1
@@ -709,24 +726,9 @@ func (s *shard) newPatchMetatable() *lua.LTable {
 	return mt
 }
 
-// prunePatchTable removes auto-vivified tables that stayed empty (only read through);
-// they get the metatable dead (endPatch ends the others after the conversion).
-func prunePatchTable(t *lua.LTable, mt, dead *lua.LTable) bool {
-	var empty []lua.LValue
-	t.ForEach(func(k, v lua.LValue) {
-		if child, ok := v.(*lua.LTable); ok && child.Metatable == mt {
-			if prunePatchTable(child, mt, dead) {
-				empty = append(empty, k)
-				child.Metatable = dead
-			}
-		}
-	})
-	for _, k := range empty {
-		t.RawSet(k, lua.LNil)
-	}
-	k, _ := t.Next(lua.LNil)
-	return k == lua.LNil
-}
+// maxPatchDepth bounds the nesting of ctx.patch's auto-vivified tables: as deep as
+// a conversion goes (luavalue's maxDepth).
+const maxPatchDepth = 100
 
 // newLogger builds the table of ctx.logger (scripts get a read-only view of it,
 // s.logger): debug/info/warn/error write to the logger of the call
@@ -743,17 +745,8 @@ func (s *shard) newLogger() *lua.LTable {
 			if self := L.Get(1); L.GetTop() >= 1 && (self == t || self == s.logger) {
 				start = 2
 			}
-			top := L.GetTop()
-			fields, ok := logFields(L, start, top)
-			if ok {
-				top--
-			}
-			var parts []string
-			for i := start; i <= top; i++ {
-				parts = append(parts, L.ToStringMeta(L.Get(i)).String())
-			}
-			msg := strings.Join(parts, " ")
-			if !s.logAllowed(L, len(msg)) {
+			msg, fields, ok := s.logMessage(L, start)
+			if !ok {
 				return 0
 			}
 			s.log(L).Log(L.Context(), level, msg, fields...)
@@ -769,18 +762,69 @@ func (s *shard) newLogger() *lua.LTable {
 // string wrote about 140 MB a call. What is over is dropped, with one warning.
 const maxLogBytesPerCall = 1 << 20
 
-// logAllowed counts n bytes of log of the call running on L and tells whether they
-// may be written; the first message over the budget logs the warning instead.
-// Outside a call (scripts loading) everything is written. Shard lock held.
-func (s *shard) logAllowed(L *lua.LState, n int) bool {
+// logMessage builds a ctx.logger message from the arguments from start on (their
+// texts joined by spaces) and its fields (a last plain table), counted as they are
+// built against what is left of the call's log budget (logBudget): a message over
+// it is never built; it and the call's later messages are dropped, with one
+// warning. Shard lock held.
+func (s *shard) logMessage(L *lua.LState, start int) (string, []any, bool) {
+	top := L.GetTop()
+	budget, left := s.logBudget(L)
+	fields, hasFields, err := logFields(L, start, top, budget)
+	if hasFields {
+		top--
+	}
+	msg := ""
+	if err == nil {
+		args := make([]lua.LValue, 0, max(top-start+1, 0))
+		for i := start; i <= top; i++ {
+			args = append(args, L.Get(i))
+		}
+		msg, err = budget.Join(L, args, " ")
+	}
+	return msg, fields, s.logSpent(L, budget, left, err)
+}
+
+// printMessage is logMessage for print(...): arguments joined by tabs.
+func (s *shard) printMessage(L *lua.LState, args []lua.LValue) (string, bool) {
+	budget, left := s.logBudget(L)
+	msg, err := budget.Join(L, args, "\t")
+	return msg, s.logSpent(L, budget, left, err)
+}
+
+// logBudget is the budget of one message: what is left of the call's log budget
+// (maxLogBytesPerCall a call; outside a call, while the scripts load, the same for
+// each message), and how much that is.
+func (s *shard) logBudget(L *lua.LState) (*luavalue.Budget, int) {
+	left := maxLogBytesPerCall
+	if cs := s.callOf(L); cs != nil {
+		left -= cs.logBytes
+	}
+	return luavalue.NewBudget(luavalue.Limits{MaxBytes: max(left, 1)}), left
+}
+
+// logSpent counts what a message's budget used against the call's log budget and
+// tells whether the message may be written: not when building it failed (err) or
+// the call's budget is spent. A message over the budget logs the warning (once a
+// call) instead; another failure (a __tostring that raised or returned a table) is
+// raised. Shard lock held.
+func (s *shard) logSpent(L *lua.LState, budget *luavalue.Budget, left int, err error) bool {
+	if err != nil && !errors.Is(err, luavalue.ErrTooLarge) {
+		L.RaiseError("%s", err.Error())
+	}
 	cs := s.callOf(L)
+	_, used := budget.Used()
+	if err == nil && left > 0 {
+		if cs != nil {
+			cs.logBytes += used
+		}
+		return true
+	}
 	if cs == nil {
-		return true
+		s.log(L).Warn(fmt.Sprintf("a log message over %s dropped: %v", FormatBytes(maxLogBytesPerCall), err), "source", s.where(L))
+		return false
 	}
-	cs.logBytes += n
-	if cs.logBytes <= maxLogBytesPerCall {
-		return true
-	}
+	cs.logBytes = maxLogBytesPerCall + 1
 	if !cs.logCapped {
 		cs.logCapped = true
 		s.log(L).Warn(fmt.Sprintf("log budget of this call reached (%s): further ctx.logger and print messages of the call are dropped", FormatBytes(maxLogBytesPerCall)), "source", s.where(L))
@@ -849,14 +893,15 @@ var reservedLogKeys = map[string]bool{"time": true, "level": true, "msg": true, 
 // logFields reads the structured fields of ctx.logger.info("msg", {key = value}):
 // the last argument, when it follows a message and is a plain table (no metatable:
 // not ctx.spec or another view) with string keys. Values keep their types (numbers,
-// booleans, strings, nested tables) in JSON logs.
-func logFields(L *lua.LState, start, top int) ([]any, bool) {
+// booleans, strings, nested tables) in JSON logs. They are converted against the
+// message's budget (logMessage): a value over it fails the whole message.
+func logFields(L *lua.LState, start, top int, budget *luavalue.Budget) ([]any, bool, error) {
 	if top <= start {
-		return nil, false
+		return nil, false, nil
 	}
 	t, ok := L.Get(top).(*lua.LTable)
 	if !ok || L.GetMetatable(t) != lua.LNil {
-		return nil, false
+		return nil, false, nil
 	}
 	var keys []string
 	values := map[string]lua.LValue{}
@@ -871,14 +916,19 @@ func logFields(L *lua.LState, start, top int) ([]any, bool) {
 		values[string(ks)] = v
 	})
 	if !allStrings || len(keys) == 0 {
-		return nil, false
+		return nil, false, nil
 	}
 	sort.Strings(keys)
 	attrs := make([]any, 0, 2*len(keys))
 	for _, k := range keys {
-		v, err := luavalue.FromLua(values[k])
-		if err != nil {
-			v = L.ToStringMeta(values[k]).String()
+		v, err := budget.FromLua(values[k])
+		if errors.Is(err, luavalue.ErrTooLarge) {
+			return nil, true, fmt.Errorf("field %s: %w", k, err)
+		}
+		if err != nil { // a function, a cycle: written as tostring writes it
+			if v, err = budget.Text(L, values[k]); err != nil {
+				return nil, true, fmt.Errorf("field %s: %w", k, err)
+			}
 		}
 		key := k
 		if reservedLogKeys[key] {
@@ -886,7 +936,7 @@ func logFields(L *lua.LState, start, top int) ([]any, bool) {
 		}
 		attrs = append(attrs, key, v)
 	}
-	return attrs, true
+	return attrs, true, nil
 }
 
 // goPanicked tells whether a call's error is a Go panic gopher-lua recovered.

@@ -3,9 +3,10 @@ package luabind
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -196,18 +197,11 @@ func (s *shard) postTypedEvents(L *lua.LState, eventType string) int {
 var jsonFunctions = map[string]goFunction{"json.encode": (*shard).jsonEncode, "json.decode": (*shard).jsonDecode}
 
 func (s *shard) jsonEncode(L *lua.LState) int {
-	limit := s.rt.opts.MaxStringSize
-	v, err := luavalue.FromLuaLimited(L.CheckAny(1), luavalue.Limits{MaxBytes: limit})
+	// The bounded path counts the encoding's bytes (escapes included) as it
+	// converts: nothing over the limit is built.
+	data, err := luavalue.NewBudget(luavalue.Limits{MaxBytes: s.rt.opts.MaxStringSize}).EncodeJSON(L.CheckAny(1))
 	if err != nil {
 		L.ArgError(1, err.Error())
-	}
-	var data []byte
-	s.offLua(L, func() { data, err = json.Marshal(v) })
-	if err != nil {
-		L.RaiseError("json.encode: %s", err)
-	}
-	if len(data) > limit { // escapes made it larger than its strings
-		L.RaiseError("json.encode: result too large (%d bytes > %d)", len(data), limit)
 	}
 	L.Push(lua.LString(data))
 	return 1
@@ -276,7 +270,7 @@ func (s *shard) yamlDecode(L *lua.LState) int {
 // (cancellationPoint): a loop that relies on cancellation, as kopf's async daemons
 // do, does not spin.
 func (s *shard) sleep(L *lua.LState) int {
-	d := time.Duration(float64(L.CheckNumber(1)) * float64(time.Second)) // sleepWrapper checked it
+	d := sleepDuration(L)
 	var patch map[string]any
 	var flush func(map[string]any)
 	var stopped, cancelled <-chan struct{}
@@ -348,9 +342,9 @@ func (s *shard) sleep(L *lua.LState) int {
 // luaop.sleep(1)) would read unset registers, and a tail call (return
 // luaop.sleep(1)) would end the coroutine instead of sleeping. The wrapper's own call
 // of sleep wants one result and is no tail call; it runs in the same VM loop, so the
-// yield stays possible. It checks the argument itself, so that a bad one is reported
-// at the script's line; other errors located in it are too (an internal chunk,
-// luaerr.Translate).
+// yield stays possible. sleep checks the argument (sleepDuration) and reports a bad
+// one at the script's line; other errors located in the wrapper are too (an internal
+// chunk, luaerr.Translate).
 func (s *shard) sleepFunction() lua.LValue {
 	L := s.L
 	wrap, err := L.Load(strings.NewReader(sleepWrapper), luaerr.InternalChunk("sleep"))
@@ -359,25 +353,77 @@ func (s *shard) sleepFunction() lua.LValue {
 	}
 	L.Push(wrap)
 	L.Push(L.NewFunction(s.sleep))
-	L.Push(L.GetGlobal("tonumber"))
-	L.Push(L.GetGlobal("type"))
-	L.Push(L.GetGlobal("error"))
-	L.Call(4, 1)
+	L.Call(1, 1)
 	fn := L.Get(-1)
 	L.Pop(1)
 	return fn
 }
 
-const sleepWrapper = `local sleep, tonumber, type, error = ...
+const sleepWrapper = `local sleep = ...
 return function(seconds)
-  local n = tonumber(seconds)
-  if n == nil then
-    error("bad argument #1 to 'luaop.sleep' (number expected, got " .. type(seconds) .. ")", 2)
-  end
-  local slept = sleep(n)
+  local slept = sleep(seconds)
   return slept
 end
 `
+
+// maxSleepSeconds is the longest sleep a time.Duration holds (292 years): a longer
+// one sleeps that long, so it ends when its call does (deadline, stop, shutdown).
+var maxSleepSeconds = float64(math.MaxInt64) / float64(time.Second)
+
+// sleepDuration reads luaop.sleep's argument as Lua checks arguments: a number (or
+// a string of one, as tonumber), neither NaN, nor infinite, nor negative: before,
+// time.Duration overflowed for 1/0, 0/0 and 1e10 and a negative one returned at
+// once, so a daemon looping on them spun. The error names the script's line, even
+// through pcall (luaerr.RaiseAtScript).
+func sleepDuration(L *lua.LState) time.Duration {
+	v := L.Get(1)
+	n, ok := v.(lua.LNumber)
+	if str, isString := v.(lua.LString); isString {
+		n, ok = stringNumber(string(str))
+	}
+	f := float64(n)
+	switch {
+	case !ok:
+		luaerr.RaiseAtScript(L, "bad argument #1 to 'luaop.sleep' (number expected, got %s)", typeName(v))
+	case math.IsNaN(f):
+		luaerr.RaiseAtScript(L, "bad argument #1 to 'luaop.sleep' (seconds must be a number, got nan)")
+	case math.IsInf(f, 0):
+		luaerr.RaiseAtScript(L, "bad argument #1 to 'luaop.sleep' (seconds must be finite, got %s)", map[bool]string{true: "inf", false: "-inf"}[f > 0])
+	case f < 0:
+		luaerr.RaiseAtScript(L, "bad argument #1 to 'luaop.sleep' (seconds must not be negative, got %s)", n)
+	case f >= maxSleepSeconds:
+		return math.MaxInt64
+	}
+	return time.Duration(f * float64(time.Second))
+}
+
+// stringNumber reads a string as tonumber does: a decimal number or a
+// hexadecimal integer (0x10), with spaces around.
+func stringNumber(s string) (lua.LNumber, bool) {
+	s = strings.TrimSpace(s)
+	if f, err := strconv.ParseFloat(s, 64); err == nil {
+		return lua.LNumber(f), true
+	}
+	neg := strings.HasPrefix(s, "-")
+	digits := strings.TrimPrefix(s, "-")
+	if len(digits) > 2 && (digits[:2] == "0x" || digits[:2] == "0X") {
+		if u, err := strconv.ParseUint(digits[2:], 16, 64); err == nil {
+			if neg {
+				return lua.LNumber(-float64(u)), true
+			}
+			return lua.LNumber(u), true
+		}
+	}
+	return 0, false
+}
+
+// typeName is Lua's type(v), "no value" for an absent argument.
+func typeName(v lua.LValue) string {
+	if v == lua.LNil {
+		return "no value"
+	}
+	return v.Type().String()
+}
 
 // exceptionArgs reads luaop.exception's arguments after the objects, as kopf's
 // exception(objs, reason, message, exc): (reason, message, err), or (err) alone when
@@ -394,7 +440,11 @@ func exceptionArgs(L *lua.LState) (reason, message, errText string) {
 		errValue = L.Get(4)
 	}
 	if errValue != lua.LNil {
-		text := L.ToStringMeta(errValue).String()
+		text, err := luavalue.ToString(L, errValue)
+		if err != nil {
+			L.ArgError(4, err.Error())
+		}
+		text = luavalue.Cut(text, luaerr.MaxMessage)
 		kind := ""
 		if ud, ok := errValue.(*lua.LUserData); ok && ud.Metatable != lua.LNil && L.GetMetaField(ud, "__metatable") == lua.LString("luaop.error") {
 			kind = L.GetField(ud, "kind").String()
@@ -446,6 +496,7 @@ func (s *shard) checkObjects(L *lua.LState, n int) []map[string]any {
 // of the first failure (the others are posted all the same).
 func (s *shard) postEvents(L *lua.LState, objs []map[string]any, eventType, reason, message string) int {
 	k := s.kube(L)
+	message = luavalue.Cut(message, luaerr.MaxMessage) // the recorder cuts it further
 	var first error
 	s.blockingPoint(L, func(ctx context.Context) {
 		for _, obj := range objs {

@@ -119,6 +119,10 @@ type memWatch struct {
 	// onStuck and onUnstuck are told (no lock held) of a call past its deadline
 	// and stuckGrace, and of its end (stuck.go). Nil: not watched.
 	onStuck, onUnstuck func(*memCall)
+	// holders says who holds the data kept across calls (holders.go), for the
+	// error of a call the budget cancelled; called with that call's shard lock
+	// held. Nil: not said.
+	holders func(*memCall) string
 
 	mu      sync.Mutex
 	active  map[*memCall]struct{}
@@ -303,8 +307,13 @@ func (w *memWatch) cancelOldest(heap uint64) {
 // stopped (file:line, from the Lua error) and why.
 func (w *memWatch) budgetError(err error, mc *memCall) error {
 	se := luaerr.WithCause(&ScriptError{
-		Message: fmt.Sprintf("memory budget exceeded: the operator's heap reached %s, over the budget of %s for Lua calls (--lua-memory-budget), so this call was cancelled; a script that builds large strings or tables in a loop must bound them",
+		Message: fmt.Sprintf("memory budget exceeded: the operator's heap reached %s, over the budget of %s for Lua calls (--lua-memory-budget), so this call was cancelled; a script that builds large strings or tables in a loop, or keeps them across calls, must bound them",
 			FormatBytes(mc.heapAt.Load()), FormatBytes(w.budget))}, ErrMemoryBudget)
+	if w.holders != nil {
+		if who := w.holders(mc); who != "" {
+			se.Message += "; " + who
+		}
+	}
 	var orig *ScriptError
 	if errors.As(luaerr.Translate(err), &orig) {
 		se.File, se.Line, se.Traceback = orig.File, orig.Line, orig.Traceback

@@ -11,6 +11,8 @@ import (
 
 	lua "github.com/luaop/luaop/third_party/gopher-lua"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/luaop/luaop/luabind/internal/luavalue"
 )
 
 // ScriptMetricPrefix starts the name of every metric the scripts register, so that
@@ -171,6 +173,10 @@ func (sm *scriptMetric) shape() string {
 
 const metricClass = "luaop.metric"
 
+// maxLabelBytes bounds the label values of one observation, in all, and a metric's
+// help text.
+const maxLabelBytes = 4 << 10
+
 // metricsModule builds luaop.metrics: counter, gauge and histogram.
 func (s *shard) metricsModule() *lua.LTable {
 	L := s.L
@@ -209,6 +215,9 @@ func (s *shard) registerMetric(kind string) lua.LGFunction {
 		help, ok := L.Get(2).(lua.LString)
 		if !ok && L.Get(2) != lua.LNil {
 			L.RaiseError("%s %q: help must be a string (what the metric measures), got %s", what, name, L.Get(2).Type())
+		}
+		if len(help) > maxLabelBytes {
+			L.RaiseError("%s %q: help of %d bytes, more than %d", what, name, len(help), maxLabelBytes)
 		}
 		sm := &scriptMetric{name: ScriptMetricPrefix + name, kind: kind, source: s.where(L), help: string(help)}
 		if lv := L.Get(3); lv != lua.LNil {
@@ -335,6 +344,9 @@ func metricLabels(L *lua.LState, sm *scriptMetric, op string, at int) []string {
 		L.RaiseError("%s:%s: labels must be a table such as {%s = \"...\"}, got %s", sm.name, op, firstOr(sm.labels, "label"), lv.Type())
 	}
 	values := make([]string, len(sm.labels))
+	// Label values are kept for as long as the operator runs (a series each):
+	// they go through the bounded path, within maxLabelBytes in all.
+	budget := luavalue.NewBudget(luavalue.Limits{MaxBytes: maxLabelBytes})
 	var unknown []string
 	seen := 0
 	t.ForEach(func(k, v lua.LValue) {
@@ -349,10 +361,11 @@ func metricLabels(L *lua.LState, sm *scriptMetric, op string, at int) []string {
 		}
 		switch v.(type) {
 		case lua.LString, lua.LNumber, lua.LBool:
-			values[i] = lua.LVAsString(v)
-			if b, isBool := v.(lua.LBool); isBool {
-				values[i] = fmt.Sprint(bool(b))
+			text, err := budget.Text(L, v)
+			if err != nil {
+				L.RaiseError("%s:%s: label values of more than %d bytes in all: each set of values is a series kept for as long as the operator runs; keep them short (%v)", sm.name, op, maxLabelBytes, err)
 			}
+			values[i] = text
 		default:
 			L.RaiseError("%s:%s: label %s must be a string, a number or a boolean, got %s", sm.name, op, string(ks), v.Type())
 		}

@@ -112,6 +112,9 @@ type Runtime struct {
 	// preemptions counts the calls preempted.
 	clock       clock.WithDelayedExecution
 	preemptions atomic.Uint64
+	// memReport is what the memory budget found the last time it cancelled a
+	// call (holders.go).
+	memReport atomic.Pointer[MemoryReport]
 }
 
 type codeHashEntry struct {
@@ -148,6 +151,12 @@ func newRuntime(opts Options, clk clock.WithDelayedExecution) *Runtime {
 	opts.setDefaults()
 	r := &Runtime{opts: opts, mem: newMemWatch(opts.MemoryBudget, opts.Logger, clk), scriptMetrics: NewScriptMetrics(), clock: clk}
 	r.mem.onStuck, r.mem.onUnstuck = r.onStuck, r.onUnstuck
+	r.mem.holders = func(mc *memCall) string {
+		if mc.sh == nil {
+			return ""
+		}
+		return r.measureHolders(mc.sh, mc).Summary()
+	}
 	r.shards = make([]atomic.Pointer[shard], opts.Shards+1) // the last one serves the hooks
 	for i := range r.shards {
 		r.shards[i].Store(newShard(r, i))
@@ -487,6 +496,7 @@ func (r *Runtime) Forget(uid string) {
 		return // closed
 	}
 	delete(sh.memos, uid)
+	delete(sh.memoNames, uid)
 	delete(sh.subFns, uid)
 	sh.unlock()
 }

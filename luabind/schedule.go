@@ -97,6 +97,19 @@ func (l *stateLock) join(slice time.Duration) *stateWaiter {
 	return w
 }
 
+// tryJoin takes the state if nobody holds it, without waiting in line; it tells
+// whether it did (the memory report measures a state only when it is free).
+func (l *stateLock) tryJoin(slice time.Duration) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.held {
+		return false
+	}
+	l.held = true
+	l.takeLocked(slice)
+	return true
+}
+
 // leave takes w out of the line, when its caller gives up waiting. It tells
 // whether w had been granted the state meanwhile: then the caller holds it and
 // must release it.

@@ -41,6 +41,12 @@ type shard struct {
 	// leaves it in the table's key list), so a table keyed by uid would grow with
 	// every object ever seen.
 	memos map[string]*lua.LTable
+	// memoNames name the objects of memos (namespace/name by uid), for the
+	// measurement of whose memory it is (holders.go).
+	memoNames map[string]string
+	// held are the values each file of the serving scripts holds across calls:
+	// its globals and its value as a module (holders.go), by file.
+	held map[string]*heldByFile
 	// opMemo is the memo of operator-level hooks (startup, cleanup, probe).
 	opMemo *lua.LTable
 	module *lua.LTable // the `luaop` module of this state (Go and the prelude use it)
@@ -61,6 +67,9 @@ type shard struct {
 	idle    []*callThread
 
 	ctxMT, patchMT *lua.LTable
+	// patchDepth is the depth of each auto-vivified table of the ctx.patch of the
+	// calls running (newPatchMetatable), until its call ends (endPatch).
+	patchDepth map[*lua.LTable]int
 	// deadPatchMT ends a ctx.patch after its call, memoMT serves memo views.
 	deadPatchMT, memoMT *lua.LTable
 	// daemonEntry and daemonSetup start every daemon's coroutine (daemon.go).
@@ -126,14 +135,23 @@ type shardGeneration struct {
 	records map[string]string
 	// held is how long staging held the shard: its calls waited at most that long.
 	held time.Duration
+	// files are what each file of the load holds (moduleLoader.files).
+	files map[string]*heldByFile
+}
+
+// heldByFile is what a file of a load holds across calls: its global environment
+// and, once it ran as a module, its value.
+type heldByFile struct {
+	env   *lua.LTable
+	value lua.LValue
 }
 
 func newShard(rt *Runtime, idx int) *shard {
 	s := &shard{rt: rt, idx: idx, stuck: make(chan struct{}), swapped: make(chan struct{}), threads: map[*lua.LState]*callThread{}, parked: map[*daemonWake]struct{}{}}
 	s.L = sandbox.NewState(sandbox.Options{
 		MaxStringSize: rt.opts.MaxStringSize,
-		Print: func(L *lua.LState, msg string) {
-			if s.logAllowed(L, len(msg)) {
+		Print: func(L *lua.LState, args []lua.LValue) {
+			if msg, ok := s.printMessage(L, args); ok {
 				s.log(L).Info(msg)
 			}
 		},
@@ -141,6 +159,8 @@ func newShard(rt *Runtime, idx int) *shard {
 	s.sched = newStateLock(rt.clock, s.L.RequestPreempt)
 	s.L.G.Preempt = s.preempt
 	s.memos = map[string]*lua.LTable{}
+	s.memoNames = map[string]string{}
+	s.patchDepth = map[*lua.LTable]int{}
 	s.opMemo = s.L.NewTable()
 	s.module = s.newModule()
 	s.ctxMT = s.newCtxMetatable()
@@ -207,7 +227,7 @@ func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lu
 		}
 	}
 	ld.keepOnlyLazy()
-	return &shardGeneration{fns: col.fns, records: col.records, held: time.Since(locked)}, col, nil
+	return &shardGeneration{fns: col.fns, records: col.records, held: time.Since(locked), files: ld.files}, col, nil
 }
 
 // moduleLoader runs the files of one load: the handler scripts, and the modules
@@ -221,12 +241,16 @@ type moduleLoader struct {
 	loading map[string]*lua.LState
 	require *lua.LFunction
 	mc      *memCall
+	// files are what each file that ran holds (its environment, its value): the
+	// shard's held once the load is committed, kept up to date as modules are
+	// required later.
+	files map[string]*heldByFile
 }
 
 func (s *shard) newModuleLoader(L *lua.LState, files []string, protos map[string]*lua.FunctionProto) *moduleLoader {
 	ld := &moduleLoader{s: s, byModule: make(map[string]string, len(files)), protos: protos,
 		loaded: make(map[string]lua.LValue, len(files)), loading: map[string]*lua.LState{},
-		mc: &memCall{what: "loading the scripts", sh: s}}
+		mc: &memCall{what: "loading the scripts", sh: s}, files: map[string]*heldByFile{}}
 	for _, f := range files {
 		ld.byModule[moduleName(f)] = f
 	}
@@ -258,6 +282,8 @@ func (ld *moduleLoader) run(L *lua.LState, file string) (lua.LValue, error) {
 	}
 	fn := L.NewFunctionFromProto(ld.protos[file])
 	fn.Env = s.iso.NewEnv(L, ld.require)
+	held := &heldByFile{env: fn.Env}
+	ld.files[file] = held
 	L.Push(fn)
 	if err := L.PCall(0, 1, nil); err != nil {
 		if ld.mc.hit.Load() {
@@ -271,6 +297,7 @@ func (ld *moduleLoader) run(L *lua.LState, file string) (lua.LValue, error) {
 		v = lua.LTrue
 	}
 	ld.loaded[mod] = v
+	held.value = v
 	return v, nil
 }
 
@@ -312,7 +339,7 @@ func (ld *moduleLoader) keepOnlyLazy() {
 
 func (s *shard) commit(g *shardGeneration) {
 	s.relock()
-	s.fns, s.records = g.fns, g.records
+	s.fns, s.records, s.held = g.fns, g.records, g.files
 	s.unlock()
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/luaop/luaop/luabind"
 	"github.com/luaop/luaop/processing"
 	"github.com/luaop/luaop/processing/causes"
 )
@@ -24,6 +25,9 @@ type Debug struct {
 	// scripts serving differ from the folder's because its last load failed.
 	ServingLastGood bool `json:"servingLastGood,omitempty"`
 	Stale           bool `json:"stale,omitempty"`
+	// LuaMemory is what the Lua memory budget found the last time it cancelled a
+	// call: the scripts' largest holders of data kept across calls (files, memos).
+	LuaMemory *luabind.MemoryReport `json:"luaMemory,omitempty"`
 	processing.Snapshot
 }
 
@@ -76,6 +80,7 @@ func (o *Operator) ScriptsState() (loaded, lastGood bool, failed error) {
 func (o *Operator) Debug() Debug {
 	d := Debug{Ready: o.Ready(), ScriptsHash: o.runtime.Hash(), LastReload: o.lastReload.Load(), Snapshot: o.reactor.Snapshot()}
 	d.ServingLastGood = o.lastGood.Load()
+	d.LuaMemory = o.runtime.MemoryReport()
 	d.Stale = d.LastReload != nil && !d.LastReload.OK && o.loaded.Load()
 	d.Handlers = []DebugHandler{}
 	for _, list := range [][]causes.Spec{o.runtime.Hooks(), o.runtime.Specs()} {

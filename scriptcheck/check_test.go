@@ -192,6 +192,10 @@ func TestAdversarialLoadsCheck(t *testing.T) {
 		t.Run(c.Name, func(t *testing.T) {
 			scripts := scriptsOf("a.lua", `local luaop = require("luaop")
 luaop.on.create("example.com/v1/widgets", function() return "a" end, {id = "a"})`, "b.lua", c.Source())
+			timeout := timeout
+			if c.LongCompile {
+				timeout = adversary.LongCompileDeadline
+			}
 			checkLoad := CheckLoad(t.Context(), scripts, luabind.Options{HandlerTimeout: timeout})
 			rep := Check(t.Context(), scripts, luabind.Options{HandlerTimeout: timeout})
 			if c.Want == "" {

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/luaop/luaop/admission"
+	"github.com/luaop/luaop/luabind"
 	"github.com/luaop/luaop/operator"
 	"github.com/luaop/luaop/peering"
 	"github.com/luaop/luaop/sharding"
@@ -166,6 +167,10 @@ func printStatus(out io.Writer, d debugDoc, now time.Time) {
 		if r.Error != "" {
 			fmt.Fprintf(out, "  %s\n", r.Error)
 		}
+	}
+	if m := d.LuaMemory; m != nil {
+		fmt.Fprintf(out, "Lua memory budget last exceeded %s ago (call %s cancelled, heap %s, budget %s): %s\n",
+			since(now, m.At), m.Call, luabind.FormatBytes(m.Heap), luabind.FormatBytes(m.Budget), m.Summary())
 	}
 	printPeeringAndWebhooks(out, d, now)
 	printSharding(out, d.Sharding)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/luaop/luaop/admission"
+	"github.com/luaop/luaop/luabind"
 	"github.com/luaop/luaop/operator"
 	"github.com/luaop/luaop/peering"
 	"github.com/luaop/luaop/processing"
@@ -122,5 +123,20 @@ func TestPrintStatusOfSharding(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("luaop status lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// The memory budget's last report (issue 46): luaop status names who held the most.
+func TestPrintStatusOfLuaMemory(t *testing.T) {
+	now := time.Date(2026, 11, 30, 16, 0, 0, 0, time.UTC)
+	doc := debugDoc{Version: "v1", Debug: operator.Debug{Ready: true, ScriptsHash: "abc", LuaMemory: &luabind.MemoryReport{
+		At: now.Add(-time.Minute), Call: "innocent", Heap: 200 << 20, Budget: 192 << 20,
+		Holders: []luabind.MemoryHolder{{What: "file cache.lua", Bytes: 175 << 20}, {What: "memo of default/w1", Bytes: 2 << 20}},
+	}}}
+	var out strings.Builder
+	printStatus(&out, doc, now)
+	want := "Lua memory budget last exceeded 1m0s ago (call innocent cancelled, heap 200.0 MiB, budget 192.0 MiB): data kept across calls, measured: most by file cache.lua 175.0 MiB, then memo of default/w1 2.0 MiB"
+	if !strings.Contains(out.String(), want) {
+		t.Errorf("missing %q in:\n%s", want, out.String())
 	}
 }

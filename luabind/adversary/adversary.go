@@ -3,6 +3,7 @@ package adversary
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Case is one attack, as the body of a create handler.
@@ -23,7 +24,7 @@ type Case struct {
 	Result bool
 }
 
-// Cases are the attacks run in a handler (issue 34, items 1-7 and 11).
+// Cases are the attacks run in a handler (issue 34, items 1-7 and 11; issue 46).
 var Cases = []Case{
 	// 1. Nesting in compiled source (loadstring in a handler).
 	{ID: "nested_tables", Body: `assert(loadstring("return " .. string.rep("{", 1e6) .. string.rep("}", 1e6)))`, Want: "chunk has too many syntax levels"},
@@ -67,6 +68,63 @@ var Cases = []Case{
 	{ID: "stack_overflow", Body: `local function f() return 1 + f() end; return f()`, Want: "stack overflow"},
 	{ID: "metamethod_recursion", Body: `local t = setmetatable({}, {__index = function(t, k) return t[k] end}); return t.x`, Want: "stack overflow"},
 	{ID: "pcall_recursion", Body: `local function f() local ok, e = pcall(f); if not ok then error(e, 0) end end; return f()`, Want: "stack overflow"},
+
+	// Issue 46 (round 2): every path from a Lua value to Go is bounded.
+	// 1. Cycles in what is converted.
+	{ID: "patch_cycle", Body: `ctx.patch.x = ctx.patch`, Want: "cycle at ctx.patch.x: it refers back to ctx.patch", Result: true},
+	{ID: "result_cycle", Body: `local t = {a = {}}; t.a.b = t; return t`, Want: "cycle at a.b", Result: true},
+	// 2. Messages joined or rendered before any bound: print, ctx.logger, its
+	// fields, error(t), string.format("%#v"), %s: refused or cut before they are
+	// built. A log message over the call's log budget is dropped (the call goes on:
+	// its error shows it did).
+	{ID: "print_join", Body: bigStrings + `print(unpack(t)); error("printed")`, Want: "printed"},
+	{ID: "logger_join", Body: bigStrings + `ctx.logger.info(unpack(t)); error("logged")`, Want: "logged"},
+	{ID: "logger_fields", Body: `local s = string.rep("a", 16 * 1024 * 1024 - 1); local f = {}; for i = 1, 300 do f["k" .. i] = s end; ctx.logger.info("m", f); error("logged")`, Want: "logged"},
+	{ID: "error_table", Body: bigStrings + `error(t)`, Want: `{[1] = `},
+	{ID: "format_v", Body: bigStrings + `return string.format("%#v", t)`, Want: "invalid option '%v' to 'format'"},
+	{ID: "format_s", Body: `local s = string.rep("a", 16 * 1024 * 1024 - 1); return string.format("%s%s%s", s, s, s)`, Want: "string.format: result too large"},
+	// 3. Builders fed from Lua: load's reader, json.encode's escapes, a deep patch.
+	{ID: "load_reader", Body: `assert(load(function() return string.rep("x", 16 * 1024 * 1024) end))`, Want: "load: chunk too large"},
+	{ID: "json_escapes", Body: `return luaop.json.encode(string.rep("\0", 16 * 1024 * 1024 - 64))`, Want: "more than 16777216 bytes as JSON"},
+	{ID: "patch_chain", Body: `local p = ctx.patch; for i = 1, 250000 do p = p.x end`, Want: "ctx.patch: nested deeper than 100 levels"},
+	// 4. The VM's limits: array growth, upvalues.
+	{ID: "array_far_key", Body: `local t = {}; t[67108863] = true; error("set " .. #t .. " " .. tostring(t[67108863]))`, Want: "set 0 true"},
+	{ID: "table_insert_far", Body: `local t = {}; table.insert(t, 67108000, 1); error("inserted " .. table.maxn(t))`, Want: "inserted 67108000"},
+	{ID: "upvalues_257", Body: fmt.Sprintf("assert(loadstring(%q))", UpvaluesSource(257)), Want: "too many upvalues (limit is 60)"},
+	{ID: "upvalues_300", Body: fmt.Sprintf("assert(loadstring(%q))", UpvaluesSource(300)), Want: "too many upvalues (limit is 60)"},
+	// 5. Arguments checked as Lua checks them.
+	{ID: "sleep_huge", Body: `luaop.sleep(1e10)`, Want: "deadline", Deadline: true},
+	{ID: "sleep_inf", Body: `luaop.sleep(1/0)`, Want: "bad argument #1 to 'luaop.sleep' (seconds must be finite, got inf)"},
+	{ID: "sleep_nan", Body: `luaop.sleep(0/0)`, Want: "bad argument #1 to 'luaop.sleep' (seconds must be a number, got nan)"},
+	{ID: "sleep_negative", Body: `luaop.sleep(-5)`, Want: "bad argument #1 to 'luaop.sleep' (seconds must not be negative, got -5)"},
+	{ID: "pcall_sleep", Body: `local ok, e = pcall(luaop.sleep, {}); error("[" .. e .. "]", 0)`, Want: "[" + File + ":"},
+	{ID: "math_random", Body: `return math.random(0)`, Want: "bad argument #1 to 'random' (interval is empty)"},
+}
+
+// bigStrings starts a case's body: t holds 1,000 references to one string of 16
+// MiB (16 GiB if anything copied each).
+const bigStrings = `local s = string.rep("a", 16 * 1024 * 1024 - 1); local t = {}; for i = 1, 1000 do t[i] = s end; `
+
+// UpvaluesSource is a chunk whose innermost function refers to n locals of the
+// functions around it (a function has at most 200 locals, so they are spread over
+// enclosing functions of 150): Lua 5.1 refuses more than 60 upvalues.
+func UpvaluesSource(n int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 && i%150 == 0 {
+			b.WriteString("return (function()\n")
+		}
+		fmt.Fprintf(&b, "local u%d = %d\n", i, i)
+	}
+	b.WriteString("local function f()\n  return 0")
+	for i := range n {
+		fmt.Fprintf(&b, " + u%d", i)
+	}
+	b.WriteString("\nend\nreturn f()\n")
+	for i := 150; i < n; i += 150 {
+		b.WriteString("end)()\n")
+	}
+	return b.String()
 }
 
 // File is the name of the script Script writes.
@@ -119,7 +177,14 @@ type LoadCase struct {
 	Source func() string
 	Line   int
 	Want   string
+	// LongCompile: compiling the file takes a second or more on a loaded machine
+	// (100,000 or 262,145 constants): suites give it a load deadline of a minute, so that the
+	// limit, not the deadline, ends it on a loaded machine.
+	LongCompile bool
 }
+
+// LongCompileDeadline is the load deadline of the LongCompile cases.
+const LongCompileDeadline = time.Minute
 
 // LoadCases are the attacks on loading (item 1 and 6): a file saved into the
 // watched folder, a `luaop check`, the scripts guard.
@@ -138,7 +203,7 @@ var LoadCases = []LoadCase{
 		}
 		b.WriteString("}\nlocal luaop = require(\"luaop\")\nluaop.on.create(\"example.com/v1/widgets\", function() return #data end, {id = \"data\"})\n")
 		return b.String()
-	}},
+	}, LongCompile: true},
 	{Name: "too_many_locals_file", Source: func() string {
 		var b strings.Builder
 		for i := range 250 {
@@ -146,4 +211,26 @@ var LoadCases = []LoadCase{
 		}
 		return b.String()
 	}, Line: 201, Want: "too many local variables (limit is 200)"},
+
+	// Issue 46.
+	// print joins its arguments within a budget: at the top level of a file too.
+	{Name: "print_join_file", Source: func() string {
+		return bigStrings + "print(unpack(t))\n"
+	}},
+	{Name: "upvalues_file", Source: func() string { return UpvaluesSource(300) }, Line: 303, Want: "too many upvalues (limit is 60)"},
+	{Name: "constants_file", Source: func() string {
+		var b strings.Builder
+		b.WriteString("local t = {\n")
+		for i := range 263 {
+			for j := range 1000 {
+				fmt.Fprintf(&b, "%d.5,", i*1000+j)
+			}
+			b.WriteString("\n")
+		}
+		b.WriteString("}\n")
+		return b.String()
+	}, Line: 264, Want: "constant table overflow", LongCompile: true},
+	{Name: "options_nan_file", Source: func() string {
+		return "local luaop = require(\"luaop\")\nluaop.on.create(\"example.com/v1/widgets\", function() end, {id = \"nan\", timeout = 0/0, retries = 0/0})\n"
+	}, Line: 2, Want: "must be a number from 0 to"},
 }

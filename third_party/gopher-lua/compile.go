@@ -566,7 +566,9 @@ func (fc *funcContext) ConstIndex(value LValue) int {
 	fc.Proto.Constants = append(fc.Proto.Constants, value)
 	v := len(fc.Proto.Constants) - 1
 	if v > opMaxArgBx {
-		raiseCompileError(fc, fc.Proto.LineDefined, "too many constants")
+		// luaop patch: the line compiled last (the main chunk's LineDefined is 0:
+		// no line at all) and Lua 5.1's words.
+		raiseCompileError(fc, fc.lastLine(), "constant table overflow (more than %d constants in one function)", opMaxArgBx+1)
 	}
 	if fc.constIndex == nil {
 		fc.constIndex = map[LValue]int{}
@@ -574,6 +576,22 @@ func (fc *funcContext) ConstIndex(value LValue) int {
 	fc.constIndex[value] = v
 	return v
 }
+// maxUpvalues is Lua 5.1's LUAI_MAXUPVALUES (luaop patch): a function refers to
+// at most 60 variables of its enclosing functions. Upstream had no limit and kept
+// the count in 8 bits (FunctionProto.NumUpvalues): a closure of 257 upvalues made
+// the function defining it return wrong values, 300 a Go index out of range.
+const maxUpvalues = 60
+
+// upvalueIndex is the index of the upvalue name, registered on first use; more
+// than maxUpvalues fail the compilation at line (luaop patch).
+func (fc *funcContext) upvalueIndex(name string, line int) int {
+	idx := fc.Upvalues.RegisterUnique(name)
+	if len(fc.Upvalues.Names()) > maxUpvalues {
+		raiseCompileError(fc, line, "too many upvalues (limit is %d)", maxUpvalues)
+	}
+	return idx
+}
+
 func (fc *funcContext) BlockLocalVarsCount() int {
 	count := 0
 	for block := fc.Block; block != nil; block = block.Parent {
@@ -741,7 +759,7 @@ func compileAssignStmtLeft(context *funcContext, stmt *ast.AssignStmt) (int, []*
 			case ecGlobal:
 				context.ConstIndex(LString(st.Value))
 			case ecUpvalue:
-				context.Upvalues.RegisterUnique(st.Value)
+				context.upvalueIndex(st.Value, sline(st))
 			case ecLocal:
 				ec.reg = context.FindLocalVar(st.Value)
 			}
@@ -841,7 +859,7 @@ func compileAssignStmt(context *funcContext, stmt *ast.AssignStmt) { // {{{
 			code.AddABx(OP_SETGLOBAL, reg, context.ConstIndex(LString(ex.(*ast.IdentExpr).Value)), sline(ex))
 			reg -= 1
 		case ecUpvalue:
-			code.AddABC(OP_SETUPVAL, reg, context.Upvalues.RegisterUnique(ex.(*ast.IdentExpr).Value), 0, sline(ex))
+			code.AddABC(OP_SETUPVAL, reg, context.upvalueIndex(ex.(*ast.IdentExpr).Value, sline(ex)), 0, sline(ex))
 			reg -= 1
 		case ecTable:
 			opcode := OP_SETTABLE
@@ -1218,7 +1236,7 @@ func compileExpr(context *funcContext, reg int, expr ast.Expr, ec *expcontext) i
 		case ecGlobal:
 			code.AddABx(OP_GETGLOBAL, sreg, context.ConstIndex(LString(ex.Value)), sline(ex))
 		case ecUpvalue:
-			code.AddABC(OP_GETUPVAL, sreg, context.Upvalues.RegisterUnique(ex.Value), 0, sline(ex))
+			code.AddABC(OP_GETUPVAL, sreg, context.upvalueIndex(ex.Value, sline(ex)), 0, sline(ex))
 		case ecLocal:
 			b := context.FindLocalVar(ex.Value)
 			code.AddABC(OP_MOVE, sreg, b, 0, sline(ex))
@@ -1280,7 +1298,7 @@ func compileExpr(context *funcContext, reg int, expr ast.Expr, ec *expcontext) i
 			} else {
 				upvalueidx := context.Upvalues.Find(upvalue.Name)
 				if upvalueidx < 0 {
-					upvalueidx = context.Upvalues.RegisterUnique(upvalue.Name)
+					upvalueidx = context.upvalueIndex(upvalue.Name, sline(ex))
 				}
 				code.AddABC(OP_GETUPVAL, 0, upvalueidx, 0, sline(ex))
 			}
@@ -1854,7 +1872,8 @@ func patchCode(context *funcContext) { // {{{
 				d := context.GetLabelPc(opGetArgSbx(jmp)) - pc
 				if d > opMaxArgSbx {
 					if distance == 0 {
-						raiseCompileError(context, context.Proto.LineDefined, "too long to jump.")
+						// luaop patch: the jump's line and Lua 5.1's words.
+						raiseCompileError(context, context.Code.lines[pc], "control structure too long")
 					}
 					break
 				}

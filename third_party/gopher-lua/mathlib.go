@@ -183,17 +183,30 @@ func mathRad(L *LState) int {
 	return 1
 }
 
+// mathRandom is Lua 5.1's math.random (luaop patch): its arguments checked as
+// Lua checks them ("interval is empty"), the result computed in floating point as
+// Lua does. Upstream called rand.Intn(n), which panics for n <= 0 (math.random(0),
+// math.random(2, 1)) and overflows for wide intervals.
 func mathRandom(L *LState) int {
+	r := rand.Float64()
 	switch L.GetTop() {
 	case 0:
-		L.Push(LNumber(rand.Float64()))
+		L.Push(LNumber(r))
 	case 1:
-		n := L.CheckInt(1)
-		L.Push(LNumber(rand.Intn(n) + 1))
+		u := math.Trunc(float64(L.CheckNumber(1)))
+		if !(1 <= u) {
+			L.RaiseError("bad argument #1 to 'random' (interval is empty)")
+		}
+		L.Push(LNumber(math.Floor(r*u) + 1))
+	case 2:
+		l := math.Trunc(float64(L.CheckNumber(1)))
+		u := math.Trunc(float64(L.CheckNumber(2)))
+		if !(l <= u) {
+			L.RaiseError("bad argument #2 to 'random' (interval is empty)")
+		}
+		L.Push(LNumber(math.Floor(r*(u-l+1)) + l))
 	default:
-		min := L.CheckInt(1)
-		max := L.CheckInt(2) + 1
-		L.Push(LNumber(rand.Intn(max-min) + min))
+		L.RaiseError("wrong number of arguments")
 	}
 	return 1
 }

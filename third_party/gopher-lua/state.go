@@ -2096,7 +2096,7 @@ func (ls *LState) PCall(nargs, nret int, errfunc *LFunction) (err error) {
 		rcv := recover()
 		if rcv != nil {
 			if _, ok := rcv.(*ApiError); !ok {
-				err = newApiErrorS(ApiErrorPanic, fmt.Sprint(rcv))
+				err = newApiErrorS(ApiErrorPanic, ls.goPanicMessage(rcv))
 				if ls.Options.IncludeGoStackTrace {
 					buf := make([]byte, 4096)
 					runtime.Stack(buf, false)
@@ -2147,6 +2147,29 @@ func (ls *LState) PCall(nargs, nret int, errfunc *LFunction) (err error) {
 	ls.Call(nargs, nret)
 
 	return
+}
+
+// goPanicMessage is the message of a Go panic that a protected call recovered
+// (luaop patch): a Go function that panics (a runtime error in a built-in) is
+// reported as Lua reports a failing function, at the line of the Lua code that
+// called it and naming it: "file:line: random: invalid argument to Intn" (upstream:
+// the panic's text alone, without a location). The call stack may be what broke, so
+// finding the location must not panic again.
+func (ls *LState) goPanicMessage(rcv interface{}) (msg string) {
+	msg = fmt.Sprint(rcv)
+	if strings.Contains(msg, "lua callstack overflow") {
+		return msg
+	}
+	defer func() {
+		if recover() != nil {
+			msg = fmt.Sprint(rcv)
+		}
+	}()
+	name := ""
+	if cf := ls.currentFrame; cf != nil && cf.Fn != nil && cf.Fn.IsG {
+		name = ls.rawFrameFuncName(cf) + ": "
+	}
+	return ls.where(0, true) + " " + name + msg
 }
 
 func (ls *LState) GPCall(fn LGFunction, data LValue) error {

@@ -82,6 +82,7 @@ func (tb *LTable) Append(value LValue) {
 	}
 	if len(tb.array) == 0 || tb.array[len(tb.array)-1] != LNil {
 		tb.array = append(tb.array, value)
+		tb.absorb()
 	} else {
 		i := len(tb.array) - 2
 		for ; i >= 0; i-- {
@@ -110,6 +111,44 @@ func (tb *LTable) Insert(i int, value LValue) {
 	tb.array = append(tb.array, LNil)
 	copy(tb.array[i+1:], tb.array[i:])
 	tb.array[i] = value
+	tb.absorb()
+}
+
+// luaop patch: the array part grows to a key only when it stays at least about
+// half full; a key farther away is kept in the hash part, as Lua's rehash decides
+// (upstream grew the array to any key below MaxArrayIndex: `t[67108863] = true` on
+// an empty table allocated 1 GiB of nils in one instruction, and table.insert(t,
+// 67108000, v) as much). Keys in the array part are 1..len(array); integer keys
+// beyond it live in dict, and move into the array once it reaches them (absorb).
+
+// arrayReaches tells whether setting the 0-based index may grow the array of
+// length alen to it (filling the gap with nils).
+func arrayReaches(index, alen int) bool {
+	return index-alen <= alen+defaultArrayCap
+}
+
+// absorb moves the integer keys that follow the array part from dict into it.
+func (tb *LTable) absorb() {
+	for len(tb.dict) > 0 {
+		k := LNumber(len(tb.array) + 1)
+		v, ok := tb.dict[k]
+		if !ok {
+			return
+		}
+		delete(tb.dict, k)
+		tb.array = append(tb.array, v)
+	}
+}
+
+// dictInt returns the value of an integer key beyond the array part.
+func (tb *LTable) dictInt(key int) LValue {
+	if tb.dict == nil {
+		return LNil
+	}
+	if v, ok := tb.dict[LNumber(key)]; ok {
+		return v
+	}
+	return LNil
 }
 
 // MaxN returns a maximum number key that nil value does not exist before it.
@@ -123,6 +162,19 @@ func (tb *LTable) MaxN() int {
 		}
 	}
 	return 0
+}
+
+// MaxNumberKey is Lua's table.maxn: the largest positive integer key, in the array
+// part or the hash part (luaop patch: integer keys far beyond the array live in
+// the hash part, arrayReaches).
+func (tb *LTable) MaxNumberKey() int {
+	n := tb.MaxN()
+	for k, v := range tb.dict {
+		if kn, ok := k.(LNumber); ok && v != LNil && isArrayKey(kn) && int(kn) > n {
+			n = int(kn)
+		}
+	}
+	return n
 }
 
 // Remove removes from this table the element at a given position.
@@ -166,11 +218,15 @@ func (tb *LTable) RawSet(key LValue, value LValue) {
 			switch {
 			case index == alen:
 				tb.array = append(tb.array, value)
+				tb.absorb()
+			case index > alen && !arrayReaches(index, alen): // luaop patch
+				tb.RawSetH(v, value)
 			case index > alen:
 				for i := 0; i < (index - alen); i++ {
 					tb.array = append(tb.array, LNil)
 				}
 				tb.array = append(tb.array, value)
+				tb.absorb()
 			case index < alen:
 				tb.array[index] = value
 			}
@@ -198,11 +254,15 @@ func (tb *LTable) RawSetInt(key int, value LValue) {
 	switch {
 	case index == alen:
 		tb.array = append(tb.array, value)
+		tb.absorb()
+	case index > alen && !arrayReaches(index, alen): // luaop patch
+		tb.RawSetH(LNumber(key), value)
 	case index > alen:
 		for i := 0; i < (index - alen); i++ {
 			tb.array = append(tb.array, LNil)
 		}
 		tb.array = append(tb.array, value)
+		tb.absorb()
 	case index < alen:
 		tb.array[index] = value
 	}
@@ -263,11 +323,11 @@ func (tb *LTable) RawGet(key LValue) LValue {
 	case LNumber:
 		if isArrayKey(v) {
 			if tb.array == nil {
-				return LNil
+				return tb.dictInt(int(v)) // luaop patch
 			}
 			index := int(v) - 1
 			if index >= len(tb.array) {
-				return LNil
+				return tb.dictInt(index + 1) // luaop patch
 			}
 			return tb.array[index]
 		}
@@ -292,11 +352,11 @@ func (tb *LTable) RawGet(key LValue) LValue {
 // RawGetInt returns an LValue at position `key` without __index metamethod.
 func (tb *LTable) RawGetInt(key int) LValue {
 	if tb.array == nil {
-		return LNil
+		return tb.dictInt(key) // luaop patch
 	}
 	index := int(key) - 1
 	if index >= len(tb.array) || index < 0 {
-		return LNil
+		return tb.dictInt(key) // luaop patch
 	}
 	return tb.array[index]
 }
@@ -366,7 +426,8 @@ func (tb *LTable) Next(key LValue) (LValue, LValue) {
 	}
 
 	if init || key != LNumber(0) {
-		if kv, ok := key.(LNumber); ok && isInteger(kv) && int(kv) >= 0 && kv < LNumber(MaxArrayIndex) {
+		// luaop patch: an integer key beyond the array part is in dict (arrayReaches).
+		if kv, ok := key.(LNumber); ok && isInteger(kv) && int(kv) >= 0 && int(kv) <= len(tb.array) {
 			index := int(kv)
 			if tb.array != nil {
 				for ; index < len(tb.array); index++ {
@@ -394,4 +455,14 @@ func (tb *LTable) Next(key LValue) (LValue, LValue) {
 		}
 	}
 	return LNil, LNil
+}
+
+// MemSize estimates the bytes the table itself holds (its header, array part,
+// hash parts and key list; not the values it refers to). luaop patch: luaop
+// measures whose data fills the memory budget (luabind's holders.go) and cannot see
+// the table's fields from outside the package.
+func (tb *LTable) MemSize() int {
+	const header, slot, mapEntry = 96, 16, 48 // LValue is an interface: 16 bytes
+	return header + cap(tb.array)*slot + len(tb.strdict)*mapEntry + len(tb.dict)*mapEntry +
+		cap(tb.keys)*slot + len(tb.k2i)*mapEntry
 }

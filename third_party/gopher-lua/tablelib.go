@@ -35,7 +35,7 @@ func tableGetN(L *LState) int {
 }
 
 func tableMaxN(L *LState) int {
-	L.Push(LNumber(L.CheckTable(1).MaxN()))
+	L.Push(LNumber(L.CheckTable(1).MaxNumberKey())) // luaop patch: keys in the hash part too
 	return 1
 }
 

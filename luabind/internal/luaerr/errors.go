@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -125,7 +124,8 @@ func Translate(err error) error {
 		}
 		se.Message = "error object is a userdata value"
 	case lua.LString:
-		msg := string(obj)
+		full := string(obj)
+		msg := luavalue.Cut(full, MaxMessage)
 		if ae.Type == lua.ApiErrorSyntax {
 			if m := syntaxRE.FindStringSubmatch(msg); m != nil {
 				se.File, se.Message = m[1], fmt.Sprintf("syntax error near '%s': %s", m[3], m[4])
@@ -138,6 +138,12 @@ func Translate(err error) error {
 			}
 		}
 		if ae.Type == lua.ApiErrorPanic {
+			// The patched VM locates a Go panic at the Lua line that called the
+			// function (third_party/gopher-lua: goPanicMessage).
+			if m := locationRE.FindStringSubmatch(msg); m != nil && !strings.ContainsAny(m[1], " \t\n") {
+				se.File, msg = m[1], m[3]
+				se.Line, _ = strconv.Atoi(m[2])
+			}
 			se.Message = "panic in a Go function: " + strings.TrimSpace(msg)
 			if strings.Contains(msg, "lua callstack overflow") {
 				// gopher-lua's growing call stack panics where its fixed one
@@ -153,9 +159,9 @@ func Translate(err error) error {
 		}
 		// The VM raises ctx.Err().Error() at the instruction it was running.
 		switch {
-		case strings.HasSuffix(msg, context.DeadlineExceeded.Error()):
+		case strings.HasSuffix(full, context.DeadlineExceeded.Error()):
 			se.Message, se.cause = timeoutMessage, context.DeadlineExceeded
-		case strings.HasSuffix(msg, context.Canceled.Error()):
+		case strings.HasSuffix(full, context.Canceled.Error()):
 			se.Message, se.cause = canceledMessage, context.Canceled
 		}
 	case *lua.LNilType:
@@ -171,6 +177,37 @@ func Translate(err error) error {
 		se.File, se.Line = traceLocation(ae.StackTrace)
 	}
 	return se
+}
+
+// ScriptWhere is "file:line:" of the innermost frame that is a script's (not a Go
+// function's, nor one of luaop's internal chunks), or "" when there is none: where
+// a Go function of luaop reports a bad argument, even when pcall or an internal
+// chunk called it (pcall(luaop.sleep, {}) names the pcall's line).
+func ScriptWhere(L *lua.LState) string {
+	for level := 0; level < 256; level++ {
+		dbg, ok := L.GetStack(level)
+		if !ok {
+			return ""
+		}
+		if _, err := L.GetInfo("Sl", dbg, lua.LNil); err != nil {
+			return ""
+		}
+		if dbg.What == "G" || dbg.CurrentLine <= 0 || IsInternalChunk(dbg.Source) {
+			continue
+		}
+		return dbg.Source + ":" + strconv.Itoa(dbg.CurrentLine) + ":"
+	}
+	return ""
+}
+
+// RaiseAtScript raises the message at ScriptWhere (L.RaiseError would name the
+// innermost Lua frame, which may be an internal chunk of luaop).
+func RaiseAtScript(L *lua.LState, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if where := ScriptWhere(L); where != "" {
+		msg = where + " " + msg
+	}
+	L.Error(lua.LString(msg), 0)
 }
 
 // InternalChunk names a chunk of luaop's own Lua that runs between a script and a Go
@@ -194,83 +231,35 @@ func traceLocation(trace string) (string, int) {
 }
 
 // renderTable renders error({...}): its message field when there is one, else a
-// compact Lua-like dump with sorted keys.
+// compact Lua-like dump with sorted keys (luavalue.Describe: nothing larger than
+// the dump's 1,000 bytes is built, whatever the table holds).
 func renderTable(t *lua.LTable) string {
-	if v, ok := luavalue.ProxyValue(t); ok {
-		return renderGo(v)
-	}
-	if m := t.RawGetString("message"); m != lua.LNil {
-		if s, ok := m.(lua.LString); ok {
-			return string(s)
+	if _, ok := luavalue.ProxyValue(t); !ok {
+		if m := t.RawGetString("message"); m != lua.LNil {
+			if s, ok := m.(lua.LString); ok {
+				return luavalue.Cut(string(s), MaxMessage)
+			}
+			if lua.LVCanConvToString(m) {
+				return m.String()
+			}
 		}
-		if lua.LVCanConvToString(m) {
-			return m.String()
-		}
 	}
-	var b strings.Builder
-	dump(&b, t, 0)
-	s := b.String()
-	if len(s) > 1000 {
-		s = s[:1000] + "…"
-	}
-	return s
+	return luavalue.Describe(t, 1000)
 }
 
-func dump(b *strings.Builder, v lua.LValue, depth int) {
-	switch x := v.(type) {
-	case lua.LString:
-		b.WriteString(strconv.Quote(string(x)))
-	case *lua.LTable:
-		if depth >= 3 || b.Len() > 1000 {
-			b.WriteString("{…}")
-			return
-		}
-		type kv struct {
-			k string
-			v lua.LValue
-		}
-		var items []kv
-		x.ForEach(func(k, v lua.LValue) {
-			ks := k.String()
-			if s, ok := k.(lua.LString); ok {
-				if !luavalue.IsIdent(string(s)) {
-					ks = "[" + strconv.Quote(string(s)) + "]"
-				}
-			} else {
-				ks = "[" + ks + "]"
-			}
-			items = append(items, kv{ks, v})
-		})
-		sort.Slice(items, func(i, j int) bool { return items[i].k < items[j].k })
-		b.WriteString("{")
-		for i, it := range items {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteString(it.k)
-			b.WriteString(" = ")
-			dump(b, it.v, depth+1)
-		}
-		b.WriteString("}")
-	case *lua.LUserData:
-		if luavalue.IsNull(x) {
-			b.WriteString("null")
-			return
-		}
-		b.WriteString("userdata")
-	case *lua.LFunction:
-		b.WriteString("function")
-	default:
-		b.WriteString(v.String())
-	}
-}
+// MaxMessage bounds the message of an error (and of an admission response, an
+// Event's text), in bytes: a script's 16 MiB error string is cut there with "…",
+// not copied into every log line, Event and status that names the error.
+const MaxMessage = 16 << 10
 
-func renderGo(v any) string {
-	s := fmt.Sprint(v)
-	if len(s) > 1000 {
-		s = s[:1000] + "…"
+// MessageArg is argument n as a message (luaop.permanent_error's, luaop.exception's
+// error): tostring of it, cut at MaxMessage.
+func MessageArg(L *lua.LState, n int) string {
+	s, err := luavalue.ToString(L, L.Get(n))
+	if err != nil {
+		L.ArgError(n, err.Error())
 	}
-	return s
+	return luavalue.Cut(s, MaxMessage)
 }
 
 // Throw raises err from a Go function called by Lua, as a value Translate turns
@@ -379,13 +368,10 @@ func raisedArg(L *lua.LState) *raised {
 // "permanent"), and tostring(e) describes it, for handlers that pcall.
 func InstallConstructors(L *lua.LState, mod *lua.LTable) {
 	message := func(L *lua.LState) string {
-		switch v := L.Get(1).(type) {
-		case lua.LString:
-			return string(v)
-		case *lua.LNilType:
+		if L.Get(1) == lua.LNil {
 			L.ArgError(1, "message expected")
 		}
-		return L.ToStringMeta(L.Get(1)).String()
+		return MessageArg(L, 1)
 	}
 	mod.RawSetString("temporary_error", L.NewFunction(func(L *lua.LState) int {
 		msg := message(L)

@@ -88,7 +88,7 @@ func TestLuaErrorScriptErrors(t *testing.T) {
 		{name: "error null", lua: "error(luaop.null)", file: "handler.lua", line: 1, message: "error(luaop.null) raised"},
 		{name: "Go RaiseError", lua: "\ngoraise()", file: "handler.lua", line: 2, message: "boom 1"},
 		{name: "Go ArgError", lua: "goarg(1)", file: "handler.lua", line: 1, message: "bad argument #1 to goarg (table expected, got number)"},
-		{name: "Go panic", lua: "\n\ngopanic()", file: "handler.lua", line: 3, message: "panic in a Go function: assignment to entry in nil map"},
+		{name: "Go panic", lua: "\n\ngopanic()", file: "handler.lua", line: 3, message: "panic in a Go function: gopanic: assignment to entry in nil map"},
 		{name: "Go error", lua: "gofail()", file: "handler.lua", line: 1, message: "patching: unexpected EOF"},
 		{name: "yield outside a coroutine", lua: "\ngoyield()", file: "handler.lua", line: 2, message: "can not yield from outside of a coroutine"},
 		{name: "stack overflow", lua: "local function f()\n  return 1 + f()\nend\nf()", file: "handler.lua", line: 2, message: "stack overflow"},

@@ -3,7 +3,6 @@ package luavalue
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"reflect"
@@ -279,102 +278,14 @@ func unmarshal(data []byte, out *any) error {
 	return err
 }
 
-// FromLua converts a Lua value into a Go JSON value (a deep copy), within the default
-// Limits. Errors name the path of the offending value, e.g. `spec.items[3]: cannot
-// convert a function to JSON`.
-func FromLua(lv lua.LValue) (any, error) {
-	return FromLuaLimited(lv, Limits{})
-}
-
-// Limits bound what one conversion from Lua may build. A table referenced from
-// several places is converted (and counted) once per place: 41 tables each holding
-// the previous one twice are 2^40 values, so the conversion counts as it goes and
-// stops at the limit rather than at the end of the operator's memory.
-type Limits struct {
-	// MaxValues bounds the values (tables, strings, numbers, booleans, nulls).
-	// Default DefaultMaxValues.
-	MaxValues int
-	// MaxBytes bounds the size of the value as JSON, about: strings and keys count
-	// their bytes, every other value a few, each every time it is reached.
-	// Default DefaultMaxBytes.
-	MaxBytes int
-	// Why, when given, explains MaxBytes in the error ("the API server stores at
-	// most 1.5 MiB in an object").
-	Why string
-}
-
-const (
-	// DefaultMaxValues is 2^20 values: about a hundred MB of Go values, far more
-	// than any Kubernetes object (etcd takes 1.5 MiB).
-	DefaultMaxValues = 1 << 20
-	// DefaultMaxBytes is 16 MiB, the strings' own bound (sandbox MaxStringSize).
-	DefaultMaxBytes = 16 << 20
-)
-
-// FromLuaLimited is FromLua within limits (zero fields: the defaults).
-func FromLuaLimited(lv lua.LValue, limits Limits) (any, error) {
-	return NewBudget(limits).FromLua(lv)
-}
-
-// Budget is one set of Limits shared by several conversions: what a value built
-// in parts (an index function's entries, each converted on its own) may build in
-// all is bound as one value is.
-type Budget struct{ count *counter }
-
-// NewBudget starts a Budget of limits (zero fields: the defaults).
-func NewBudget(limits Limits) *Budget {
-	if limits.MaxValues <= 0 {
-		limits.MaxValues = DefaultMaxValues
-	}
-	if limits.MaxBytes <= 0 {
-		limits.MaxBytes = DefaultMaxBytes
-	}
-	return &Budget{count: &counter{limits: limits}}
-}
-
-// FromLua is FromLua counting against the budget what earlier conversions left.
-func (b *Budget) FromLua(lv lua.LValue) (any, error) {
-	w := walker{count: b.count}
-	return w.from(lv, 0)
-}
-
-// ErrTooLarge is wrapped by the error of a conversion that passed its Limits.
-var ErrTooLarge = errors.New("value too large")
-
-// counter counts what a conversion built against its limits.
-type counter struct {
-	limits        Limits
-	values, bytes int
-}
-
-// add counts one value of n string bytes; the error says which limit it passed.
-func (c *counter) add(n int) error {
-	if c == nil {
-		return nil
-	}
-	c.values++
-	c.bytes += n
-	switch {
-	case c.values > c.limits.MaxValues:
-		return fmt.Errorf("%w: more than %d values (a table referenced from several places counts each time)", ErrTooLarge, c.limits.MaxValues)
-	case c.bytes > c.limits.MaxBytes:
-		why := ""
-		if c.limits.Why != "" {
-			why = ": " + c.limits.Why
-		}
-		return fmt.Errorf("%w: more than %d bytes as JSON (a string or table referenced from several places counts each time)%s", ErrTooLarge, c.limits.MaxBytes, why)
-	}
-	return nil
-}
-
-// jsonOverhead is what a value other than a string adds to the JSON size, about.
-const jsonOverhead = 4
-
-// walker keeps the path and the tables being visited (for cycle detection).
+// walker keeps the path and the tables being visited (for cycle detection): the
+// table at stack[i] is at path[:i].
 type walker struct {
-	path  []pathStep
-	stack []*lua.LTable
-	count *counter
+	path     []pathStep
+	stack    []*lua.LTable
+	count    *counter
+	root     string      // Limits.Root
+	vivified *lua.LTable // Limits.Vivified
 }
 
 // pathStep is one step of a path: a key of an object, or a 1-based index of a list.
@@ -385,25 +296,28 @@ type pathStep struct {
 }
 
 func (w *walker) errorf(format string, args ...any) error {
-	p := formatPath(w.path)
-	if p == "" {
-		p = "value"
-	}
-	return fmt.Errorf("%s: %s", p, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%s: %s", w.where(len(w.path)), fmt.Sprintf(format, args...))
 }
 
 // wrap is errorf of an error kept for errors.Is.
 func (w *walker) wrap(err error) error {
-	p := formatPath(w.path)
-	if p == "" {
-		p = "value"
-	}
-	return fmt.Errorf("%s: %w", p, err)
+	return fmt.Errorf("%s: %w", w.where(len(w.path)), err)
 }
 
-// formatPath renders steps as `spec.items[3]["app.kubernetes.io/name"]`.
-func formatPath(steps []pathStep) string {
+// where renders the first n steps of the path, after the root when there is one
+// ("value" for an empty path without a root).
+func (w *walker) where(n int) string {
+	if p := formatPath(w.root, w.path[:n]); p != "" {
+		return p
+	}
+	return "value"
+}
+
+// formatPath renders steps as `spec.items[3]["app.kubernetes.io/name"]`, after
+// root when it is not empty (`ctx.patch.x`).
+func formatPath(root string, steps []pathStep) string {
 	var b strings.Builder
+	b.WriteString(root)
 	for _, s := range steps {
 		appendStep(&b, s)
 	}
@@ -444,11 +358,7 @@ func IsIdent(s string) bool {
 }
 
 func (w *walker) from(lv lua.LValue, depth int) (any, error) {
-	n := jsonOverhead
-	if s, ok := lv.(lua.LString); ok {
-		n = len(s) + 2
-	}
-	if err := w.count.add(n); err != nil {
+	if err := w.count.add(luaJSONSize(lv)); err != nil {
 		return nil, w.wrap(err)
 	}
 	switch x := lv.(type) {
@@ -471,9 +381,13 @@ func (w *walker) from(lv lua.LValue, depth int) (any, error) {
 			}
 			return v, nil
 		}
-		for _, t := range w.stack {
+		for i, t := range w.stack {
 			if t == x {
-				return nil, w.errorf("cycle: the table contains itself")
+				back := w.where(i)
+				if i == 0 && w.root == "" {
+					back = "the whole value"
+				}
+				return nil, fmt.Errorf("cycle at %s: it refers back to %s (a table that contains itself cannot be converted)", w.where(len(w.path)), back)
 			}
 		}
 		w.stack = append(w.stack, x)
@@ -494,6 +408,42 @@ func (w *walker) from(lv lua.LValue, depth int) (any, error) {
 	default:
 		return nil, w.errorf("cannot convert a %s to JSON", lv.Type().String())
 	}
+}
+
+// luaJSONSize is what lv adds to the JSON size by itself: a string or number as
+// written, a table its brackets, every value its separator.
+func luaJSONSize(lv lua.LValue) int {
+	switch x := lv.(type) {
+	case lua.LString:
+		return jsonStringSize(string(x)) + 1
+	case lua.LNumber:
+		return jsonNumberSize(float64(x)) + 1
+	}
+	return 5 // null, false, {}, [] and a separator
+}
+
+// goJSONSize is luaJSONSize of a Go JSON value.
+func goJSONSize(v any) int {
+	switch x := v.(type) {
+	case string:
+		return jsonStringSize(x) + 1
+	case float64:
+		return jsonNumberSize(x) + 1
+	case int64:
+		return jsonNumberSize(float64(x)) + 1
+	}
+	return 5
+}
+
+// isEmptyVivified tells whether v, converted to gv, is a table made on first read
+// (its metatable is vivified) that stayed an empty object.
+func isEmptyVivified(v lua.LValue, gv any, vivified *lua.LTable) bool {
+	t, ok := v.(*lua.LTable)
+	if !ok || t.Metatable != vivified {
+		return false
+	}
+	m, ok := gv.(map[string]any)
+	return ok && len(m) == 0
 }
 
 // jsonNumber applies the number rule: integral and |x| <= 2^53 -> int64, else float64.
@@ -609,12 +559,13 @@ func (w *walker) object(t *lua.LTable, n int, depth int) (any, error) {
 		if firstErr != nil && ks > errKey {
 			return
 		}
-		if w.count != nil {
-			w.count.bytes += len(ks)
-		}
+		w.count.addBytes(jsonStringSize(ks) + 1)
 		w.path = append(w.path, pathStep{key: ks, isKey: true})
 		gv, err := w.from(v, depth+1)
 		w.path = w.path[:len(w.path)-1]
+		if err == nil && w.vivified != nil && isEmptyVivified(v, gv, w.vivified) {
+			return // a table of ctx.patch only read through
+		}
 		if err != nil {
 			// Report the error under the smallest key, so messages are deterministic.
 			if firstErr == nil || ks < errKey {
@@ -683,11 +634,7 @@ func normalize(v any, depth int) (any, error) { return normalizeCounted(v, depth
 
 // normalizeCounted is normalize counting each value copied in c (nil: no limit).
 func normalizeCounted(v any, depth int, c *counter) (any, error) {
-	n := jsonOverhead
-	if s, ok := v.(string); ok {
-		n = len(s) + 2
-	}
-	if err := c.add(n); err != nil {
+	if err := c.add(goJSONSize(v)); err != nil {
 		return nil, err
 	}
 	switch x := v.(type) {
@@ -702,9 +649,7 @@ func normalizeCounted(v any, depth int, c *counter) (any, error) {
 		}
 		out := make(map[string]any, len(x))
 		for k, e := range x {
-			if c != nil {
-				c.bytes += len(k)
-			}
+			c.addBytes(jsonStringSize(k) + 1)
 			cv, err := normalizeCounted(e, depth+1, c)
 			if err != nil {
 				return nil, err

@@ -1,7 +1,6 @@
 package luavalue
 
 import (
-	"encoding/json"
 	"sort"
 	"strings"
 
@@ -25,7 +24,7 @@ import (
 // What works on a proxy:
 //   - p.field, p[i], nested access, with JSON null read as luaop.null;
 //   - #p for lists (gopher-lua's # operator honours __len for tables);
-//   - pairs(p) and ipairs(p), once sandbox.InstallIteration has replaced the global pairs and
+//   - pairs(p) and ipairs(p), once InstallIteration has replaced the global pairs and
 //     ipairs (gopher-lua follows Lua 5.1, whose pairs/ipairs ignore __pairs/__ipairs).
 //     Objects iterate in sorted key order; lists in index order;
 //   - tostring(p) renders the value as JSON;
@@ -379,11 +378,10 @@ func (c *state) pushListIteration(L *lua.LState) int {
 
 // proxyToString is __tostring: the JSON of the value.
 func (c *state) proxyToString(L *lua.LState) int {
-	pd := proxyArg(L)
-	data, err := json.Marshal(pd.v)
+	proxyArg(L)
+	data, err := NewBudget(Limits{}).EncodeJSON(L.Get(1))
 	if err != nil {
-		L.Push(lua.LString("read-only view: " + err.Error()))
-		return 1
+		L.RaiseError("tostring of a read-only view: %s", err)
 	}
 	L.Push(lua.LString(data))
 	return 1

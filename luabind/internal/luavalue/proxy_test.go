@@ -9,7 +9,6 @@ import (
 	lua "github.com/luaop/luaop/third_party/gopher-lua"
 
 	"github.com/luaop/luaop/luabind/internal/luatest"
-	"github.com/luaop/luaop/luabind/internal/sandbox"
 )
 
 func proxyDataFor(t *testing.T, lv lua.LValue) *proxyData {
@@ -234,14 +233,14 @@ func TestProxyScalarsAndNil(t *testing.T) {
 func TestInstallIterationIdempotent(t *testing.T) {
 	L := newTestState(t)
 	before := L.GetGlobal("pairs")
-	sandbox.InstallIteration(L)
+	InstallIteration(L)
 	if L.GetGlobal("pairs") != before {
 		t.Fatal("installIteration replaced pairs twice")
 	}
 	// Works without the base library too.
 	bare := lua.NewState(lua.Options{SkipOpenLibs: true})
 	defer bare.Close()
-	sandbox.InstallIteration(bare)
+	InstallIteration(bare)
 	p := NewProxy(bare, map[string]any{"b": int64(2), "a": int64(1)})
 	fn := luatest.Compile(t, bare, "x.lua", `local s = ""; for k, v in pairs(...) do s = s .. k .. v end; return s`)
 	bare.Push(fn)

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"fmt"
 	"sort"
 	"strings"
 
@@ -143,6 +144,10 @@ func (iso *Isolation) View(L *lua.LState, name string, t *lua.LTable) *lua.LUser
 // Module returns the read-only view of the module NewIsolation was given (nil when
 // none).
 func (iso *Isolation) Module() *lua.LUserData { return iso.module }
+
+// Base is the table of base globals every script environment reads through to:
+// shared by the scripts, nobody's own (luabind measures what scripts hold without it).
+func (iso *Isolation) Base() *lua.LTable { return iso.base }
 
 // Globals lists the base globals a script reads, each with the sorted fields of its
 // read-only view when it is a library table (string, table, math, os) and nil when it
@@ -305,9 +310,17 @@ func (iso *Isolation) loadstring(L *lua.LState) int {
 	return iso.loaded(L, L.CheckString(1), L.OptString(2, "<string>"))
 }
 
+// load reads the chunk from its reader function, at most as many bytes as a
+// string may hold (lua.Options.MaxStringSize): a reader returning 16 MiB pieces
+// for ever is refused (nil and the reason, as Lua's load reports a failure) at
+// once, not once the operator's memory is gone.
 func (iso *Isolation) load(L *lua.LState) int {
 	reader := L.CheckFunction(1)
 	name := L.OptString(2, "=(load)")
+	limit := L.Options.MaxStringSize
+	if limit <= 0 {
+		limit = defaultMaxString
+	}
 	var b strings.Builder
 	for {
 		L.Push(reader)
@@ -325,6 +338,11 @@ func (iso *Isolation) load(L *lua.LState) int {
 		s := lua.LVAsString(v)
 		if s == "" {
 			break
+		}
+		if b.Len()+len(s) > limit {
+			L.Push(lua.LNil)
+			L.Push(lua.LString(fmt.Sprintf("load: chunk too large (more than %d bytes)", limit)))
+			return 2
 		}
 		b.WriteString(s)
 	}

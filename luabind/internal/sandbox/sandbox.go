@@ -5,6 +5,8 @@ import (
 
 	lua "github.com/luaop/luaop/third_party/gopher-lua"
 	"github.com/luaop/luaop/third_party/gopher-lua/pm"
+
+	"github.com/luaop/luaop/luabind/internal/luavalue"
 )
 
 // Options configure NewState. Zero fields take the defaults of
@@ -21,9 +23,10 @@ type Options struct {
 	// MaxStringSize bounds, in bytes, the strings that string.rep, string.format,
 	// string.gsub and table.concat may build. Default 16 MiB.
 	MaxStringSize int
-	// Print receives what print() writes, arguments joined by tabs. Default: discard.
-	// L is the state (or thread) print was called on.
-	Print func(L *lua.LState, msg string)
+	// Print receives print()'s arguments, to write them joined by tabs (within a
+	// budget: luavalue.Budget.Join). Default: discard. L is the state (or thread)
+	// print was called on.
+	Print func(L *lua.LState, args []lua.LValue)
 }
 
 const (
@@ -53,7 +56,7 @@ func (o Options) withDefaults() Options {
 		o.MaxStringSize = defaultMaxString
 	}
 	if o.Print == nil {
-		o.Print = func(*lua.LState, string) {}
+		o.Print = func(*lua.LState, []lua.LValue) {}
 	}
 	return o
 }
@@ -114,12 +117,23 @@ func NewState(opts Options) *lua.LState {
 	printFn := opts.Print
 	g.RawSetString("print", L.NewFunction(func(L *lua.LState) int {
 		top := L.GetTop()
-		parts := make([]string, top)
+		args := make([]lua.LValue, top)
 		for i := 1; i <= top; i++ {
-			parts[i-1] = L.ToStringMeta(L.Get(i)).String()
+			args[i-1] = L.Get(i)
 		}
-		printFn(L, strings.Join(parts, "\t"))
+		printFn(L, args)
 		return 0
+	}))
+	// tostring through the bounded path (luavalue.Text): __tostring must return a
+	// string (Lua 5.2's rule; gopher-lua returned whatever it gave).
+	maxString := opts.MaxStringSize
+	g.RawSetString("tostring", L.NewFunction(func(L *lua.LState) int {
+		s, err := luavalue.NewBudget(luavalue.Limits{MaxBytes: maxString}).Text(L, L.CheckAny(1))
+		if err != nil {
+			L.RaiseError("tostring: %s", err)
+		}
+		L.Push(lua.LString(s))
+		return 1
 	}))
 
 	// A safe os: time, date and clock only.
@@ -149,7 +163,7 @@ func NewState(opts Options) *lua.LState {
 	}
 
 	boundStrings(L, opts.MaxStringSize)
-	InstallIteration(L)
+	luavalue.InstallIteration(L)
 	return L
 }
 
@@ -172,15 +186,9 @@ func boundStrings(L *lua.LState, limit int) {
 			L.Push(lua.LString(strings.Repeat(s, int(n))))
 			return 1
 		}))
-		if orig, ok := strMod.RawGetString("format").(*lua.LFunction); ok && orig.IsG {
-			origFormat := orig.GFunction
-			strMod.RawSetString("format", L.NewFunction(func(L *lua.LState) int {
-				if est := formatEstimate(L); est > limit {
-					L.RaiseError("string.format: result too large (up to %d bytes > %d)", est, limit)
-				}
-				return origFormat(L)
-			}))
-		}
+		strMod.RawSetString("format", L.NewFunction(func(L *lua.LState) int {
+			return format(L, limit)
+		}))
 		strMod.RawSetString("gsub", L.NewFunction(func(L *lua.LState) int {
 			return gsub(L, limit)
 		}))
@@ -237,72 +245,6 @@ func boundStrings(L *lua.LState, limit int) {
 			}))
 		}
 	}
-}
-
-// formatEstimate bounds the length of string.format's result from above: gopher-lua
-// hands the format to Go's fmt.Sprintf, whose widths and precisions go up to 10^6 and
-// whose explicit argument indexes (%[1]s) may repeat an argument; so every verb counts
-// its width, its precision and the longest argument.
-func formatEstimate(L *lua.LState) int {
-	f := L.CheckString(1)
-	longest := 0
-	for i := 2; i <= L.GetTop(); i++ {
-		n := 64
-		if s, ok := L.Get(i).(lua.LString); ok {
-			n = len(s) + 64
-		}
-		longest = max(longest, n)
-	}
-	const fmtMax = 1_000_000 // fmt refuses larger widths and precisions
-	est := len(f)
-	for i := 0; i < len(f); i++ {
-		if f[i] != '%' {
-			continue
-		}
-		i++
-		if i < len(f) && f[i] == '%' {
-			continue
-		}
-		num := func() int {
-			n := 0
-			for i < len(f) && f[i] >= '0' && f[i] <= '9' {
-				n = min(n*10+int(f[i]-'0'), fmtMax)
-				i++
-			}
-			return n
-		}
-		for i < len(f) && strings.IndexByte("-+ #0", f[i]) >= 0 {
-			i++
-		}
-		if i < len(f) && f[i] == '[' {
-			for i < len(f) && f[i] != ']' {
-				i++
-			}
-			i++
-		}
-		width := num()
-		prec := 0
-		if i < len(f) && f[i] == '.' {
-			i++
-			prec = num()
-		}
-		if i >= len(f) {
-			est += width + prec + longest
-			break
-		}
-		// The verb: %q quotes (a byte may become \xNN: 4 bytes), %x and %X write
-		// two hex digits a byte (and a space between with "% x"), others about
-		// the argument's length.
-		mult := 1
-		switch f[i] {
-		case 'q':
-			mult = 4
-		case 'x', 'X':
-			mult = 3
-		}
-		est += width + prec + mult*longest + 2
-	}
-	return est
 }
 
 // gsub is gopher-lua's string.gsub with the same semantics, built in linear time

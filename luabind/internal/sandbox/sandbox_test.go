@@ -10,6 +10,7 @@ import (
 	lua "github.com/luaop/luaop/third_party/gopher-lua"
 
 	"github.com/luaop/luaop/luabind/internal/luatest"
+	"github.com/luaop/luaop/luabind/internal/luavalue"
 )
 
 // newTestState returns a sandboxed state closed at the end of the test.
@@ -80,7 +81,13 @@ func TestSandboxDeepRecursion(t *testing.T) {
 
 func TestSandboxPrint(t *testing.T) {
 	var lines []string
-	L := NewState(Options{Print: func(_ *lua.LState, msg string) { lines = append(lines, msg) }})
+	L := NewState(Options{Print: func(L *lua.LState, args []lua.LValue) {
+		msg, err := luavalue.NewBudget(luavalue.Limits{}).Join(L, args, "\t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, msg)
+	}})
 	defer L.Close()
 	luatest.MustCall(t, L, `print("a", 1, nil, true, 2.5, setmetatable({}, {__tostring = function() return "T" end})); print(); print("second")`)
 	want := []string{"a\t1\tnil\ttrue\t2.5\tT", "", "second"}
@@ -109,9 +116,10 @@ func TestSandboxStringBounds(t *testing.T) {
 		{"rep negative", `return #("x"):rep(-5)`, "0", ""},
 		{"rep zero", `return #("x"):rep(0)`, "0", ""},
 		{"format normal", `return string.format("%5.1f|%s|%d", 2.25, "x", 7)`, "  2.2|x|7", ""},
-		{"format wide", `return string.format("%2000d", 1)`, "", "string.format: result too large"},
-		{"format repeated argument", `return string.format(string.rep("%[1]s", 100), string.rep("x", 100))`, "", "string.format: result too large"},
-		{"format method form", `return ("%900d%900d"):format(1, 2)`, "", "string.format: result too large"},
+		{"format wide", `return string.format("%2000d", 1)`, "", "handler.lua:1: invalid format (width or precision too long)"},
+		{"format Go's argument index", `return string.format(string.rep("%[1]s", 100), string.rep("x", 100))`, "", "invalid option '%[' to 'format'"},
+		{"format method form", `return ("%99d"):rep(11):format(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)`, "", "string.format: result too large (more than 1024 bytes)"},
+		{"format %s over the limit", `return string.format("%s%s", ("x"):rep(600), ("y"):rep(600))`, "", "string.format: result too large (more than 1024 bytes)"},
 		{"gsub under the limit", `return #(("x"):rep(500):gsub("x", "yy"))`, "1000", ""},
 		{"gsub over the limit", `return (("x"):rep(1000):gsub("x", "yy"))`, "", "string.gsub: result too large (more than 1024 bytes)"},
 		{"gsub method with function", `return (("x"):rep(600):gsub("x", function() return "abc" end))`, "", "string.gsub: result too large"},

@@ -1,9 +1,9 @@
-package sandbox
+package luavalue
 
 import lua "github.com/luaop/luaop/third_party/gopher-lua"
 
 // iterationKey marks, in a state's registry, that InstallIteration ran.
-const iterationKey = "luaop.sandbox.iteration"
+const iterationKey = "luaop.luavalue.iteration"
 
 // InstallIteration replaces the global pairs and ipairs with versions that honour a
 // __pairs / __ipairs metamethod (Lua 5.2 style: called with the value, its first three
@@ -12,7 +12,8 @@ const iterationKey = "luaop.sandbox.iteration"
 // table and the initial key, and fail the same way on non-tables. Installing twice is a
 // no-op.
 //
-// NewState installs them; other callers are tests of bare states.
+// sandbox.NewState installs them (they are here for the proxies, which need them);
+// other callers are tests of bare states.
 func InstallIteration(L *lua.LState) {
 	if L.G.Registry.RawGetString(iterationKey) != lua.LNil {
 		return

@@ -1,4 +1,4 @@
-package sandbox
+package luavalue
 
 import (
 	"strings"
@@ -57,7 +57,7 @@ func BenchmarkPairsPlainTable(b *testing.B) {
 		L    func() *lua.LState
 	}{
 		{"original", func() *lua.LState { return lua.NewState() }},
-		{"replaced", func() *lua.LState { return NewState(Options{}) }},
+		{"replaced", func() *lua.LState { L := lua.NewState(); InstallIteration(L); return L }},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			L := bc.L()
