@@ -86,8 +86,8 @@ func (r *Reloader) fromAPI(ch scriptwatch.Change) bool {
 		r.log.Info("the scripts follow the ConfigMap through the API", "configmap", r.opts.API.Name(), "resourceVersion", ch.ResourceVersion)
 	}
 	rv := r.versions.note(ch)
-	if rv < r.versions.newest {
-		return false // an older content than one already read (a relist)
+	if rv <= r.versions.newest {
+		return false // not newer than a content already read (a relist, or the folder was first)
 	}
 	r.versions.newest = rv
 	return ch.Hash != r.tried.Hash
