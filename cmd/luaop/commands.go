@@ -36,8 +36,8 @@ import (
 	"github.com/luaop/luaop/processing"
 	"github.com/luaop/luaop/reloading"
 	"github.com/luaop/luaop/scriptsguard"
-	"github.com/luaop/luaop/scriptwatch"
 	"github.com/luaop/luaop/scripttest"
+	"github.com/luaop/luaop/scriptwatch"
 	"github.com/luaop/luaop/sharding"
 )
 
