@@ -100,6 +100,9 @@ func TestScriptsConfigMapEditLoadedThroughTheAPI(t *testing.T) {
 	if after == "" || after == before {
 		t.Errorf("/readyz reports the scripts %q after the edit, %q before: want a new hash", after, before)
 	}
+	if status, err := exec.Command(bin, "status", "--address", health).CombinedOutput(); err != nil || !strings.Contains(string(status), "scripts "+after) {
+		t.Errorf("luaop status does not report the scripts %s: %v\n%s", after, err, status)
+	}
 	// Every widget created after the reload is handled by the new code.
 	create(t, widgets, ns, "{apiVersion: examples.luaop.dev/v1, kind: Widget, metadata: {name: after-reload}, spec: {size: 1}}")
 	waitField(t, widgets, ns, "after-reload", "status.version", "v2")
