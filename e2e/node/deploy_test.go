@@ -422,6 +422,13 @@ func (s *suite) scriptsEdit(t *testing.T) {
 		}
 		return len(loaded) == len(pods), fmt.Sprintf("pods with the new scripts: %v", loaded)
 	})
+	// The new code is active: its handler runs for a new widget.
+	created := time.Now()
+	s.createWidget(t, "counted-0", nil)
+	s.waitCounted(t, []string{"counted-0"}, time.Minute)
+	s.report.add("  ConfigMap edit -> a new widget handled by the new code", "created %s after the apply, counted %s after it",
+		ms(created.Sub(applied)), ms(time.Since(applied)))
+
 	// The new code runs in each pod: its probe handler's first run is logged.
 	ran := map[string]time.Duration{}
 	eventually(t, time.Minute, func() (bool, string) {
@@ -442,13 +449,6 @@ func (s *suite) scriptsEdit(t *testing.T) {
 		}
 		s.report.add("  ConfigMap edit -> new scripts in "+p.Name, "%s (%s); its code ran %s after the apply", ms(loaded[p.Name]), note, ms(ran[p.Name]))
 	}
-	// The new code is active: its handler runs for a new widget.
-	created := time.Now()
-	s.createWidget(t, "counted-0", nil)
-	s.waitCounted(t, []string{"counted-0"}, time.Minute)
-	s.report.add("  ConfigMap edit -> a new widget handled by the new code", "created %s after the apply, counted %s after it",
-		ms(created.Sub(applied)), ms(time.Since(applied)))
-
 	// The kubelet's copy arrives (its sync period, about a minute): no second reload.
 	eventually(t, 3*time.Minute, func() (bool, string) {
 		states := s.podStates(t, pods)
