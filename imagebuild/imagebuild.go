@@ -393,7 +393,8 @@ func layerTar(files []file) ([]byte, error) {
 
 // WriteArchive writes img to path as an image archive naming it by every tag
 // ("luaop:latest", "registry.example/luaop:v1"); `ctr images import`, `docker
-// load` and `kind load image-archive` read it.
+// load` and `kind load image-archive` read it. The folder of path is created
+// when missing.
 func WriteArchive(path string, img v1.Image, tags ...string) error {
 	if len(tags) == 0 {
 		return errors.New("an image archive needs at least one tag")
@@ -405,6 +406,10 @@ func WriteArchive(path string, img v1.Image, tags ...string) error {
 			return fmt.Errorf("tag %q: %w", t, err)
 		}
 		refs[tag] = img
+	}
+	// The folder may not exist yet (bin/ of a fresh clone: make image-archive).
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
 	}
 	tmp := path + ".tmp"
 	f, err := os.Create(tmp)

@@ -193,6 +193,24 @@ func TestProbeResultsAreCached(t *testing.T) {
 	}
 }
 
+// A reload runs the new probes at the next request: the previous scripts' cached
+// results are not served for the rest of the cache's time.
+func TestReloadDropsTheCachedProbeResults(t *testing.T) {
+	probe := func(v string) string {
+		return "local luaop = require('luaop')\nluaop.on.probe(function() return '" + v + "' end, {id = 'version'})\n"
+	}
+	op := hookOperator(t, "luaop.on.probe(function() return 'v1' end, {id = 'version'})", Options{ProbeCache: time.Hour})
+	if res, _ := op.Probe(t.Context()); res["version"] != "v1" {
+		t.Fatalf("first probe %v, want v1", res)
+	}
+	if _, err := op.LoadScripts(t.Context(), []luabind.Script{{Name: "hooks.lua", Source: []byte(probe("v2"))}}); err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := op.Probe(t.Context()); res["version"] != "v2" {
+		t.Errorf("probe after the reload %v, want the new scripts' v2 (not the cached v1)", res)
+	}
+}
+
 // kopf logs "Handler 'x' succeeded." for its activities too (its hooks example
 // counts them): startup and cleanup handlers log their outcome with the fields of
 // every handler's line (handler, reason, took_ms), at the success level.

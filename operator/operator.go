@@ -190,6 +190,12 @@ func (o *Operator) LoadScripts(ctx context.Context, scripts []luabind.Script) (l
 		return report, err
 	}
 	o.loaded.Store(true)
+	// The probes' cached results are the previous scripts': the next /readyz or
+	// /healthz runs the new ones (a probe changed or removed by the edit answers
+	// at once, not after the cache's 10 s).
+	o.probeMu.Lock()
+	o.probeCached = nil
+	o.probeMu.Unlock()
 	o.reactor.Refresh()
 	return report, nil
 }

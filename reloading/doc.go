@@ -1,7 +1,10 @@
 // Package reloading is the one owner of the reload, below cmd/: the first load at
 // start and every reload after a save, in `luaop run` and `luaop dev` alike.
 //
-// A [Reloader] reads the scripts folder (scriptwatch's [scriptwatch.Watch]), loads
+// A [Reloader] reads the scripts folder (scriptwatch's [scriptwatch.Watch]) and,
+// with Options.API, the ConfigMap it is mounted from through the API (a second
+// source: sources.go decides which change to load, one reload per content, the
+// newest by resourceVersion, and whether the folder is that ConfigMap alone), loads
 // each settled change into the operator (operator.LoadScripts: the runtime's
 // atomic swap, then the reactor's refresh), and does what follows every load: the
 // last good scripts kept ([LastGoodStore], a ConfigMap; served when the first load

@@ -78,6 +78,15 @@ type Options struct {
 	// Peering's scope is resynced after every load that made scripts current, the
 	// first included (the peer starts after it). Default: none.
 	Peering Follower
+	// API is the scripts ConfigMap read through the API server (luaop run
+	// --scripts-configmap, unless --scripts-from-api=false): a second source of the
+	// scripts, which brings an edit in as soon as it is applied, where the folder
+	// (the kubelet's copy) brings it about a minute later. The folder is the first
+	// source (the pod started with it); the API is followed only when the folder is
+	// that ConfigMap alone. Each content is loaded once, whichever source brings it
+	// first, and an older content never replaces a newer one (resourceVersions,
+	// [versions]). Default: none (the folder alone).
+	API API
 	// LastGood keeps each set that loaded from the folder, and serves what it
 	// kept when the folder's first load fails. Default: none (a first load that
 	// fails then waits, unready, for the fix).
@@ -89,11 +98,17 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Event is one load of the scripts folder after a save.
+// Event is one load of the scripts after a save of the folder or an edit of the
+// ConfigMap.
 type Event struct {
 	// Files changed since the previous content.
-	Files  []string
-	Report luabind.LoadReport
+	Files []string
+	// ResourceVersion is the scripts ConfigMap's at the content loaded, when the
+	// API told it (a change read through the API, or a folder's placed by its
+	// hash); FromAPI: the change was read through the API (not the folder).
+	ResourceVersion string
+	FromAPI         bool
+	Report          luabind.LoadReport
 	// Err is the load's error (file:line); the previous scripts keep serving.
 	Err error
 	// NothingServes: no scripts serve yet (the first load failed, and none has
@@ -121,7 +136,15 @@ type Reloader struct {
 	opts    Options
 	log     *slog.Logger
 	initial scriptwatch.Change
-	changes <-chan scriptwatch.Change
+	changes <-chan scriptwatch.Change // the folder's
+	// api is the API's changes (nil without, or once the folder turned out not
+	// to be the ConfigMap alone); stopAPI ends its watch.
+	api     <-chan scriptwatch.Change
+	stopAPI context.CancelFunc
+	// tried is the content last loaded or tried, from either source: a change
+	// with the same hash loads nothing (exactly one reload per content).
+	tried    scriptwatch.Change
+	versions versions
 }
 
 // New makes a Reloader of opts.
@@ -133,13 +156,18 @@ func New(opts Options) *Reloader {
 }
 
 // Watch starts following the folder (scriptwatch.Watch: the watches before the
-// first read, so that no save in between is missed) until ctx is done.
+// first read, so that no save in between is missed), and the ConfigMap through the
+// API when Options.API is set, until ctx is done.
 func (r *Reloader) Watch(ctx context.Context) error {
 	initial, changes, err := scriptwatch.Watch(ctx, r.opts.Dir, scriptwatch.WatcherOptions{Logger: r.log, Debounce: r.opts.Debounce})
 	if err != nil {
 		return err
 	}
-	r.initial, r.changes = initial, changes
+	r.initial, r.changes, r.tried = initial, changes, initial
+	if r.opts.API != nil {
+		actx, cancel := context.WithCancel(ctx)
+		r.api, r.stopAPI = r.opts.API.Watch(actx), cancel
+	}
 	return nil
 }
 
@@ -148,6 +176,7 @@ func (r *Reloader) Watch(ctx context.Context) error {
 // It reports whether scripts serve: false when ctx ended (or the watch did)
 // before any did. The view, or the log, then shows the scripts serving in full.
 func (r *Reloader) First(ctx context.Context) bool {
+	r.tried = r.initial
 	report, err := r.load(ctx, r.initial.Scripts, r.initial.Files)
 	if err != nil {
 		r.firstFailed(r.initial.Files, err)
@@ -158,24 +187,19 @@ func (r *Reloader) First(ctx context.Context) bool {
 		}
 	}
 	for err != nil {
-		select {
-		case <-ctx.Done():
+		ev, ok := r.next(ctx)
+		if !ok {
 			return false
-		case ch, ok := <-r.changes:
-			if !ok {
-				return false
-			}
-			var ev Event
-			if ev = r.reload(ctx, ch); ev.Err != nil {
-				if r.opts.View != nil {
-					ev.NothingServes = true
-					r.opts.View.Reloaded(ev)
-				} else {
-					r.log.Error("reload failed; still no scripts serving", "files", ev.Files, "error", ev.Err)
-				}
-			}
-			report, err = ev.Report, ev.Err
 		}
+		if ev.Err != nil {
+			if r.opts.View != nil {
+				ev.NothingServes = true
+				r.opts.View.Reloaded(ev)
+			} else {
+				r.log.Error("reload failed; still no scripts serving", "files", ev.Files, "error", ev.Err, "resourceVersion", ev.ResourceVersion)
+			}
+		}
+		report, err = ev.Report, ev.Err
 	}
 	if r.opts.Peering != nil {
 		r.opts.Peering.Resync()
@@ -227,27 +251,53 @@ func (r *Reloader) serveLastGood(ctx context.Context) (luabind.LoadReport, bool)
 	return rep, true
 }
 
-// Run loads every change of the folder after the first load (First's, or the
-// caller's own) until ctx is done (or the watch ended), one at a time: a change saved while one is being applied waits
-// for it (the watcher folds the saves meanwhile into one change). A broken edit
+// Run loads every change of the folder, and of the ConfigMap through the API,
+// after the first load (First's, or the caller's own) until ctx is done (or the
+// folder's watch ended), one at a time: a change saved while one is being applied
+// waits for it (each source folds the changes meanwhile into one). A broken edit
 // never stops it: the previous scripts keep serving, and the next save is tried.
 func (r *Reloader) Run(ctx context.Context) {
 	for {
+		ev, ok := r.next(ctx)
+		if !ok {
+			return
+		}
+		if ev.Err == nil && r.opts.Webhooks != nil {
+			r.opts.Webhooks.Resync() // the configurations follow the handlers
+		}
+		if ev.Err == nil && r.opts.Peering != nil {
+			r.opts.Peering.Resync() // the resources served follow them too
+		}
+		r.reloaded(ev)
+	}
+}
+
+// next waits for the next change to load, from either source, and loads it; false
+// when ctx ended or the folder's watch did.
+func (r *Reloader) next(ctx context.Context) (Event, bool) {
+	for {
 		select {
 		case <-ctx.Done():
-			return
+			return Event{}, false
 		case ch, ok := <-r.changes:
 			if !ok {
-				return
+				return Event{}, false
 			}
-			ev := r.reload(ctx, ch)
-			if ev.Err == nil && r.opts.Webhooks != nil {
-				r.opts.Webhooks.Resync() // the configurations follow the handlers
+			if ch, load, fromAPI := r.fromFolder(ctx, ch); load {
+				ev := r.reload(ctx, ch)
+				ev.FromAPI = fromAPI
+				return ev, true
 			}
-			if ev.Err == nil && r.opts.Peering != nil {
-				r.opts.Peering.Resync() // the resources served follow them too
+		case ch, ok := <-r.api:
+			if !ok {
+				r.api = nil // ended with ctx
+				continue
 			}
-			r.reloaded(ev)
+			if r.fromAPI(ch) {
+				ev := r.reload(ctx, ch)
+				ev.FromAPI = true
+				return ev, true
+			}
 		}
 	}
 }
@@ -258,20 +308,33 @@ func (r *Reloader) reloaded(ev Event) {
 	case r.opts.View != nil:
 		r.opts.View.Reloaded(ev)
 	case ev.Err != nil:
-		r.log.Error("reload failed; the previous scripts keep running", "files", ev.Files, "error", ev.Err, "latency_ms", millis(ev.Latency))
+		r.log.Error("reload failed; the previous scripts keep running", "files", ev.Files, "error", ev.Err, "latency_ms", millis(ev.Latency),
+			"source", ev.source(r.opts), "resourceVersion", ev.ResourceVersion)
 	default:
 		// latency_ms: from the save (first file event) to the new handlers
 		// active; load_ms: the load alone; total_ms: to every object scheduled
-		// for a cycle; compiled: the files compiled (the others were unchanged).
+		// for a cycle; compiled: the files compiled (the others were unchanged);
+		// source: the folder or the ConfigMap (through the API).
 		r.log.Info("scripts reloaded", "files", ev.Files, "handlers", len(ev.Report.Handlers), "hash", ev.Report.Hash,
 			"latency_ms", millis(ev.Latency), "load_ms", millis(ev.Report.Took), "total_ms", millis(ev.Total),
-			"compiled", len(ev.Report.Compiled))
+			"compiled", len(ev.Report.Compiled), "source", ev.source(r.opts), "resourceVersion", ev.ResourceVersion)
 	}
 }
 
-// reload loads one change of the folder, timed from its save, and observes the
-// latency.
+// source names where an event's change was read, for the log.
+func (ev Event) source(opts Options) string {
+	if ev.FromAPI {
+		return "configmap " + opts.API.Name()
+	}
+	return "folder " + opts.Dir
+}
+
+// reload loads one change, from either source, timed from its save, and observes
+// the latency. The files changed are those since the content last tried (the
+// sources' own diffs do not know what the other brought).
 func (r *Reloader) reload(ctx context.Context, ch scriptwatch.Change) Event {
+	ch.Files = scriptwatch.DiffScripts(r.tried.Scripts, ch.Scripts)
+	r.tried = ch
 	start := time.Now()
 	rep, err := r.load(ctx, ch.Scripts, ch.Files)
 	total := time.Since(ch.At)
@@ -282,7 +345,7 @@ func (r *Reloader) reload(ctx context.Context, ch scriptwatch.Change) Event {
 	if r.opts.Metrics != nil {
 		r.opts.Metrics.ReloadLatency(err == nil, latency)
 	}
-	return Event{Files: ch.Files, Report: rep, Err: err, Latency: latency, Total: total}
+	return Event{Files: ch.Files, ResourceVersion: ch.ResourceVersion, Report: rep, Err: err, Latency: latency, Total: total}
 }
 
 // load loads a read of the folder and keeps the books every load of it keeps:

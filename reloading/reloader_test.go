@@ -228,6 +228,7 @@ func change(files ...string) scriptwatch.Change {
 		ch.Scripts = append(ch.Scripts, luabind.Script{Name: files[i], Source: []byte(files[i+1])})
 		ch.Files = append(ch.Files, files[i])
 	}
+	ch.Hash = scriptwatch.HashScripts(ch.Scripts)
 	return ch
 }
 

@@ -4,7 +4,8 @@
 // entries and editor leftovers skipped (IgnoredName). FileCache makes a watcher's
 // repeated reads open only the files that changed. ScriptsOfConfigMap reads a
 // ConfigMap's data by the same rules (the scripts guard, the last good scripts),
-// ConfigMapKey writes a script's key.
+// ConfigMapKey writes a script's key. NotAVolumeOf tells whether a folder is a
+// ConfigMap's volume, as the kubelet mounts it, and that ConfigMap's alone.
 //
 // It owns the Script type and the rules of which files are scripts and what they
 // are named; luabind runs what it reads, scriptwatch decides when to read again. It

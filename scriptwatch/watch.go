@@ -82,8 +82,15 @@ type Change struct {
 	Files []string
 	// At is when the first event of the burst arrived (in polling mode: the poll that
 	// saw the change), to measure reload latency. In the initial Change it is the
-	// time of the initial read.
+	// time of the initial read. For a change read through the API, when the watch
+	// delivered it.
 	At time.Time
+	// ResourceVersion is the ConfigMap's, for a change read through the API
+	// ([ConfigMapSource]); "" for the folder's.
+	ResourceVersion string
+	// Keys are all the keys of the ConfigMap (data and binaryData, sorted), for a
+	// change read through the API: what its volume would hold.
+	Keys []string
 }
 
 // Watch watches the scripts folder dir recursively (its subfolders too, and folders
@@ -130,7 +137,7 @@ func watch(ctx context.Context, dir string, opts WatcherOptions, newNotifier fun
 		return Change{}, nil, fmt.Errorf("reading scripts: %w", err)
 	}
 	scripts := tree.Scripts
-	initial := Change{Scripts: scripts, Hash: hashScripts(scripts), At: time.Now()}
+	initial := Change{Scripts: scripts, Hash: HashScripts(scripts), At: time.Now()}
 	out := make(chan Change)
 	go w.run(ctx, initial, out)
 	return initial, out, nil
@@ -421,7 +428,7 @@ func (w *watcher) read(b *runState) bool {
 	}
 	first := b.at
 	b.at = time.Time{}
-	h := hashScripts(scripts)
+	h := HashScripts(scripts)
 	switch {
 	case h == b.last.Hash:
 		b.pending = nil // back to what the consumer has (or nothing changed)
@@ -431,15 +438,17 @@ func (w *watcher) read(b *runState) bool {
 		if b.pending != nil {
 			first = b.pending.At
 		}
-		b.pending = &Change{Scripts: scripts, Hash: h, Files: diffScripts(b.last.Scripts, scripts), At: first}
+		b.pending = &Change{Scripts: scripts, Hash: h, Files: DiffScripts(b.last.Scripts, scripts), At: first}
 		w.log.Debug("scripts changed", "files", b.pending.Files)
 	}
 	return true
 }
 
-// hashScripts returns the hex sha256 over the names and contents of scripts, each
-// length-prefixed so that no two different sets share an encoding.
-func hashScripts(scripts []luabind.Script) string {
+// HashScripts returns the hex sha256 over the names and contents of scripts, each
+// length-prefixed so that no two different sets share an encoding. The folder's
+// changes and the ConfigMap's are hashed alike, so that the same scripts read from
+// either have the same hash (reloading tells them apart by it).
+func HashScripts(scripts []luabind.Script) string {
 	h := sha256.New()
 	var n [8]byte
 	for _, s := range scripts {
@@ -453,9 +462,9 @@ func hashScripts(scripts []luabind.Script) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// diffScripts returns the sorted names added, changed or removed between two sets
-// sorted by name (as scriptsource.ReadDir returns them).
-func diffScripts(old, cur []luabind.Script) []string {
+// DiffScripts returns the sorted names added, changed or removed between two sets
+// sorted by name (as scriptsource.ReadDir and ScriptsOfConfigMap return them).
+func DiffScripts(old, cur []luabind.Script) []string {
 	var files []string
 	i, j := 0, 0
 	for i < len(old) || j < len(cur) {

@@ -409,7 +409,7 @@ func TestWatchBursts(t *testing.T) {
 
 			initial, ch := startWatch(t, dir, WatcherOptions{})
 			checkScripts(t, initial.Scripts, wantInitial)
-			if initial.Hash != hashScripts(initial.Scripts) || len(initial.Files) != 0 {
+			if initial.Hash != HashScripts(initial.Scripts) || len(initial.Files) != 0 {
 				t.Fatalf("initial change: hash %q files %v", initial.Hash, initial.Files)
 			}
 			prevHash := initial.Hash
@@ -438,7 +438,7 @@ func TestWatchBursts(t *testing.T) {
 				if files = slices.Compact(files); !slices.Equal(files, b.files) {
 					t.Fatalf("burst %d: files = %v, want %v", i, files, b.files)
 				}
-				if c.Hash != hashScripts(c.Scripts) || c.Hash == prevHash {
+				if c.Hash != HashScripts(c.Scripts) || c.Hash == prevHash {
 					t.Fatalf("burst %d: hash %q (previous %q)", i, c.Hash, prevHash)
 				}
 				if c.At.Before(start) || c.At.After(time.Now()) {
@@ -625,13 +625,13 @@ func TestHashAndDiff(t *testing.T) {
 		}
 		return out
 	}
-	if hashScripts(s("ab", "c")) == hashScripts(s("a", "bc")) {
+	if HashScripts(s("ab", "c")) == HashScripts(s("a", "bc")) {
 		t.Error("name/content boundary not part of the hash")
 	}
-	if first, again := hashScripts(s("a", "1", "b", "2")), hashScripts(s("a", "1", "b", "2")); first != again {
+	if first, again := HashScripts(s("a", "1", "b", "2")), HashScripts(s("a", "1", "b", "2")); first != again {
 		t.Error("hash not deterministic")
 	}
-	got := diffScripts(s("a", "1", "b", "2", "d", "4"), s("b", "2", "c", "3", "d", "5"))
+	got := DiffScripts(s("a", "1", "b", "2", "d", "4"), s("b", "2", "c", "3", "d", "5"))
 	if want := []string{"a", "c", "d"}; !slices.Equal(got, want) {
 		t.Errorf("diff = %v, want %v", got, want)
 	}

@@ -37,6 +37,7 @@ import (
 	"github.com/luaop/luaop/reloading"
 	"github.com/luaop/luaop/scriptsguard"
 	"github.com/luaop/luaop/scripttest"
+	"github.com/luaop/luaop/scriptwatch"
 	"github.com/luaop/luaop/sharding"
 )
 
@@ -199,7 +200,11 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	if err != nil {
 		return fmt.Errorf("peering: %w", err)
 	}
-	reloader := reloading.New(reloadOptions(s, dir, op, m, webhooks, peer, scopes, lastGood, view, log))
+	ropts := reloadOptions(s, dir, op, m, webhooks, peer, scopes, lastGood, view, log)
+	if ropts.API, err = newScriptsAPI(cfg, s, dev, log); err != nil {
+		return err
+	}
+	reloader := reloading.New(ropts)
 	// Watched before the first read, so that no save in between is missed.
 	if err := reloader.Watch(ctx); err != nil {
 		return fmt.Errorf("watching %s: %w", dir, err)
@@ -341,6 +346,21 @@ func newLastGood(ctx context.Context, cfg *rest.Config, s settings, dev bool, lo
 	lastGood := reloading.NewLastGoodStore(client, guardNS, s.LastGoodConfigMap, s.Prefix, s.DryRun, log)
 	go lastGood.Run(ctx)
 	return lastGood, nil
+}
+
+// newScriptsAPI reads the scripts ConfigMap through the API in luaop run with
+// --scripts-configmap (nil otherwise, or with --scripts-from-api=false): its edits
+// are loaded as soon as they are applied.
+func newScriptsAPI(cfg *rest.Config, s settings, dev bool, log *slog.Logger) (reloading.API, error) {
+	ns, name, ok := strings.Cut(s.ScriptsConfigMap, "/")
+	if !ok || dev || !s.ScriptsFromAPI {
+		return nil, nil
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return scriptwatch.NewConfigMapSource(client, ns, name, log), nil
 }
 
 // newElector makes the leader election of --leader-elect (nil without it, and in

@@ -159,7 +159,7 @@ As written, luaop check DIR/scripts and luaop test DIR/scripts pass.`,
 					return err
 				}
 			}
-			o := rbacOptions{Name: "luaop", ServiceAccount: "luaop-system/luaop", LeaderElect: true, ScriptsConfigMap: "luaop-scripts", Prefix: "luaop.dev"}
+			o := rbacOptions{Name: "luaop", ServiceAccount: "luaop-system/luaop", LeaderElect: true, ScriptsConfigMap: "luaop-scripts", ScriptsFromAPI: true, Prefix: "luaop.dev"}
 			o.command = rbacCommandLine("scripts", o)
 			rbac, _, err := generateRBAC(cmd, filepath.Join(dir, "scripts"), o)
 			if err != nil {

@@ -29,8 +29,11 @@ type rbacOptions struct {
 	// ScriptsConfigMap ([namespace/]name): the Role for the ConfigMap of the last
 	// good scripts next to it; ScriptsWebhook: the webhook configurations for its
 	// validating webhook even without admission handlers in the scripts.
+	// ScriptsFromAPI: the operator reads that ConfigMap through the API
+	// (--scripts-from-api, luaop run's default): get, list and watch on it by name.
 	ScriptsConfigMap string
 	ScriptsWebhook   bool
+	ScriptsFromAPI   bool
 	// Prefix is the operator's --prefix: it names the webhook configurations the
 	// operator may write ("<prefix>.validate", "<prefix>.mutate", "<prefix>.probe").
 	Prefix string
@@ -93,7 +96,8 @@ irregular plural (e.g. Endpoints) must be checked by hand.`,
 	fs.StringVar(&o.ServiceAccount, "service-account", "luaop-system/luaop", "the operator's ServiceAccount, as namespace/name")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", false, "add the Role for the leader-election Lease")
 	fs.StringVar(&o.LeaderNamespace, "leader-election-namespace", "", "namespace of the Lease (default: the ServiceAccount's)")
-	fs.StringVar(&o.ScriptsConfigMap, "scripts-configmap", "", "the scripts ConfigMap, [namespace/]name (default namespace: the ServiceAccount's): add the Role for the ConfigMap <name>-last-good where the operator keeps the last scripts that loaded")
+	fs.StringVar(&o.ScriptsConfigMap, "scripts-configmap", "", "the scripts ConfigMap, [namespace/]name (default namespace: the ServiceAccount's): add the Roles to read it through the API (get, list, watch on it alone) and for the ConfigMap <name>-last-good where the operator keeps the last scripts that loaded")
+	fs.BoolVar(&o.ScriptsFromAPI, "scripts-from-api", true, "the operator reads the scripts ConfigMap through the API (luaop run's --scripts-from-api): with --scripts-configmap, grant get, list and watch on it by name")
 	fs.BoolVar(&o.ScriptsWebhook, "scripts-webhook", false, "the operator validates the scripts ConfigMap (--scripts-configmap with the webhooks component): grant the webhook configurations even if no script has admission handlers")
 	fs.BoolVar(&o.Standalone, "standalone", false, "the operator runs with --standalone: no Role for the peering Leases")
 	fs.StringVar(&o.PeeringNamespace, "peering-namespace", "", "the operator's --peering-namespace (default: the ServiceAccount's)")
@@ -241,6 +245,7 @@ type rbacDoc struct {
 var rbacSections = []func(d *rbacDoc) error{
 	(*rbacDoc).writeWebhookRoles,
 	(*rbacDoc).writeMetricsAuthRole,
+	(*rbacDoc).writeScriptsReadRole,
 	(*rbacDoc).writeLastGoodRole,
 	(*rbacDoc).writePeeringRole,
 	(*rbacDoc).writeLeaderElectionRole,
@@ -402,20 +407,46 @@ func (d *rbacDoc) writeMetricsAuthRole() error {
 	return nil
 }
 
+// scriptsConfigMap is --scripts-configmap's namespace (default the
+// ServiceAccount's) and name; ok false without it.
+func (d *rbacDoc) scriptsConfigMap() (ns, name string, ok bool, err error) {
+	o := d.o
+	if o.ScriptsConfigMap == "" {
+		return "", "", false, nil
+	}
+	ns, name, cut := strings.Cut(o.ScriptsConfigMap, "/")
+	if !cut {
+		ns, name = d.saNS, o.ScriptsConfigMap
+	}
+	if ns == "" || name == "" {
+		return "", "", false, fmt.Errorf("--scripts-configmap=%q: write it as [namespace/]name", o.ScriptsConfigMap)
+	}
+	return ns, name, true, nil
+}
+
+// writeScriptsReadRole writes, with --scripts-configmap and --scripts-from-api, the
+// Role that reads the scripts ConfigMap through the API: get, list and watch of
+// that ConfigMap alone (the operator lists and watches it with a field selector on
+// its name, which Kubernetes authorizes against resourceNames).
+func (d *rbacDoc) writeScriptsReadRole() error {
+	ns, cm, ok, err := d.scriptsConfigMap()
+	if err != nil || !ok || !d.o.ScriptsFromAPI {
+		return err
+	}
+	d.writeRole(fmt.Sprintf("# The scripts ConfigMap %s, read through the API (--scripts-from-api): an edit is loaded\n# as soon as it is applied, not when the kubelet updates the mounted folder; no other\n# ConfigMap of the namespace is readable by this Role.\n", cm),
+		d.o.Name+"-scripts-reader", ns,
+		fmt.Sprintf("- apiGroups: [\"\"]\n  resources: [configmaps]\n  resourceNames: [%s]\n  verbs: [get, list, watch]\n", cm), false)
+	return nil
+}
+
 // writeLastGoodRole writes, with --scripts-configmap, the Role of the ConfigMap where
 // the operator keeps the last scripts that loaded.
 func (d *rbacDoc) writeLastGoodRole() error {
+	ns, cm, ok, err := d.scriptsConfigMap()
+	if err != nil || !ok {
+		return err
+	}
 	o := d.o
-	if o.ScriptsConfigMap == "" {
-		return nil
-	}
-	ns, cm, ok := strings.Cut(o.ScriptsConfigMap, "/")
-	if !ok {
-		ns, cm = d.saNS, o.ScriptsConfigMap
-	}
-	if ns == "" || cm == "" {
-		return fmt.Errorf("--scripts-configmap=%q: write it as [namespace/]name", o.ScriptsConfigMap)
-	}
 	d.writeRole(fmt.Sprintf("# The last good scripts: the operator keeps the last scripts that loaded in the ConfigMap\n# %s-last-good next to its scripts ConfigMap %s, and serves them when it starts on scripts\n# that do not load (--scripts-configmap).\n", cm, cm),
 		o.Name+"-last-good", ns,
 		fmt.Sprintf("- apiGroups: [\"\"]\n  resources: [configmaps]\n  verbs: [create]\n- apiGroups: [\"\"]\n  resources: [configmaps]\n  resourceNames: [%s-last-good]\n  verbs: [get, update]\n", cm), false)
@@ -550,6 +581,9 @@ func rbacCommandLine(dir string, o rbacOptions) string {
 	}
 	if o.ScriptsWebhook {
 		args = append(args, "--scripts-webhook")
+	}
+	if !o.ScriptsFromAPI && o.ScriptsConfigMap != "" {
+		args = append(args, "--scripts-from-api=false")
 	}
 	if o.Prefix != "" && o.Prefix != "luaop.dev" {
 		args = append(args, "--prefix", o.Prefix)

@@ -88,7 +88,10 @@ type settings struct {
 	WebhookCleanup       bool
 	ScriptsConfigMap     string // namespace/name
 	ScriptsWebhook       bool
-	LastGoodConfigMap    string // a name in ScriptsConfigMap's namespace; "none": off
+	// ScriptsFromAPI: the scripts ConfigMap is also read through the API, so that
+	// an edit is loaded at once rather than when the kubelet updates the folder.
+	ScriptsFromAPI    bool
+	LastGoodConfigMap string // a name in ScriptsConfigMap's namespace; "none": off
 	// AllowContexts are the kubeconfig contexts luaop dev may use although they are
 	// not local clusters (clusterguard.go).
 	AllowContexts []string
@@ -232,7 +235,8 @@ func addOperatorFlags(fs *pflag.FlagSet, logFormat string) {
 	fs.String("webhook-service", "", "namespace/name of the Service the API server calls the webhooks through (in-cluster); empty: --webhook-url")
 	fs.String("webhook-url", "", "https base URL the API server calls the webhooks at; empty: https://127.0.0.1:<port> (a control plane on this machine)")
 	fs.Bool("webhook-cleanup", false, "delete the webhook configurations when the operator stops")
-	fs.String("scripts-configmap", "", "namespace/name of the ConfigMap the scripts folder is mounted from: with --webhook-address its updates are validated (scripts that do not load are rejected with file:line), and the last good scripts are kept next to it for a start on broken scripts")
+	fs.String("scripts-configmap", "", "namespace/name of the ConfigMap the scripts folder is mounted from: its edits are read through the API (--scripts-from-api), with --webhook-address its updates are validated (scripts that do not load are rejected with file:line), and the last good scripts are kept next to it for a start on broken scripts")
+	fs.Bool("scripts-from-api", true, "with --scripts-configmap, watch that ConfigMap through the API and load an edit as soon as it is applied (about a second), not when the kubelet updates the mounted folder (about a minute); needs get, list and watch on it (luaop rbac --scripts-configmap). false: the folder alone (no such access), edits a minute later")
 	fs.Bool("scripts-webhook", true, "with --scripts-configmap and --webhook-address, validate the updates of the scripts ConfigMap (false: opt out; always off in luaop dev)")
 	fs.String("last-good-configmap", "", "ConfigMap (in --scripts-configmap's namespace) where the operator keeps the last scripts that loaded (default: <name>-last-good; none: keep none)")
 	fs.StringSlice("allow-context", nil, "luaop dev: a kubeconfig context it may use although it is not a local cluster (kind-*, k3d-*, minikube, docker-desktop, a server on this machine); repeatable (Tilt's allow_k8s_contexts); --context NAME also allows NAME")
@@ -399,6 +403,7 @@ func (r *settingsReader) readWebhooksAndScripts(s *settings) {
 	s.WebhookCleanup = r.bool("webhook-cleanup")
 	s.ScriptsConfigMap = r.namespacedName("scripts-configmap", "namespace/name of a ConfigMap")
 	s.ScriptsWebhook = r.bool("scripts-webhook")
+	s.ScriptsFromAPI = r.bool("scripts-from-api")
 	s.LastGoodConfigMap = r.str("last-good-configmap")
 	if s.LastGoodConfigMap == "" {
 		if _, name, ok := strings.Cut(s.ScriptsConfigMap, "/"); ok {

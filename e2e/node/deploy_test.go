@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -396,9 +397,13 @@ func (s *suite) podStates(t *testing.T, pods []corev1.Pod) map[string]podState {
 	return states
 }
 
-// scriptsEdit: a new script added with kubectl apply -k reaches both pods through the
-// kubelet (its atomic writer swaps /scripts/..data), is loaded without a restart,
-// and its handler runs.
+// scriptsEdit: a new script added with kubectl apply -k reaches both pods through
+// the API (each reads its scripts ConfigMap with a watch: --scripts-from-api), well
+// before the kubelet swaps /scripts/..data: both report the new hash on /readyz and
+// run the new code (its probe handler's log line in each pod's log; its create
+// handler for a new widget on the leader), without a restart. Then the kubelet's
+// copy arrives and nothing reloads a second time. The times from the apply are
+// measured.
 func (s *suite) scriptsEdit(t *testing.T) {
 	c := s.c
 	pods := c.waitPods(t, operatorNS, 2, image, time.Minute)
@@ -406,29 +411,90 @@ func (s *suite) scriptsEdit(t *testing.T) {
 	s.addCountingScript(t)
 	c.mustKubectl(t, "apply", "-k", filepath.Join(s.overlay, "examples"))
 	applied := time.Now()
-	seen := map[string]time.Duration{}
+	loaded := map[string]time.Duration{}
+	swappedFirst := map[string]bool{}
 	eventually(t, 3*time.Minute, func() (bool, string) {
 		for name, st := range s.podStates(t, pods) {
-			if _, done := seen[name]; !done && st.hash != "" && st.hash != before[name].hash {
-				seen[name] = time.Since(applied)
-				if st.data == before[name].data {
-					t.Errorf("pod %s loaded new scripts but /scripts/..data still points to %s", name, st.data)
-				}
+			if _, done := loaded[name]; !done && st.hash != "" && st.hash != before[name].hash {
+				loaded[name] = time.Since(applied)
+				swappedFirst[name] = st.data != before[name].data
 			}
 		}
-		return len(seen) == len(pods), fmt.Sprintf("pods with the new scripts: %v", seen)
+		return len(loaded) == len(pods), fmt.Sprintf("pods with the new scripts: %v", loaded)
+	})
+	// The new code is active: its handler runs for a new widget.
+	created := time.Now()
+	s.createWidget(t, "counted-0", nil)
+	s.waitCounted(t, []string{"counted-0"}, time.Minute)
+	s.report.add("  ConfigMap edit -> a new widget handled by the new code", "created %s after the apply, counted %s after it",
+		ms(created.Sub(applied)), ms(time.Since(applied)))
+
+	// The new code runs in each pod: its probe handler's first run is logged.
+	ran := map[string]time.Duration{}
+	eventually(t, time.Minute, func() (bool, string) {
+		for _, p := range pods {
+			if _, done := ran[p.Name]; done {
+				continue
+			}
+			if at, ok := logTime(c.mustKubectl(t, "-n", operatorNS, "logs", "pod/"+p.Name), "e2e-count.lua runs"); ok {
+				ran[p.Name] = at.Sub(applied)
+			}
+		}
+		return len(ran) == len(pods), fmt.Sprintf("pods running the new code: %v", ran)
 	})
 	for _, p := range pods {
-		s.report.add("  ConfigMap edit -> new scripts in "+p.Name, "%s (the kubelet's sync period is about 1m)", ms(seen[p.Name]))
+		note := "through the API: /scripts/..data not swapped yet"
+		if swappedFirst[p.Name] {
+			note = "/scripts/..data already swapped by the kubelet"
+		}
+		s.report.add("  ConfigMap edit -> new scripts in "+p.Name, "%s (%s); its code ran %s after the apply", ms(loaded[p.Name]), note, ms(ran[p.Name]))
 	}
+	// The kubelet's copy arrives (its sync period, about a minute): no second reload.
+	eventually(t, 3*time.Minute, func() (bool, string) {
+		states := s.podStates(t, pods)
+		for _, p := range pods {
+			if states[p.Name].data == before[p.Name].data {
+				return false, "waiting for the kubelet to swap /scripts/..data in " + p.Name
+			}
+		}
+		return true, ""
+	})
+	s.report.add("  ConfigMap edit -> the kubelet's copy in both pods", "%s after the apply", ms(time.Since(applied)))
 	for _, p := range c.operatorPods(t, operatorNS) {
 		if restarts(p) != 0 {
 			t.Errorf("pod %s restarted (%d) for a scripts edit", p.Name, restarts(p))
 		}
 	}
-	// The new code is active: its handler runs for a new widget.
-	s.createWidget(t, "counted-0", nil)
-	s.waitCounted(t, []string{"counted-0"}, time.Minute)
+	states := s.podStates(t, pods)
+	for _, p := range pods {
+		logs := c.mustKubectl(t, "-n", operatorNS, "logs", "pod/"+p.Name)
+		if n := strings.Count(logs, `"msg":"scripts reloaded"`); n != 1 {
+			t.Errorf("pod %s reloaded its scripts %d times for one edit, want once (the API's, not again for the kubelet's copy):\n%s",
+				p.Name, n, grepLines(logs, "scripts reloaded"))
+		}
+		if line := grepLines(logs, "scripts reloaded"); !strings.Contains(line, `"source":"configmap `+operatorNS+`/luaop-scripts"`) && !swappedFirst[p.Name] {
+			t.Errorf("pod %s: the reload did not come through the API: %s", p.Name, line)
+		}
+		if states[p.Name].hash == before[p.Name].hash {
+			t.Errorf("pod %s reports the old scripts again after the kubelet's copy", p.Name)
+		}
+	}
+}
+
+// logTime is the time of the first JSON log line holding msg.
+func logTime(logs, msg string) (time.Time, bool) {
+	for _, l := range strings.Split(logs, "\n") {
+		if !strings.Contains(l, msg) {
+			continue
+		}
+		var line struct {
+			Time time.Time `json:"time"`
+		}
+		if json.Unmarshal([]byte(l), &line) == nil && !line.Time.IsZero() {
+			return line.Time, true
+		}
+	}
+	return time.Time{}, false
 }
 
 // createWidget creates a Widget in objectsNS; labels nil: a counted one.
@@ -738,7 +804,7 @@ func (s *suite) readiness(t *testing.T) {
 	c.mustKubectl(t, "apply", "-k", filepath.Join(s.overlay, "examples"))
 	fixed := time.Now()
 	pods = c.waitPods(t, operatorNS, 2, "", 3*time.Minute)
-	s.report.add("  ConfigMap fixed -> unready pods Ready", "%s (the kubelet's sync period is about 1m)", ms(time.Since(fixed)))
+	s.report.add("  ConfigMap fixed -> unready pods Ready", "%s (the fix read through the API; the kubelet's readiness probe every 5 s)", ms(time.Since(fixed)))
 	for _, p := range pods {
 		if restarts(p) != 0 {
 			t.Errorf("pod %s restarted to load the fixed scripts", p.Name)

@@ -1,7 +1,7 @@
 -- Added by the node suite (e2e/node) to the examples' scripts ConfigMap, through
 -- `kubectl apply -k`: handler runs counted on the cluster (a ConfigMap per run of the
 -- create handler, so a second run of one Widget's handler shows as a second
--- ConfigMap), a liveness probe the suite can make fail, and a memory bomb.
+-- ConfigMap), a probe handler the suite can make fail, and a memory bomb.
 local luaop = require("luaop")
 local WIDGETS = "examples.luaop.dev/v1/widgets"
 
@@ -29,8 +29,16 @@ luaop.on.create(WIDGETS, function(ctx)
   return { length = #s }
 end, { id = "bomb", labels = { ["e2e.luaop.dev/bomb"] = "yes" }, errors = "permanent" })
 
--- Fails while the ConfigMap e2e-liveness of luaop-system says fail = "true".
+-- Fails while the ConfigMap e2e-liveness of luaop-system says fail = "true". Its
+-- first run in a Lua state says so in the log: the suite reads it in each pod's log
+-- to see this file's code run there (/readyz runs the probe handlers of every
+-- replica, the standby's too).
+local announced = false
 luaop.on.probe(function(ctx)
+  if not announced then
+    announced = true
+    ctx.logger.info("e2e-count.lua runs")
+  end
   local cm = luaop.kube.get("v1", "ConfigMap", "luaop-system", "e2e-liveness")
   if cm and cm.data and cm.data.fail == "true" then
     error("e2e-liveness says fail")
