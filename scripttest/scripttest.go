@@ -168,8 +168,10 @@ type Options struct {
 	DefaultBackoff time.Duration
 }
 
-// DefaultHandlerTimeout is the deadline of a test's calls when none is given.
-const DefaultHandlerTimeout = 10 * time.Second
+// DefaultHandlerTimeout is the deadline of a test's calls when none is given: the
+// operator's (luaop run --handler-timeout's default), so that what passes here is
+// held to the deadline it will run under.
+const DefaultHandlerTimeout = luabind.DefaultHandlerTimeout
 
 // DefaultPrefix is luaop run's default --prefix.
 const DefaultPrefix = "luaop.dev"
