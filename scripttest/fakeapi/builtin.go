@@ -126,6 +126,7 @@ func (b builtinStrategy) Validate(_ context.Context, obj runtime.Object) field.E
 
 // dnsLabelNames are the built-in kinds whose names are DNS labels.
 var dnsLabelNames = map[string]bool{"Namespace": true, "Service": true}
+
 func (builtinStrategy) WarningsOnCreate(context.Context, runtime.Object) []string {
 	return nil
 }
@@ -195,4 +196,3 @@ func (unstructuredCreater) New(gvk schema.GroupVersionKind) (runtime.Object, err
 	u.SetGroupVersionKind(gvk)
 	return u, nil
 }
-

@@ -235,4 +235,3 @@ func CRDFor(crds []*apiextensionsv1.CustomResourceDefinition, apiVersion, kindNa
 	}
 	return nil
 }
-
