@@ -235,3 +235,12 @@ func CRDFor(crds []*apiextensionsv1.CustomResourceDefinition, apiVersion, kindNa
 	}
 	return nil
 }
+
+// Namespaced tells whether objects of apiVersion and kind live in a namespace (a
+// kind it does not know is namespaced, as most custom resources are).
+func (s *Server) Namespaced(apiVersion, kindName string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k, err := s.kindOf(apiVersion, kindName)
+	return err != nil || k.namespaced
+}
