@@ -1,6 +1,8 @@
 package handling
 
 import (
+	"fmt"
+
 	"github.com/luaop/luaop/processing/causes"
 	"github.com/luaop/luaop/state"
 )
@@ -33,3 +35,12 @@ func StoreResult(patch *state.Patch, spec causes.Spec, value any) {
 // ResultPath is where the result of handler id goes: status.<id> (a subhandler's id
 // is "<parent id>/<child id>", one key).
 func ResultPath(id string) []string { return []string{"status", id} }
+
+// StatusPrunedMessage is what the operator says (an ERROR line and a Warning Event
+// StatusPruned) when the server dropped status.<field> of an object of kind (a result
+// the kind's schema does not keep); luaop test fails a case with the same words.
+func StatusPrunedMessage(field, kind string) string {
+	return fmt.Sprintf("the server dropped status.%s of %s: its schema does not keep it; for a custom resource, "+
+		"declare it in the CRD's openAPIV3Schema or add `x-kubernetes-preserve-unknown-fields: true` under status; "+
+		"a built-in kind keeps only its own status fields (return nothing from the handler, write through ctx.patch)", field, kind)
+}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/luaop/luaop/handling"
 	"github.com/luaop/luaop/state"
 )
 
@@ -549,9 +550,7 @@ func (c *cycle) checkPruning(sent map[string]any, resp *unstructured.Unstructure
 		if _, seen := c.op.pruned.LoadOrStore(key, struct{}{}); seen {
 			continue
 		}
-		msg := fmt.Sprintf("the server dropped status.%s of %s: its schema does not keep it; for a custom resource, "+
-			"declare it in the CRD's openAPIV3Schema or add `x-kubernetes-preserve-unknown-fields: true` under status; "+
-			"a built-in kind keeps only its own status fields (return nothing from the handler, write through ctx.patch)", field, c.info.kind)
+		msg := handling.StatusPrunedMessage(field, c.info.kind)
 		c.log.Error(msg)
 		c.post("Warning", "StatusPruned", msg)
 	}

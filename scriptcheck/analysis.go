@@ -254,10 +254,20 @@ func (z *analyzer) block(stmts []ast.Stmt, sc *scope) {
 func (z *analyzer) stmt(st ast.Stmt, sc *scope) {
 	switch st := st.(type) {
 	case *ast.LocalAssignStmt:
+		// `local function f` (and, in gopher-lua, `local f = function`: the parser
+		// gives both the same tree) binds f before its body is compiled, so that
+		// the body's f is the local (recursion); any other local is bound after
+		// its initializers. The compiler decides so (compileLocalAssignStmt): the
+		// check must agree with it.
+		if isLocalFunction(st) {
+			sc.names[st.Names[0]] = &binding{scope: sc, init: st.Exprs[0]}
+		}
 		for _, e := range st.Exprs {
 			z.expr(e, sc)
 		}
-		// `local function f` is a local bound before its body: recursion sees it.
+		if isLocalFunction(st) {
+			return
+		}
 		for i, n := range st.Names {
 			b := &binding{scope: sc}
 			if i < len(st.Exprs) {
@@ -342,6 +352,17 @@ func (z *analyzer) function(f *ast.FunctionExpr, sc *scope, method bool) {
 		}
 	}
 	z.block(f.Stmts, inner)
+}
+
+// isLocalFunction tells whether a local statement binds one name to a function
+// (local function f, or local f = function): the compiler registers the local
+// before it compiles the function, so that the function sees itself.
+func isLocalFunction(st *ast.LocalAssignStmt) bool {
+	if len(st.Names) != 1 || len(st.Exprs) != 1 {
+		return false
+	}
+	_, ok := st.Exprs[0].(*ast.FunctionExpr)
+	return ok
 }
 
 func isRequireLuaop(e ast.Expr) bool {

@@ -178,7 +178,7 @@ func TestExpectations(t *testing.T) {
 func TestFixturesAreYAML12WithLines(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "h.lua"), []byte(`local luaop = require("luaop")
-luaop.on.create("v1/configmaps", function(ctx)
+luaop.on.create("example.com/v1/things", function(ctx)
   local n = 0
   for k, v in pairs(ctx.body.data) do n = n + 1 end
   return {keys = n, country = ctx.body.data.country, n = ctx.body.data.n}
@@ -194,7 +194,7 @@ end, {id = "count"})
 		return p
 	}
 	// YAML 1.1 made n: a "false" key and NO false.
-	good := write("cases.yaml", "cases:\n- name: yaml 1.2\n  handler: count\n  object: {apiVersion: v1, kind: ConfigMap, metadata: {name: c}, data: {n: \"2\", country: NO}}\n  expect:\n    result: {keys: 2, country: \"NO\", n: \"2\"}\n")
+	good := write("cases.yaml", "cases:\n- name: yaml 1.2\n  handler: count\n  object: {apiVersion: example.com/v1, kind: Thing, metadata: {name: c}, data: {n: \"2\", country: NO}}\n  expect:\n    result: {keys: 2, country: \"NO\", n: \"2\"}\n")
 	var out strings.Builder
 	sum, err := Run(t.Context(), Options{Scripts: dir, Tests: []string{good}, Out: &out})
 	if err != nil || sum.Passed != 1 {
@@ -206,7 +206,7 @@ end, {id = "count"})
 	bad := write("bad.yaml", "cases:\n- name: typo\n  handler: count\n  object: {apiVersion: v1, kind: ConfigMap, metadata: {name: c}}\n  expcet:\n    result: {}\n- name: wrong type\n  handler: count\n  object: {apiVersion: v1, kind: ConfigMap}\n  expect:\n    allowed: \"yes\"\n")
 	_, err = Run(t.Context(), Options{Scripts: dir, Tests: []string{bad}, Out: &out})
 	for _, want := range []string{
-		bad + `:5: unknown key "expcet" in a case; the keys of a case are cause, dryRun, eventType, expect, handler,`,
+		bad + `:5: unknown key "expcet" in a case; the keys of a case are cause, crds, dryRun, eventType, expect, fail, handler,`,
 		bad + `:11: case 2: expect.allowed: a string where bool is expected`,
 	} {
 		if err == nil || !strings.Contains(err.Error(), want) {

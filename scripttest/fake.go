@@ -2,244 +2,96 @@ package scripttest
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 
-	jsonpatch "gopkg.in/evanphx/json-patch.v4"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-
+	"github.com/luaop/luaop/handling"
+	"github.com/luaop/luaop/scripttest/fakeapi"
 	"github.com/luaop/luaop/state"
 )
 
-// Call is one luaop.kube call (or event) a handler made.
-type Call struct {
-	Verb       string `json:"verb"`
-	APIVersion string `json:"apiVersion,omitempty"`
-	Kind       string `json:"kind,omitempty"`
-	Namespace  string `json:"namespace,omitempty"`
-	Name       string `json:"name,omitempty"`
-	Body       any    `json:"body,omitempty"` // created/applied object, patch
-	Error      string `json:"error,omitempty"`
-}
-
-// Event is one Event a handler posted (luaop.info/warn/exception, ctx.logger).
-type Event struct {
-	Type    string `json:"type"`
-	Reason  string `json:"reason"`
-	Message string `json:"message"`
-}
-
-// fakeKube is an in-memory API: objects by apiVersion, kind, namespace and name.
-type fakeKube struct {
-	mu      sync.Mutex
-	objects map[string]map[string]any
-	calls   []Call
-	events  []Event
-	rv      int
-}
-
-func objectKey(apiVersion, kind, ns, name string) string {
-	return apiVersion + "|" + kind + "|" + ns + "|" + name
-}
-
-func newFakeKube(objects []map[string]any) *fakeKube {
-	k := &fakeKube{objects: map[string]map[string]any{}, calls: []Call{}, events: []Event{}}
-	for _, o := range objects {
-		av, kind, ns, name := state.Identity(o)
-		k.objects[objectKey(av, kind, ns, name)] = o
+// caseServer is the fake API server of a case (package fakeapi: the API server's
+// own validation, pruning, defaulting, server-side apply and patches): it holds the
+// case's objects, serves the custom resources of its crds: files (relative to the
+// test file's folder dir) with their schemas, and refuses the calls of its fail:
+// list.
+func caseServer(dir string, c Case) (*fakeapi.Server, error) {
+	paths := make([]string, len(c.CRDs))
+	for i, p := range c.CRDs {
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		paths[i] = p
 	}
-	return k
-}
-
-func groupResource(apiVersion, kind string) schema.GroupResource {
-	gv, _ := schema.ParseGroupVersion(apiVersion)
-	plural, _ := meta.UnsafeGuessKindToResource(gv.WithKind(kind))
-	return plural.GroupResource()
-}
-
-func copyJSON(v any) any {
-	data, _ := json.Marshal(v)
-	var out any
-	_ = json.Unmarshal(data, &out)
-	return out
-}
-
-func (k *fakeKube) record(c Call, err error) {
+	crds, err := fakeapi.ReadCRDs(paths...)
 	if err != nil {
-		c.Error = err.Error()
+		return nil, fmt.Errorf("crds: %w", err)
 	}
-	k.calls = append(k.calls, c)
+	return fakeapi.New(fakeapi.Options{CRDs: crds, Objects: c.Objects, Failures: c.Fail})
 }
 
-func (k *fakeKube) stamp(obj map[string]any) {
-	k.rv++
-	m, _ := obj["metadata"].(map[string]any)
-	if m == nil {
-		m = map[string]any{}
-		obj["metadata"] = m
+// checkFake compares the events, luaop.kube calls and objects of the fake API.
+func checkFake(e Expect, kube *fakeapi.Server) []string {
+	var failures []string
+	if e.Given("events") {
+		compare(&failures, "events", emptyListIfNil(e.Events), normalize(kube.Events()))
 	}
-	m["resourceVersion"] = fmt.Sprint(k.rv)
-}
-
-func (k *fakeKube) Get(_ context.Context, apiVersion, kind, ns, name string) (map[string]any, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	o, ok := k.objects[objectKey(apiVersion, kind, ns, name)]
-	var err error
-	if !ok {
-		err = apierrors.NewNotFound(groupResource(apiVersion, kind), name)
+	if e.Given("kube") {
+		compare(&failures, "luaop.kube calls", emptyListIfNil(e.Kube), normalize(kube.Calls()))
 	}
-	k.record(Call{Verb: "get", APIVersion: apiVersion, Kind: kind, Namespace: ns, Name: name}, err)
-	if err != nil {
-		return nil, err
+	if held := kube.Objects(); e.Given("objects") && len(e.Objects) == 0 && len(held) > 0 {
+		var names []string
+		for _, o := range held {
+			av, kind, ns, name := state.Identity(o)
+			names = append(names, fmt.Sprintf("%s %s %s/%s", av, kind, ns, name))
+		}
+		sort.Strings(names)
+		failures = append(failures, fmt.Sprintf("want the fake API to hold no objects (objects: []), it holds %s", strings.Join(names, ", ")))
 	}
-	return copyJSON(o).(map[string]any), nil
-}
-
-func (k *fakeKube) List(_ context.Context, apiVersion, kind, ns, selector string) ([]map[string]any, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	sel, err := labels.Parse(selector)
-	if err != nil {
-		k.record(Call{Verb: "list", APIVersion: apiVersion, Kind: kind, Namespace: ns}, err)
-		return nil, err
-	}
-	var keys []string
-	for key, o := range k.objects {
-		av, kd, ons, _ := state.Identity(o)
-		if av != apiVersion || kd != kind || (ns != "" && ons != ns) {
+	for _, want := range e.Objects {
+		av, kind, ns, name := state.Identity(want)
+		got, ok := kube.Object(av, kind, ns, name)
+		if !ok {
+			failures = append(failures, fmt.Sprintf("the fake API holds no %s %s %s/%s", av, kind, ns, name))
 			continue
 		}
-		m, _ := o["metadata"].(map[string]any)
-		lbls := labels.Set{}
-		if l, ok := m["labels"].(map[string]any); ok {
-			for lk, lv := range l {
-				lbls[lk] = fmt.Sprint(lv)
-			}
-		}
-		if sel.Matches(lbls) {
-			keys = append(keys, key)
-		}
+		compare(&failures, fmt.Sprintf("object %s %s/%s in the fake API", kind, ns, name), normalize(want), normalize(got))
 	}
-	sort.Strings(keys)
-	out := make([]map[string]any, 0, len(keys))
-	for _, key := range keys {
-		out = append(out, copyJSON(k.objects[key]).(map[string]any))
-	}
-	c := Call{Verb: "list", APIVersion: apiVersion, Kind: kind, Namespace: ns}
-	if selector != "" {
-		c.Body = map[string]any{"selector": selector}
-	}
-	k.record(c, nil)
-	return out, nil
+	return failures
 }
 
-func (k *fakeKube) Create(_ context.Context, obj map[string]any) (map[string]any, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	av, kind, ns, name := state.Identity(obj)
-	key := objectKey(av, kind, ns, name)
-	var err error
-	if _, exists := k.objects[key]; exists {
-		err = apierrors.NewAlreadyExists(groupResource(av, kind), name)
+// checkOperatorWrite sends the handlers' patch of obj to the fake API as the
+// operator writes it (the status to the status subresource where the kind has
+// one) and fails the case as the operator would complain on a cluster: a status
+// field the server drops is the operator's StatusPruned, in its words. It runs
+// after checkFake, on the objects the case's expectations did not see.
+func checkOperatorWrite(ctx context.Context, kube *fakeapi.Server, obj map[string]any, patch any) []string {
+	p, _ := patch.(map[string]any)
+	if obj == nil || len(p) == 0 {
+		return nil
 	}
-	k.record(Call{Verb: "create", APIVersion: av, Kind: kind, Namespace: ns, Name: name, Body: copyJSON(obj)}, err)
+	_, dropped, err := kube.OperatorWrite(ctx, obj, p)
 	if err != nil {
-		return nil, err
+		return []string{"the operator's write of the handlers' outcome is refused by the API server: " + describeError(err)}
 	}
-	o := copyJSON(obj).(map[string]any)
-	k.stamp(o)
-	k.objects[key] = o
-	return copyJSON(o).(map[string]any), nil
+	kind, _ := obj["kind"].(string)
+	var failures []string
+	for _, f := range dropped {
+		failures = append(failures, "StatusPruned (a Warning Event on a cluster): "+handling.StatusPrunedMessage(strings.TrimPrefix(f, "status."), kind))
+	}
+	return failures
 }
 
-func (k *fakeKube) Patch(_ context.Context, apiVersion, kind, ns, name string, patch any, patchType string) (map[string]any, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	key := objectKey(apiVersion, kind, ns, name)
-	c := Call{Verb: "patch", APIVersion: apiVersion, Kind: kind, Namespace: ns, Name: name, Body: copyJSON(patch)}
-	o, ok := k.objects[key]
-	if !ok {
-		err := apierrors.NewNotFound(groupResource(apiVersion, kind), name)
-		k.record(c, err)
-		return nil, err
+// defaultNamespace puts a case's object of a namespaced kind in the namespace
+// "default" when it names none, as kubectl does: on a cluster the object a handler
+// sees always has its namespace, and what the handler builds from it (an owned
+// object in the same namespace) is refused by the API server without one.
+func defaultNamespace(kube *fakeapi.Server, obj map[string]any) {
+	av, kind, ns, _ := state.Identity(obj)
+	if kind == "" || ns != "" || !kube.Namespaced(av, kind) {
+		return
 	}
-	cur, _ := json.Marshal(o)
-	p, _ := json.Marshal(patch)
-	var merged []byte
-	var err error
-	switch patchType {
-	case "", "merge", "strategic": // strategic: approximated by a merge patch
-		merged, err = jsonpatch.MergePatch(cur, p)
-	case "json":
-		var jp jsonpatch.Patch
-		if jp, err = jsonpatch.DecodePatch(p); err == nil {
-			merged, err = jp.Apply(cur)
-		}
-	default:
-		err = fmt.Errorf("patch type %q: use merge, json or strategic", patchType)
-	}
-	if err != nil {
-		err = apierrors.NewBadRequest(err.Error())
-		k.record(c, err)
-		return nil, err
-	}
-	var out map[string]any
-	_ = json.Unmarshal(merged, &out)
-	k.stamp(out)
-	k.objects[key] = out
-	k.record(c, nil)
-	return copyJSON(out).(map[string]any), nil
-}
-
-func (k *fakeKube) Delete(_ context.Context, apiVersion, kind, ns, name string) error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	key := objectKey(apiVersion, kind, ns, name)
-	var err error
-	if _, ok := k.objects[key]; !ok {
-		err = apierrors.NewNotFound(groupResource(apiVersion, kind), name)
-	}
-	delete(k.objects, key)
-	k.record(Call{Verb: "delete", APIVersion: apiVersion, Kind: kind, Namespace: ns, Name: name}, err)
-	return err
-}
-
-// Apply is server-side apply approximated: the object is created, or merged into
-// the existing one (fields it does not give are kept).
-func (k *fakeKube) Apply(_ context.Context, obj map[string]any, _ bool) (map[string]any, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	av, kind, ns, name := state.Identity(obj)
-	key := objectKey(av, kind, ns, name)
-	out := copyJSON(obj).(map[string]any)
-	if cur, ok := k.objects[key]; ok {
-		a, _ := json.Marshal(cur)
-		b, _ := json.Marshal(obj)
-		merged, err := jsonpatch.MergePatch(a, b)
-		if err == nil {
-			out = nil
-			_ = json.Unmarshal(merged, &out)
-		}
-	}
-	k.stamp(out)
-	k.objects[key] = out
-	k.record(Call{Verb: "apply", APIVersion: av, Kind: kind, Namespace: ns, Name: name, Body: copyJSON(obj)}, nil)
-	return copyJSON(out).(map[string]any), nil
-}
-
-func (k *fakeKube) Event(_ context.Context, obj map[string]any, eventType, reason, message string) error {
-	if strings.TrimSpace(reason) == "" {
-		return fmt.Errorf("an event needs a reason")
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.events = append(k.events, Event{Type: eventType, Reason: reason, Message: message})
-	return nil
+	obj["metadata"].(map[string]any)["namespace"] = "default"
 }

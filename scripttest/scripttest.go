@@ -26,6 +26,7 @@ import (
 	"github.com/luaop/luaop/luabind"
 	"github.com/luaop/luaop/processing/causes"
 	"github.com/luaop/luaop/scriptsource"
+	"github.com/luaop/luaop/scripttest/fakeapi"
 	"github.com/luaop/luaop/state"
 	"github.com/luaop/luaop/yaml12"
 )
@@ -57,6 +58,15 @@ type Case struct {
 	EventType string `json:"eventType,omitempty"`
 	// Objects are the objects the fake API holds (luaop.kube get/list/...).
 	Objects []map[string]any `json:"objects,omitempty"`
+	// CRDs are files of CustomResourceDefinitions (relative to the test file) whose
+	// custom resources the fake API serves as the API server does: validated against
+	// the schema (CEL rules included), defaulted, pruned, status only through the
+	// status subresource. Other custom resources are stored as given.
+	CRDs []string `json:"crds,omitempty"`
+	// Fail are the calls the fake API refuses, to test a handler's error paths:
+	// each {verb, resource, name, namespace, code, times, message} (fakeapi.Failure;
+	// code 400 to 504 or "timeout"; times 0: every matching call).
+	Fail []fakeapi.Failure `json:"fail,omitempty"`
 	// Operation, DryRun and UserInfo are the admission request of a validate or
 	// mutate handler (handler: ID): operation defaults to UPDATE when old is given,
 	// else CREATE (on DELETE the object is the old one); userInfo to
@@ -168,8 +178,10 @@ type Options struct {
 	DefaultBackoff time.Duration
 }
 
-// DefaultHandlerTimeout is the deadline of a test's calls when none is given.
-const DefaultHandlerTimeout = 10 * time.Second
+// DefaultHandlerTimeout is the deadline of a test's calls when none is given: the
+// operator's (luaop run --handler-timeout's default), so that what passes here is
+// held to the deadline it will run under.
+const DefaultHandlerTimeout = luabind.DefaultHandlerTimeout
 
 // DefaultPrefix is luaop run's default --prefix.
 const DefaultPrefix = "luaop.dev"
@@ -313,7 +325,10 @@ func (o Options) handlerTimeout() time.Duration {
 
 // runCase runs one case and returns what did not match its expectations.
 func runCase(ctx context.Context, scripts []luabind.Script, dir, prefix string, o Options, c Case) []string {
-	kube := newFakeKube(c.Objects)
+	kube, err := caseServer(dir, c)
+	if err != nil {
+		return []string{err.Error()}
+	}
 	var logs strings.Builder
 	rt := luabind.New(luabind.Options{Shards: 1, Kube: kube, HandlerTimeout: o.handlerTimeout(),
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
@@ -325,7 +340,9 @@ func runCase(ctx context.Context, scripts []luabind.Script, dir, prefix string, 
 	if msg != "" {
 		return []string{msg}
 	}
+	defaultNamespace(kube, obj)
 	var failures []string
+	var written any // the handlers' patch, which the operator writes
 	if spec, ok := admissionHandler(rt, c.Handler); ok {
 		failures = runAdmission(ctx, rt, spec, c, obj)
 	} else if msg := admissionOnly(c); msg != "" {
@@ -336,8 +353,10 @@ func runCase(ctx context.Context, scripts []luabind.Script, dir, prefix string, 
 			return []string{msg}
 		}
 		failures = checkExecution(c, obj, ex)
+		written = normalize(ex.patch.Map())
 	}
 	failures = append(failures, checkFake(c.Expect, kube)...)
+	failures = append(failures, checkOperatorWrite(ctx, kube, obj, written)...)
 	if len(failures) > 0 && logs.Len() > 0 {
 		failures = append(failures, "log:\n  "+strings.ReplaceAll(strings.TrimRight(logs.String(), "\n"), "\n", "\n  "))
 	}
@@ -970,38 +989,6 @@ func Files(dir string) ([]string, error) {
 	return files, nil
 }
 
-// checkFake compares the events, luaop.kube calls and objects of the fake API.
-func checkFake(e Expect, kube *fakeKube) []string {
-	var failures []string
-	kube.mu.Lock()
-	defer kube.mu.Unlock()
-	if e.Given("events") {
-		compare(&failures, "events", emptyListIfNil(e.Events), normalize(kube.events))
-	}
-	if e.Given("kube") {
-		compare(&failures, "luaop.kube calls", emptyListIfNil(e.Kube), normalize(kube.calls))
-	}
-	if e.Given("objects") && len(e.Objects) == 0 && len(kube.objects) > 0 {
-		var held []string
-		for _, o := range kube.objects {
-			av, kind, ns, name := state.Identity(o)
-			held = append(held, fmt.Sprintf("%s %s %s/%s", av, kind, ns, name))
-		}
-		sort.Strings(held)
-		failures = append(failures, fmt.Sprintf("want the fake API to hold no objects (objects: []), it holds %s", strings.Join(held, ", ")))
-	}
-	for _, want := range e.Objects {
-		av, kind, ns, name := state.Identity(want)
-		got, ok := kube.objects[objectKey(av, kind, ns, name)]
-		if !ok {
-			failures = append(failures, fmt.Sprintf("the fake API holds no %s %s %s/%s", av, kind, ns, name))
-			continue
-		}
-		compare(&failures, fmt.Sprintf("object %s %s/%s in the fake API", kind, ns, name), normalize(want), normalize(got))
-	}
-	return failures
-}
-
 // runAdmission runs a validate or mutate handler on the case's object as the
 // webhook server does, and compares its verdict.
 func runAdmission(ctx context.Context, rt *luabind.Runtime, spec causes.Spec, c Case, obj map[string]any) []string {
@@ -1134,7 +1121,11 @@ func Execute(ctx context.Context, o Options, c Case) (Execution, error) {
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
-	rt := luabind.New(luabind.Options{Shards: 1, Kube: newFakeKube(c.Objects), HandlerTimeout: o.handlerTimeout(),
+	kube, err := caseServer(o.Scripts, c)
+	if err != nil {
+		return Execution{}, err
+	}
+	rt := luabind.New(luabind.Options{Shards: 1, Kube: kube, HandlerTimeout: o.handlerTimeout(),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	defer rt.Close()
 	if _, err := rt.Load(ctx, scripts); err != nil {
@@ -1144,6 +1135,7 @@ func Execute(ctx context.Context, o Options, c Case) (Execution, error) {
 	if msg != "" {
 		return Execution{}, errors.New(msg)
 	}
+	defaultNamespace(kube, obj)
 	ex, msg := execute(ctx, rt, c, prefix, o.defaultBackoff(), obj)
 	if msg != "" {
 		return Execution{}, errors.New(msg)

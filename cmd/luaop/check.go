@@ -42,7 +42,7 @@ load, within it, as "luaop run" requires.`,
 				return err
 			}
 			if handlerTimeout <= 0 {
-				return usageError(fmt.Errorf("--handler-timeout must be greater than 0 (the operator's, 30s by default)"))
+				return usageError(fmt.Errorf("--handler-timeout must be greater than 0 (the operator's, %s by default)", luabind.DefaultHandlerTimeout))
 			}
 			rep := scriptcheck.Check(cmd.Context(), scripts, luabind.Options{HandlerTimeout: handlerTimeout})
 			out := cmd.OutOrStdout()
@@ -82,6 +82,6 @@ load, within it, as "luaop run" requires.`,
 	}
 	cmd.Flags().StringVar(&format, "format", "text", "output format: text, json or sarif")
 	verboseFlag(cmd, &verbosity, "list the handlers found too")
-	cmd.Flags().DurationVar(&handlerTimeout, "handler-timeout", 30*time.Second, "the operator's deadline of one Lua call, script loading and compiling included (as luaop run --handler-timeout)")
+	cmd.Flags().DurationVar(&handlerTimeout, "handler-timeout", luabind.DefaultHandlerTimeout, "the operator's deadline of one Lua call, script loading and compiling included (as luaop run --handler-timeout)")
 	return cmd
 }

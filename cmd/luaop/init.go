@@ -21,9 +21,10 @@ const releaseVersion = "v0.1.0"
 // The files luaop init writes, relative to its folder.
 const (
 	initHandler = `-- A handler of ConfigMaps labelled hello.luaop.dev/greet=yes: it counts their keys
--- into status.greet (kept in annotations for a ConfigMap, which has no status) and
--- logs a greeting. Written defensively, as handlers must be: an object may lack any
--- field it does not require (data, labels), and an update may come with no old one.
+-- into the annotation hello.luaop.dev/keys and logs a greeting. It returns nothing:
+-- a handler's result goes to status.<id>, and a ConfigMap has no status (the API
+-- server would drop it; luaop test and luaop check say so). Written defensively, as
+-- handlers must be: an object may lack any field it does not require (data, labels).
 local luaop = require("luaop")
 local greeting = require("lib.greeting")
 
@@ -32,7 +33,7 @@ luaop.on.create("v1/configmaps", function(ctx)
   local keys = 0
   for _ in pairs(data) do keys = keys + 1 end
   ctx.logger.info(greeting.hello(ctx.name), {keys = keys})
-  return { keys = keys }
+  ctx.patch.metadata.annotations["hello.luaop.dev/keys"] = tostring(keys)
 end, { id = "greet", labels = { ["hello.luaop.dev/greet"] = "yes" } })
 `
 	initModule = `-- A module: loaded by require("lib.greeting"), not run as a handler script (files of
@@ -54,7 +55,8 @@ return M
     metadata: {name: demo, namespace: default, labels: {hello.luaop.dev/greet: "yes"}}
     data: {a: "1", b: "2"}
   expect:
-    result: {keys: 2}
+    patch: {metadata: {annotations: {hello.luaop.dev/keys: "2"}}}
+    result: null
 - name: a ConfigMap without data has no keys
   handler: greet
   object:
@@ -62,7 +64,7 @@ return M
     kind: ConfigMap
     metadata: {name: empty, namespace: default, labels: {hello.luaop.dev/greet: "yes"}}
   expect:
-    result: {keys: 0}
+    object: {metadata: {annotations: {hello.luaop.dev/keys: "0"}}}
 - name: an unlabelled ConfigMap is not handled
   handler: greet
   object:
@@ -159,7 +161,10 @@ As written, luaop check DIR/scripts and luaop test DIR/scripts pass.`,
 					return err
 				}
 			}
-			o := rbacOptions{Name: "luaop", ServiceAccount: "luaop-system/luaop", LeaderElect: true, ScriptsConfigMap: "luaop-scripts", ScriptsFromAPI: true, Prefix: "luaop.dev"}
+			// luaop rbac's defaults (luaop run's: secure metrics, peering), with what
+			// deploy/base sets: leader election and the scripts ConfigMap.
+			o := defaultRBACOptions()
+			o.LeaderElect, o.ScriptsConfigMap, o.ScriptsFromAPI = true, "luaop-scripts", true
 			o.command = rbacCommandLine("scripts", o)
 			rbac, _, err := generateRBAC(cmd, filepath.Join(dir, "scripts"), o)
 			if err != nil {

@@ -44,6 +44,22 @@ func TestInitScaffoldPassesCheckAndTest(t *testing.T) {
 	if !strings.Contains(rbac, "resources: [configmaps]\n  verbs: [get, list, watch, patch]") || strings.Contains(rbac, "configmaps/status") || strings.Contains(rbac, dir) {
 		t.Errorf("rbac.yaml: want the watched ConfigMaps, no configmaps/status, no absolute path:\n%s", rbac)
 	}
+	// The RBAC of luaop run's defaults (issue 44): secure metrics authenticate and
+	// authorize the scrapers through the API server, so the operator may create
+	// TokenReviews and SubjectAccessReviews; the header is luaop rbac's own command.
+	for _, want := range []string{"resources: [tokenreviews]\n  verbs: [create]", "resources: [subjectaccessreviews]\n  verbs: [create]", "#   luaop rbac --leader-elect --scripts-configmap luaop-scripts scripts\n"} {
+		if !strings.Contains(rbac, want) {
+			t.Errorf("rbac.yaml lacks %q:\n%s", want, rbac)
+		}
+	}
+	if strings.Contains(rbac, "--metrics-auth=false") {
+		t.Errorf("rbac.yaml is made for --metrics-auth=false, luaop run serves secure metrics:\n%s", rbac)
+	}
+	// A ConfigMap has no status: the scaffold's handler returns no result (it would
+	// be status.greet, which the API server drops: a StatusPruned warning).
+	if strings.Contains(read("scripts/hello.lua"), "return {") {
+		t.Errorf("the scaffold's handler returns a result, which a ConfigMap cannot keep:\n%s", read("scripts/hello.lua"))
+	}
 	var luarc map[string]any
 	if err := json.Unmarshal([]byte(read("scripts/.luarc.json")), &luarc); err != nil || luarc["runtime.version"] != "Lua 5.1" {
 		t.Errorf(".luarc.json: %v %v", err, luarc["runtime.version"])

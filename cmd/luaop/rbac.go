@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -91,7 +92,13 @@ irregular plural (e.g. Endpoints) must be checked by hand.`,
 			return err
 		},
 	}
-	fs := cmd.Flags()
+	addRBACFlags(cmd.Flags(), &o)
+	return cmd
+}
+
+// addRBACFlags declares luaop rbac's flags into o, with their defaults: the RBAC of
+// luaop run's defaults (secure metrics, peering, the webhook Service of deploy/).
+func addRBACFlags(fs *pflag.FlagSet, o *rbacOptions) {
 	fs.StringVar(&o.Name, "name", "luaop", "name of the ClusterRole, Roles and bindings")
 	fs.StringVar(&o.ServiceAccount, "service-account", "luaop-system/luaop", "the operator's ServiceAccount, as namespace/name")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", false, "add the Role for the leader-election Lease")
@@ -106,7 +113,14 @@ irregular plural (e.g. Endpoints) must be checked by hand.`,
 	fs.StringVar(&o.WebhookService, "webhook-service", "luaop-webhook", "the operator's --webhook-service ([namespace/]name): the generated webhook certificate is kept in the Secret <name>-tls (granted by name)")
 	addRBACShardFlags(fs, &o.Shard)
 	fs.BoolVar(&o.MetricsAuth, "metrics-auth", true, "grant TokenReviews and SubjectAccessReviews, with which --metrics-secure (luaop run's default) authenticates and authorizes the clients of /metrics")
-	return cmd
+}
+
+// defaultRBACOptions are luaop rbac's options with no flag given (luaop init starts
+// from them, so that the scaffold's RBAC is what luaop rbac writes).
+func defaultRBACOptions() rbacOptions {
+	var o rbacOptions
+	addRBACFlags(pflag.NewFlagSet("rbac", pflag.ContinueOnError), &o)
+	return o
 }
 
 // builtinShortNames maps short names and kinds of built-in resources used in

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/luaop/luaop/handling"
+	"github.com/luaop/luaop/luabind"
 	"github.com/luaop/luaop/scripttest"
 )
 
@@ -103,7 +104,7 @@ The format's JSON Schema: luaop stubs --schema FILE.`,
 	verboseFlag(cmd, &verbosity, "print passing cases too")
 	cmd.Flags().StringVar(&format, "format", "text", "report format: text, junit or json (junit and json on standard output, the text on standard error)")
 	cmd.Flags().DurationVar(&defaultBackoff, "default-backoff", handling.DefaultBackoff, "the backoff after an arbitrary error, as given to luaop run --default-backoff (the verdict on an attempt looks ahead with it: a handler's timeout)")
-	cmd.Flags().DurationVar(&handlerTimeout, "handler-timeout", scripttest.DefaultHandlerTimeout, "deadline of each handler call, script loading and compiling included (luaop run --handler-timeout)")
+	cmd.Flags().DurationVar(&handlerTimeout, "handler-timeout", luabind.DefaultHandlerTimeout, "deadline of each handler call, script loading and compiling included (luaop run --handler-timeout)")
 	return cmd
 }
 
