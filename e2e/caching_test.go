@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/luaop/luaop/luabind"
 	"github.com/luaop/luaop/operator"
 	"github.com/luaop/luaop/processing"
 	"github.com/luaop/luaop/testcluster"
@@ -221,5 +222,74 @@ end, {id = "probe", labels = {probe = "yes"}})
 		if r.URL.Query().Get("labelSelector") == "" {
 			t.Errorf("the operator listed or watched every ConfigMap (no label selector): %s", r.URL)
 		}
+	}
+}
+
+// A reload that changes the handlers' label filter moves the watch: the operator then
+// lists and watches with the new selector, the objects it selects now are handled, and
+// those it no longer selects leave as departures (no delete handler, finalizer gone,
+// the objects stay). A handler filtering on metadata.name narrows the watch to a field
+// selector.
+func TestAReloadMovesTheWatchToTheNewSelection(t *testing.T) {
+	ns := env.Namespace(t)
+	proxy := env.NewProxy(t, testcluster.ProxyOptions{})
+	tier := func(value string) []luabind.Script {
+		return script(strings.ReplaceAll(replicateScript, `{["e2e.luaop.dev/replicate"] = "true"}`, `{tier = "`+value+`"}`))
+	}
+	create(t, configMaps, ns, "{apiVersion: v1, kind: ConfigMap, metadata: {name: a1, labels: {tier: a}}}")
+	create(t, configMaps, ns, "{apiVersion: v1, kind: ConfigMap, metadata: {name: b1, labels: {tier: b}}}")
+	op := startBehindWith(t, proxy, ns, operator.Options{Scripts: tier("a")})
+	waitLogged(t, op, "CREATED a1 .")
+	testcluster.Eventually(t, 15*time.Second, func() (bool, string) {
+		return hasFinalizerOf(t, ns, "a1"), "waiting for the operator's finalizer on a1"
+	})
+
+	reloaded := time.Now()
+	if _, err := op.LoadScripts(t.Context(), tier("b")); err != nil {
+		t.Fatal(err)
+	}
+	waitLogged(t, op, "CREATED b1 .")
+	testcluster.Eventually(t, 30*time.Second, func() (bool, string) {
+		return !hasFinalizerOf(t, ns, "a1"), "waiting for the operator to remove its finalizer from a1, which the new filter leaves out"
+	})
+	get(t, configMaps, ns, "a1")
+	if n := logCount(op, "DELETED a1 ."); n != 0 {
+		t.Errorf("the delete handler ran %d time(s) for a1, which only left the handlers' selection", n)
+	}
+	moved := false
+	for _, r := range requestsOf(proxy, http.MethodGet, ns, "configmaps") {
+		if sel := r.URL.Query().Get("labelSelector"); r.At.After(reloaded) && sel == "tier=b" {
+			moved = true
+		} else if sel != "tier=a" && sel != "tier=b" {
+			t.Errorf("the operator read ConfigMaps with labelSelector %q: %s", sel, r.URL)
+		}
+	}
+	if !moved {
+		t.Errorf("no list or watch of ConfigMaps with labelSelector tier=b after the reload")
+	}
+
+	// A name filter: a field selector.
+	before := time.Now()
+	if _, err := op.LoadScripts(t.Context(), script(`
+local luaop = require("luaop")
+luaop.on.create("v1/configmaps", function(ctx) ctx.logger.info("NAMED " .. ctx.name .. " .") end,
+  {id = "named", field = "metadata.name", value = "c1"})
+`)); err != nil {
+		t.Fatal(err)
+	}
+	create(t, configMaps, ns, "{apiVersion: v1, kind: ConfigMap, metadata: {name: c1}}")
+	waitLogged(t, op, "NAMED c1 .")
+	named := false
+	for _, r := range requestsOf(proxy, http.MethodGet, ns, "configmaps") {
+		if r.At.After(before) && r.URL.Query().Get("watch") == "true" {
+			if fs := r.URL.Query().Get("fieldSelector"); fs == "metadata.name=c1" {
+				named = true
+			} else {
+				t.Errorf("a watch of ConfigMaps after the name filter's reload asks for fieldSelector %q: %s", fs, r.URL)
+			}
+		}
+	}
+	if !named {
+		t.Errorf("no watch of ConfigMaps with fieldSelector metadata.name=c1 after the reload")
 	}
 }
