@@ -87,15 +87,10 @@ func New(cfg *rest.Config) (*Client, error) {
 	return &Client{dynamic: dyn, mapper: mapper, FieldManager: "luaop"}, nil
 }
 
-// resource resolves apiVersion + kind, refreshing discovery once when a kind is not
-// known yet (a CRD installed after start).
-func (c *Client) resource(apiVersion, kind, namespace string) (dynamic.ResourceInterface, error) {
-	r, _, err := c.resolve(apiVersion, kind, namespace)
-	return r, err
-}
-
-// resolve is resource, with the resource and the namespace as the cache keys them
-// ("" for a cluster-scoped resource).
+// resolve resolves apiVersion + kind, refreshing discovery once when a kind is not
+// known yet (a CRD installed after start): the client of its objects, and the
+// resource and the namespace as the cache keys them ("" for a cluster-scoped
+// resource).
 func (c *Client) resolve(apiVersion, kind, namespace string) (dynamic.ResourceInterface, caching.Query, error) {
 	gv, err := schema.ParseGroupVersion(apiVersion)
 	if err != nil {
