@@ -293,3 +293,26 @@ luaop.on.create("v1/configmaps", function(ctx) ctx.logger.info("NAMED " .. ctx.n
 		t.Errorf("no watch of ConfigMaps with fieldSelector metadata.name=c1 after the reload")
 	}
 }
+
+// luaop.reads(..., {metadata = true}) keeps the objects' metadata only
+// (PartialObjectMetadata): a cached read gives apiVersion, kind and metadata, never the
+// data, and sends no GET to the API server.
+func TestAMetadataOnlyReadHoldsNoData(t *testing.T) {
+	ns := env.Namespace(t)
+	proxy := env.NewProxy(t, testcluster.ProxyOptions{})
+	create(t, configMaps, ns, "{apiVersion: v1, kind: ConfigMap, metadata: {name: big, labels: {size: big}}, data: {payload: xxxxxxxx}}")
+	op := startBehindWith(t, proxy, ns, operator.Options{Scripts: script(`
+local luaop = require("luaop")
+luaop.reads("v1/configmaps", {metadata = true})
+luaop.on.create("e2e.luaop.dev/v1/gadgets", function(ctx)
+  local cm, err = luaop.kube.get("v1", "ConfigMap", ctx.namespace, "big")
+  if not cm then error(err) end
+  ctx.logger.info("META " .. cm.apiVersion .. " " .. cm.kind .. " " .. cm.metadata.name .. " " .. cm.metadata.labels.size .. " " .. tostring(cm.data) .. " .")
+end, {id = "meta"})
+`)})
+	create(t, gadgets, ns, "{apiVersion: e2e.luaop.dev/v1, kind: Gadget, metadata: {name: g}}")
+	waitLogged(t, op, "META v1 ConfigMap big big nil .")
+	if gets := requestsOf(proxy, http.MethodGet, ns, "configmaps/big"); len(gets) != 0 {
+		t.Errorf("%d GET(s) of the ConfigMap reached the API server; want the read answered from the cache", len(gets))
+	}
+}
