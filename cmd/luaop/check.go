@@ -15,6 +15,7 @@ import (
 func newCheckCommand() *cobra.Command {
 	var format string
 	var handlerTimeout time.Duration
+	verbosity := 0
 	cmd := &cobra.Command{
 		Use:   "check DIR",
 		Short: "Check the scripts of DIR without a cluster: load them as run does and report every problem with file:line",
@@ -71,11 +72,17 @@ load, within it, as "luaop run" requires.`,
 				fmt.Fprintf(cmd.ErrOrStderr(), "%d problem(s) in %s\n", n, dir)
 				return silentError(exitProblems, fmt.Errorf("%d problem(s)", n))
 			}
+			if verbosity > 0 {
+				for _, h := range rep.Handlers {
+					fmt.Fprintln(out, h)
+				}
+			}
 			fmt.Fprintf(out, "ok: %d file(s), %d handler(s)\n", rep.Files, len(rep.Handlers))
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&format, "format", "text", "output format: text, json or sarif")
+	verboseFlag(cmd, &verbosity, "list the handlers found too")
 	cmd.Flags().DurationVar(&handlerTimeout, "handler-timeout", 30*time.Second, "the operator's deadline of one Lua call, script loading and compiling included (as luaop run --handler-timeout)")
 	return cmd
 }
