@@ -85,7 +85,7 @@ func (o *Reactor) storageFor(statusOK bool, why string) *storage {
 		s.diffBase, diffBaseInStatus = o.opts.DiffBase, false
 	}
 	s.progressInStatus, s.diffBaseInStatus = progressInStatus, diffBaseInStatus
-	s.diffBase = state.NewDigestingDiffBase(s.diffBase, nil)
+	s.diffBase = state.NewDigestingDiffBase(s.diffBase, nil, heldBackKey(o.opts.Prefix))
 	switch {
 	case o.opts.Progress != nil || o.opts.DiffBase != nil:
 		s.reason = "custom storage"
@@ -104,7 +104,7 @@ func (o *Reactor) storageFor(statusOK bool, why string) *storage {
 func (o *Reactor) annotationsStorage(reason string) *storage {
 	annotationsP, statusP := state.NewAnnotationsProgress(o.opts.Prefix), state.NewStatusProgress(o.opts.StatusField)
 	annotationsD, statusD := state.NewAnnotationsDiffBase(o.opts.Prefix), state.NewStatusDiffBase(o.opts.StatusField)
-	diffBase := state.NewDigestingDiffBase(state.NewSmartDiffBase(annotationsD, statusD), nil)
+	diffBase := state.NewDigestingDiffBase(state.NewSmartDiffBase(annotationsD, statusD), nil, heldBackKey(o.opts.Prefix))
 	return &storage{progress: state.NewSmartProgress(annotationsP, statusP), diffBase: diffBase, reason: reason}
 }
 

@@ -44,14 +44,18 @@ func SensitivePaths(obj map[string]any) [][]string {
 
 // NewDigestingDiffBase keeps the values at sensitive paths of inner's diff-base as
 // digests (see the top of this file): SensitivePaths of the object, and extra, the
-// paths handlers declared sensitive.
-func NewDigestingDiffBase(inner DiffBaseStorage, extra [][]string) DiffBaseStorage {
-	return digestingDiffBase{inner: inner, extra: extra}
+// paths handlers declared sensitive. heldKey names the stored essence's entry of
+// held-back values (processing's: per handler, {"value": the value of its field it
+// last handled}); for an object with sensitive paths they are kept as digests too,
+// whatever field they are of, since a field handler's field may be a sensitive one.
+func NewDigestingDiffBase(inner DiffBaseStorage, extra [][]string, heldKey string) DiffBaseStorage {
+	return digestingDiffBase{inner: inner, extra: extra, heldKey: heldKey}
 }
 
 type digestingDiffBase struct {
-	inner DiffBaseStorage
-	extra [][]string
+	inner   DiffBaseStorage
+	extra   [][]string
+	heldKey string
 }
 
 func (d digestingDiffBase) paths(obj map[string]any) [][]string {
@@ -66,15 +70,79 @@ func (d digestingDiffBase) Fetch(obj map[string]any) (map[string]any, bool, erro
 		return essence, found, err
 	}
 	key := digestKey(obj)
-	for _, path := range d.paths(obj) {
+	paths := d.paths(obj)
+	for _, path := range paths {
 		essence = restoreAt(essence, obj, path, key)
+	}
+	if len(paths) > 0 {
+		essence = d.mapHeld(essence, func(v any) any { return restoreFromObject(v, obj, key) })
 	}
 	return essence, true, nil
 }
 
 // Store writes the essence with the values at sensitive paths replaced by digests.
 func (d digestingDiffBase) Store(obj map[string]any, patch *Patch, essence map[string]any) error {
-	return d.inner.Store(obj, patch, DigestSensitive(obj, essence, d.extra))
+	essence = DigestSensitive(obj, essence, d.extra)
+	if len(d.paths(obj)) > 0 {
+		key := digestKey(obj)
+		essence = d.mapHeld(essence, func(v any) any { return digestOne(v, key) })
+	}
+	return d.inner.Store(obj, patch, essence)
+}
+
+// mapHeld is essence with f applied to each held-back value (a copy where any).
+func (d digestingDiffBase) mapHeld(essence map[string]any, f func(any) any) map[string]any {
+	entries, ok := essence[d.heldKey].(map[string]any)
+	if d.heldKey == "" || !ok {
+		return essence
+	}
+	mapped := make(map[string]any, len(entries))
+	for id, e := range entries {
+		m, _ := e.(map[string]any)
+		if v, present := m["value"]; present {
+			e = map[string]any{"value": f(v)}
+		}
+		mapped[id] = e
+	}
+	return withValueAt(essence, []string{d.heldKey}, mapped)
+}
+
+// restoreFromObject turns a digest back into the value of obj it is the digest of,
+// searched among every value obj holds: a held-back value is of some field of obj,
+// and where that field still has it, it is found; otherwise it stays a digest (the
+// field changed, as its handler will be told).
+func restoreFromObject(v any, obj map[string]any, key []byte) any {
+	s, ok := v.(string)
+	if !ok || !isDigest(s) {
+		return v
+	}
+	var found any
+	var walk func(x any) bool
+	walk = func(x any) bool {
+		if digestOne(x, key) == s {
+			found = x
+			return true
+		}
+		switch x := x.(type) {
+		case map[string]any:
+			for _, y := range x {
+				if walk(y) {
+					return true
+				}
+			}
+		case []any:
+			for _, y := range x {
+				if walk(y) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	if walk(obj) {
+		return DeepCopyValue(found)
+	}
+	return v
 }
 
 // purge passes a smart storage's clearing on to the storage inside.
@@ -90,7 +158,7 @@ func (d digestingDiffBase) purge(obj map[string]any, patch *Patch) {
 // object. It tells whether it wrote.
 func (d digestingDiffBase) Refresh(obj map[string]any, patch *Patch) (bool, error) {
 	stored, found, err := d.inner.Fetch(obj)
-	if !found || err != nil || !d.holdsUndigested(obj, stored) {
+	if !found || err != nil || !d.holdsUndigested(obj, stored) && !d.holdsUndigestedHeld(obj, stored) {
 		return false, nil
 	}
 	essence, _, _ := d.Fetch(obj)
@@ -188,6 +256,24 @@ func restoreOne(stored, current any, key []byte) any {
 		return DeepCopyValue(current)
 	}
 	return stored
+}
+
+// holdsUndigestedHeld: for an object with sensitive paths, a held-back value that is
+// not a digest.
+func (d digestingDiffBase) holdsUndigestedHeld(obj, essence map[string]any) bool {
+	if len(d.paths(obj)) == 0 {
+		return false
+	}
+	entries, _ := essence[d.heldKey].(map[string]any)
+	for _, e := range entries {
+		m, _ := e.(map[string]any)
+		if v, present := m["value"]; present {
+			if s, ok := v.(string); !ok || !isDigest(s) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // holdsUndigested: the essence has a value at path (or in the map there) that is not

@@ -19,7 +19,7 @@ func secret(uid string, data map[string]any) map[string]any {
 // A Secret's values never reach its stored diff-base; what changed is still found
 // per key, and only a changed or removed value is seen as its digest.
 func TestSecretValuesAreStoredAsDigests(t *testing.T) {
-	storage := NewDigestingDiffBase(NewAnnotationsDiffBase("luaop.dev"), nil)
+	storage := NewDigestingDiffBase(NewAnnotationsDiffBase("luaop.dev"), nil, "luaop.dev/held-back")
 	handled := secret("u1", map[string]any{"password": "aHVudGVyMg==", "user": "YWRtaW4="})
 	p := NewPatch()
 	if err := storage.Store(handled, p, Essence(handled, "luaop.dev")); err != nil {
@@ -99,7 +99,7 @@ func TestRefreshRewritesValuesStoredAsTheyAre(t *testing.T) {
 		t.Fatal(err)
 	}
 	obj = applyMergePatch(obj, legacy.Map())
-	storage := NewDigestingDiffBase(NewSmartDiffBase(NewAnnotationsDiffBase("luaop.dev"), NewStatusDiffBase("luaop_dev")), nil)
+	storage := NewDigestingDiffBase(NewSmartDiffBase(NewAnnotationsDiffBase("luaop.dev"), NewStatusDiffBase("luaop_dev")), nil, "luaop.dev/held-back")
 	old, _, _ := storage.Fetch(obj)
 	if d := Compare(old, Essence(obj, "luaop.dev")); len(d) != 0 {
 		t.Fatalf("a legacy diff-base reads as changes: %v", d)
@@ -128,5 +128,42 @@ func TestRefreshRewritesValuesStoredAsTheyAre(t *testing.T) {
 	}
 	if plain := DigestSensitive(widget, Essence(widget, "luaop.dev"), nil); !reflect.DeepEqual(plain, Essence(widget, "luaop.dev")) {
 		t.Fatalf("a Widget without declared paths is changed: %v", plain)
+	}
+}
+
+// A held-back value (a field handler out of its filter keeps the value it last
+// handled in the diff-base) of a Secret is stored as a digest too, and read back as
+// the value where the object still has it.
+func TestHeldBackValuesOfASecretAreDigests(t *testing.T) {
+	storage := NewDigestingDiffBase(NewAnnotationsDiffBase("luaop.dev"), nil, "luaop.dev/held-back")
+	obj := secret("u1", map[string]any{"password": "aHVudGVyMg==", "user": "YWRtaW4="})
+	essence := Essence(obj, "luaop.dev")
+	essence["luaop.dev/held-back"] = map[string]any{
+		"pw":   map[string]any{"value": "b2xk"},     // a value the object no longer has
+		"user": map[string]any{"value": "YWRtaW4="}, // one it still has
+		"gone": map[string]any{},                    // absent: nothing to hide
+	}
+	p := NewPatch()
+	if err := storage.Store(obj, p, essence); err != nil {
+		t.Fatal(err)
+	}
+	stored := applyMergePatch(obj, p.Map())
+	raw := annotations(stored)[LastHandledKey("luaop.dev")].(string)
+	if strings.Contains(raw, "b2xk") || strings.Contains(raw, "YWRtaW4=") {
+		t.Fatalf("a held-back value is stored as it is: %s", raw)
+	}
+	got, _, err := storage.Fetch(stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := got["luaop.dev/held-back"].(map[string]any)
+	if v := held["user"].(map[string]any)["value"]; v != "YWRtaW4=" {
+		t.Errorf("a held value the object still has reads %v", v)
+	}
+	if v, _ := held["pw"].(map[string]any)["value"].(string); !isDigest(v) {
+		t.Errorf("a held value the object no longer has reads %v, want its digest", v)
+	}
+	if _, present := held["gone"].(map[string]any)["value"]; present {
+		t.Errorf("an absent held value gained one: %v", held["gone"])
 	}
 }

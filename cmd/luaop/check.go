@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -35,8 +34,8 @@ load, within it, as "luaop run" requires.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dir := args[0]
-			if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-				return usageError(fmt.Errorf("%s is not a folder of Lua scripts", dir))
+			if err := scriptsFolder(dir); err != nil {
+				return err
 			}
 			scripts, err := scriptsource.ReadDir(dir)
 			if err != nil {

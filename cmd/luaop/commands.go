@@ -149,8 +149,8 @@ func restConfig(s settings) (*rest.Config, error) {
 // the parts; the reload is reloading's.
 func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	log, view := startLogging(s, dev)
-	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-		return usageError(fmt.Errorf("%s is not a folder of Lua scripts", dir))
+	if err := scriptsFolder(dir); err != nil {
+		return err
 	}
 	cfg, err := restConfig(s)
 	if err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
 	"time"
@@ -67,8 +66,8 @@ The format's JSON Schema: luaop stubs --schema FILE.`,
 					return usageError(fmt.Errorf("--run: %w", err))
 				}
 			}
-			if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-				return usageError(fmt.Errorf("%s is not a folder of Lua scripts", dir))
+			if err := scriptsFolder(dir); err != nil {
+				return err
 			}
 			started := time.Now()
 			sum, err := scripttest.Run(cmd.Context(), opts)
