@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/tools/reference"
 
+	"github.com/luaop/luaop/caching"
 	"github.com/luaop/luaop/eventing"
 	"github.com/luaop/luaop/state"
 )
@@ -36,6 +38,39 @@ type Client struct {
 	// it to the recorder it shares with the framework's own Events; nil (Events turned
 	// off) makes Event a no-op.
 	Recorder record.EventRecorder
+	// Cache, when set, answers Get and List of the resources it keeps (the operator's
+	// informer cache: caching.Cache), and is told about every write, so that its reads
+	// show them. Nil: every read goes to the API server.
+	Cache CachedReads
+	// live: reads go to the API server whatever Cache keeps (Live).
+	live bool
+}
+
+// CachedReads is the operator's informer cache as the scripts' client uses it
+// (caching.Cache satisfies it). Get and List answer caching.ErrNotCached for what it
+// does not keep; the maps they return are shared: never modified here.
+type CachedReads interface {
+	Get(ctx context.Context, q caching.Query) (map[string]any, error)
+	List(ctx context.Context, q caching.Query) ([]map[string]any, error)
+	Wrote(resource schema.GroupVersionResource, namespace, name string, written map[string]any)
+}
+
+// GetLive is Get from the API server, whatever Cache keeps ({live = true} of
+// luaop.kube.get).
+func (c *Client) GetLive(ctx context.Context, apiVersion, kind, namespace, name string) (map[string]any, error) {
+	return c.liveCopy().Get(ctx, apiVersion, kind, namespace, name)
+}
+
+// ListLive is List from the API server, whatever Cache keeps ({live = true} of
+// luaop.kube.list).
+func (c *Client) ListLive(ctx context.Context, apiVersion, kind, namespace, selector string) ([]map[string]any, error) {
+	return c.liveCopy().List(ctx, apiVersion, kind, namespace, selector)
+}
+
+func (c *Client) liveCopy() *Client {
+	live := *c
+	live.live = true
+	return &live
 }
 
 // New creates a client; it does nothing until used.
@@ -52,21 +87,35 @@ func New(cfg *rest.Config) (*Client, error) {
 	return &Client{dynamic: dyn, mapper: mapper, FieldManager: "luaop"}, nil
 }
 
-// resource resolves apiVersion + kind, refreshing discovery once when a kind is not
-// known yet (a CRD installed after start).
-func (c *Client) resource(apiVersion, kind, namespace string) (dynamic.ResourceInterface, error) {
+// resolve resolves apiVersion + kind, refreshing discovery once when a kind is not
+// known yet (a CRD installed after start): the client of its objects, and the
+// resource and the namespace as the cache keys them ("" for a cluster-scoped
+// resource).
+func (c *Client) resolve(apiVersion, kind, namespace string) (dynamic.ResourceInterface, caching.Query, error) {
 	gv, err := schema.ParseGroupVersion(apiVersion)
 	if err != nil {
-		return nil, fmt.Errorf("apiVersion %q: %w", apiVersion, err)
+		return nil, caching.Query{}, fmt.Errorf("apiVersion %q: %w", apiVersion, err)
 	}
 	mapping, err := c.restMapping(gv.WithKind(kind).GroupKind(), gv.Version)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s is not served by the cluster: %w", apiVersion, kind, err)
+		return nil, caching.Query{}, fmt.Errorf("%s %s is not served by the cluster: %w", apiVersion, kind, err)
 	}
+	q := caching.Query{Resource: mapping.Resource, Kind: kind}
 	if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
-		return c.dynamic.Resource(mapping.Resource).Namespace(namespace), nil
+		q.Namespace = namespace
+		return c.dynamic.Resource(mapping.Resource).Namespace(namespace), q, nil
 	}
-	return c.dynamic.Resource(mapping.Resource), nil
+	return c.dynamic.Resource(mapping.Resource), q, nil
+}
+
+// cached tells whether reads may be answered from the cache.
+func (c *Client) cached() bool { return c.Cache != nil && !c.live }
+
+// wrote announces a write to the cache (written nil: a deletion).
+func (c *Client) wrote(q caching.Query, name string, written map[string]any) {
+	if c.Cache != nil {
+		c.Cache.Wrote(q.Resource, q.Namespace, name, written)
+	}
 }
 
 // restMapping resolves a kind, refreshing discovery once when it is not known yet.
@@ -79,11 +128,18 @@ func (c *Client) restMapping(gk schema.GroupKind, version string) (*meta.RESTMap
 	return mapping, err
 }
 
-// Get reads one object.
+// Get reads one object: from the cache when it keeps the resource there (a miss is
+// NotFound, never a read from the API server), else from the API server.
 func (c *Client) Get(ctx context.Context, apiVersion, kind, namespace, name string) (map[string]any, error) {
-	r, err := c.resource(apiVersion, kind, namespace)
+	r, q, err := c.resolve(apiVersion, kind, namespace)
 	if err != nil {
 		return nil, err
+	}
+	if c.cached() {
+		q.Name = name
+		if obj, err := c.Cache.Get(ctx, q); !errors.Is(err, caching.ErrNotCached) {
+			return obj, err
+		}
 	}
 	obj, err := r.Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
@@ -93,10 +149,20 @@ func (c *Client) Get(ctx context.Context, apiVersion, kind, namespace, name stri
 }
 
 // List lists objects, optionally by label selector ("app=x,tier!=db").
+// From the cache when it keeps every object the list selects (caching.ErrPartial
+// when it keeps the resource but not all of those), else from the API server.
 func (c *Client) List(ctx context.Context, apiVersion, kind, namespace, selector string) ([]map[string]any, error) {
-	r, err := c.resource(apiVersion, kind, namespace)
+	r, q, err := c.resolve(apiVersion, kind, namespace)
 	if err != nil {
 		return nil, err
+	}
+	if c.cached() {
+		if q.Selector, err = labels.Parse(selector); err != nil {
+			return nil, fmt.Errorf("label selector %q: %w", selector, err)
+		}
+		if items, err := c.Cache.List(ctx, q); !errors.Is(err, caching.ErrNotCached) {
+			return items, err
+		}
 	}
 	list, err := r.List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
@@ -112,7 +178,7 @@ func (c *Client) List(ctx context.Context, apiVersion, kind, namespace, selector
 // Create creates an object described by its own apiVersion, kind and metadata.
 func (c *Client) Create(ctx context.Context, obj map[string]any) (map[string]any, error) {
 	apiVersion, kind, ns, _ := state.Identity(obj)
-	r, err := c.resource(apiVersion, kind, ns)
+	r, q, err := c.resolve(apiVersion, kind, ns)
 	if err != nil {
 		return nil, err
 	}
@@ -120,12 +186,13 @@ func (c *Client) Create(ctx context.Context, obj map[string]any) (map[string]any
 	if err != nil {
 		return nil, err
 	}
+	c.wrote(q, created.GetName(), created.Object)
 	return created.Object, nil
 }
 
 // Patch patches an object: patchType "merge" (default), "json" or "strategic".
 func (c *Client) Patch(ctx context.Context, apiVersion, kind, namespace, name string, patch any, patchType string) (map[string]any, error) {
-	r, err := c.resource(apiVersion, kind, namespace)
+	r, q, err := c.resolve(apiVersion, kind, namespace)
 	if err != nil {
 		return nil, err
 	}
@@ -147,23 +214,28 @@ func (c *Client) Patch(ctx context.Context, apiVersion, kind, namespace, name st
 	if err != nil {
 		return nil, err
 	}
+	c.wrote(q, name, out.Object)
 	return out.Object, nil
 }
 
 // Delete deletes an object; dependents are deleted in the background.
 func (c *Client) Delete(ctx context.Context, apiVersion, kind, namespace, name string) error {
-	r, err := c.resource(apiVersion, kind, namespace)
+	r, q, err := c.resolve(apiVersion, kind, namespace)
 	if err != nil {
 		return err
 	}
 	policy := metav1.DeletePropagationBackground
-	return r.Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &policy})
+	if err := r.Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &policy}); err != nil {
+		return err
+	}
+	c.wrote(q, name, nil)
+	return nil
 }
 
 // Apply applies an object with server-side apply under the operator's field manager.
 func (c *Client) Apply(ctx context.Context, obj map[string]any, force bool) (map[string]any, error) {
 	apiVersion, kind, ns, name := state.Identity(obj)
-	r, err := c.resource(apiVersion, kind, ns)
+	r, q, err := c.resolve(apiVersion, kind, ns)
 	if err != nil {
 		return nil, err
 	}
@@ -175,6 +247,7 @@ func (c *Client) Apply(ctx context.Context, obj map[string]any, force bool) (map
 	if err != nil {
 		return nil, err
 	}
+	c.wrote(q, name, out.Object)
 	return out.Object, nil
 }
 

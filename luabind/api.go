@@ -42,6 +42,7 @@ func (s *shard) newModule() *lua.LTable {
 	mod.RawSetString("daemon", L.NewFunction(s.registerKind(causes.KindDaemon, "daemon")))
 	mod.RawSetString("timer", L.NewFunction(s.registerKind(causes.KindTimer, "timer")))
 	mod.RawSetString("index", L.NewFunction(s.registerKind(causes.KindIndex, "index")))
+	mod.RawSetString("reads", L.NewFunction(s.registerReads))
 	mod.RawSetString("PRESENT", presentMarker(L))
 	mod.RawSetString("ABSENT", absentMarker(L))
 	luavalue.InstallMarkers(L, mod)

@@ -96,3 +96,19 @@ func (d *dryRunKube) Event(ctx context.Context, obj map[string]any, eventType, r
 	d.log.Info("dry run: event not posted", "object", kind+" "+ns+"/"+name, "type", eventType, "reason", reason, "message", message)
 	return nil
 }
+
+// GetLive and ListLive are the wrapped client's live reads (LiveReads), or its
+// reads when it has none.
+func (d *dryRunKube) GetLive(ctx context.Context, apiVersion, kind, namespace, name string) (map[string]any, error) {
+	if lr, ok := d.k.(LiveReads); ok {
+		return lr.GetLive(ctx, apiVersion, kind, namespace, name)
+	}
+	return d.k.Get(ctx, apiVersion, kind, namespace, name)
+}
+
+func (d *dryRunKube) ListLive(ctx context.Context, apiVersion, kind, namespace, selector string) ([]map[string]any, error) {
+	if lr, ok := d.k.(LiveReads); ok {
+		return lr.ListLive(ctx, apiVersion, kind, namespace, selector)
+	}
+	return d.k.List(ctx, apiVersion, kind, namespace, selector)
+}

@@ -84,8 +84,11 @@ var kubeFunctions = map[string]goFunction{
 	"kube.patch": (*shard).kubePatch, "kube.delete": (*shard).kubeDelete, "kube.apply": (*shard).kubeApply,
 }
 
+// kubeGet is luaop.kube.get(apiVersion, kind, namespace, name, opts): answered from
+// the operator's cache when it holds the resource, from the API server with
+// {live = true} (reads.go).
 func (s *shard) kubeGet(L *lua.LState) int {
-	k := s.kube(L)
+	k := s.readKube(L, liveOption(L.Get(5)))
 	apiVersion, kind, ns, name := L.CheckString(1), L.CheckString(2), L.OptString(3, ""), L.CheckString(4)
 	var obj map[string]any
 	var err error
@@ -93,6 +96,8 @@ func (s *shard) kubeGet(L *lua.LState) int {
 	return s.pushObject(L, obj, err)
 }
 
+// kubeList is luaop.kube.list(apiVersion, kind, namespace, selector): selector is a
+// label selector, or a table {selector = ..., live = true}.
 func (s *shard) kubeList(L *lua.LState) int {
 	selector := ""
 	switch v := L.Get(4).(type) {
@@ -101,7 +106,7 @@ func (s *shard) kubeList(L *lua.LState) int {
 	case *lua.LTable:
 		selector = lua.LVAsString(v.RawGetString("selector"))
 	}
-	k := s.kube(L)
+	k := s.readKube(L, liveOption(L.Get(4)))
 	apiVersion, kind, ns := L.CheckString(1), L.CheckString(2), L.OptString(3, "")
 	var items []map[string]any
 	var err error

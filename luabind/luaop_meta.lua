@@ -390,6 +390,13 @@ function luaop.timer(resource, fn, opts) end
 ---@param opts? HandlerOptions Id (the index's name), param, filters.
 function luaop.index(resource, fn, opts) end
 
+---Declares, at a script's top level, a resource the handlers read with
+---luaop.kube.get and list: the operator lists and watches it (in its namespaces)
+---into its cache, where those reads find it (luaop rbac grants get, list, watch).
+---@param resource LuaopResource "group/version/plural" ("example.com/v1/widgets") or "v1/plural".
+---@param opts? {labels: table<string, string|LuaopMarker>, metadata: boolean} labels: keep only the objects they select (values, luaop.PRESENT, luaop.ABSENT); metadata = true: keep apiVersion, kind and metadata only.
+function luaop.reads(resource, opts) end
+
 -- Errors ---------------------------------------------------------------------
 
 ---Makes an error that retries the handler after `delay` seconds (kopf:
@@ -540,21 +547,27 @@ function luaop.sleep(seconds) end
 -- While an API call waits for the server, the Lua state serves other handlers
 -- (the same holds for luaop.info/warn/exception).
 
----Reads an object.
+---Reads an object: from the operator's cache when it keeps the resource (it watches
+---it, or luaop.reads declares it), else from the API server. A cached read shows the
+---operator's own writes made before it; an object the cache does not hold (one its
+---label selectors leave out) is NotFound. {live = true} reads the API server.
 ---@param apiVersion string "v1", "apps/v1", "example.com/v1".
 ---@param kind string "ConfigMap".
 ---@param namespace string? Namespace (nil for cluster-scoped objects).
 ---@param name string Object name.
+---@param opts? {live: boolean} live = true: read the API server, not the cache.
 ---@return KubeObject|nil obj The object, or nil on failure.
 ---@return string? err The error message.
 ---@return string? reason The API reason: "NotFound", "Forbidden", ...
-function luaop.kube.get(apiVersion, kind, namespace, name) end
+function luaop.kube.get(apiVersion, kind, namespace, name, opts) end
 
----Lists objects.
+---Lists objects: from the operator's cache when it keeps every object the list
+---selects (else an error says what to declare), else from the API server; sorted by
+---namespace and name. {live = true} lists from the API server.
 ---@param apiVersion string "v1", "apps/v1", "example.com/v1".
 ---@param kind string "ConfigMap".
 ---@param namespace string? Namespace (nil: all namespaces, or cluster-scoped objects).
----@param selector? string|{selector: string} Label selector: "app=web,tier!=db".
+---@param selector? string|{selector: string, live: boolean} Label selector: "app=web,tier!=db"; live = true: list from the API server.
 ---@return KubeObject[]|nil items The objects, or nil on failure.
 ---@return string? err The error message.
 ---@return string? reason The API reason.

@@ -137,8 +137,10 @@ type generation struct {
 	hooks   []causes.Spec           // operator-level hooks, in registration order
 	// admission are the validate and mutate handlers, in registration order.
 	admission []causes.Spec
-	hash      string
-	files     []string
+	// reads are the declared reads (luaop.reads).
+	reads []causes.Read
+	hash  string
+	files []string
 	// protoKeys are the compiled files of this generation (see Runtime.protos).
 	protoKeys map[protoKey]bool
 }
@@ -298,7 +300,7 @@ func (r *Runtime) Load(ctx context.Context, scripts []Script) (LoadReport, error
 		spec := &first.admission[i]
 		spec.CodeHash = r.codeHashCached(hashes, *spec, first.fns[spec.ID], sources)
 	}
-	gen := &generation{specs: first.specs, filters: first.filters, hooks: first.hooks, admission: first.admission,
+	gen := &generation{specs: first.specs, filters: first.filters, hooks: first.hooks, admission: first.admission, reads: first.reads,
 		hash: hex.EncodeToString(hash.Sum(nil)), files: files, protoKeys: keys}
 	var held time.Duration
 	for i := range r.shards {
@@ -450,7 +452,7 @@ func syntaxError(file string, err error) error {
 // sameRegistrations guards against scripts that register differently per state
 // (randomness, time): every shard must serve the same handlers.
 func sameRegistrations(a, b *collected) error {
-	if len(a.specs) != len(b.specs) || len(a.hooks) != len(b.hooks) || len(a.admission) != len(b.admission) {
+	if len(a.specs) != len(b.specs) || len(a.hooks) != len(b.hooks) || len(a.admission) != len(b.admission) || !slices.Equal(a.reads, b.reads) {
 		return fmt.Errorf("the scripts registered different handlers in different Lua states; registration must not depend on time or randomness")
 	}
 	for i := range a.specs {

@@ -121,11 +121,13 @@ type collected struct {
 	hooks []causes.Spec
 	// admission are the validate and mutate handlers, in registration order.
 	admission []causes.Spec
-	filters   map[string]*dataFilters
-	fns       map[string]*handlerFns
-	sources   map[string]string // id -> file:line, for duplicate errors
-	records   map[string]string // recordName(id) -> id, for ids sharing a record
-	stems     map[string]int    // default-id counters
+	// reads are the declared reads (luaop.reads), once each.
+	reads   []causes.Read
+	filters map[string]*dataFilters
+	fns     map[string]*handlerFns
+	sources map[string]string // id -> file:line, for duplicate errors
+	records map[string]string // recordName(id) -> id, for ids sharing a record
+	stems   map[string]int    // default-id counters
 }
 
 // shardGeneration is a staged load, committed when every shard succeeded.

@@ -110,6 +110,7 @@ func New(cfg *rest.Config, opts Options) (*Operator, error) {
 		}
 		opts.Processing.Recorder, stopEvents = rec, rec.Shutdown
 	}
+	var madeKube *kubeclient.Client
 	if opts.Runtime.Kube == nil {
 		kube, err := kubeclient.New(cfg)
 		if err != nil {
@@ -122,7 +123,7 @@ func New(cfg *rest.Config, opts Options) (*Operator, error) {
 		if opts.FieldManager != "" {
 			kube.FieldManager = opts.FieldManager
 		}
-		opts.Runtime.Kube = kube
+		opts.Runtime.Kube, madeKube = kube, kube
 	}
 	rt := luabind.New(opts.Runtime)
 	if budget := rt.MemoryBudget(); budget > 0 {
@@ -132,11 +133,16 @@ func New(cfg *rest.Config, opts Options) (*Operator, error) {
 		}
 		opts.Logger.Info("lua memory budget", "budget", luabind.FormatBytes(uint64(budget)), "from", source)
 	}
-	reactor, err := processing.New(cfg, rt, opts.Processing)
+	reactor, err := processing.New(cfg, scriptHandlers{rt}, opts.Processing)
 	if err != nil {
 		rt.Close()
 		stopEvents()
 		return nil, err
+	}
+	if madeKube != nil {
+		// The scripts' reads are answered from the watches' cache (a client given
+		// in Options reads as it was made).
+		madeKube.Cache = reactor.Cache()
 	}
 	if opts.ProbeCache == 0 {
 		opts.ProbeCache = DefaultProbeCache

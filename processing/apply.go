@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/luaop/luaop/caching"
 	"github.com/luaop/luaop/handling"
 	"github.com/luaop/luaop/state"
 )
@@ -444,7 +445,7 @@ func (c *cycle) send(ctx context.Context, subresource string, do func([]byte) (*
 		c.mem.writeUnknownUntil = c.op.clock.Now().Add(c.op.opts.ConsistencyTimeout)
 	}
 	if resp != nil {
-		stripManagedFields(resp) // it may stand for the watch's body (objects.go)
+		caching.StripManagedFields(resp) // it may stand for the watch's body (objects.go)
 	}
 	if obs := c.op.opts.Observer; obs != nil {
 		obs.PatchSent(ControllerName(c.key.resource), subresource, patchResult(err))
@@ -651,7 +652,7 @@ func truncate(s string, n int) string {
 // delivered it (notifications can be faster than the patch's response): false then.
 // The response itself is kept as the newest body known, for when the watch stays late.
 func (c *cycle) expectVersion(resp *unstructured.Unstructured) bool {
-	stripManagedFields(resp) // it may stand for the watch's body (every write's answer comes here)
+	caching.StripManagedFields(resp) // it may stand for the watch's body (every write's answer comes here)
 	rv := resp.GetResourceVersion()
 	c.st.inbox.mu.Lock()
 	seen := c.st.inbox.lastSeenVersion

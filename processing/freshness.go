@@ -10,6 +10,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/luaop/luaop/caching"
 )
 
 // freshnessFloor is what a consistent read of a resource (a list without a
@@ -69,12 +71,14 @@ func (f *freshnessFloor) stale(key objectKey, body *unstructured.Unstructured) b
 // lists (pages of 500), keeping only their incarnation and version. A failure is
 // retried a few times; past them the watcher starts without a floor (the informers
 // would meet the same failure, and report it), which it logs.
-func (w *watcher) loadFreshnessFloor(ctx context.Context, log *slog.Logger, namespaces []string) *freshnessFloor {
+// The lists select as the watch will (its label and field selectors), so that the
+// floor keeps nothing of the objects the watch never delivers.
+func (w *watcher) loadFreshnessFloor(ctx context.Context, log *slog.Logger, namespaces []string, sel caching.Selection) *freshnessFloor {
 	f := &freshnessFloor{versions: map[string]string{}, objects: map[objectKey]floorEntry{}}
 	for _, ns := range namespaces {
 		var err error
 		for attempt := 0; attempt < 3 && ctx.Err() == nil; attempt++ {
-			if err = w.listFloor(ctx, f, ns); err == nil || apierrors.IsForbidden(err) || apierrors.IsNotFound(err) {
+			if err = w.listFloor(ctx, f, ns, sel); err == nil || apierrors.IsForbidden(err) || apierrors.IsNotFound(err) {
 				break
 			}
 			select {
@@ -98,11 +102,11 @@ func (w *watcher) loadFreshnessFloor(ctx context.Context, log *slog.Logger, name
 	return f
 }
 
-func (w *watcher) listFloor(ctx context.Context, f *freshnessFloor, ns string) error {
+func (w *watcher) listFloor(ctx context.Context, f *freshnessFloor, ns string, sel caching.Selection) error {
 	entries := map[objectKey]floorEntry{}
 	version, cont := "", ""
 	for {
-		opts := metav1.ListOptions{Limit: 500, Continue: cont}
+		opts := metav1.ListOptions{Limit: 500, Continue: cont, LabelSelector: sel.Labels, FieldSelector: sel.FieldSelector()}
 		var items []metav1.ObjectMeta
 		var next, rv string
 		if w.op.metadata != nil {

@@ -88,6 +88,14 @@ func (in *objectInbox) take() inboxSnapshot {
 	return s
 }
 
+// goneIncarnation tells whether the newest notification was a DELETED event, and of
+// which incarnation.
+func (in *objectInbox) goneIncarnation() (gone bool, uid string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.gone, in.uid
+}
+
 // takeDaemonPatch hands over what the daemons of incarnation uid wrote; patches of
 // an older incarnation (a daemon that wrote while its object was re-created) are
 // dropped: they are about an object that no longer exists.

@@ -35,16 +35,32 @@ func (o *Reactor) process(ctx context.Context, key objectKey) (time.Duration, er
 		}
 		return 0, nil
 	}
+	// A DELETED event of a selected watch may be the object leaving the selection
+	// (departure.go): read before the inbox is taken, so that a failed read loses
+	// no raw event.
+	dep, err := o.departureOf(ctx, key, st)
+	if err != nil {
+		return 0, err
+	}
 	mem := &st.mem
 	in := st.inbox.take()
 	if o.cycleDone != nil {
 		defer func() { o.cycleDone(key, in.lastSeenVersion, mem.expectedVersion != "") }()
 	}
+	if dep != nil && !(in.gone && in.uid == dep.uid) {
+		dep = nil // something arrived since the read: it is handled as it comes
+	}
 	idx := o.specs()
 	specs := idx.byResource[key.resource]
 	log := o.log.With(objectAttrs(key, o.kindOf(key), in.uid)...)
 
+	if dep != nil {
+		in.events = withoutDeparture(in.events, dep.uid)
+	}
 	eventPatch := o.runRawEvents(ctx, log, key, specs, in)
+	if dep != nil {
+		return 0, o.leaveSelection(ctx, log, key, st, dep, specs)
+	}
 	if o.endIncarnation(ctx, log, key, st, in) {
 		return 0, nil
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +20,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 
+	"github.com/luaop/luaop/caching"
 	"github.com/luaop/luaop/kubeclient/slim"
 	"github.com/luaop/luaop/processing/causes"
 	"github.com/luaop/luaop/state"
@@ -55,6 +55,10 @@ type Reactor struct {
 	objects objectTable
 	ready   *readiness
 	res     *resources
+	// cache holds the informers of the watches and of the declared reads, and
+	// answers the scripts' reads (caching.Cache; its doc says who owns what).
+	cache   *caching.Cache
+	reads   readViews
 	specIdx specIndexCache
 	indexes *state.Indexes
 	daemons daemonRegistry
@@ -151,8 +155,10 @@ func NewWithClients(clients Clients, handlers Handlers, opts Options) (*Reactor,
 		objects:  objectTable{objects: map[objectKey]*objectState{}},
 		ready:    newReadiness(),
 		res:      newResources(),
-		indexes:  state.NewIndexes(),
-		daemons:  daemonRegistry{running: map[*daemonRun]struct{}{}},
+		cache: caching.New(clients.Dynamic, clients.Metadata, caching.Options{ResyncPeriod: opts.ResyncPeriod,
+			ReadYourWritesTimeout: opts.ConsistencyTimeout, Logger: opts.Logger, Clock: opts.Clock}),
+		indexes: state.NewIndexes(),
+		daemons: daemonRegistry{running: map[*daemonRun]struct{}{}},
 	}, nil
 }
 
@@ -255,6 +261,7 @@ func (o *Reactor) Start(ctx context.Context) error {
 	workers.Wait()
 	// Informers and resolvers end with ctx; nothing is held while waiting for them.
 	o.res.running.Wait()
+	o.cache.Wait()
 	return nil
 }
 
@@ -275,6 +282,11 @@ func (o *Reactor) Refresh() {
 		return
 	}
 	o.refreshResources(ctx, o.handlers.Specs())
+	o.refreshReads(ctx)
+	watchers, _ := o.watchersSnapshot()
+	for _, w := range watchers {
+		w.askReselect() // the handlers' filters may select otherwise now
+	}
 	// The specs are read again under the lock: a Refresh that stalled in discovery
 	// while a later reload's Refresh stored its signature must not store an older one.
 	o.enginesMu.Lock()
@@ -322,28 +334,17 @@ func (o *Reactor) Synced() bool {
 		}
 	}
 	initial, _ := o.ready.pending()
-	return initial == 0
+	return initial == 0 && o.readsSynced()
 }
 
-// versionOlder compares resourceVersions. They are opaque by API convention but are
-// etcd revisions in practice; when either does not parse, only equality is known.
-// versionNewer reports whether resourceVersion rv is known to be newer than than:
-// both parse as numbers (as the API server issues them) and rv is greater. Unlike
-// versionOlder it answers false when the two cannot be compared.
-func versionNewer(rv, than string) bool {
-	a, errA := strconv.ParseUint(rv, 10, 64)
-	b, errB := strconv.ParseUint(than, 10, 64)
-	return errA == nil && errB == nil && a > b
-}
+// Cache is the operator's informer cache: the scripts' reads (luaop.kube.get and
+// list) are answered from it, and related watches may share it.
+func (o *Reactor) Cache() *caching.Cache { return o.cache }
 
-func versionOlder(rv, than string) bool {
-	a, errA := strconv.ParseUint(rv, 10, 64)
-	b, errB := strconv.ParseUint(than, 10, 64)
-	if errA != nil || errB != nil {
-		return rv != than
-	}
-	return a < b
-}
+// versionOlder and versionNewer compare resourceVersions (caching.VersionOlder and
+// VersionNewer: one rule for the core and the cache).
+func versionOlder(rv, than string) bool { return caching.VersionOlder(rv, than) }
+func versionNewer(rv, than string) bool { return caching.VersionNewer(rv, than) }
 
 func (o *Reactor) processNext(ctx context.Context) bool {
 	key, shutdown := o.queue.Get()

@@ -12,9 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/luaop/luaop/caching"
 	"github.com/luaop/luaop/processing/causes"
 )
 
@@ -31,93 +31,114 @@ type resourceInfo struct {
 	floor atomic.Pointer[freshnessFloor]
 }
 
-// watcher runs the informers of one canonical resource. Informers (reflectors) list,
-// then watch from the list's resourceVersion with bookmarks, re-list on 410 Gone, and
-// end every watch request after a few minutes so a silently dead stream is replaced.
+// watcher runs the watch of one canonical resource: it holds views of the informer
+// cache (one per namespace watched), selected by what its handlers' filters let the
+// API server select (Reactor.selectionOf), and is their event handler. Informers
+// (reflectors) list, then watch from the list's resourceVersion with bookmarks,
+// re-list on 410 Gone, and end every watch request after a few minutes so a silently
+// dead stream is replaced. A reload that changes the selection moves the watch to
+// the new views (follow); an object the new views do not hold leaves as a departure
+// (departure.go).
 type watcher struct {
 	op       *Reactor
 	resource causes.Resource // canonical
 	info     *resourceInfo   // set before the watcher is published, read-only after
-	mu       sync.Mutex      // leaf lock: guards syncedFn and informers
-	syncedFn []cache.InformerSynced
-	// informers are the running informers (Revisit reads their stores).
-	informers []cache.SharedIndexInformer
-	ready     atomic.Bool
-	done      chan struct{}
+	// shardSelector is the label selector of this replica's share (Shard.Watching),
+	// set by run before any view is held.
+	shardSelector string
+	mu            sync.Mutex // leaf lock: guards held and listing
+	held          []heldView
+	// listing are the registrations of the first views: the operator's initial
+	// listing is done when they synced (listed, sticky: a later move of the watch
+	// does not make the operator unready).
+	listing []cache.InformerSynced
+	listed  atomic.Bool
+	// selection is what the held views ask the API server for.
+	selection atomic.Pointer[caching.Selection]
+	// reselect asks run to compare the selection with the handlers' again (Refresh).
+	reselect chan struct{}
+	ready    atomic.Bool
+	done     chan struct{}
+}
+
+// heldView is one view the watcher holds and its registration on the view's informer.
+type heldView struct {
+	handle *caching.Handle
+	reg    cache.ResourceEventHandlerRegistration
 }
 
 func newWatcher(op *Reactor, r causes.Resource, info *resourceInfo) *watcher {
-	return &watcher{op: op, resource: r, info: info, done: make(chan struct{})}
+	return &watcher{op: op, resource: r, info: info, done: make(chan struct{}), reselect: make(chan struct{}, 1)}
 }
 
-func (w *watcher) syncedFns() []cache.InformerSynced {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return append([]cache.InformerSynced(nil), w.syncedFn...)
-}
-
+// informersSnapshot are the informers of the views held now (Revisit reads their stores).
 func (w *watcher) informersSnapshot() []cache.SharedIndexInformer {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return append([]cache.SharedIndexInformer(nil), w.informers...)
+	out := make([]cache.SharedIndexInformer, 0, len(w.held))
+	for _, hv := range w.held {
+		out = append(out, hv.handle.Informer())
+	}
+	return out
 }
 
+// synced tells whether the watcher's initial listing reached the operator.
 func (w *watcher) synced() bool {
 	if !w.ready.Load() {
 		return false
 	}
-	for _, f := range w.syncedFns() {
+	if w.listed.Load() {
+		return true
+	}
+	w.mu.Lock()
+	listing := w.listing
+	w.mu.Unlock()
+	for _, f := range listing {
 		if !f() {
 			return false
 		}
 	}
+	w.listed.Store(true)
 	return true
+}
+
+// narrowed tells whether the watch holds less than every object of the operator's
+// namespaces: a DELETED event may then be an object leaving it (departure.go).
+func (w *watcher) narrowed() bool {
+	sel := w.selection.Load()
+	return sel != nil && (sel.Selected() || sel.Namespace != "")
+}
+
+// askReselect makes run compare the selection with the handlers' (after a reload).
+func (w *watcher) askReselect() {
+	select {
+	case w.reselect <- struct{}{}:
+	default:
+	}
 }
 
 func (w *watcher) run(ctx context.Context) {
 	defer close(w.done)
-	info := w.info
 	log := w.op.log.With("resource", w.resource.String())
-
-	namespaces := []string{metav1.NamespaceAll}
-	if info.namespaced {
-		if exact := w.op.filter.exactNamespaces(); exact != nil {
-			namespaces = exact
-		}
-	}
+	sel := w.op.selectionOf(w.resource)
+	namespaces := w.namespaces(sel)
 	// Before the informers list: their first list may be older than this read.
-	w.info.floor.Store(w.loadFreshnessFloor(ctx, log, namespaces))
+	w.info.floor.Store(w.loadFreshnessFloor(ctx, log, namespaces, sel))
 	// A Shard (sharding across replicas) may narrow the watch to this replica's
 	// objects with a label selector: memory and watch load split, not only work.
-	var tweak dynamicinformer.TweakListOptionsFunc
 	if w.op.opts.Shard != nil {
-		if selector := w.op.opts.Shard.Watching(ctx, info.gvr, namespaces); selector != "" {
-			tweak = func(lo *metav1.ListOptions) { lo.LabelSelector = selector }
-			log.Info("watching this replica's share", "labelSelector", selector)
+		if w.shardSelector = w.op.opts.Shard.Watching(ctx, w.info.gvr, namespaces); w.shardSelector != "" {
+			log.Info("watching this replica's share", "labelSelector", w.shardSelector)
 		}
 	}
-	var informers []cache.SharedIndexInformer
-	for _, ns := range namespaces {
-		inf := dynamicinformer.NewFilteredDynamicInformer(w.op.dynamic, info.gvr, ns, w.op.opts.ResyncPeriod, cache.Indexers{}, tweak).Informer()
-		if err := inf.SetTransform(stripManagedFieldsTransform); err != nil {
-			log.Error("cannot watch", "error", err)
-			return
-		}
-		// Readiness follows the registration, not the informer: the informer's
-		// HasSynced does not mean this handler received the initial listing.
-		reg, err := inf.AddEventHandler(w)
-		if err != nil {
-			log.Error("cannot watch", "error", err)
-			return
-		}
-		_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
-			log.Warn("watch interrupted; re-listing", "namespace", ns, "error", err)
-		})
-		informers = append(informers, inf)
-		w.mu.Lock()
-		w.syncedFn = append(w.syncedFn, reg.HasSynced)
-		w.informers = append(w.informers, inf)
-		w.mu.Unlock()
+	held, err := w.hold(ctx, namespaces, sel)
+	if err == nil {
+		err = w.register(held, true)
+	}
+	if err != nil {
+		log.Error("cannot watch", "error", err)
+		releaseViews(held)
+		return
 	}
 	w.ready.Store(true)
 	if rec, ok := w.op.opts.Observer.(ReconcileObserver); ok {
@@ -126,43 +147,146 @@ func (w *watcher) run(ctx context.Context) {
 	go func() {
 		// The end of the initial listing may complete the indexes: wake whoever
 		// waits for them (client-go polls HasSynced; nothing here polls the clock).
-		if cache.WaitForCacheSync(ctx.Done(), w.syncedFns()...) {
+		if cache.WaitForCacheSync(ctx.Done(), w.listingSynced()...) {
 			w.op.wakeIndexWaiters()
 		}
 	}()
-	log.Info("watching", "namespaces", strings.Join(namespacesForLog(namespaces), ","), "statusSubresource", info.statusSubresource)
-	var running sync.WaitGroup
-	for _, inf := range informers {
-		running.Add(1)
-		go func() { defer running.Done(); inf.RunWithContext(ctx) }()
-	}
-	running.Wait()
-}
-
-// stripManagedFieldsTransform drops metadata.managedFields from every object the
-// informer stores (as controller-runtime's cache.TransformStripManagedFields does).
-// The server-side apply bookkeeping is about a third of a small object decoded, and
-// grows with every writer (the operator's own finalizer and status writes add
-// entries); nothing in luaop reads it, and handlers rarely would: a handler that needs
-// it reads the object with luaop.kube.get. The client New makes cuts it from the JSON
-// before decoding (kubeclient/slim); this catches what other clients give
-// (NewWithClients, client-go's fakes).
-func stripManagedFieldsTransform(obj any) (any, error) {
-	if u, ok := obj.(*unstructured.Unstructured); ok {
-		stripManagedFields(u)
-	}
-	return obj, nil
-}
-
-// stripManagedFields drops metadata.managedFields; it writes nothing when there are
-// none (client-go's fake tracker hands the same object to several readers).
-func stripManagedFields(u *unstructured.Unstructured) {
-	if meta, ok := u.Object["metadata"].(map[string]any); ok {
-		//lint:ignore S1033 a delete is a write even of a missing key (the race detector says so), and the map may be shared
-		if _, has := meta["managedFields"]; has {
-			delete(meta, "managedFields")
+	log.Info("watching", watchAttrs(namespaces, sel, w.info.statusSubresource)...)
+	for {
+		select {
+		case <-ctx.Done():
+			w.mu.Lock()
+			held := w.held
+			w.held = nil
+			w.mu.Unlock()
+			unregister(held)
+			releaseViews(held)
+			return
+		case <-w.reselect:
+			w.follow(ctx, log)
 		}
 	}
+}
+
+func (w *watcher) listingSynced() []cache.InformerSynced {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]cache.InformerSynced(nil), w.listing...)
+}
+
+func watchAttrs(namespaces []string, sel caching.Selection, statusSubresource bool) []any {
+	attrs := []any{"namespaces", strings.Join(namespacesForLog(namespaces), ","), "statusSubresource", statusSubresource}
+	if sel.Labels != "" {
+		attrs = append(attrs, "labelSelector", sel.Labels)
+	}
+	if f := sel.FieldSelector(); f != "" {
+		attrs = append(attrs, "fieldSelector", f)
+	}
+	return attrs
+}
+
+// namespaces are the namespaces to watch for a selection: every one (""), the
+// operator's exact namespaces, or the one every handler is restricted to (none when
+// the operator does not serve it).
+func (w *watcher) namespaces(sel caching.Selection) []string {
+	if !w.info.namespaced {
+		return []string{metav1.NamespaceAll}
+	}
+	if sel.Namespace != "" {
+		if w.op.filter.allows(sel.Namespace) {
+			return []string{sel.Namespace}
+		}
+		return nil
+	}
+	if exact := w.op.filter.exactNamespaces(); exact != nil {
+		return exact
+	}
+	return []string{metav1.NamespaceAll}
+}
+
+// views are the views of a selection in namespaces.
+func (w *watcher) views(namespaces []string, sel caching.Selection) []caching.View {
+	labelSelector := sel.Labels
+	if w.shardSelector != "" {
+		labelSelector = strings.Trim(w.shardSelector+","+labelSelector, ",")
+	}
+	out := make([]caching.View, 0, len(namespaces))
+	for _, ns := range namespaces {
+		out = append(out, caching.View{Resource: w.info.gvr, Namespace: ns, LabelSelector: labelSelector, FieldSelector: sel.FieldSelector()})
+	}
+	return out
+}
+
+// hold acquires the views of a selection, and makes them the watcher's selection
+// once all are held. A replica's share of sharded objects serves no reads.
+func (w *watcher) hold(ctx context.Context, namespaces []string, sel caching.Selection) ([]heldView, error) {
+	var held []heldView
+	for _, v := range w.views(namespaces, sel) {
+		h, err := w.op.cache.Acquire(ctx, v, w.op.opts.Shard == nil)
+		if err != nil {
+			releaseViews(held)
+			return nil, err
+		}
+		held = append(held, heldView{handle: h})
+	}
+	w.selection.Store(&sel)
+	return held, nil
+}
+
+// register adds the watcher as the event handler of the held views and makes them
+// the watcher's. listing: their initial list is the operator's initial listing
+// (readiness, resume causes); after a move of the watch it is not.
+func (w *watcher) register(held []heldView, listing bool) error {
+	var synced []cache.InformerSynced
+	for i := range held {
+		reg, err := held[i].handle.Informer().AddEventHandler(watchHandler{w: w, listing: listing})
+		if err != nil {
+			unregister(held[:i])
+			return err
+		}
+		held[i].reg = reg
+		// Readiness follows the registration, not the informer: the informer's
+		// HasSynced does not mean this handler received the initial listing.
+		synced = append(synced, reg.HasSynced)
+	}
+	w.mu.Lock()
+	w.held = held
+	if listing {
+		w.listing = synced
+	}
+	w.mu.Unlock()
+	return nil
+}
+
+func unregister(held []heldView) {
+	for _, hv := range held {
+		if hv.reg != nil {
+			_ = hv.handle.Informer().RemoveEventHandler(hv.reg)
+		}
+	}
+}
+
+func releaseViews(held []heldView) {
+	for _, hv := range held {
+		hv.handle.Release()
+	}
+}
+
+// watchHandler is the informers' event handler: it only records and queues, since
+// informer notifications must be processed promptly.
+type watchHandler struct {
+	w *watcher
+	// listing: the registration's initial list is the operator's initial listing.
+	listing bool
+}
+
+func (h watchHandler) OnAdd(obj any, initial bool) { h.w.notify("ADDED", obj, initial && h.listing) }
+func (h watchHandler) OnUpdate(_, obj any)         { h.w.notify("MODIFIED", obj, false) }
+func (h watchHandler) OnDelete(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	h.w.notify("DELETED", obj, false)
 }
 
 func namespacesForLog(ns []string) []string {
@@ -214,18 +338,6 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
-}
-
-// The watcher is the informers' event handler: it only records and queues, since
-// informer notifications must be processed promptly.
-
-func (w *watcher) OnAdd(obj any, isInInitialList bool) { w.notify("ADDED", obj, isInInitialList) }
-func (w *watcher) OnUpdate(_, obj any)                 { w.notify("MODIFIED", obj, false) }
-func (w *watcher) OnDelete(obj any) {
-	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tomb.Obj
-	}
-	w.notify("DELETED", obj, false)
 }
 
 func (w *watcher) notify(eventType string, obj any, initial bool) {

@@ -33,11 +33,14 @@ const (
 	ByObject
 	// CoreEvents: it posts core Events about the objects it is given.
 	CoreEvents
+	// ByResource: its first argument is a resource as handlers name theirs
+	// ("v1/configmaps", "example.com/v1/widgets").
+	ByResource
 )
 
 // Targets are all the targets of cluster access, for the tests of the parts that
 // must know each.
-var Targets = []Target{ByKind, ByObject, CoreEvents}
+var Targets = []Target{ByKind, ByObject, CoreEvents, ByResource}
 
 // Access is the cluster access a function needs.
 type Access struct {
@@ -83,6 +86,9 @@ var Functions = []Function{
 	{Name: "daemon", Params: []string{"resource", "fn", "opts"}, Registers: Daemon},
 	{Name: "timer", Params: []string{"resource", "fn", "opts"}, Registers: Timer},
 	{Name: "index", Params: []string{"resource", "fn", "opts"}, Registers: Index},
+	// reads declares a resource the handlers read: the operator lists and watches it
+	// into its cache, where luaop.kube.get and list find it.
+	{Name: "reads", Params: []string{"resource", "opts"}, Access: Access{Target: ByResource, Verbs: []string{"get", "list", "watch"}}},
 
 	{Name: "temporary_error", Params: []string{"message", "delay"}},
 	{Name: "admission_error", Params: []string{"message", "code"}},
@@ -105,7 +111,7 @@ var Functions = []Function{
 
 	{Name: "sleep", Params: []string{"seconds"}},
 
-	{Name: "kube.get", Params: []string{"apiVersion", "kind", "namespace", "name"}, Access: Access{Target: ByKind, Verbs: []string{"get"}}},
+	{Name: "kube.get", Params: []string{"apiVersion", "kind", "namespace", "name", "opts"}, Access: Access{Target: ByKind, Verbs: []string{"get"}}},
 	{Name: "kube.list", Params: []string{"apiVersion", "kind", "namespace", "selector"}, Access: Access{Target: ByKind, Verbs: []string{"list"}}},
 	{Name: "kube.create", Params: []string{"obj"}, Access: Access{Target: ByObject, Verbs: []string{"create"}}},
 	{Name: "kube.patch", Params: []string{"apiVersion", "kind", "namespace", "name", "patch", "patch_type"}, Access: Access{Target: ByKind, Verbs: []string{"patch"}}},

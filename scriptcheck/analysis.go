@@ -17,9 +17,11 @@ import (
 type KubeCall struct {
 	File string
 	Line int
-	Verb string // get, list, create, patch, delete, apply
+	Verb string // get, list, create, patch, delete, apply; reads (luaop.reads)
 	// APIVersion and Kind, when Resolved: literals at the call (or locals, local
-	// functions returning table constructors, luaop.adopt/label of those).
+	// functions returning table constructors, luaop.adopt/label of those). For
+	// luaop.reads, Kind is the resource string's last part (a plural, a kind or a
+	// short name).
 	APIVersion, Kind string
 	Resolved         bool
 }
@@ -27,7 +29,10 @@ type KubeCall struct {
 // Function is the function of scriptapi's table the call is of (its Access says
 // what the call needs).
 func (c KubeCall) Function() scriptapi.Function {
-	f, _ := scriptapi.Lookup("kube." + c.Verb)
+	if f, ok := scriptapi.Lookup("kube." + c.Verb); ok {
+		return f
+	}
+	f, _ := scriptapi.Lookup(c.Verb)
 	return f
 }
 

@@ -57,7 +57,7 @@ func (z *analyzer) call(c *ast.FuncCallExpr, sc *scope) {
 	fn, ok := scriptapi.Lookup(path)
 	switch {
 	case !ok:
-	case fn.Access.Target == scriptapi.ByKind || fn.Access.Target == scriptapi.ByObject:
+	case fn.Access.Target == scriptapi.ByKind || fn.Access.Target == scriptapi.ByObject || fn.Access.Target == scriptapi.ByResource:
 		z.kubeCall(c, sc, fn)
 	case fn.Registers != "":
 		z.registration(c, sc, fn)
@@ -75,6 +75,14 @@ func (z *analyzer) kubeCall(c *ast.FuncCallExpr, sc *scope, fn scriptapi.Functio
 			av, ok1 := z.str(c.Args[0], sc, 0)
 			k, ok2 := z.str(c.Args[1], sc, 0)
 			kc.APIVersion, kc.Kind, kc.Resolved = av, k, ok1 && ok2
+		}
+	case scriptapi.ByResource:
+		if len(c.Args) >= 1 {
+			if s, ok := z.str(c.Args[0], sc, 0); ok {
+				if res, err := luabind.ParseResource(s); err == nil {
+					kc.APIVersion, kc.Kind, kc.Resolved = res.GroupVersion().String(), res.Resource, true
+				}
+			}
 		}
 	case scriptapi.ByObject:
 		if len(c.Args) >= 1 {

@@ -63,9 +63,13 @@ func TestAnalyserKnowsTheTableOfFunctions(t *testing.T) {
 			if f.Param("opts") >= 0 && !strings.Contains(joined, "unknown handler option bogus") {
 				t.Errorf("luaop.%s: its options not read: %q", f.Name, got)
 			}
-		case f.Access.Target == scriptapi.ByKind || f.Access.Target == scriptapi.ByObject:
-			a := Analyze(scriptsOf("k.lua", fmt.Sprintf("local luaop = require('luaop')\nluaop.%s(%s)\n", f.Name, argsOf(f, ""))))
-			want := KubeCall{File: "k.lua", Line: 2, Verb: strings.TrimPrefix(f.Name, "kube."), APIVersion: "v1", Kind: "ConfigMap", Resolved: true}
+		case f.Access.Target == scriptapi.ByKind || f.Access.Target == scriptapi.ByObject || f.Access.Target == scriptapi.ByResource:
+			resource, kind := "", "ConfigMap"
+			if f.Access.Target == scriptapi.ByResource {
+				resource, kind = "v1/configmaps", "configmaps"
+			}
+			a := Analyze(scriptsOf("k.lua", fmt.Sprintf("local luaop = require('luaop')\nluaop.%s(%s)\n", f.Name, argsOf(f, resource))))
+			want := KubeCall{File: "k.lua", Line: 2, Verb: strings.TrimPrefix(f.Name, "kube."), APIVersion: "v1", Kind: kind, Resolved: true}
 			if len(a.KubeCalls) != 1 || a.KubeCalls[0] != want {
 				t.Errorf("luaop.%s: kube calls %+v, want %+v", f.Name, a.KubeCalls, want)
 			}

@@ -68,7 +68,9 @@ the Role for the sharding Leases), that the scripts of DIR need:
   - core Events: create, patch (handler outcomes, luaop.info/warn/exception);
   - the resources of luaop.kube calls whose apiVersion and kind are literals in the
     source (or locals, or objects built by local functions): the verbs they use
-    (apply needs create and patch).
+    (apply needs create and patch);
+  - the resources of luaop.reads declarations: get, list, watch (the operator
+    keeps them in its cache, where luaop.kube.get and list read them).
 Calls it cannot resolve are listed on standard error: grant their resources by hand.
 
 Without a cluster, resource names cannot be discovered: the plural of a kind is
@@ -301,7 +303,7 @@ func (d *rbacDoc) callRules(kubeCalls []scriptcheck.KubeCall) ruleSet {
 	for _, c := range kubeCalls {
 		where := fmt.Sprintf("%s:%d", c.File, c.Line)
 		if !c.Resolved {
-			unresolved = append(unresolved, fmt.Sprintf("%s: luaop.kube.%s", where, c.Verb))
+			unresolved = append(unresolved, fmt.Sprintf("%s: luaop.%s", where, c.Function().Name))
 			continue
 		}
 		gv, err := schema.ParseGroupVersion(c.APIVersion)
@@ -330,7 +332,7 @@ func (d *rbacDoc) writeScriptsRoles(watched, calls ruleSet) {
 	o := d.o
 	var rules strings.Builder
 	writeRules(&rules, "# Watched by the handlers: list/watch for the informers, get for re-reads, patch for\n# progress, finalizers and results (the status subresource).\n", watched)
-	writeRules(&rules, "# The scripts' luaop.kube calls.\n", calls)
+	writeRules(&rules, "# The scripts' luaop.kube calls, and luaop.reads (list and watch: kept in the operator's cache).\n", calls)
 	rules.WriteString("# Events: handler outcomes and luaop.info/warn/exception (the recorder creates, then\n# patches repeats).\n- apiGroups: [\"\"]\n  resources: [events]\n  verbs: [create, patch]\n")
 
 	exact := len(o.Namespaces) > 0

@@ -27,6 +27,8 @@ func TestRBACGrantsTheAccessOfEveryFunction(t *testing.T) {
 			switch f.Access.Target {
 			case scriptapi.ByKind:
 				args[0], args[1] = `"v1"`, `"Secret"`
+			case scriptapi.ByResource:
+				args[0] = `"v1/secrets"`
 			case scriptapi.ByObject, scriptapi.CoreEvents:
 				args[0] = `{apiVersion = "v1", kind = "Secret", metadata = {name = "x"}}`
 			default:

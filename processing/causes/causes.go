@@ -199,6 +199,18 @@ type Cause struct {
 	Prematch bool
 }
 
+// Read is a resource the scripts declared they read (luaop.reads): the operator keeps
+// it in its informer cache, where luaop.kube.get and list find it.
+type Read struct {
+	Resource Resource
+	// LabelSelector narrows what is kept ("" every object).
+	LabelSelector string
+	// Metadata keeps the objects' metadata only (PartialObjectMetadata).
+	Metadata bool
+	// Source is "file:line" of the declaration, for messages.
+	Source string
+}
+
 // Call is one invocation of one handler.
 type Call struct {
 	Handler Spec
