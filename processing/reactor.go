@@ -62,6 +62,8 @@ type Reactor struct {
 	pause pauseGate
 	// rel are the objects waiting to be released to another replica (shard.go).
 	rel releases
+	// relations are the related objects' watches and triggers (related.go).
+	relations *relations
 	// forgetting counts the goroutines that forget old incarnations after their
 	// daemons exited (Start waits for them).
 	forgetting sync.WaitGroup
@@ -153,6 +155,8 @@ func NewWithClients(clients Clients, handlers Handlers, opts Options) (*Reactor,
 		res:      newResources(),
 		indexes:  state.NewIndexes(),
 		daemons:  daemonRegistry{running: map[*daemonRun]struct{}{}},
+
+		relations: newRelations(),
 	}, nil
 }
 
@@ -275,6 +279,7 @@ func (o *Reactor) Refresh() {
 		return
 	}
 	o.refreshResources(ctx, o.handlers.Specs())
+	o.refreshRelated(ctx, o.handlers.Specs())
 	// The specs are read again under the lock: a Refresh that stalled in discovery
 	// while a later reload's Refresh stored its signature must not store an older one.
 	o.enginesMu.Lock()
@@ -322,7 +327,7 @@ func (o *Reactor) Synced() bool {
 		}
 	}
 	initial, _ := o.ready.pending()
-	return initial == 0
+	return initial == 0 && o.relatedSynced()
 }
 
 // versionOlder compares resourceVersions. They are opaque by API convention but are

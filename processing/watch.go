@@ -128,6 +128,7 @@ func (w *watcher) run(ctx context.Context) {
 		// waits for them (client-go polls HasSynced; nothing here polls the clock).
 		if cache.WaitForCacheSync(ctx.Done(), w.syncedFns()...) {
 			w.op.wakeIndexWaiters()
+			w.op.sweepRelated(w.resource)
 		}
 	}()
 	log.Info("watching", "namespaces", strings.Join(namespacesForLog(namespaces), ","), "statusSubresource", info.statusSubresource)
