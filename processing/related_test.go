@@ -303,6 +303,7 @@ func TestRelatedWaitsForTheParentsOwnCause(t *testing.T) {
 	}
 	mu.Unlock()
 	e.markDeleting("w1")
+	e.settleIn(widgetsGVR, "w1") // the deletion seen: a child's change seen before it would still run
 	e.patchConfigMap("c1", `{"data":{"v":"gone"}}`)
 	e.stays("w1", "a related run while the parent is being deleted", func() bool { mu.Lock(); defer mu.Unlock(); return len(order) != 2 })
 }
