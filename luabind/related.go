@@ -185,41 +185,48 @@ func (s *shard) mapRelated(ctx context.Context, call causes.Call, relation int) 
 }
 
 // objectRefs reads what a mapping function returned: nil (none), or a list of
-// {namespace = ..., name = ...} tables or "namespace/name" (or "name") strings.
+// {namespace = ..., name = ...} tables or "namespace/name" (or "name") strings; a
+// read-only view (an index's list, ctx.indexes.x.key) is read as its values.
 func objectRefs(v lua.LValue) ([]causes.ObjectRef, error) {
 	if v == lua.LNil {
 		return nil, nil
 	}
-	t, ok := v.(*lua.LTable)
-	if !ok {
+	value, err := luavalue.FromLua(v)
+	if err != nil {
+		return nil, err
+	}
+	var items []any
+	switch x := value.(type) {
+	case []any:
+		items = x
+	case map[string]any:
+		if len(x) > 0 { // an empty table converts to an empty map
+			return nil, fmt.Errorf("return a list of objects ({{namespace = \"a\", name = \"b\"}} or {\"a/b\"}), not a table with keys")
+		}
+	default:
 		return nil, fmt.Errorf("return a list of objects ({{namespace = \"a\", name = \"b\"}} or {\"a/b\"}), not a %s", v.Type())
 	}
-	var out []causes.ObjectRef
-	var bad error
-	t.ForEach(func(_, x lua.LValue) {
-		if bad != nil {
-			return
-		}
-		switch x := x.(type) {
-		case lua.LString:
-			ns, name, found := strings.Cut(string(x), "/")
+	out := make([]causes.ObjectRef, 0, len(items))
+	for _, item := range items {
+		switch x := item.(type) {
+		case string:
+			ns, name, found := strings.Cut(x, "/")
 			if !found {
 				ns, name = "", ns
 			}
 			out = append(out, causes.ObjectRef{Namespace: ns, Name: name})
-		case *lua.LTable:
-			name, _ := x.RawGetString("name").(lua.LString)
-			ns, _ := x.RawGetString("namespace").(lua.LString)
+		case map[string]any:
+			name, _ := x["name"].(string)
+			ns, _ := x["namespace"].(string)
 			if name == "" {
-				bad = fmt.Errorf("an object of the list has no name: give {namespace = \"a\", name = \"b\"}")
-				return
+				return nil, fmt.Errorf("an object of the list has no name: give {namespace = \"a\", name = \"b\"}")
 			}
-			out = append(out, causes.ObjectRef{Namespace: string(ns), Name: string(name)})
+			out = append(out, causes.ObjectRef{Namespace: ns, Name: name})
 		default:
-			bad = fmt.Errorf("the list holds a %s: give {namespace = \"a\", name = \"b\"} tables or \"a/b\" strings", x.Type())
+			return nil, fmt.Errorf("the list holds a %T: give {namespace = \"a\", name = \"b\"} tables or \"a/b\" strings", item)
 		}
-	})
-	return out, bad
+	}
+	return out, nil
 }
 
 // relatedToLua is ctx.related of a related cause: the list of changes of related

@@ -254,10 +254,15 @@ func (z *analyzer) block(stmts []ast.Stmt, sc *scope) {
 func (z *analyzer) stmt(st ast.Stmt, sc *scope) {
 	switch st := st.(type) {
 	case *ast.LocalAssignStmt:
-		for _, e := range st.Exprs {
-			z.expr(e, sc)
-		}
 		// `local function f` is a local bound before its body: recursion sees it.
+		// The parser gives it as `local f = function`, whose body would see a
+		// global f: that rare spelling is read as the common one.
+		_, recursive := singleFunction(st)
+		if !recursive {
+			for _, e := range st.Exprs {
+				z.expr(e, sc)
+			}
+		}
 		for i, n := range st.Names {
 			b := &binding{scope: sc}
 			if i < len(st.Exprs) {
@@ -265,6 +270,9 @@ func (z *analyzer) stmt(st ast.Stmt, sc *scope) {
 				b.module = isRequireLuaop(st.Exprs[i])
 			}
 			sc.names[n] = b
+		}
+		if recursive {
+			z.expr(st.Exprs[0], sc)
 		}
 	case *ast.AssignStmt:
 		for _, e := range st.Rhs {
@@ -484,4 +492,14 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// singleFunction tells whether a local statement binds one name to a function
+// (`local function f`, as the parser gives it).
+func singleFunction(st *ast.LocalAssignStmt) (*ast.FunctionExpr, bool) {
+	if len(st.Names) != 1 || len(st.Exprs) != 1 {
+		return nil, false
+	}
+	fn, ok := st.Exprs[0].(*ast.FunctionExpr)
+	return fn, ok
 }
