@@ -11,24 +11,37 @@ local luaop = require("luaop")
 local PROJECTS = "examples.luaop.dev/v1/projects"
 
 -- What the Project wants, by kind.
-local function children(ctx)
-  local owner = luaop.owner_reference(ctx.body)
-  local hard = {}
-  for k, v in pairs(ctx.spec.quota or { pods = "10" }) do hard[k] = tostring(v) end
-  local memory = ctx.spec.defaultMemory or "256Mi"
-  return {
-    Namespace = { apiVersion = "v1", kind = "Namespace",
-      metadata = { name = ctx.name, labels = { ["examples.luaop.dev/project"] = ctx.name }, ownerReferences = { owner } } },
-    ResourceQuota = { apiVersion = "v1", kind = "ResourceQuota",
-      metadata = { name = "project", namespace = ctx.name, ownerReferences = { owner } },
-      spec = { hard = hard } },
-    LimitRange = { apiVersion = "v1", kind = "LimitRange",
-      metadata = { name = "project", namespace = ctx.name, ownerReferences = { owner } },
-      spec = { limits = { { type = "Container", default = { memory = memory } } } } },
-  }
+local function owner(ctx) return { luaop.owner_reference(ctx.body) } end
+
+local function namespace_of(ctx)
+  return { apiVersion = "v1", kind = "Namespace",
+    metadata = { name = ctx.name, labels = { ["examples.luaop.dev/project"] = ctx.name }, ownerReferences = owner(ctx) } }
 end
 
+local function quota_of(ctx)
+  local hard = {}
+  for k, v in pairs(ctx.spec.quota or { pods = "10" }) do hard[k] = tostring(v) end
+  return { apiVersion = "v1", kind = "ResourceQuota",
+    metadata = { name = "project", namespace = ctx.name, ownerReferences = owner(ctx) },
+    spec = { hard = hard } }
+end
+
+local function limits_of(ctx)
+  return { apiVersion = "v1", kind = "LimitRange",
+    metadata = { name = "project", namespace = ctx.name, ownerReferences = owner(ctx) },
+    spec = { limits = { { type = "Container", default = { memory = ctx.spec.defaultMemory or "256Mi" } } } } }
+end
+
+local CHILDREN = { Namespace = namespace_of, ResourceQuota = quota_of, LimitRange = limits_of }
 local ORDER = { "Namespace", "ResourceQuota", "LimitRange" } -- the namespace first
+
+-- Applying each child (server-side apply); a call per kind, so that `luaop rbac`
+-- sees what each needs.
+local APPLY = {
+  Namespace = function(ctx) return luaop.kube.apply(namespace_of(ctx)) end,
+  ResourceQuota = function(ctx) return luaop.kube.apply(quota_of(ctx)) end,
+  LimitRange = function(ctx) return luaop.kube.apply(limits_of(ctx)) end,
+}
 
 -- contains tells whether have holds everything of want (what others add is theirs).
 local function contains(have, want)
@@ -40,34 +53,33 @@ local function contains(have, want)
   return true
 end
 
-local function apply(child)
-  local _, err, reason = luaop.kube.apply(child)
+local function apply(ctx, kind)
+  local _, err, reason = APPLY[kind](ctx)
   if not err then return end
   if reason == "Forbidden" and tostring(err):find("being terminated", 1, true) then
     -- A deleted namespace goes once its content is gone: re-created after that.
-    error(luaop.temporary_error("namespace " .. child.metadata.namespace .. " is being deleted; re-creating it once it is gone", 2))
+    error(luaop.temporary_error("namespace " .. ctx.name .. " is being deleted; re-creating it once it is gone", 2))
   end
-  error(luaop.temporary_error("applying " .. child.kind .. " " .. child.metadata.name .. ": " .. err, 2))
+  error(luaop.temporary_error("applying the " .. kind .. " of project " .. ctx.name .. ": " .. err, 2))
 end
 
 local function provision(ctx)
-  local want = children(ctx)
   if ctx.reason ~= "related" then
-    for _, kind in ipairs(ORDER) do apply(want[kind]) end
+    for _, kind in ipairs(ORDER) do apply(ctx, kind) end
     return { namespace = ctx.name }
   end
   -- A child changed: put back what drifted (another writer's additions stay, as
   -- server-side apply leaves them), re-create what is gone.
   local drifted = {}
   for _, r in ipairs(ctx.related) do
-    local w = want[r.kind]
+    local w = CHILDREN[r.kind] and CHILDREN[r.kind](ctx)
     if w and (r.type == "DELETED" or not contains(r.new, w)) then drifted[r.kind] = true end
   end
   if drifted.Namespace then drifted.ResourceQuota, drifted.LimitRange = true, true end
   for _, kind in ipairs(ORDER) do
     if drifted[kind] then
       ctx.logger.info("healing", kind)
-      apply(want[kind])
+      apply(ctx, kind)
     end
   end
   return { namespace = ctx.name }
