@@ -307,3 +307,31 @@ func TestRelatedWaitsForTheParentsOwnCause(t *testing.T) {
 	e.patchConfigMap("c1", `{"data":{"v":"gone"}}`)
 	e.stays("w1", "a related run while the parent is being deleted", func() bool { mu.Lock(); defer mu.Unlock(); return len(order) != 2 })
 }
+
+// At start, the related objects the listing finds trigger their parent (what
+// changed while the operator was down): every one reaches the handler, coalesced
+// with the others pending at its run, and nothing runs again after.
+func TestRelatedObjectsFoundAtStartTriggerTheirParent(t *testing.T) {
+	h := newFakeHandlers()
+	var runs relatedRuns
+	h.add(relatedSpec("heal", causes.Relation{Kind: causes.RelationOwned, Resource: configmaps}), runs.handler(nil))
+	e := startEnv(t, h, Options{}, widgetObject("w1", "uid-w1", nil),
+		ownedConfigMap("a", "w1", "uid-w1", true, "0"), ownedConfigMap("b", "w1", "uid-w1", true, "0"),
+		ownedConfigMap("orphan", "gone", "uid-gone", true, "0"))
+	e.eventually("the operator synced", e.op.Synced)
+	e.eventually("both children seen", func() bool {
+		seen := map[string]bool{}
+		for i := range runs.count() {
+			for name := range names(runs.run(i)) {
+				seen[name] = true
+			}
+		}
+		return seen["a"] && seen["b"] && len(seen) == 2
+	})
+	n := runs.count()
+	e.stays("w1", "another run", func() bool { return runs.count() != n })
+	// Dropped once the parents' listing is done (its end is polled: soon after).
+	e.eventually("no trigger kept for a parent the listing did not find", func() bool {
+		return !e.op.relations.inbox.has(objectKey{resource: widgets, namespace: "default", name: "gone"})
+	})
+}
