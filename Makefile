@@ -4,7 +4,7 @@ CACHE ?= $(or $(LUAOP_CACHE),$(HOME)/.cache/luaop)
 BIN := $(CURDIR)/bin
 GO_TEST_FLAGS ?= -race -count=1 -timeout 40m
 
-.PHONY: dev test test-node test-sharding unit lint cluster cluster-down node node-down build image image-archive release bench bench-daemons bench-sleep bench-sharding bench-reload soak chaos faults fuzz
+.PHONY: dev test test-node test-sharding unit lint cluster cluster-down node node-down build image image-archive release bench bench-daemons bench-sleep bench-sharding bench-reload bench-related soak chaos faults fuzz
 
 # The version printed by `luaop --version` and `luaop version`.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
@@ -134,6 +134,11 @@ bench-sharding:
 BENCH_DAEMONS ?= 2000,10000
 bench-daemons:
 	LUAOP_BENCH_DAEMONS=$(BENCH_DAEMONS) LUAOP_TEST_CLUSTER_DIR=$(CACHE)/cluster-bench localcluster/with-cluster.sh go test -run XXX -bench IdleDaemons -benchtime 1x -timeout 40m ./e2e
+
+# The replicator example under a burst (issue 43): 1,000 copies edited at once, the
+# healing time of each (p50/p90/p99/max; LUAOP_BENCH_HEAL_TIMES=FILE writes every one).
+bench-related:
+	LUAOP_TEST_CLUSTER_DIR=$(CACHE)/cluster-bench localcluster/with-cluster.sh go test -v -run XXX -bench ReplicatorBurst -benchtime 1x -timeout 40m ./e2e
 
 # Reload latency (save -> new handler active) with 1, 50, 500 and 2,000 script files,
 # then reload under load: 10,000 objects (LUAOP_BENCH_OBJECTS) created and updated

@@ -26,7 +26,8 @@ import (
 )
 
 // requestCounter counts the operator's requests to the API server by verb
-// (LIST: a GET of a collection without watch; WATCH; GET of one object; ...).
+// (LIST: a GET of a collection without watch; WATCH; GET of one object; ...),
+// and the answers that were not a success by verb and code ("PATCH 429").
 type requestCounter struct {
 	mu     sync.Mutex
 	counts map[string]int
@@ -45,7 +46,13 @@ func (c *requestCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 			c.lists = append(c.lists, path+"?"+req.URL.RawQuery)
 		}
 		c.mu.Unlock()
-		return rt.RoundTrip(req)
+		resp, err := rt.RoundTrip(req)
+		if err == nil && resp.StatusCode >= 300 { // refused ones too (a 429 retried by client-go is counted twice)
+			c.mu.Lock()
+			c.counts[fmt.Sprintf("%s %d", verb, resp.StatusCode)]++
+			c.mu.Unlock()
+		}
+		return resp, err
 	})
 }
 
