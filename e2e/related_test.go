@@ -47,9 +47,16 @@ func (c *requestCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 		}
 		c.mu.Unlock()
 		resp, err := rt.RoundTrip(req)
-		if err == nil && resp.StatusCode >= 300 { // refused ones too (a 429 retried by client-go is counted twice)
+		outcome := ""
+		switch {
+		case err != nil: // client-go may send it again: counted twice
+			outcome = verb + " error"
+		case resp.StatusCode >= 300: // refused ones too (a 429 retried by client-go is counted twice)
+			outcome = fmt.Sprintf("%s %d", verb, resp.StatusCode)
+		}
+		if outcome != "" {
 			c.mu.Lock()
-			c.counts[fmt.Sprintf("%s %d", verb, resp.StatusCode)]++
+			c.counts[outcome]++
 			c.mu.Unlock()
 		}
 		return resp, err
@@ -94,8 +101,14 @@ func (c *requestCounter) snapshot() (map[string]int, []string) {
 }
 
 // startCounted starts an operator on the whole cluster with one example script,
-// its requests counted.
+// its requests counted, and waits until it is ready.
 func startCounted(t testing.TB, file string) (*testcluster.RunningOperator, *requestCounter) {
+	return startCountedWithin(t, file, 20*time.Second)
+}
+
+// startCountedWithin is startCounted waiting up to ready (a cluster holding
+// thousands of related objects, a benchmark's, takes longer than 20 s to list).
+func startCountedWithin(t testing.TB, file string, ready time.Duration) (*testcluster.RunningOperator, *requestCounter) {
 	t.Helper()
 	src, err := os.ReadFile(filepath.Join(testcluster.RepoRoot(), "scripts", "examples", file))
 	if err != nil {
@@ -105,8 +118,11 @@ func startCounted(t testing.TB, file string) (*testcluster.RunningOperator, *req
 	counted := *env
 	counted.Config = rest.CopyConfig(env.Config)
 	counted.Config.Wrap(counter.wrap)
-	op := counted.StartOperator(t, "", operator.Options{Scripts: []luabind.Script{{Name: file, Source: src}},
+	op := counted.StartOperatorAsync(t, "", operator.Options{Scripts: []luabind.Script{{Name: file, Source: src}},
 		Processing: processing.Options{ConsistencyTimeout: 5 * time.Second}})
+	testcluster.Eventually(t, ready, func() (bool, string) {
+		return op.Ready(), "the operator is not ready (scripts loaded, initial listing processed)"
+	})
 	return op, counter
 }
 

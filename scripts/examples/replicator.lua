@@ -108,6 +108,7 @@ local function heal(ctx, copy)
   local of = ctx.namespace .. "." .. ctx.name
   local labels = copy.metadata.labels
   if not drifted and labels ~= nil and labels[REPLICA_OF] == of then return end
+  ctx.logger.info("healing the copy in", copy.metadata.namespace, "version", copy.metadata.resourceVersion)
   local _, err, reason = luaop.kube.patch("v1", "ConfigMap", copy.metadata.namespace, ctx.name,
     { metadata = { labels = { [REPLICA_OF] = of } }, data = luaop.object(patch) })
   check("healing", copy.metadata.namespace, ctx.name, err, reason)
