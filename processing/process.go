@@ -553,6 +553,9 @@ func (c *cycle) run(ctx context.Context, facts objectFacts) (time.Duration, erro
 	}
 	if base.Reason == causes.Noop {
 		o.board.progress(c.key, c.info.kind, c.mem.uid, "", nil, c.now)
+		if c.refreshDiffBase() {
+			return 0, c.apply(ctx) // its event brings the next cycle, with the related triggers still pending
+		}
 		return c.handleRelated(ctx, base, facts)
 	}
 	if !c.prematched(ctx, base) {
@@ -899,7 +902,9 @@ func (c *cycle) finishCause(cause causes.Cause, states []handlerState) {
 		return
 	}
 	if cause.Reason == causes.Resume || cause.Reason == causes.Related {
-		// Nothing of the object changed, so the stored diff-base is already right.
+		// Nothing of the object changed, so the stored diff-base is already right (unless it still
+		// holds a Secret's values as they are).
+		c.refreshDiffBase()
 		return
 	}
 	handled := cause.New
