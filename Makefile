@@ -4,7 +4,7 @@ CACHE ?= $(or $(LUAOP_CACHE),$(HOME)/.cache/luaop)
 BIN := $(CURDIR)/bin
 GO_TEST_FLAGS ?= -race -count=1 -timeout 40m
 
-.PHONY: dev test test-node test-sharding unit lint cluster cluster-down node node-down build install image image-archive release bench bench-cache bench-daemons bench-sleep bench-sharding bench-reload soak chaos faults fuzz
+.PHONY: dev test test-node test-sharding unit lint cluster cluster-down node node-down build install image image-archive release bench bench-cache bench-daemons bench-sleep bench-sharding bench-reload bench-related soak chaos faults fuzz
 
 # The version printed by `luaop --version` and `luaop version`.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
@@ -160,6 +160,11 @@ bench-daemons:
 BENCH_UNLABELLED ?= 10000
 bench-cache:
 	LUAOP_BENCH_UNLABELLED=$(BENCH_UNLABELLED) LUAOP_TEST_CLUSTER_DIR=$(CACHE)/cluster-bench localcluster/with-cluster.sh go test -run XXX -bench WatchMemoryWithUnlabelledObjects -benchtime 1x -timeout 20m ./e2e
+
+# The replicator example under a burst (issue 43): 1,000 copies edited at once, the
+# healing time of each (p50/p90/p99/max; LUAOP_BENCH_HEAL_TIMES=FILE writes every one).
+bench-related:
+	LUAOP_TEST_CLUSTER_DIR=$(CACHE)/cluster-bench localcluster/with-cluster.sh go test -v -run XXX -bench ReplicatorBurst -benchtime 1x -timeout 40m ./e2e
 
 # Reload latency (save -> new handler active) with 1, 50, 500 and 2,000 script files,
 # then reload under load: 10,000 objects (LUAOP_BENCH_OBJECTS) created and updated

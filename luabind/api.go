@@ -32,6 +32,7 @@ func (s *shard) newModule() *lua.LTable {
 		on.RawSetString(name, L.NewFunction(s.registerChange(name, reasons)))
 	}
 	on.RawSetString("field", L.NewFunction(s.registerField))
+	on.RawSetString("related", L.NewFunction(s.registerRelated))
 	on.RawSetString("event", L.NewFunction(s.registerKind(causes.KindEvent, "event")))
 	on.RawSetString("validate", L.NewFunction(s.registerKind(causes.KindValidate, "validate")))
 	on.RawSetString("mutate", L.NewFunction(s.registerKind(causes.KindMutate, "mutate")))
@@ -228,7 +229,7 @@ func (s *shard) mergeCauses(col *collected, spec causes.Spec, fns *handlerFns, f
 		return false
 	}
 	prev := col.specs[i]
-	a, b := prev, spec
+	a, b := mergeRelations(prev, spec)
 	a.Reasons, b.Reasons, a.Source, b.Source = nil, nil, "", ""
 	fns.setHasFilter()
 	filters.hasCallbacks = fns.hasFilter
@@ -241,6 +242,9 @@ func (s *shard) mergeCauses(col *collected, spec causes.Spec, fns *handlerFns, f
 		if !prev.Serves(r) {
 			col.specs[i].Reasons = append(slices.Clone(col.specs[i].Reasons), r)
 		}
+	}
+	if len(spec.Related) > 0 {
+		col.specs[i].Related, prevFns.maps = spec.Related, fns.maps
 	}
 	return true
 }
@@ -340,6 +344,8 @@ func (s *shard) applyOptions(L *lua.LState, spec *causes.Spec, fns *handlerFns, 
 			spec.CancellationTimeout = s.optSeconds(L, name, v)
 		case "cancellation_backoff":
 			spec.CancellationBackoff = s.optSeconds(L, name, v)
+		case "owned", "controller", "labelled", "mapped":
+			s.relationOption(L, spec, fns, name, v)
 		case "operations", "side_effects", "failure_policy", "subresource":
 			if !spec.Kind.IsAdmission() {
 				L.RaiseError("option %s applies to admission handlers only (luaop.on.validate, luaop.on.mutate)", name)
@@ -347,6 +353,7 @@ func (s *shard) applyOptions(L *lua.LState, spec *causes.Spec, fns *handlerFns, 
 			s.admissionOption(L, spec, name, v)
 		}
 	})
+	s.finishRelations(L, spec, fns, f)
 	f.change = spec.Kind == causes.KindChange
 	if f.field == nil && spec.Field != nil {
 		f.field = spec.Field

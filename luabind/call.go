@@ -645,6 +645,8 @@ func (s *shard) ctxField(L *lua.LState, cs *callState, key string) lua.LValue {
 		})
 	case "indexes":
 		return s.indexesTable(L, call)
+	case "related":
+		return relatedToLua(L, call.Cause)
 	case "memo":
 		return s.memoView(L, cs, uidOf(body))
 	case "logger":

@@ -160,6 +160,22 @@
 ---@field side_effects? boolean Admission handlers: the handler writes elsewhere (sideEffects NoneOnDryRun instead of None). On dry runs its luaop.kube writes and Events are never sent either way.
 ---@field failure_policy? "Fail"|"Ignore" Admission handlers: what a failing or late handler means: "Fail" (the default) rejects with the reason, "Ignore" allows with a warning. Also the webhook's failurePolicy (when the operator cannot be reached).
 ---@field subresource? string Admission handlers: serve requests of this subresource ("status", "scale") instead of the resource itself.
+---@field owned? LuaopResource|LuaopResource[] luaop.on.related: objects of these resources whose owner reference (the controller's, unless controller = false) names the handler's object (controller-runtime's Owns).
+---@field controller? boolean luaop.on.related with owned: true (the default) counts the controller owner reference only, false any owner reference naming the object.
+---@field labelled? table<LuaopResource, string> luaop.on.related: resource -> label; an object carrying the label is related to the object its value names: "namespace.name" (a namespaced handler resource) or "name" (a cluster-scoped one). Only objects with the label are watched.
+---@field mapped? table<LuaopResource, fun(ctx: HandlerContext): (table[]|string[]|nil)> luaop.on.related: resource -> function(ctx) of one of its objects (ctx.body, ctx.name, ctx.indexes, ...) returning the objects of the handler's resource it relates to: {{namespace = "a", name = "b"}, ...} or {"a/b", ...} (a namespace left out is the object's own); run on the object before and after each change (controller-runtime's EnqueueRequestsFromMapFunc).
+
+---One change of a related object, an item of ctx.related.
+---@class RelatedChange
+---@field relation "owned"|"labelled"|"mapped" How the object is related.
+---@field resource string Its resource ("v1/configmaps").
+---@field kind string Its kind ("ConfigMap").
+---@field namespace string? Its namespace (nil when cluster-scoped).
+---@field name string Its name.
+---@field type "ADDED"|"MODIFIED"|"DELETED" The newest watch event of it (an object added, then modified, is still ADDED).
+---@field object KubeObject Its newest state (for DELETED, the last one known; read-only).
+---@field old KubeObject? Its state before the first of the coalesced events (nil for ADDED; read-only).
+---@field new KubeObject? Its newest state (nil for DELETED; read-only).
 
 ---A verified client certificate of an admission request (ctx.sslpeer), named as
 ---Python's ssl.getpeercert() names it (kopf's sslpeer).
@@ -200,7 +216,8 @@
 ---@field namespace string? The object's namespace (nil for cluster-scoped objects and hooks).
 ---@field uid string? The object's uid.
 ---@field resourceVersion string? The object's metadata.resourceVersion.
----@field reason "create"|"update"|"delete"|"resume"|string|nil Why a change handler runs (nil when no reason applies).
+---@field reason "create"|"update"|"delete"|"resume"|"related"|string|nil Why a change handler runs (nil when no reason applies).
+---@field related RelatedChange[]? luaop.on.related handlers: the related objects that changed since the handler last ran for this object, one entry per object (several events of one object coalesced), in the order first seen; nil for other causes.
 ---@field type "ADDED"|"MODIFIED"|"DELETED"|string|nil Event handlers: the watch event type.
 ---@field operation "CREATE"|"UPDATE"|"DELETE"|"CONNECT"|nil Admission handlers: the request's operation.
 ---@field userinfo {username: string, uid: string?, groups: string[]?, extra: table?}|nil Admission handlers: who sent the request (read-only).
@@ -311,6 +328,18 @@ function luaop.on.resume(resource, fn, opts) end
 ---@param fn LuaopHandler The handler.
 ---@param opts? HandlerOptions Id, retries, backoff, timeout, errors, param, filters.
 function luaop.on.field(resource, field, fn, opts) end
+
+---Registers a handler of objects of `resource` that runs when objects related to one
+---of them are created, changed or deleted: owned (opts.owned), labelled
+---(opts.labelled) or mapped by a function (opts.mapped). It is a change handler (retried,
+---progress on the object, ctx.patch, ctx.memo) whose ctx.reason is "related" and whose
+---ctx.related lists what changed; changes arriving while it runs are coalesced into
+---its next run. Registered with the same id and function as on.create/update/resume,
+---it is one handler of all those causes (controller-runtime's one Reconcile).
+---@param resource LuaopResource "group/version/plural" ("example.com/v1/widgets") or "v1/plural".
+---@param fn LuaopHandler The handler.
+---@param opts HandlerOptions owned, labelled and/or mapped; id, retries, backoff, timeout, errors, param, filters (labels, annotations, when).
+function luaop.on.related(resource, fn, opts) end
 
 ---Registers a handler for every raw watch event of `resource` (kopf: on.event); it is
 ---never retried. ctx.type is "ADDED", "MODIFIED" or "DELETED".

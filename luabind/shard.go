@@ -90,6 +90,10 @@ type handlerFns struct {
 	valueFn, oldFn, newFn *lua.LFunction
 	param                 lua.LValue
 	hasFilter             bool
+	// maps are the functions of mapped relations by related resource (as the
+	// script spells it); anyOwner is on.related's controller = false.
+	maps     map[string]*lua.LFunction
+	anyOwner bool
 }
 
 // same tells whether two registrations have the same functions and param (Lua

@@ -30,6 +30,7 @@ func (o *Reactor) process(ctx context.Context, key objectKey) (time.Duration, er
 	}
 	st := o.objects.get(key)
 	if st == nil {
+		o.dropRelatedOfUnknown(key)
 		if o.ready.forget(key) {
 			o.wakeIndexWaiters()
 		}
@@ -150,6 +151,7 @@ func (o *Reactor) endIncarnation(ctx context.Context, log *slog.Logger, key obje
 	if !in.gone {
 		return false
 	}
+	o.relations.inbox.drop(key)
 	if handled {
 		// kopf: "Deleted, really deleted, and we are notified."
 		log.Log(ctx, o.opts.SuccessLogLevel, "deleted, really deleted, and the operator is notified", "reason", string(causes.Gone))
@@ -272,6 +274,7 @@ func (c *cycle) handleChanges(ctx context.Context, facts objectFacts) (time.Dura
 	// attempt, failed or not: one object the operator cannot patch (RBAC, a handler
 	// writing invalid data) must not keep it unready forever.
 	o.ready.processed(c.key)
+	c.followRelated()
 	if err != nil {
 		c.keepTheirs(err)
 		// The timers run all the same, in a write of their own.
@@ -468,6 +471,12 @@ type cycle struct {
 	// cause is there for held-back handlers only (nothing else changed).
 	held, outOfFilter map[string]heldValue
 	heldOnly          bool
+	// related is what this cycle took of the object's related triggers (a Related
+	// cause), by handler; causeCompleted: a cause completed in this cycle (its
+	// write done), so pending triggers get the next cycle (related.go).
+	related         map[string]relatedTaken
+	relatedFinished []string
+	causeCompleted  bool
 }
 
 // ranHandler is one change handler run of a cycle. wrote: its result or its
@@ -506,12 +515,14 @@ func (c *cycle) run(ctx context.Context, facts objectFacts) (time.Duration, erro
 	switch detected.Reason {
 	case causes.Free:
 		c.mem.pinned = nil
+		o.relations.inbox.drop(c.key) // a parent being deleted runs no related handler
 		o.board.progress(c.key, c.info.kind, c.mem.uid, "", nil, c.now)
 		return 0, nil
 	case causes.Delete:
 		// Delete handlers run while the daemons stop (kopf): the finalizer stays
 		// until both are done.
 		c.mem.pinned = nil
+		o.relations.inbox.drop(c.key)
 		return c.handle(ctx, base, facts)
 	}
 
@@ -559,14 +570,14 @@ func (c *cycle) run(ctx context.Context, facts objectFacts) (time.Duration, erro
 	if base.Reason == causes.Noop {
 		o.board.progress(c.key, c.info.kind, c.mem.uid, "", nil, c.now)
 		if c.refreshDiffBase() {
-			return 0, c.apply(ctx)
+			return 0, c.apply(ctx) // its event brings the next cycle, with the related triggers still pending
 		}
-		return 0, nil
+		return c.handleRelated(ctx, base, facts)
 	}
 	if !c.prematched(ctx, base) {
 		// kopf stores nothing for objects no change handler is interested in: the
 		// first time one is, that is their creation.
-		return 0, nil
+		return c.handleRelated(ctx, base, facts)
 	}
 	return c.handle(ctx, base, facts)
 }
@@ -598,7 +609,7 @@ func (c *cycle) handlerFields() [][]string { return handling.ChangeFields(c.spec
 // gets a diff-base at all.
 func (c *cycle) prematched(ctx context.Context, cause causes.Cause) bool {
 	for _, spec := range c.specs {
-		if spec.Kind != causes.KindChange {
+		if spec.Kind != causes.KindChange || onlyRelated(spec) {
 			continue
 		}
 		pc, present := handling.FieldCause(spec, cause)
@@ -655,12 +666,18 @@ func (c *cycle) selectHandlers(ctx context.Context, cause causes.Cause, facts ob
 		}
 		old, diff := c.heldBackOld(spec, cause)
 		hc, takesPart, changeOfField := handling.View(spec, cause, old, diff)
+		if takesPart && cause.Reason == causes.Related {
+			hc.Related, takesPart = c.relatedOf(spec)
+		}
 		if !takesPart {
 			continue
 		}
 		ok, err := c.op.handlers.Match(ctx, spec, hc)
 		if err != nil {
 			c.log.Error("handler filter failed; skipping the handler for this cause", "handler", spec.ID, "error", err)
+			if cause.Reason == causes.Related {
+				c.op.relations.inbox.drop(c.key, spec.ID)
+			}
 			continue
 		}
 		if ok {
@@ -668,6 +685,8 @@ func (c *cycle) selectHandlers(ctx context.Context, cause causes.Cause, facts ob
 			perHandler = append(perHandler, hc)
 		} else if changeOfField {
 			c.passedBy(spec, cause)
+		} else if cause.Reason == causes.Related {
+			c.op.relations.inbox.drop(c.key, spec.ID) // not for this object: its filters say so
 		}
 	}
 	return specs, perHandler
@@ -723,7 +742,9 @@ func (c *cycle) handle(ctx context.Context, cause causes.Cause, facts objectFact
 	}
 	if finished {
 		c.op.board.progress(c.key, c.info.kind, c.mem.uid, "", nil, c.now)
-		return 0, c.completeCause(ctx, cause, states)
+		err := c.completeCause(ctx, cause, states)
+		c.causeCompleted = err == nil
+		return 0, err
 	}
 	c.op.board.progress(c.key, c.info.kind, c.mem.uid, string(cause.Reason), states, c.now)
 	return c.persistProgress(ctx, cause, states)
@@ -778,11 +799,14 @@ func (c *cycle) runSelected(ctx context.Context, states []handlerState, perHandl
 				"resourceVersion", c.body.GetResourceVersion(), "expectedVersion", c.mem.expectedVersion,
 				"progressFound", h.found, "retries", h.record.Retries)
 		}
-		if at, ok := c.mem.succeededAt[h.spec.ID+"/"+string(reason)]; ok && !h.found && reason != causes.Update {
+		if at, ok := c.mem.succeededAt[h.spec.ID+"/"+string(reason)]; ok && !h.found && reason != causes.Update && reason != causes.Related {
 			c.log.Warn("running a handler again after its success: the object seen does not show it",
 				"handler", h.spec.ID, "reason", string(reason), "succeededInWrite", at, "resourceVersionSeen", c.body.GetResourceVersion())
 		}
 		states[i].record = c.runChangeHandler(ctx, h, perHandler[i], reason)
+		if reason == causes.Related && states[i].record.Finished() {
+			c.relatedFinished = append(c.relatedFinished, h.spec.ID)
+		}
 		if states[i].record.Success {
 			c.succeeded = append(c.succeeded, h.spec.ID+"/"+string(reason))
 		}
@@ -814,7 +838,7 @@ func (c *cycle) completeCause(ctx context.Context, cause causes.Cause, states []
 func (c *cycle) persistProgress(ctx context.Context, cause causes.Cause, states []handlerState) (time.Duration, error) {
 	// A resume is not pinned: it changes nothing, and a change made meanwhile
 	// supersedes it (kopf), with the resume handlers' progress kept (above).
-	if cause.Reason != causes.Delete && cause.Reason != causes.Resume && c.mem.pinned == nil && anyFinished(states) {
+	if cause.Reason != causes.Delete && cause.Reason != causes.Resume && cause.Reason != causes.Related && c.mem.pinned == nil && anyFinished(states) {
 		c.mem.pinned = &pinnedCause{reason: cause.Reason, old: cause.Old, new: cause.New}
 	}
 	for _, h := range states {
@@ -893,8 +917,8 @@ func (c *cycle) finishCause(cause causes.Cause, states []handlerState) {
 	if !c.hasChangeHandlers() {
 		return
 	}
-	if cause.Reason == causes.Resume {
-		// Nothing changed, so the stored diff-base is already right (unless it still
+	if cause.Reason == causes.Resume || cause.Reason == causes.Related {
+		// Nothing of the object changed, so the stored diff-base is already right (unless it still
 		// holds a Secret's values as they are).
 		c.refreshDiffBase()
 		return

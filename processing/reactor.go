@@ -66,6 +66,8 @@ type Reactor struct {
 	pause pauseGate
 	// rel are the objects waiting to be released to another replica (shard.go).
 	rel releases
+	// relations are the related objects' watches and triggers (related.go).
+	relations *relations
 	// forgetting counts the goroutines that forget old incarnations after their
 	// daemons exited (Start waits for them).
 	forgetting sync.WaitGroup
@@ -157,8 +159,9 @@ func NewWithClients(clients Clients, handlers Handlers, opts Options) (*Reactor,
 		res:      newResources(),
 		cache: caching.New(clients.Dynamic, clients.Metadata, caching.Options{ResyncPeriod: opts.ResyncPeriod,
 			ReadYourWritesTimeout: opts.ConsistencyTimeout, Logger: opts.Logger, Clock: opts.Clock}),
-		indexes: state.NewIndexes(),
-		daemons: daemonRegistry{running: map[*daemonRun]struct{}{}},
+		indexes:   state.NewIndexes(),
+		daemons:   daemonRegistry{running: map[*daemonRun]struct{}{}},
+		relations: newRelations(),
 	}, nil
 }
 
@@ -287,6 +290,7 @@ func (o *Reactor) Refresh() {
 	for _, w := range watchers {
 		w.askReselect() // the handlers' filters may select otherwise now
 	}
+	o.refreshRelated(ctx, o.handlers.Specs())
 	// The specs are read again under the lock: a Refresh that stalled in discovery
 	// while a later reload's Refresh stored its signature must not store an older one.
 	o.enginesMu.Lock()
@@ -334,7 +338,7 @@ func (o *Reactor) Synced() bool {
 		}
 	}
 	initial, _ := o.ready.pending()
-	return initial == 0 && o.readsSynced()
+	return initial == 0 && o.readsSynced() && o.relatedSynced()
 }
 
 // Cache is the operator's informer cache: the scripts' reads (luaop.kube.get and

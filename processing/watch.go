@@ -149,6 +149,7 @@ func (w *watcher) run(ctx context.Context) {
 		// waits for them (client-go polls HasSynced; nothing here polls the clock).
 		if cache.WaitForCacheSync(ctx.Done(), w.listingSynced()...) {
 			w.op.wakeIndexWaiters()
+			w.op.sweepRelated(w.resource)
 		}
 	}()
 	log.Info("watching", watchAttrs(namespaces, sel, w.info.statusSubresource)...)

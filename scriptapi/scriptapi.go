@@ -77,6 +77,7 @@ var Functions = []Function{
 	{Name: "on.delete", Params: []string{"resource", "fn", "opts"}, Registers: Change},
 	{Name: "on.resume", Params: []string{"resource", "fn", "opts"}, Registers: Change},
 	{Name: "on.field", Params: []string{"resource", "field", "fn", "opts"}, Registers: Field},
+	{Name: "on.related", Params: []string{"resource", "fn", "opts"}, Registers: Change},
 	{Name: "on.event", Params: []string{"resource", "fn", "opts"}, Registers: Event},
 	{Name: "on.validate", Params: []string{"resource", "fn", "opts"}, Registers: Admission},
 	{Name: "on.mutate", Params: []string{"resource", "fn", "opts"}, Registers: Admission},
@@ -149,6 +150,7 @@ var HandlerOptions = []string{
 	"id", "retries", "backoff", "timeout", "errors", "param", "labels", "annotations", "field", "value", "when",
 	"old", "new", "optional", "deleted", "interval", "initial_delay", "idle", "sharp",
 	"cancellation_backoff", "cancellation_timeout", "operations", "side_effects", "failure_policy", "subresource",
+	"owned", "controller", "labelled", "mapped",
 }
 
 // IsHandlerOption tells whether name is one of HandlerOptions.

@@ -40,6 +40,8 @@ func optionApplies(opt string, fn scriptapi.Function) (applies bool, where strin
 		return kind == scriptapi.Timer || kind == scriptapi.Daemon, "timers and daemons", true
 	case "cancellation_timeout", "cancellation_backoff":
 		return kind == scriptapi.Daemon, "daemons", true
+	case "owned", "controller", "labelled", "mapped":
+		return fn.Name == "on.related", "on.related", true
 	}
 	return true, "", false
 }

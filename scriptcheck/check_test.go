@@ -54,6 +54,13 @@ luaop.on.delete(R, function(ctx) end, { id = "greet" })
 			"c.lua:1: local attributes <const>/<close> (Lua 5.4)",
 		},
 	}, {
+		// A recursive local function sees itself, not a global of its name; an
+		// undefined global in its body is still reported.
+		name: "recursive local function",
+		scripts: scriptsOf("a.lua", "local luaop = require('luaop')\nlocal function fact(n) if n <= 1 then return 1 end return n * fact(n - 1) end\n"+
+			"luaop.on.create('v1/configmaps', function() return fact(3) + io.x end)\n"),
+		want: []string{"a.lua:3: io is not available in luaop's sandbox"},
+	}, {
 		name: "globals of other files",
 		scripts: scriptsOf("a.lua", "PREFIX = 'x'\nlocal function f() return PREFIX end\n",
 			"b.lua", "local luaop = require('luaop')\nluaop.on.create('v1/configmaps', function() return PREFIX end)\nlocal p = package.loaded\n"),

@@ -129,6 +129,16 @@ func checkCase(cn *yaml12.Node, at func(*yaml12.Node, string, ...any) error) err
 	if err := checkKeys(cn, caseKeys, "a case", at); err != nil {
 		return err
 	}
+	if rel := field(cn, "related"); rel != nil && rel.Kind == sequenceKind {
+		for _, item := range rel.Content {
+			if item.Kind != mappingKind {
+				return at(item, "related: each item is a mapping {type, object, old, resource}")
+			}
+			if err := checkKeys(item, relatedKeys, "related:", at); err != nil {
+				return err
+			}
+		}
+	}
 	expect := field(cn, "expect")
 	if expect == nil || expect.Kind != mappingKind {
 		return nil

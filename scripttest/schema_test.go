@@ -32,7 +32,7 @@ func TestSchemaMatchesTheFormat(t *testing.T) {
 	if got := keys(doc.Properties); !slices.Equal(got, fileKeys) {
 		t.Errorf("file keys: schema %v, format %v", got, fileKeys)
 	}
-	for def, want := range map[string][]string{"case": caseKeys, "expect": expectKeys, "error": errorKeys} {
+	for def, want := range map[string][]string{"case": caseKeys, "expect": expectKeys, "error": errorKeys, "related": relatedKeys} {
 		d := doc.Definitions[def]
 		if got := keys(d.Properties); !slices.Equal(got, want) {
 			t.Errorf("%s keys: schema %v, format %v", def, got, want)

@@ -56,6 +56,9 @@ type Case struct {
 	Resource string `json:"resource,omitempty"`
 	// EventType is the watch event type for on.event handlers (default MODIFIED).
 	EventType string `json:"eventType,omitempty"`
+	// Related are the changes of related objects a luaop.on.related handler is
+	// given (cause: related, or handler: ID of such a handler).
+	Related []RelatedCase `json:"related,omitempty"`
 	// Objects are the objects the fake API holds (luaop.kube get/list/...).
 	Objects []map[string]any `json:"objects,omitempty"`
 	// CRDs are files of CustomResourceDefinitions (relative to the test file) whose
@@ -307,6 +310,9 @@ type outcome struct {
 	// notPart says why a change handler took no part in the cause (no change, its
 	// field did not change or is absent), "" when its filters skipped it.
 	notPart string
+	// problem is what is wrong with the case (a related object the handler's
+	// relations do not relate to the object): not the handler's outcome.
+	problem string
 }
 
 func (o Options) defaultBackoff() time.Duration {
@@ -403,7 +409,7 @@ func caseObject(dir string, c Case, hook bool) (map[string]any, string) {
 		return nil, "the case gives no object (object: or objectFile:)"
 	}
 	if (c.Handler == "") == (c.Cause == "") {
-		return nil, "give either handler: ID or cause: create|update|delete|resume"
+		return nil, "give either handler: ID or cause: create|update|delete|resume|related"
 	}
 	obj = normalize(obj).(map[string]any)
 	meta, _ := obj["metadata"].(map[string]any)
@@ -514,6 +520,9 @@ type execution struct {
 // execute runs the handlers of a (non-admission) case in order, as the core would
 // for one cause, and merges what they wrote.
 func execute(ctx context.Context, rt *luabind.Runtime, c Case, prefix string, backoff time.Duration, obj map[string]any) (execution, string) {
+	if len(c.Related) > 0 && !isRelatedCase(c) {
+		return execution{}, "related: applies to cause: related and to handler: cases of luaop.on.related handlers"
+	}
 	specs, msg := caseSpecs(rt, c, obj)
 	if msg != "" {
 		return execution{}, msg
@@ -522,6 +531,9 @@ func execute(ctx context.Context, rt *luabind.Runtime, c Case, prefix string, ba
 	ex := execution{patch: state.NewPatch(), verdict: handling.Verdict{Outcome: handling.OutcomeSuccess}}
 	for _, spec := range specs {
 		out := runHandler(ctx, rt, spec, c, prefix, obj, indexes)
+		if out.problem != "" {
+			return execution{}, out.problem
+		}
 		if out.skipped {
 			if c.Handler != "" {
 				ex.skipped = true
@@ -664,6 +676,14 @@ func runHandler(ctx context.Context, rt *luabind.Runtime, spec causes.Spec, c Ca
 	call := causes.Call{Handler: spec, Patch: patch, Started: time.Now(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Indexes: indexes}
 	switch spec.Kind {
 	case causes.KindChange:
+		if isRelatedCase(c) {
+			view, problem := relatedView(ctx, rt, spec, c, prefix, obj, indexes)
+			if problem != "" {
+				return outcome{problem: problem}
+			}
+			cause = view
+			break
+		}
 		view, notPart := changeView(rt.Specs(), spec, c, prefix, obj)
 		if notPart != "" {
 			return outcome{skipped: true, notPart: notPart}

@@ -24,7 +24,7 @@ func runCLI(t *testing.T, args ...string) (stdout, stderr string, err error) {
 
 func TestCheckExamples(t *testing.T) {
 	out, _, err := runCLI(t, "check", filepath.Join(testcluster.RepoRoot(), "scripts", "examples"))
-	if err != nil || !strings.HasPrefix(out, "ok: 6 file(s)") {
+	if err != nil || !strings.HasPrefix(out, "ok: 8 file(s)") {
 		t.Fatalf("luaop check scripts/examples: %v\n%s", err, out)
 	}
 }

@@ -290,6 +290,10 @@ func watchedRules(handlers []causes.Spec) (ruleSet, []string) {
 		if hasStatus(gv.Group, plural) {
 			watched.add(gv.Group, plural+"/status", file, "patch")
 		}
+		for _, rel := range h.Related { // luaop.on.related: watched, never written
+			rgv := rel.Resource.GroupVersion()
+			watched.add(rgv.Group, pluralOf(rgv, rel.Resource.Resource), file, "list", "watch")
+		}
 	}
 	return watched, admissionSources
 }

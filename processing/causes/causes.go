@@ -20,6 +20,9 @@ const (
 	Update Reason = "update"
 	Delete Reason = "delete"
 	Resume Reason = "resume"
+	// Related: objects related to the object (owned, labelled or mapped to it,
+	// Spec.Related) were created, changed or deleted; Cause.Related says which.
+	Related Reason = "related"
 	// Informational reasons: no change handler runs for them.
 	Gone Reason = "gone" // the object disappeared from the API (DELETED event)
 	Free Reason = "free" // deletion in progress and our finalizer is already gone
@@ -126,6 +129,9 @@ type Spec struct {
 	SideEffects   bool
 	FailurePolicy string
 	Subresource   string
+	// Related are the relations of a handler serving Related (luaop.on.related):
+	// the resources whose objects, related to the handler's object, trigger it.
+	Related []Relation
 	// Source is "file:line" of the registration, for messages.
 	Source string
 	// CodeHash identifies the handler's code and options: a reload restarts a
@@ -193,6 +199,10 @@ type Cause struct {
 	WholeOld, WholeNew any
 	// EventType is the raw watch event type for event handlers (ADDED, MODIFIED, DELETED).
 	EventType string
+	// Related are the changes of related objects since the handler last saw them
+	// (a Related cause; one handler's, as its relations select them), in the order
+	// they were first seen.
+	Related []RelatedChange
 	// Prematch asks whether a change handler could be interested in the object at
 	// all (kopf's pre-matching, which decides whether an object gets a diff-base):
 	// the old and new filters, which judge a particular change, are left out.
@@ -209,6 +219,60 @@ type Read struct {
 	Metadata bool
 	// Source is "file:line" of the declaration, for messages.
 	Source string
+}
+
+// RelationKind is how an object is related to the object of a handler.
+type RelationKind string
+
+const (
+	// RelationOwned: the object's ownerReferences name the handler's object (its
+	// controller reference only, unless Relation.AnyOwner): controller-runtime's
+	// Owns.
+	RelationOwned RelationKind = "owned"
+	// RelationLabelled: the object carries Relation.Label, whose value names the
+	// handler's object: "namespace.name" for a namespaced one, "name" for a
+	// cluster-scoped one (relations across namespaces, or to cluster-scoped
+	// objects, which owner references cannot express).
+	RelationLabelled RelationKind = "labelled"
+	// RelationMapped: a function of the scripts maps the object to zero or more
+	// objects of the handler's resource: controller-runtime's
+	// Watches(EnqueueRequestsFromMapFunc).
+	RelationMapped RelationKind = "mapped"
+)
+
+// Relation is one kind of related object of a handler's object.
+type Relation struct {
+	Kind RelationKind
+	// Resource is the related resource, as the script spells it.
+	Resource Resource
+	// AnyOwner (owned): any owner reference naming the object counts, not only
+	// the controller's (controller-runtime's MatchEveryOwner).
+	AnyOwner bool
+	// Label (labelled) is the label whose value names the object.
+	Label string
+}
+
+// RelatedChange is what happened to one related object since its parent's
+// handler last ran for it. Several watch events of one object between two runs
+// are coalesced into one change: Type is the newest event's (ADDED, MODIFIED,
+// DELETED), except that an object added and then modified stays ADDED; Old is
+// the object before the first of them (nil for ADDED), Object the newest state
+// seen (the last one known for DELETED).
+type RelatedChange struct {
+	Relation  RelationKind
+	Resource  Resource // canonical
+	Kind      string
+	Namespace string
+	Name      string
+	Type      string
+	Object    map[string]any
+	Old       map[string]any
+}
+
+// ObjectRef names an object of a handler's resource: what a mapped relation's
+// function returns.
+type ObjectRef struct {
+	Namespace, Name string
 }
 
 // Call is one invocation of one handler.
