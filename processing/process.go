@@ -212,8 +212,17 @@ func (c *cycle) awaitConsistency(lastSeenVersion string) time.Duration {
 // carryTheirs puts into the cycle's patch what daemons handed over and what event
 // handlers wrote: applied here, in order with this object's other writes, so that
 // no update is lost between a daemon and a handler.
+//
+// A daemon's patch that changes nothing of the object (a status written again with
+// the same values at every luaop.sleep) is dropped: it would cost a write, and
+// every watcher an event, each time. c.body is at least as new as the operator's
+// own last write here (awaitConsistency), so nothing the daemon asked for is lost:
+// a value changed by someone else since shows as a change, and is written.
 func (c *cycle) carryTheirs() {
 	c.daemonPatch = c.st.inbox.takeDaemonPatch(c.mem.uid)
+	if c.daemonPatch != nil && !state.Changes(c.body.Object, c.daemonPatch) {
+		c.daemonPatch = nil
+	}
 	if c.daemonPatch != nil {
 		c.patch.Merge(c.daemonPatch)
 		c.carried = true
