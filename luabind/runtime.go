@@ -51,7 +51,7 @@ type Options struct {
 	Kube Kube
 	// LogEvents is the lowest level of ctx.logger messages also posted as Kubernetes
 	// Events of the handled object (kopf's object logger): debug, info, warning, error
-	// or none. Empty means info, kopf's default (ParseLogEventsLevel).
+	// or none. Empty means none, kopf's default since 1.41 (ParseLogEventsLevel).
 	LogEvents string
 }
 

@@ -204,7 +204,7 @@ func addOperatorFlags(fs *pflag.FlagSet, logFormat string) {
 	fs.Duration("probe-cache", 10*time.Second, "how long /healthz reuses the results of successful on.probe handlers before running them again (0: run them on every request)")
 	fs.Bool("profiles", false, "serve Go's profiles on --health-address at /debug/pprof/heap, allocs, goroutine and profile?seconds=N (off by default: they show the process's memory), for go tool pprof")
 	fs.Bool("post-events", true, "post Kubernetes Events: handler outcomes and the scripts' luaop.info/warn/exception (rate-limited per object)")
-	fs.String("log-events-level", "info", "ctx.logger messages at this level or above are also posted as Events of the object (kopf's default): debug, info, warning, error or none (needs --post-events)")
+	fs.String("log-events-level", "none", "ctx.logger messages at this level or above are also posted as Events of the object: debug, info, warning, error or none (kopf's default: none; needs --post-events)")
 	fs.Bool("leader-elect", false, "run several replicas: only the holder of a coordination.k8s.io Lease handles objects, the others stand by")
 	fs.String("leader-election-namespace", "", "namespace of the Lease (default: the pod's own namespace)")
 	fs.String("leader-election-name", "luaop", "name of the Lease; operators sharing one take turns")
