@@ -729,6 +729,7 @@ func (c *cycle) handlerStates(specs []causes.Spec, reason causes.Reason) []handl
 	for i, spec := range specs {
 		rec, found := c.store.progress.Fetch(body, spec.ID)
 		stored := rec
+		rec = c.wakeForReload(spec.ID, spec.ID, rec)
 		switch {
 		case !found || rec.Purpose == "" || rec.Purpose == string(reason):
 		case rec.Purpose == string(causes.Resume) && !spec.Serves(reason):
@@ -1009,6 +1010,7 @@ func (c *cycle) runSubhandlers(ctx context.Context, parent causes.Spec, rec stat
 	for i, sub := range subs {
 		child, found := c.store.progress.Fetch(body, sub.ID)
 		stored := child
+		child = c.wakeForReload(sub.ID, c.topID(parent.ID), child)
 		if found && child.Purpose != "" && child.Purpose != string(reason) {
 			child, found = state.HandlerRecord{}, false
 		}
@@ -1104,6 +1106,7 @@ func anyAwake(states []handlerState, now time.Time) bool {
 
 // report logs, posts and observes one handler outcome.
 func (c *cycle) report(id string, reason causes.Reason, rec state.HandlerRecord, outcome Outcome, took time.Duration, err error) {
+	c.noteRetry(id, outcome)
 	if outcome == OutcomeSuccess {
 		// Reported once a write stored it: a success the server refused to store is
 		// a failure (refuseWrites).

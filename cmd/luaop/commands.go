@@ -75,7 +75,8 @@ Established), so that no kubectl is needed:
 	// folder of the developer's.
 	// kopf's `run --dev`: the developer's session wins over the deployed operator.
 	// Metrics, when asked for, are plain HTTP on the developer's machine.
-	for flag, value := range map[string]string{"webhook-address": "127.0.0.1:0", "webhook-cleanup": "true", "scripts-webhook": "false",
+	// A fix saved is retried at once, not after the backoff the error set.
+	for flag, value := range map[string]string{"webhook-address": "127.0.0.1:0", "webhook-cleanup": "true", "scripts-webhook": "false", "retry-on-reload": "true",
 		"metrics-secure": "false", "priority": strconv.Itoa(peering.DevPriority)} {
 		setDefault(cmd.Flags(), flag, value)
 	}
@@ -260,6 +261,7 @@ func newOperator(cfg *rest.Config, s settings, dir string, dev bool, m *metrics.
 		DefaultBackoff:      s.DefaultBackoff,
 		PostEvents:          &s.PostEvents,
 		ShutdownGracePeriod: s.ShutdownGrace,
+		RetryOnReload:       s.RetryOnReload,
 		Logger:              log,
 	}
 	popts.ProgressStorage = processing.StorageMode(s.ProgressStorage)

@@ -54,6 +54,7 @@ type settings struct {
 	LogEvents       string
 	ShutdownGrace   time.Duration
 	ReloadDebounce  time.Duration
+	RetryOnReload   bool
 	Profiles        bool
 	LeaderElect     bool
 	LeaderNamespace string
@@ -212,6 +213,7 @@ func addOperatorFlags(fs *pflag.FlagSet, logFormat string) {
 	fs.Duration("leader-elect-renew-deadline", 10*time.Second, "how long the leader tries to renew before it gives the leadership up (less than the lease duration)")
 	fs.Duration("leader-elect-retry-period", 2*time.Second, "how often to try to acquire or renew the Lease (the renew deadline must exceed 1.2 times it)")
 	addShardFlags(fs)
+	fs.Bool("retry-on-reload", false, "after a reload, retry at once the handlers waiting in their backoff after an error whose code the reload changed (on in luaop dev; off in luaop run: a production reload must not retry every failing handler at once)")
 	fs.Duration("reload-debounce", scriptwatch.DefaultDebounce, "quiet time after a file event before the scripts folder is read again and reloaded (> 0): raise it for editors or file systems that write a file in several pauses")
 	fs.Duration("shutdown-grace-period", 20*time.Second, "on SIGTERM, how long running handlers and daemons may take to finish before they are cancelled (> 0)")
 	fs.String("webhook-address", "", "address of the HTTPS server of the validate and mutate handlers, host:port (\":9443\"; empty: off)")
@@ -330,6 +332,7 @@ func (r *settingsReader) readServing(s *settings) {
 	s.LogEvents = r.logEventsLevel("log-events-level")
 	s.ShutdownGrace = r.duration("shutdown-grace-period", false)
 	s.ReloadDebounce = r.duration("reload-debounce", false)
+	s.RetryOnReload = r.bool("retry-on-reload")
 }
 
 // readLeaderElection reads the leader election and the sharding across replicas.
