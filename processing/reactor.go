@@ -82,7 +82,7 @@ type Reactor struct {
 	// changeCodes are the change handlers' code hashes at the last Refresh
 	// (RetryOnReload: reloadretry.go); enginesMu guards them too.
 	changeCodes map[string]string
-	pruned    sync.Map // "resource field" -> struct{}: schema pruning reported once
+	pruned      sync.Map // "resource field" -> struct{}: schema pruning reported once
 
 	// cycleDone is for tests only (nil otherwise; set before Start): after every
 	// cycle of an object it is told the newest resourceVersion the cycle had seen
