@@ -40,8 +40,10 @@ import (
 //     the sandbox's, the same for every load. A function that names _G, getfenv
 //     or setfenv may reach any global of its file: the whole environment is walked;
 //   - the modules its code may require at run time: every string constant that is
-//     a module's require() name (or a file's) adds that file's compiled
-//     prototype, and the modules its constants name in turn.
+//     the require() name of a module (a file in a folder) adds that file's
+//     compiled prototype, and the modules its constants name in turn. (A handler
+//     script required by name is not followed: "backup" or "widgets" as a string
+//     of a handler would otherwise pull in the whole file of that name.)
 //
 // It is conservative: what it cannot tell apart it counts as reached (a whole
 // module table, not the one function of it called; a whole environment for _G).
@@ -61,7 +63,7 @@ const maxReachNodes = 100_000
 // modules and of the whole set, and the previous load's hashes to reuse.
 type reachInput struct {
 	protos   map[string]*lua.FunctionProto
-	byModule map[string]string // require() name (moduleName) -> file
+	byModule map[string]string // require() name (moduleName) -> file in a folder
 	sums     map[string][sha256.Size]byte
 	// modules sums every file in a folder (a module): a handler's values may come
 	// from any module its file required at load time.
@@ -84,8 +86,8 @@ func newReachInput(files []string, protos map[string]*lua.FunctionProto, sums ma
 	in := &reachInput{protos: protos, byModule: make(map[string]string, len(files)), sums: sums, setSum: setSum, prev: prev}
 	m := sha256.New()
 	for _, f := range files { // sorted by name
-		in.byModule[moduleName(f)] = f
 		if isModule(f) {
+			in.byModule[moduleName(f)] = f
 			sum := sums[f]
 			m.Write([]byte(f + "\x00"))
 			m.Write(sum[:])

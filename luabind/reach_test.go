@@ -32,6 +32,7 @@ luaop.daemon("example.com/v1/widgets", function(ctx)
   while luaop.sleep(5) do
     local job = job_for(ctx.name)
     job.tag = util.tag(global_helper(lazy.suffix))
+    job.kind = "other" -- the name of a handler script: not a module it requires
   end
 end, { id = "backup" })
 
