@@ -62,6 +62,7 @@ Established), so that no kubectl is needed:
 		},
 	}
 	addOperatorFlags(cmd.Flags(), "plain")
+	cmd.Flags().Bool("plain", false, "write the view as lines (as when stdout is not a terminal: CI, pipes) instead of the live screen of objects, handlers, daemons and timers")
 	cmd.Flags().StringSlice("apply", nil, "YAML files or folders to apply (server-side) before starting: CRDs first, waiting until they are Established, then the other objects (repeatable)")
 	// dev's own defaults: not flags the user gave (Changed stays false), so that
 	// LUAOP_* variables and the config file still override them.
@@ -183,6 +184,13 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	op, err := newOperator(cfg, s, dir, dev, m, shards, log)
 	if err != nil {
 		return err
+	}
+	if view != nil {
+		// The screen takes the terminal's keys: its q or ctrl+c ends the session.
+		var quit context.CancelFunc
+		ctx, quit = context.WithCancel(ctx)
+		defer quit()
+		defer view.StartScreen(ctx, devloop.ScreenOptions{Snapshot: op.Reactor().Snapshot, Quit: quit, Plain: s.Plain})()
 	}
 	webhooks, err := newWebhooks(cfg, s, dev, op, m, view, log)
 	if err != nil {

@@ -55,6 +55,7 @@ type settings struct {
 	ShutdownGrace   time.Duration
 	ReloadDebounce  time.Duration
 	RetryOnReload   bool
+	Plain           bool // luaop dev --plain: lines, not the screen
 	Profiles        bool
 	LeaderElect     bool
 	LeaderNamespace string
@@ -333,6 +334,9 @@ func (r *settingsReader) readServing(s *settings) {
 	s.ShutdownGrace = r.duration("shutdown-grace-period", false)
 	s.ReloadDebounce = r.duration("reload-debounce", false)
 	s.RetryOnReload = r.bool("retry-on-reload")
+	if r.has("plain") {
+		s.Plain = r.bool("plain")
+	}
 }
 
 // readLeaderElection reads the leader election and the sharding across replicas.
