@@ -4,7 +4,7 @@ CACHE ?= $(or $(LUAOP_CACHE),$(HOME)/.cache/luaop)
 BIN := $(CURDIR)/bin
 GO_TEST_FLAGS ?= -race -count=1 -timeout 40m
 
-.PHONY: dev test test-node test-sharding unit lint cluster cluster-down node node-down build image image-archive release bench bench-daemons bench-sleep bench-sharding bench-reload soak chaos faults fuzz
+.PHONY: dev test test-node test-sharding unit lint cluster cluster-down node node-down build install image image-archive release bench bench-daemons bench-sleep bench-sharding bench-reload soak chaos faults fuzz
 
 # The version printed by `luaop --version` and `luaop version`.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
@@ -13,19 +13,38 @@ LDFLAGS := -X main.version=$(VERSION)
 build:
 	go build -ldflags "$(LDFLAGS)" -o $(BIN)/luaop ./cmd/luaop
 
-# Release binaries: luaop for linux and darwin, amd64 and arm64, static (CGO off),
-# stamped with VERSION (git describe; VERSION=v0.2.0 to name it), each as
-# dist/luaop-VERSION-OS-ARCH with dist/SHA256SUMS (sha256sum -c SHA256SUMS checks
-# them). About a minute per platform on 2 cores once the modules are cached.
+# luaop into GOBIN (go env GOBIN, else GOPATH/bin), stamped as make build stamps it.
+install:
+	go install -ldflags "$(LDFLAGS)" ./cmd/luaop
+
+# A release in dist/ (about 2 minutes a platform on 2 cores once the modules are
+# cached): luaop for linux and darwin, amd64 and arm64, static (CGO off), stamped with
+# VERSION (git describe; VERSION=v0.2.0 to name it), as dist/luaop-VERSION-OS-ARCH; an
+# image archive for each linux platform (dist/luaop-image-VERSION-linux-ARCH.tar, named
+# luaop:VERSION, without Docker); a CycloneDX SBOM of each binary (cyclonedx-gomod, with
+# the patched gopher-lua added as what it is); dist/SHA256SUMS of them all (sha256sum -c
+# SHA256SUMS checks them); and dist/provenance.intoto.json, an unsigned SLSA v1
+# provenance of every artifact. A tagged release also needs `git tag VERSION`
+# (CHANGELOG.md says how).
 RELEASE_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+DIST ?= dist
 release:
-	@set -euo pipefail; rm -rf dist; mkdir -p dist; \
+	@set -euo pipefail; rm -rf $(DIST); mkdir -p $(DIST); \
 	for p in $(RELEASE_PLATFORMS); do \
-	  os=$${p%/*}; arch=$${p#*/}; out=dist/luaop-$(VERSION)-$$os-$$arch; \
+	  os=$${p%/*}; arch=$${p#*/}; out=$(DIST)/luaop-$(VERSION)-$$os-$$arch; \
 	  echo "[release] $$out"; \
 	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $$out ./cmd/luaop; \
+	  echo "[release] $$out.cdx.json (SBOM)"; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go tool -modfile=tools/go.mod cyclonedx-gomod app -json -licenses -main cmd/luaop -output $$out.cdx.json . 2>/dev/null; \
+	  go run ./cmd/luaop-release sbom -in $$out.cdx.json; \
+	  if [ "$$os" = linux ]; then \
+	    echo "[release] $(DIST)/luaop-image-$(VERSION)-linux-$$arch.tar"; \
+	    go run ./cmd/luaop-image -arch $$arch -binary $$out -version $(VERSION) -t luaop:$(VERSION) -o $(DIST)/luaop-image-$(VERSION)-linux-$$arch.tar; \
+	  fi; \
 	done; \
-	cd dist && sha256sum luaop-* > SHA256SUMS && cat SHA256SUMS
+	(cd $(DIST) && sha256sum luaop-* > SHA256SUMS); \
+	go run ./cmd/luaop-release provenance -dist $(DIST) -version $(VERSION) -platforms "$(RELEASE_PLATFORMS)"; \
+	echo "[release] $(DIST)/provenance.intoto.json"; cat $(DIST)/SHA256SUMS
 
 # The image, stamped with the same version (IMAGE=registry/luaop:tag to name it).
 IMAGE ?= luaop:latest

@@ -53,6 +53,11 @@ type Options struct {
 	// client credentials, in its AdmissionConfiguration): a certificate they verify
 	// reaches the handlers as ctx.sslpeer. Empty: none is asked for.
 	ClientCA string
+	// EnableHTTP2 lets clients speak HTTP/2 to the webhook server. Off by default, as
+	// kubebuilder's scaffold since the 2023 HTTP/2 advisories (rapid reset,
+	// CVE-2023-44487 and CVE-2023-39325): the API server calls webhooks over
+	// HTTP/1.1 as well, and HTTP/2 only widens what a client can make the server do.
+	EnableHTTP2 bool
 	// ProbeNamespace is where the reachability probe dry-runs its Lease (probe.go):
 	// an existing namespace the operator may create Leases in. Defaults to
 	// "default".
@@ -380,6 +385,9 @@ func (w *Webhooks) Register(h Handler) error {
 // Addr is the address the server listens on.
 func (w *Webhooks) Addr() net.Addr { return w.ln.Addr() }
 
+// CertificateNotAfter is when the serving certificate in use expires.
+func (w *Webhooks) CertificateNotAfter() time.Time { return w.certs.NotAfter() }
+
 // URL is the address the API server is given for path ("" with a Service).
 func (w *Webhooks) URL(path string) string {
 	if u := w.syncer.ClientConfig(path).URL; u != nil {
@@ -489,7 +497,7 @@ func (w *Webhooks) Start(ctx context.Context) error {
 	mux.Handle("/", w.instrument(w.server))
 	mux.HandleFunc(probePath, answerProbe)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second,
-		TLSConfig: w.tlsConfig(), ErrorLog: nil}
+		TLSConfig: w.tlsConfig(), ErrorLog: nil, Protocols: Protocols(w.opts.EnableHTTP2)}
 	errc := make(chan error, 1)
 	go func() {
 		w.serving.Store(true)
@@ -754,4 +762,13 @@ func (w *Webhooks) removeOnExit(stopped context.Context) {
 		return
 	}
 	w.log.Info("webhook configurations removed")
+}
+
+// Protocols are the HTTP versions luaop's TLS servers (webhooks, secure metrics)
+// speak: HTTP/1.1, and HTTP/2 only when enabled (see Options.EnableHTTP2).
+func Protocols(enableHTTP2 bool) *http.Protocols {
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	p.SetHTTP2(enableHTTP2)
+	return p
 }

@@ -1,7 +1,9 @@
 // Package deploy holds luaop's Kubernetes manifests, as kustomize folders: base/
 // (the operator without scripts), examples/ (an overlay with the example scripts and
 // CRDs, what `kubectl apply -k deploy/examples` installs), my-scripts/ (the template
-// of a user's own overlay) and components/ (ServiceMonitor, cert-manager, sharding).
+// of a user's own overlay), components/ (ServiceMonitor, cert-manager, sharding) and
+// ci/ (CI recipes for a repository of scripts: a GitHub Actions workflow, pre-commit
+// hooks).
 // README.md says how to use them.
 //
 // The package has no code outside its tests (package deploy_test): they render the

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/luaop/luaop/luabind"
 	"github.com/luaop/luaop/metrics"
 	"github.com/luaop/luaop/yaml12"
 )
@@ -21,7 +24,26 @@ var promqlWords = map[string]bool{
 	"increase": true, "irate": true, "deriv": true, "histogram_quantile": true, "clamp_min": true, "clamp_max": true,
 	"and": true, "or": true, "unless": true, "on": true, "ignoring": true, "group_left": true, "group_right": true,
 	"abs": true, "delta": true, "topk": true, "bottomk": true, "label_values": true, "offset": true, "bool": true,
-	"inf": true, "nan": true, "e": true,
+	"inf": true, "nan": true, "e": true, "absent": true, "time": true,
+}
+
+// kubeStateMetrics are the series of kube-state-metrics that alerts may query: what
+// luaop cannot report itself (its own exit status).
+var kubeStateMetrics = []string{"kube_pod_container_status_last_terminated_exitcode", "kube_pod_container_status_restarts_total"}
+
+// servedNames are the metric names luaop serves: the metrics package's, and those
+// the operator adds at scrape time (the Lua budgets').
+func servedNames(t *testing.T) []string {
+	t.Helper()
+	names := metrics.New().Names()
+	ch := make(chan *prometheus.Desc, 8)
+	go func() { (*luabind.Runtime)(nil).BudgetMetrics().Describe(ch); close(ch) }()
+	for d := range ch {
+		if m := regexp.MustCompile(`fqName: "([^"]+)"`).FindStringSubmatch(d.String()); m != nil {
+			names = append(names, m[1])
+		}
+	}
+	return names
 }
 
 var (
@@ -87,7 +109,7 @@ func TestPrometheusRuleQueriesLuaopMetrics(t *testing.T) {
 	if err := json.Unmarshal(raw, &rule); err != nil || rule.Kind != "PrometheusRule" {
 		t.Fatalf("not a PrometheusRule: %v", err)
 	}
-	known := metrics.New().Names()
+	known := append(servedNames(t), kubeStateMetrics...)
 	alerts := map[string]bool{}
 	for _, g := range rule.Spec.Groups {
 		for _, r := range g.Rules {
@@ -107,7 +129,10 @@ func TestPrometheusRuleQueriesLuaopMetrics(t *testing.T) {
 	}
 	// What the issue asks to alert on: reload failures, handler failures, queue
 	// depth, webhook errors.
-	for _, a := range []string{"LuaopScriptsReloadFailed", "LuaopHandlersFailing", "LuaopQueueGrowing", "LuaopWebhookErrors"} {
+	// Issue 50: an absent operator, exit status 6, an unreachable webhook, sharding
+	// trouble, certificates, stuck Lua states.
+	for _, a := range []string{"LuaopScriptsReloadFailed", "LuaopHandlersFailing", "LuaopQueueGrowing", "LuaopWebhookErrors",
+		"LuaopAbsent", "LuaopLostStanding", "LuaopWebhookUnreachable", "LuaopShardMembersDisagree", "LuaopCertificateExpiring", "LuaopLuaStatesStuck"} {
 		if !alerts[a] {
 			t.Errorf("no alert %s", a)
 		}
@@ -138,7 +163,7 @@ func TestGrafanaDashboardQueriesLuaopMetrics(t *testing.T) {
 	if dash.UID == "" || len(dash.Panels) < 8 {
 		t.Fatalf("dashboard: uid %q, %d panels", dash.UID, len(dash.Panels))
 	}
-	known := metrics.New().Names()
+	known := servedNames(t)
 	queried := map[string]bool{}
 	for _, p := range dash.Panels {
 		if len(p.Targets) == 0 {
@@ -160,7 +185,9 @@ func TestGrafanaDashboardQueriesLuaopMetrics(t *testing.T) {
 			}
 		}
 	}
-	for _, m := range []string{"luaop_scripts_reload_failed", "luaop_handler_runs_total", "luaop_queue_depth", "controller_runtime_webhook_requests_total", "controller_runtime_reconcile_panics_total"} {
+	for _, m := range []string{"luaop_scripts_reload_failed", "luaop_handler_runs_total", "luaop_queue_depth", "controller_runtime_webhook_requests_total", "controller_runtime_reconcile_panics_total",
+		"controller_runtime_reconcile_time_seconds_bucket", "luaop_webhook_reachable", "luaop_shard_members", "luaop_shard_objects_owned",
+		"luaop_certificate_expiry_timestamp_seconds", "luaop_lua_states_stuck"} {
 		if !queried[m] {
 			t.Errorf("no panel shows %s", m)
 		}

@@ -61,8 +61,8 @@ func TestMetricsOfARunningOperator(t *testing.T) {
 		`controller_runtime_reconcile_errors_total{controller="` + c + `"} 0`,
 		`controller_runtime_active_workers{controller="` + c + `"}`,
 		`controller_runtime_max_concurrent_reconciles{controller="` + c + `"} 16`,
-		`workqueue_depth{name="` + c + `"}`,
-		`workqueue_adds_total{name="` + c + `"}`,
+		`workqueue_depth{controller="` + c + `",name="` + c + `",priority=""}`,
+		`workqueue_adds_total{controller="` + c + `",name="` + c + `"}`,
 		`rest_client_requests_total{code="200",host="`,
 	}
 	testcluster.Eventually(t, 15*time.Second, func() (bool, string) {
@@ -75,7 +75,7 @@ func TestMetricsOfARunningOperator(t *testing.T) {
 		if n := seriesValue(body, `controller_runtime_reconcile_total{controller="`+c+`",result="success"}`); n < 2 {
 			return false, "fewer than 2 successful reconciles of widgets"
 		}
-		if n := seriesValue(body, `workqueue_adds_total{name="`+c+`"}`); n < 2 {
+		if n := seriesValue(body, `workqueue_adds_total{controller="`+c+`",name="`+c+`"}`); n < 2 {
 			return false, "fewer than 2 adds to the widgets' queue"
 		}
 		return true, ""

@@ -63,10 +63,9 @@ type callThread struct {
 //     and grows to what is needed plus threadRegistryGrowStep slots, up to
 //     threadRegistryMaxSize slots (2 MiB); beyond it the call fails with the Lua
 //     error "registry overflow". It never shrinks: a pooled thread keeps what its
-//     largest call needed. gopher-lua grows it by a fixed step, copying it each
-//     time, so filling it costs max²/(2*step) slot copies: the max is chosen for
-//     that to stay well under a handler deadline (about 0.3 s to overflow here,
-//     where the main state's 1M slots took 12 s and, with this step, 33 s). It
+//     largest call needed. It grows to at least twice its size (a luaop patch of
+//     gopher-lua, whose fixed step alone copied it quadratically: 300 MB of copies
+//     for one unpack of 100,000 values). The max
 //     bounds what a call can push at once (unpack, varargs: Lua 5.1 allows
 //     about 8,000); recursion stays within it (the call stack's 256 frames of at
 //     most 250 registers are 64K slots), and table.concat does not use it.

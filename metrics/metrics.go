@@ -65,6 +65,7 @@ type Metrics struct {
 	peeringPeers      prometheus.Gauge
 	webhookReachable  prometheus.Gauge
 	engines           *engineCollector
+	certificates      *certificatesCollector
 
 	queue queueMetrics
 	// collectors are those registered, for Names; histograms, those of them that
@@ -86,8 +87,9 @@ func New() *Metrics {
 		// Registered at the first probe (WebhookReachable): absent before.
 		webhookReachable: newGauge("luaop_webhook_reachable",
 			"1 when the last reachability probe proved that the API server calls the webhook server, 0 when it did not (absent before the first probe)."),
-		engines: newEngineCollector(),
-		queue:   newQueueMetrics(),
+		engines:      newEngineCollector(),
+		certificates: newCertificatesCollector(),
+		queue:        newQueueMetrics(),
 	}
 	m.registerReconcileMetrics()
 	m.registerWebhookMetrics()
@@ -95,7 +97,7 @@ func New() *Metrics {
 	m.registerReloadMetrics()
 	m.registerOperatorMetrics()
 	m.register(
-		m.engines,
+		m.engines, m.certificates,
 		restRequests, leaderStatus, leaderSlowpath,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -275,7 +277,7 @@ func (m *Metrics) Names() []string {
 			}
 		}
 	}
-	for _, h := range append(slices.Clone(m.histograms), m.queue.latency, m.queue.workDuration) {
+	for _, h := range append([]prometheus.Collector{m.queue.latency, m.queue.workDuration, m.shardCollectors().rebalance}, histogramCollectors(m.histograms)...) {
 		ch := make(chan *prometheus.Desc, 1)
 		h.Describe(ch)
 		if n := fqName.FindStringSubmatch((<-ch).String()); n != nil {
@@ -288,6 +290,14 @@ func (m *Metrics) Names() []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+func histogramCollectors(hs []*prometheus.HistogramVec) []prometheus.Collector {
+	out := make([]prometheus.Collector, len(hs))
+	for i, h := range hs {
+		out[i] = h
+	}
+	return out
 }
 
 // client-go reports REST requests and leader election through process-wide hooks

@@ -6,8 +6,10 @@ import (
 	"math"
 	"net/http/httptest"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -154,14 +156,14 @@ func TestWorkqueueProvider(t *testing.T) {
 
 	text := scrape(t, m)
 	wantLines(t, text,
-		`workqueue_depth{name="luaop"} 1`,
+		`workqueue_depth{controller="luaop",name="luaop",priority=""} 1`,
 		`luaop_queue_depth 1`,
-		`workqueue_adds_total{name="luaop"} 2`,
-		`workqueue_retries_total{name="luaop"} 1`,
-		`workqueue_queue_duration_seconds_count{name="luaop"} 1`,
-		`workqueue_work_duration_seconds_count{name="luaop"} 1`,
-		`workqueue_unfinished_work_seconds{name="luaop"} 0`,
-		`workqueue_longest_running_processor_seconds{name="luaop"} 0`,
+		`workqueue_adds_total{controller="luaop",name="luaop"} 2`,
+		`workqueue_retries_total{controller="luaop",name="luaop"} 1`,
+		`workqueue_queue_duration_seconds_count{controller="luaop",name="luaop"} 1`,
+		`workqueue_work_duration_seconds_count{controller="luaop",name="luaop"} 1`,
+		`workqueue_unfinished_work_seconds{controller="luaop",name="luaop"} 0`,
+		`workqueue_longest_running_processor_seconds{controller="luaop",name="luaop"} 0`,
 	)
 }
 
@@ -296,4 +298,22 @@ func TestPeeringAndWebhookGauges(t *testing.T) {
 	wantLines(t, scrape(t, m), `luaop_peering_paused 1`, `luaop_peering_peers 1`, `luaop_webhook_reachable 0`)
 	m.WebhookReachable(true)
 	wantLines(t, scrape(t, m), `luaop_webhook_reachable 1`)
+}
+
+// luaop_certificate_expiry_timestamp_seconds reads each certificate's expiry at the
+// scrape (a renewal shows at the next one), one series per certificate.
+func TestCertificateExpiry(t *testing.T) {
+	m := New()
+	var notAfter atomic.Int64 // read by the scrape's goroutine
+	notAfter.Store(2000000000)
+	m.Certificate("webhook", func() time.Time { return time.Unix(notAfter.Load(), 0) })
+	m.Certificate("metrics", func() time.Time { return time.Unix(1900000000, 0) })
+	wantLines(t, scrape(t, m),
+		`luaop_certificate_expiry_timestamp_seconds{certificate="webhook"} 2e+09`,
+		`luaop_certificate_expiry_timestamp_seconds{certificate="metrics"} 1.9e+09`)
+	notAfter.Store(2100000000) // renewed
+	wantLines(t, scrape(t, m), `luaop_certificate_expiry_timestamp_seconds{certificate="webhook"} 2.1e+09`)
+	if !slices.Contains(m.Names(), "luaop_certificate_expiry_timestamp_seconds") {
+		t.Error("Names lacks luaop_certificate_expiry_timestamp_seconds: alerts on it would fail the deploy tests")
+	}
 }

@@ -6,8 +6,10 @@ import (
 )
 
 // queueMetrics are client-go's workqueue metrics, under the names and labels that
-// Kubernetes components and controller-runtime use (workqueue_*{name}), so that
-// existing dashboards work.
+// controller-runtime uses (workqueue_*{name, controller}, both the queue's name;
+// workqueue_depth also {priority}, empty: luaop's queue has no priorities), so that
+// its dashboards and alerts, which select by controller, work; Kubernetes
+// components' dashboards select by name.
 type queueMetrics struct {
 	depth                   *prometheus.GaugeVec
 	adds                    *prometheus.CounterVec
@@ -21,19 +23,19 @@ type queueMetrics struct {
 func newQueueMetrics() queueMetrics {
 	buckets := prometheus.ExponentialBuckets(10e-9, 10, 10)
 	return queueMetrics{
-		depth: newGaugeVec("workqueue_depth", "Current depth of workqueue", "name"),
-		adds:  newCounterVec("workqueue_adds_total", "Total number of adds handled by workqueue", "name"),
+		depth: newGaugeVec("workqueue_depth", "Current depth of workqueue", "name", "controller", "priority"),
+		adds:  newCounterVec("workqueue_adds_total", "Total number of adds handled by workqueue", "name", "controller"),
 		latency: newHistogramVec("workqueue_queue_duration_seconds", "How long in seconds an item stays in workqueue before being requested.",
-			buckets, "name"),
+			buckets, "name", "controller"),
 		workDuration: newHistogramVec("workqueue_work_duration_seconds", "How long in seconds processing an item from workqueue takes.",
-			buckets, "name"),
+			buckets, "name", "controller"),
 		unfinished: newGaugeVec("workqueue_unfinished_work_seconds",
 			"How many seconds of work has done that is in progress and hasn't been observed by work_duration. "+
 				"Large values indicate stuck threads. One can deduce the number of stuck threads by observing the rate at which this increases.",
-			"name"),
+			"name", "controller"),
 		longestRunningProcessor: newGaugeVec("workqueue_longest_running_processor_seconds",
-			"How many seconds has the longest running processor for workqueue been running.", "name"),
-		retries: newCounterVec("workqueue_retries_total", "Total number of retries handled by workqueue", "name"),
+			"How many seconds has the longest running processor for workqueue been running.", "name", "controller"),
+		retries: newCounterVec("workqueue_retries_total", "Total number of retries handled by workqueue", "name", "controller"),
 	}
 }
 
@@ -50,31 +52,31 @@ func (m *Metrics) WorkqueueProvider() workqueue.MetricsProvider { return provide
 type provider struct{ m *Metrics }
 
 func (p provider) NewDepthMetric(name string) workqueue.GaugeMetric {
-	return bothGauges{p.m.queue.depth.WithLabelValues(name), p.m.queueDepth}
+	return bothGauges{p.m.queue.depth.WithLabelValues(name, name, ""), p.m.queueDepth}
 }
 
 func (p provider) NewAddsMetric(name string) workqueue.CounterMetric {
-	return p.m.queue.adds.WithLabelValues(name)
+	return p.m.queue.adds.WithLabelValues(name, name)
 }
 
 func (p provider) NewLatencyMetric(name string) workqueue.HistogramMetric {
-	return p.m.queue.latency.WithLabelValues(name)
+	return p.m.queue.latency.WithLabelValues(name, name)
 }
 
 func (p provider) NewWorkDurationMetric(name string) workqueue.HistogramMetric {
-	return p.m.queue.workDuration.WithLabelValues(name)
+	return p.m.queue.workDuration.WithLabelValues(name, name)
 }
 
 func (p provider) NewUnfinishedWorkSecondsMetric(name string) workqueue.SettableGaugeMetric {
-	return p.m.queue.unfinished.WithLabelValues(name)
+	return p.m.queue.unfinished.WithLabelValues(name, name)
 }
 
 func (p provider) NewLongestRunningProcessorSecondsMetric(name string) workqueue.SettableGaugeMetric {
-	return p.m.queue.longestRunningProcessor.WithLabelValues(name)
+	return p.m.queue.longestRunningProcessor.WithLabelValues(name, name)
 }
 
 func (p provider) NewRetriesMetric(name string) workqueue.CounterMetric {
-	return p.m.queue.retries.WithLabelValues(name)
+	return p.m.queue.retries.WithLabelValues(name, name)
 }
 
 // bothGauges moves the per-queue depth and luaop_queue_depth together.

@@ -551,6 +551,9 @@ func (c *cycle) run(ctx context.Context, facts objectFacts) (time.Duration, erro
 	}
 	if base.Reason == causes.Noop {
 		o.board.progress(c.key, c.info.kind, c.mem.uid, "", nil, c.now)
+		if c.refreshDiffBase() {
+			return 0, c.apply(ctx)
+		}
 		return 0, nil
 	}
 	if !c.prematched(ctx, base) {
@@ -885,7 +888,9 @@ func (c *cycle) finishCause(cause causes.Cause, states []handlerState) {
 		return
 	}
 	if cause.Reason == causes.Resume {
-		// Nothing changed, so the stored diff-base is already right.
+		// Nothing changed, so the stored diff-base is already right (unless it still
+		// holds a Secret's values as they are).
+		c.refreshDiffBase()
 		return
 	}
 	handled := cause.New

@@ -19,6 +19,7 @@ import (
 // prune it; a cycle takes it once at its start.
 type storage struct {
 	progress state.ProgressStorage
+	// diffBase keeps sensitive values (a Secret's data) as digests: state.NewDigestingDiffBase.
 	diffBase state.DiffBaseStorage
 	// Which of the two live in status.
 	progressInStatus, diffBaseInStatus bool
@@ -84,6 +85,7 @@ func (o *Reactor) storageFor(statusOK bool, why string) *storage {
 		s.diffBase, diffBaseInStatus = o.opts.DiffBase, false
 	}
 	s.progressInStatus, s.diffBaseInStatus = progressInStatus, diffBaseInStatus
+	s.diffBase = state.NewDigestingDiffBase(s.diffBase, nil, heldBackKey(o.opts.Prefix))
 	switch {
 	case o.opts.Progress != nil || o.opts.DiffBase != nil:
 		s.reason = "custom storage"
@@ -102,7 +104,8 @@ func (o *Reactor) storageFor(statusOK bool, why string) *storage {
 func (o *Reactor) annotationsStorage(reason string) *storage {
 	annotationsP, statusP := state.NewAnnotationsProgress(o.opts.Prefix), state.NewStatusProgress(o.opts.StatusField)
 	annotationsD, statusD := state.NewAnnotationsDiffBase(o.opts.Prefix), state.NewStatusDiffBase(o.opts.StatusField)
-	return &storage{progress: state.NewSmartProgress(annotationsP, statusP), diffBase: state.NewSmartDiffBase(annotationsD, statusD), reason: reason}
+	diffBase := state.NewDigestingDiffBase(state.NewSmartDiffBase(annotationsD, statusD), nil, heldBackKey(o.opts.Prefix))
+	return &storage{progress: state.NewSmartProgress(annotationsP, statusP), diffBase: diffBase, reason: reason}
 }
 
 // crdKeepsStatusField reads the resource's CRD: does the served version's schema keep
@@ -211,4 +214,26 @@ func keptAll(sent map[string]any, got any) bool {
 // can define (a guess for the others: some *.k8s.io groups are CRDs, some are not).
 func isBuiltIn(gvr schema.GroupVersionResource) bool {
 	return gvr.Group == "" || !strings.Contains(gvr.Group, ".")
+}
+
+// diffBaseRefresher is a diff-base storage that can rewrite an outdated stored
+// diff-base (state.NewDigestingDiffBase: a Secret's values stored before digests).
+type diffBaseRefresher interface {
+	Refresh(obj map[string]any, patch *state.Patch) (bool, error)
+}
+
+// refreshDiffBase writes into the cycle's patch the stored diff-base again when its
+// storage finds it outdated (a Secret's values kept as they are by an older luaop or
+// by kopf), so that they leave the object at its next cycle even when nothing
+// changed. It tells whether it wrote.
+func (c *cycle) refreshDiffBase() bool {
+	r, ok := c.store.diffBase.(diffBaseRefresher)
+	if !ok {
+		return false
+	}
+	wrote, err := r.Refresh(c.body.Object, c.patch)
+	if err != nil {
+		c.log.Error("cannot rewrite the stored diff-base without its sensitive values; it stays as it is", "error", err)
+	}
+	return wrote && err == nil
 }

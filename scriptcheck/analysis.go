@@ -232,11 +232,11 @@ func walkStmts(stmts []ast.Stmt, fn func(ast.Stmt)) {
 	}
 }
 
-func (z *analyzer) problem(line int, span [2]int, format string, args ...any) {
+func (z *analyzer) problem(rule string, line int, span [2]int, format string, args ...any) {
 	if z.quiet {
 		return
 	}
-	p := Problem{File: z.file, Line: line, Message: fmt.Sprintf(format, args...), span: span}
+	p := Problem{File: z.file, Line: line, Message: fmt.Sprintf(format, args...), Rule: rule, span: span}
 	key := p.String()
 	if z.reported[key] {
 		return
@@ -391,7 +391,7 @@ func (z *analyzer) expr(e ast.Expr, sc *scope) {
 		if id, ok := e.Object.(*ast.IdentExpr); ok && sc.lookup(id.Value) == nil && !z.defined[z.file][id.Value] {
 			if fields, lib := z.globals[id.Value]; lib && fields != nil {
 				if k, ok := e.Key.(*ast.StringExpr); ok && !contains(fields, k.Value) {
-					z.problem(e.Line(), [2]int{}, "%s.%s is not available in luaop's sandbox (its %s has %s)", id.Value, k.Value, id.Value, strings.Join(fields, ", "))
+					z.problem(RuleSandbox, e.Line(), [2]int{}, "%s.%s is not available in luaop's sandbox (its %s has %s)", id.Value, k.Value, id.Value, strings.Join(fields, ", "))
 					return
 				}
 			}
@@ -457,7 +457,7 @@ func (z *analyzer) global(id *ast.IdentExpr, sc *scope) {
 	}
 	for _, other := range sortedKeys(z.defined) {
 		if z.defined[other][name] {
-			z.problem(id.Line(), [2]int{}, "%s is a global of %s, and each script has its own globals: share it through a module (return it from lib/name.lua, then local name = require(\"lib.name\"))", name, other)
+			z.problem(RuleSeparateGlobals, id.Line(), [2]int{}, "%s is a global of %s, and each script has its own globals: share it through a module (return it from lib/name.lua, then local name = require(\"lib.name\"))", name, other)
 			return
 		}
 	}
@@ -465,7 +465,7 @@ func (z *analyzer) global(id *ast.IdentExpr, sc *scope) {
 	if hint != "" {
 		hint = "; " + hint
 	}
-	z.problem(id.Line(), [2]int{}, "%s is not available in luaop's sandbox (Lua 5.1 without io, debug, coroutine, dofile, loadfile, package, module)%s", name, hint)
+	z.problem(RuleSandbox, id.Line(), [2]int{}, "%s is not available in luaop's sandbox (Lua 5.1 without io, debug, coroutine, dofile, loadfile, package, module)%s", name, hint)
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -97,7 +97,7 @@ func (z *analyzer) registration(c *ast.FuncCallExpr, sc *scope, fn scriptapi.Fun
 		if res, ok := z.str(c.Args[resArg], sc, 0); ok {
 			reg.Resource = res
 			if _, err := luabind.ParseResource(res); err != nil {
-				z.problem(c.Args[resArg].Line(), span, "luaop.%s: %s", path, err.Error())
+				z.problem(RuleResource, c.Args[resArg].Line(), span, "luaop.%s: %s", path, err.Error())
 			}
 		}
 	}
@@ -117,11 +117,11 @@ func (z *analyzer) registration(c *ast.FuncCallExpr, sc *scope, fn scriptapi.Fun
 		}
 		line := f.Value.Line()
 		if !scriptapi.IsHandlerOption(k.Value) {
-			z.problem(line, span, "luaop.%s: unknown handler option %s", path, k.Value)
+			z.problem(RuleUnknownOption, line, span, "luaop.%s: unknown handler option %s", path, k.Value)
 			continue
 		}
 		if applies, where, _ := optionApplies(k.Value, fn); !applies {
-			z.problem(line, span, "luaop.%s: option %s does not apply here (only to %s); it would be ignored", path, k.Value, where)
+			z.problem(RuleIgnoredOption, line, span, "luaop.%s: option %s does not apply here (only to %s); it would be ignored", path, k.Value, where)
 		}
 		if k.Value == "id" {
 			if id, ok := f.Value.(*ast.StringExpr); ok {
@@ -145,7 +145,7 @@ func (z *analyzer) handlerID(id string, line int, span [2]int, c *ast.FuncCallEx
 	} else if !prev.change || !this.change || prev.fn == nil || prev.fn != this.fn {
 		// The same local function for another cause under one id is one
 		// handler (kopf's two decorators); the load checks the options.
-		z.problem(line, span, "duplicate handler id %q (first registered at %s); give one of them another id = \"...\"", id, prev.where)
+		z.problem(RuleDuplicateID, line, span, "duplicate handler id %q (first registered at %s); give one of them another id = \"...\"", id, prev.where)
 	}
 }
 

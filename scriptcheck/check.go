@@ -19,6 +19,7 @@ type Problem struct {
 	File    string
 	Line    int // 0: the file as a whole
 	Message string
+	Rule    string // the id of its Rule (RuleLoad, ...)
 	// span is the first and last line of the registration call a problem was found
 	// in: a load error inside it is the same problem, reported once.
 	span [2]int
@@ -55,7 +56,7 @@ type CheckReport struct {
 func Check(ctx context.Context, scripts []luabind.Script, opts luabind.Options) CheckReport {
 	rep := CheckReport{Files: len(scripts)}
 	if len(scripts) == 0 {
-		rep.Problems = append(rep.Problems, Problem{File: ".", Message: "no *.lua files"})
+		rep.Problems = append(rep.Problems, Problem{File: ".", Message: "no *.lua files", Rule: RuleNoScripts})
 		return rep
 	}
 	opts = checkOptions(opts)
@@ -157,15 +158,15 @@ func problemOf(err error) Problem {
 		if m := fileLine.FindStringSubmatch(msg); m != nil && m[1] == se.File {
 			msg = m[3]
 		}
-		return Problem{File: se.File, Line: se.Line, Message: msg}
+		return Problem{File: se.File, Line: se.Line, Message: msg, Rule: RuleLoad}
 	}
 	msg := err.Error()
 	if m := fileLine.FindStringSubmatch(msg); m != nil {
 		var line int
 		fmt.Sscan(m[2], &line)
-		return Problem{File: m[1], Line: line, Message: m[3]}
+		return Problem{File: m[1], Line: line, Message: m[3], Rule: RuleLoad}
 	}
-	return Problem{File: ".", Message: msg}
+	return Problem{File: ".", Message: msg, Rule: RuleLoad}
 }
 
 // noCluster answers luaop.kube calls made while checking.

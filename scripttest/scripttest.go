@@ -200,6 +200,16 @@ func (c CaseResult) FullName() string { return filepath.Base(c.File) + "/" + c.N
 // matches nothing is a mistake, not a pass.
 var ErrNoCaseMatches = errors.New("no case matches")
 
+// MalformedTestFileError is a test file that does not parse, or whose keys are not
+// the format's: a mistake of the input (luaop test exits 2), not a failing case.
+type MalformedTestFileError struct {
+	File string
+	Err  error // names File:line
+}
+
+func (e MalformedTestFileError) Error() string { return e.Err.Error() }
+func (e MalformedTestFileError) Unwrap() error { return e.Err }
+
 // Run runs the test cases and writes go-test-like output: "ok"/"FAIL" per case, a
 // diff for each failure, and a last line. A test file that does not parse, or
 // whose keys are not the format's, is an error naming its file:line.
@@ -226,7 +236,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		}
 		cases, err := decodeFile(path, data)
 		if err != nil {
-			return sum, err
+			return sum, MalformedTestFileError{File: path, Err: err}
 		}
 		for _, c := range cases {
 			res := CaseResult{File: path, Name: caseName(c.Case, c.Index), Line: c.Line}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -15,6 +14,7 @@ import (
 func newCheckCommand() *cobra.Command {
 	var format string
 	var handlerTimeout time.Duration
+	verbosity := 0
 	cmd := &cobra.Command{
 		Use:   "check DIR",
 		Short: "Check the scripts of DIR without a cluster: load them as run does and report every problem with file:line",
@@ -34,8 +34,8 @@ load, within it, as "luaop run" requires.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dir := args[0]
-			if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-				return usageError(fmt.Errorf("%s is not a folder of Lua scripts", dir))
+			if err := scriptsFolder(dir); err != nil {
+				return err
 			}
 			scripts, err := scriptsource.ReadDir(dir)
 			if err != nil {
@@ -71,11 +71,17 @@ load, within it, as "luaop run" requires.`,
 				fmt.Fprintf(cmd.ErrOrStderr(), "%d problem(s) in %s\n", n, dir)
 				return silentError(exitProblems, fmt.Errorf("%d problem(s)", n))
 			}
+			if verbosity > 0 {
+				for _, h := range rep.Handlers {
+					fmt.Fprintln(out, h)
+				}
+			}
 			fmt.Fprintf(out, "ok: %d file(s), %d handler(s)\n", rep.Files, len(rep.Handlers))
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&format, "format", "text", "output format: text, json or sarif")
+	verboseFlag(cmd, &verbosity, "list the handlers found too")
 	cmd.Flags().DurationVar(&handlerTimeout, "handler-timeout", 30*time.Second, "the operator's deadline of one Lua call, script loading and compiling included (as luaop run --handler-timeout)")
 	return cmd
 }

@@ -133,7 +133,7 @@ func clientConfig(s settings) clientcmd.ClientConfig {
 func restConfig(s settings) (*rest.Config, error) {
 	cfg, err := clientConfig(s).ClientConfig()
 	if err != nil {
-		return nil, unreachableError(fmt.Errorf("no usable kubeconfig (%w); give --kubeconfig, set KUBECONFIG, or start a local cluster with `make cluster`", err))
+		return nil, unreachableError(fmt.Errorf("no usable kubeconfig (%w); give --kubeconfig, set KUBECONFIG, or start a local cluster (`kind create cluster`, or `make cluster` in a luaop checkout)", err))
 	}
 	cfg.QPS, cfg.Burst = 500, 1000
 	if s.QPS > 0 {
@@ -151,8 +151,8 @@ func restConfig(s settings) (*rest.Config, error) {
 // the parts; the reload is reloading's.
 func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	log, view := startLogging(s, dev)
-	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-		return usageError(fmt.Errorf("%s is not a folder of Lua scripts", dir))
+	if err := scriptsFolder(dir); err != nil {
+		return err
 	}
 	cfg, err := restConfig(s)
 	if err != nil {
@@ -318,12 +318,15 @@ func newWebhooks(cfg *rest.Config, s settings, dev bool, op *operator.Operator, 
 	if s.WebhookAddress == "" {
 		return nil, nil
 	}
-	webhooks, err := admission.New(cfg, op.Runtime(), admission.Options{Address: s.WebhookAddress, CertDir: s.WebhookCertDir, ClientCA: s.WebhookClientCA,
+	webhooks, err := admission.New(cfg, op.Runtime(), admission.Options{Address: s.WebhookAddress, CertDir: s.WebhookCertDir, ClientCA: s.WebhookClientCA, EnableHTTP2: s.EnableHTTP2,
 		Service: s.WebhookService, URL: s.WebhookURL, Prefix: s.Prefix, RemoveOnExit: s.WebhookCleanup, DryRun: s.DryRun, Namespaces: s.Namespaces,
 		ProbeNamespace: probeNamespace(s), OnReachability: reachabilityReport(m, view, op.Runtime),
 		Inactive: !s.Standalone && !s.DryRun, Logger: log, Observer: m})
 	if err != nil {
 		return nil, err
+	}
+	if m != nil {
+		m.Certificate("webhook", webhooks.CertificateNotAfter)
 	}
 	guardNS, guardName, guarded := strings.Cut(s.ScriptsConfigMap, "/")
 	if guarded && s.ScriptsWebhook && !dev {
@@ -491,7 +494,7 @@ func checkReachable(cfg *rest.Config) error {
 		return err
 	}
 	if err := client.Get().AbsPath("/version").Do(context.Background()).Error(); err != nil {
-		return unreachableError(fmt.Errorf("the cluster at %s cannot be reached: %w; is it running? (a local one: `make cluster`)", cfg.Host, err))
+		return unreachableError(fmt.Errorf("the cluster at %s cannot be reached: %w; is it running? (a local one: `kind create cluster`, or `make cluster` in a luaop checkout)", cfg.Host, err))
 	}
 	return nil
 }
@@ -562,7 +565,7 @@ func serveEndpoints(ctx context.Context, log *slog.Logger, s settings, op *opera
 		}
 	}
 	if metricsLn != nil && s.MetricsSecure {
-		if metricsLn, err = secureListener(ctx, metricsLn, s.MetricsCertDir, log); err != nil {
+		if metricsLn, err = secureListener(ctx, metricsLn, s.MetricsCertDir, s.EnableHTTP2, m, log); err != nil {
 			return err
 		}
 	}
@@ -594,7 +597,9 @@ func serveEndpoints(ctx context.Context, log *slog.Logger, s settings, op *opera
 
 // secureListener serves ln over TLS with the certificate of dir (tls.crt, tls.key,
 // read again when they change), else a self-signed one renewed before it expires.
-func secureListener(ctx context.Context, ln net.Listener, dir string, log *slog.Logger) (net.Listener, error) {
+// HTTP/2 only with enableHTTP2 (--enable-http2): the protocols the TLS handshake offers.
+// Its certificate's expiry is reported to m (nil: not reported).
+func secureListener(ctx context.Context, ln net.Listener, dir string, enableHTTP2 bool, m *metrics.Metrics, log *slog.Logger) (net.Listener, error) {
 	var certs *admission.Certificates
 	var err error
 	if dir != "" {
@@ -608,7 +613,14 @@ func secureListener(ctx context.Context, ln net.Listener, dir string, log *slog.
 		return nil, fmt.Errorf("the certificate of /metrics (--metrics-secure): %w", err)
 	}
 	go certs.Run(ctx)
-	return tls.NewListener(ln, &tls.Config{GetCertificate: certs.GetCertificate, MinVersion: tls.VersionTLS12}), nil
+	if m != nil {
+		m.Certificate("metrics", certs.NotAfter)
+	}
+	protos := []string{"http/1.1"}
+	if enableHTTP2 {
+		protos = []string{"h2", "http/1.1"}
+	}
+	return tls.NewListener(ln, &tls.Config{GetCertificate: certs.GetCertificate, MinVersion: tls.VersionTLS12, NextProtos: protos}), nil
 }
 
 // loopbackOnly answers the paths under prefix to loopback clients only.

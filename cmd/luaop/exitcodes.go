@@ -145,3 +145,12 @@ func executeWith(ctx context.Context, root *cobra.Command, args []string, stderr
 	}
 	return exitCode(err)
 }
+
+// scriptsFolder is the usage error of a DIR argument that is not a folder: every
+// command taking the scripts' folder says it the same way, with the same status.
+func scriptsFolder(dir string) error {
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return usageError(fmt.Errorf("%s is not a folder of Lua scripts", dir))
+	}
+	return nil
+}

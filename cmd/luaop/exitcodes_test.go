@@ -31,6 +31,13 @@ func TestExitCodes(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(failing, "tests", "t.yaml"), []byte("cases:\n- name: wrong\n  handler: one\n  object: {apiVersion: v1, kind: ConfigMap, metadata: {name: c}}\n  expect: {result: 2}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	malformed := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(malformed, "tests"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(malformed, "tests", "t.yaml"), []byte("cases:\n- name: typo\n  handlr: one\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	unreachable := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := os.WriteFile(unreachable, []byte("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: \"https://127.0.0.1:1\"}\ncontexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\nusers:\n- name: u\n  user: {token: x}\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -48,13 +55,22 @@ func TestExitCodes(t *testing.T) {
 		{"--config where it means nothing", []string{"check", "--config", "luaop.yaml", examples}, exitUsage, "luaop check reads no config file"},
 		{"a config file that does not exist", []string{"run", "--config", filepath.Join(t.TempDir(), "missing.yaml"), examples}, exitUsage, "missing.yaml"},
 		{"an invalid setting", []string{"run", "--workers", "0", examples}, exitUsage, "invalid --workers=0"},
+		{"rbac of a folder that does not exist", []string{"rbac", filepath.Join(broken, "nope")}, exitUsage, "is not a folder of Lua scripts"},
+		{"check of a folder that does not exist", []string{"check", filepath.Join(broken, "nope")}, exitUsage, "is not a folder of Lua scripts"},
+		{"test of a folder that does not exist", []string{"test", filepath.Join(broken, "nope")}, exitUsage, "no test files"},
+		{"init without a folder", []string{"init"}, exitUsage, "accepts 1 arg(s), received 0"},
+		{"stubs with an argument", []string{"stubs", "extra"}, exitUsage, `unknown command "extra"`},
+		{"status of an operator that does not answer", []string{"status", "--address", "127.0.0.1:1"}, exitError, "is the operator running"},
 		{"problems found", []string{"check", broken}, exitProblems, "1 problem(s)"},
 		{"tests failed", []string{"test", failing}, exitTestsFailed, ""},
+		{"a test file with an unknown key", []string{"test", malformed}, exitUsage, `t.yaml:3: unknown key "handlr"`},
+		{"a test file with an unknown key, junit", []string{"test", "--format", "junit", malformed}, exitUsage, `t.yaml:3: unknown key "handlr"`},
 		{"--run matches nothing", []string{"test", "--run", "nomatch", failing}, exitUsage, `no case matches --run "nomatch"`},
 		{"cluster unreachable", []string{"run", "--kubeconfig", unreachable, "--health-address=", "--metrics-address=", examples}, exitUnreachable, "cannot be reached"},
 		{"release without what to release", []string{"release"}, exitUsage, "give the scripts' folder"},
 		{"webhooks remove, cluster unreachable", []string{"webhooks", "remove", "--kubeconfig", unreachable}, exitUnreachable, "cannot be reached"},
-		{"-v 6 is a verbosity, not an argument", []string{"check", "-v", "6", examples}, exitUsage, "unknown shorthand flag: 'v'"},
+		{"-v 6 is a verbosity, not an argument", []string{"check", "-v", "6", examples}, exitOK, ""},
+		{"-v alone", []string{"test", "-v", examples}, exitOK, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var stderr bytes.Buffer

@@ -73,6 +73,9 @@ few short names of built-in resources (cm, svc, deploy, ...) are known; a kind w
 irregular plural (e.g. Endpoints) must be checked by hand.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := scriptsFolder(args[0]); err != nil {
+				return err
+			}
 			o.command = rbacCommandLine(args[0], o)
 			out, warnings, err := generateRBAC(cmd, args[0], o)
 			if err != nil {

@@ -29,6 +29,8 @@ type problemJSON struct {
 	File    string `json:"file"`
 	Line    int    `json:"line,omitempty"`
 	Message string `json:"message"`
+	Rule    string `json:"rule"`
+	Level   string `json:"level"`
 }
 
 func writeCheckJSON(w io.Writer, dir string, rep scriptcheck.CheckReport) error {
@@ -37,7 +39,7 @@ func writeCheckJSON(w io.Writer, dir string, rep scriptcheck.CheckReport) error 
 		doc.Handlers = []string{}
 	}
 	for _, p := range rep.Problems {
-		doc.Problems = append(doc.Problems, problemJSON{File: p.File, Line: p.Line, Message: p.Message})
+		doc.Problems = append(doc.Problems, problemJSON{File: p.File, Line: p.Line, Message: p.Message, Rule: scriptcheck.RuleOf(p.Rule).ID, Level: scriptcheck.RuleOf(p.Rule).Level})
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -68,8 +70,13 @@ type sarifDriver struct {
 }
 
 type sarifRule struct {
-	ID               string       `json:"id"`
-	ShortDescription sarifMessage `json:"shortDescription"`
+	ID                   string              `json:"id"`
+	ShortDescription     sarifMessage        `json:"shortDescription"`
+	DefaultConfiguration *sarifConfiguration `json:"defaultConfiguration,omitempty"`
+}
+
+type sarifConfiguration struct {
+	Level string `json:"level"`
 }
 
 type sarifResult struct {
@@ -100,13 +107,14 @@ type sarifRegion struct {
 	StartLine int `json:"startLine"`
 }
 
-// sarifRuleID is the one rule of luaop check: a problem of the scripts.
-const sarifRuleID = "luaop-check"
-
 func writeCheckSARIF(w io.Writer, dir string, rep scriptcheck.CheckReport) error {
+	rules := make([]sarifRule, 0, len(scriptcheck.Rules))
+	for _, r := range scriptcheck.Rules {
+		rules = append(rules, sarifRule{ID: r.ID, ShortDescription: sarifMessage{Text: r.Description},
+			DefaultConfiguration: &sarifConfiguration{Level: r.Level}})
+	}
 	run := sarifRun{
-		Tool: sarifTool{Driver: sarifDriver{Name: "luaop check", Version: luaopVersion(), InformationURI: "https://github.com/luaop/luaop",
-			Rules: []sarifRule{{ID: sarifRuleID, ShortDescription: sarifMessage{Text: "A problem of the Lua scripts: they would not load in luaop run, or would fail or be ignored at run time"}}}}},
+		Tool:    sarifTool{Driver: sarifDriver{Name: "luaop check", Version: luaopVersion(), InformationURI: "https://github.com/luaop/luaop", Rules: rules}},
 		Results: []sarifResult{},
 	}
 	for _, p := range rep.Problems {
@@ -118,7 +126,8 @@ func writeCheckSARIF(w io.Writer, dir string, rep scriptcheck.CheckReport) error
 		if p.Line > 0 {
 			loc.PhysicalLocation.Region = &sarifRegion{StartLine: p.Line}
 		}
-		run.Results = append(run.Results, sarifResult{RuleID: sarifRuleID, Level: "error", Message: sarifMessage{Text: p.Message}, Locations: []sarifLocation{loc}})
+		rule := scriptcheck.RuleOf(p.Rule)
+		run.Results = append(run.Results, sarifResult{RuleID: rule.ID, Level: rule.Level, Message: sarifMessage{Text: p.Message}, Locations: []sarifLocation{loc}})
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/luaop/luaop/scriptcheck"
 )
 
 // CI reads luaop check's and luaop test's reports: SARIF and JSON of the problems,
@@ -59,8 +61,29 @@ func TestReportFormats(t *testing.T) {
 	}
 	r := sarif.Runs[0].Results[0]
 	loc := r.Locations[0].PhysicalLocation
-	if r.RuleID != sarifRuleID || !strings.HasSuffix(loc.ArtifactLocation.URI, "/b.lua") || loc.Region == nil || loc.Region.StartLine != 1 || !strings.Contains(r.Message.Text, "//") {
+	if r.RuleID != scriptcheck.RuleLoad || r.Level != "error" || !strings.HasSuffix(loc.ArtifactLocation.URI, "/b.lua") || loc.Region == nil || loc.Region.StartLine != 1 || !strings.Contains(r.Message.Text, "//") {
 		t.Errorf("SARIF result: %+v", r)
+	}
+	// One rule per check, with the level its message deserves: an option the
+	// operator would ignore is a warning, not an error.
+	write("c.lua", "local luaop = require('luaop')\nluaop.on.event('v1/configmaps', function(ctx) end, {id = 'e', retries = 3})\n")
+	out, _, _ = runCLI(t, "check", "--format", "sarif", dir)
+	sarif = sarifLog{}
+	if err := json.Unmarshal([]byte(out), &sarif); err != nil || len(sarif.Runs) != 1 {
+		t.Fatalf("SARIF: %v\n%s", err, out)
+	}
+	levels := map[string]string{}
+	for _, r := range sarif.Runs[0].Results {
+		levels[r.RuleID] = r.Level
+	}
+	if levels[scriptcheck.RuleLoad] != "error" || levels[scriptcheck.RuleIgnoredOption] != "warning" {
+		t.Errorf("SARIF rules and levels %v, want load: error and ignored-option: warning\n%s", levels, out)
+	}
+	if n := len(sarif.Runs[0].Tool.Driver.Rules); n != len(scriptcheck.Rules) {
+		t.Errorf("the driver lists %d rules, want every rule of luaop check (%d)", n, len(scriptcheck.Rules))
+	}
+	if err := os.Remove(filepath.Join(dir, "c.lua")); err != nil {
+		t.Fatal(err)
 	}
 	out, _, _ = runCLI(t, "check", "--format", "json", dir)
 	var cj checkJSON

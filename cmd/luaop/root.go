@@ -53,6 +53,7 @@ and invalid values are refused with the accepted ones.
 		return usageError(err)
 	})
 	addCompletions(root)
+	setExamples(root)
 	return root
 }
 

@@ -87,6 +87,8 @@ func TestSecureMetricsAuthenticatesAndAuthorizes(t *testing.T) {
 	}
 	if code, body := get("https", scraper); code != http.StatusOK || !strings.Contains(body, `luaop_build_info{goversion=`) {
 		t.Errorf("the scraper: %d %.200s, want 200 and the metrics", code, body)
+	} else if !strings.Contains(body, `luaop_certificate_expiry_timestamp_seconds{certificate="metrics"} `) {
+		t.Errorf("/metrics does not say when its own certificate expires:\n%s", body)
 	}
 	if code, _ := get("http", scraper); code == http.StatusOK {
 		t.Error("/metrics answered plain HTTP with --metrics-secure")

@@ -74,6 +74,9 @@ type settings struct {
 	// secure metrics; MetricsCertDir holds its certificate (empty: generated).
 	MetricsSecure  bool
 	MetricsCertDir string
+	// EnableHTTP2 lets the webhook and secure metrics servers speak HTTP/2 (off:
+	// admission.Options.EnableHTTP2 says why).
+	EnableHTTP2 bool
 	// ProbesAffectLiveness makes /healthz run the on.probe handlers (kopf's
 	// liveness probes); by default they decide /readyz only.
 	ProbesAffectLiveness bool
@@ -160,6 +163,14 @@ func (f verbosityFlag) Set(v string) error {
 
 func (verbosityFlag) Type() string { return "N" }
 
+// verboseFlag gives cmd the -v/--verbose of every luaop command: more output, -v
+// alone or -v N as kubectl takes it (any N > 0 is "more" where there are no levels;
+// luaop run and dev log at debug level from 4, client-go's requests from 6).
+func verboseFlag(cmd *cobra.Command, level *int, more string) {
+	f := cmd.Flags().VarPF(verbosityFlag{level}, "verbose", "v", "say more, as everywhere in luaop (-v alone or -v N, kubectl's levels): "+more)
+	f.NoOptDefVal = strconv.Itoa(verboseAlone)
+}
+
 // parseVerbosity reads a verbosity: a whole number of at least 0, or true (4) and
 // false (0) as LUAOP_VERBOSE=true and "verbose: true" in a config file had it.
 func parseVerbosity(v string) (int, error) {
@@ -199,6 +210,7 @@ func addOperatorFlags(fs *pflag.FlagSet, logFormat string) {
 	fs.String("health-address", ":8080", "address of /healthz, /readyz and /debug, host:port (empty: off; also --health-probe-bind-address). /debug and Go's profiles answer loopback clients only (kubectl port-forward)")
 	fs.String("metrics-address", ":9090", "address of /metrics for Prometheus, host:port (empty: off; the same as --health-address: one server for both, without --metrics-secure; also --metrics-bind-address)")
 	fs.Bool("metrics-secure", true, "serve /metrics over HTTPS to clients whose bearer token the API server authenticates (TokenReview) and authorizes for get on /metrics (SubjectAccessReview), as controller-runtime's secure metrics; false: plain HTTP to anyone who reaches it")
+	fs.Bool("enable-http2", false, "let clients of the webhook and secure metrics servers speak HTTP/2; off by default since the 2023 HTTP/2 rapid-reset advisories (CVE-2023-44487), as kubebuilder's scaffold")
 	fs.String("metrics-cert-dir", "", "folder with tls.crt and tls.key for --metrics-secure (read again when they change); empty: a self-signed certificate, renewed before it expires")
 	fs.Bool("probes-affect-liveness", false, "run the on.probe handlers for /healthz too (kopf's liveness probes: a failing probe restarts the pod); by default they decide /readyz only, so that a flaky dependency takes the pod out of the Service without restarting every replica")
 	fs.Float64("kube-api-qps", 500, "requests per second to the API server the operator may make in the long run, the framework's and the scripts' together (client-go's rate limiter)")
@@ -370,6 +382,7 @@ func (r *settingsReader) readClientAndMetrics(s *settings) {
 	s.Burst = r.int("kube-api-burst", 1, "a whole number of at least 1 (requests)")
 	s.MetricsSecure = r.bool("metrics-secure")
 	s.MetricsCertDir = r.str("metrics-cert-dir")
+	s.EnableHTTP2 = r.bool("enable-http2")
 	if s.MetricsSecure && s.MetricsAddress != "" && s.MetricsAddress == s.HealthAddress {
 		r.fail("%s is %s: with --metrics-secure, /metrics is served over HTTPS and needs an address of its own (the probes stay on plain HTTP); give another --metrics-address, or --metrics-secure=false",
 			r.describe("metrics-address", s.MetricsAddress), r.describe("health-address", s.HealthAddress))

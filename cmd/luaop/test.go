@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
 	"time"
@@ -16,7 +15,7 @@ import (
 
 func newTestCommand() *cobra.Command {
 	var run, tests, prefix, format string
-	var verbose bool
+	verbosity := 0
 	var handlerTimeout, defaultBackoff time.Duration
 	cmd := &cobra.Command{
 		Use:   "test DIR",
@@ -60,31 +59,36 @@ The format's JSON Schema: luaop stubs --schema FILE.`,
 			if defaultBackoff <= 0 {
 				return usageError(fmt.Errorf("--default-backoff must be greater than 0"))
 			}
-			opts := scripttest.Options{Scripts: dir, Tests: files, Out: text, Verbose: verbose, Prefix: prefix,
+			opts := scripttest.Options{Scripts: dir, Tests: files, Out: text, Verbose: verbosity > 0, Prefix: prefix,
 				HandlerTimeout: handlerTimeout, DefaultBackoff: defaultBackoff}
 			if run != "" {
 				if opts.Run, err = regexp.Compile(run); err != nil {
 					return usageError(fmt.Errorf("--run: %w", err))
 				}
 			}
-			if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-				return usageError(fmt.Errorf("%s is not a folder of Lua scripts", dir))
+			if err := scriptsFolder(dir); err != nil {
+				return err
 			}
 			started := time.Now()
 			sum, err := scripttest.Run(cmd.Context(), opts)
 			if errors.Is(err, scripttest.ErrNoCaseMatches) {
 				return usageError(err)
 			}
+			var malformed scripttest.MalformedTestFileError
+			if errors.As(err, &malformed) {
+				// A report all the same, so that CI shows the file that does not load
+				// instead of an empty (unparsable) report.
+				sum = scripttest.Summary{Failed: 1, Cases: []scripttest.CaseResult{{File: malformed.File,
+					Name: "the test file loads", Failures: []string{err.Error()}}}}
+				if err := writeTestReport(cmd, format, sum, started); err != nil {
+					return err
+				}
+				return usageError(err)
+			}
 			if err != nil {
 				return err
 			}
-			switch format {
-			case "junit":
-				err = writeTestJUnit(cmd.OutOrStdout(), sum, started)
-			case "json":
-				err = writeTestJSON(cmd.OutOrStdout(), sum)
-			}
-			if err != nil {
+			if err := writeTestReport(cmd, format, sum, started); err != nil {
 				return err
 			}
 			if sum.Failed > 0 {
@@ -96,9 +100,20 @@ The format's JSON Schema: luaop stubs --schema FILE.`,
 	cmd.Flags().StringVar(&run, "run", "", "run only the cases whose FILE/NAME matches this regular expression")
 	cmd.Flags().StringVar(&tests, "tests", "", "folder of the test files (default: DIR/tests)")
 	cmd.Flags().StringVar(&prefix, "prefix", scripttest.DefaultPrefix, "prefix of the operator's annotations, as given to luaop run --prefix (its annotations are not part of the handlers' view of the object)")
-	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "print passing cases too")
+	verboseFlag(cmd, &verbosity, "print passing cases too")
 	cmd.Flags().StringVar(&format, "format", "text", "report format: text, junit or json (junit and json on standard output, the text on standard error)")
 	cmd.Flags().DurationVar(&defaultBackoff, "default-backoff", handling.DefaultBackoff, "the backoff after an arbitrary error, as given to luaop run --default-backoff (the verdict on an attempt looks ahead with it: a handler's timeout)")
 	cmd.Flags().DurationVar(&handlerTimeout, "handler-timeout", scripttest.DefaultHandlerTimeout, "deadline of each handler call, script loading and compiling included (luaop run --handler-timeout)")
 	return cmd
+}
+
+// writeTestReport writes the report of --format junit or json on standard output.
+func writeTestReport(cmd *cobra.Command, format string, sum scripttest.Summary, started time.Time) error {
+	switch format {
+	case "junit":
+		return writeTestJUnit(cmd.OutOrStdout(), sum, started)
+	case "json":
+		return writeTestJSON(cmd.OutOrStdout(), sum)
+	}
+	return nil
 }

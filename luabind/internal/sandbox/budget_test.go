@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -301,5 +302,29 @@ func BenchmarkCompileDataTable(b *testing.B) {
 		if _, err := lua.Compile(chunk, "data.lua"); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// Pushing many values (unpack, varargs) grows the data stack ("registry")
+// geometrically: gopher-lua as published grows it by a fixed step, copying it each
+// time, so one unpack of 100,000 values on a call thread's registry (luabind's
+// thread.go: 64 slots, step 256) allocated about 320 MB of copies and took
+// seconds of CPU (30 s under the race detector on a loaded machine). Measured as
+// bytes allocated, which do not depend on the machine's load.
+func TestRegistryGrowsGeometrically(t *testing.T) {
+	L := lua.NewState(lua.Options{RegistrySize: 64, RegistryGrowStep: 256, RegistryMaxSize: 128 * 1024})
+	defer L.Close()
+	luatest.MustCall(t, L, `local w = {} for i = 1, 100000 do w[i] = i end _G.w = w return 0`)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	got := luatest.MustCall(t, L, `return select("#", unpack(_G.w))`).String()
+	runtime.ReadMemStats(&after)
+	if got != "100000" {
+		t.Fatalf("unpack of 100,000 values gave %s values", got)
+	}
+	// The final registry is 128K slots of 16 bytes (2 MiB); doubling copies at most
+	// as much again. The fixed step allocated 100,000²/(2·256) slots: 312 MB.
+	if allocated := after.TotalAlloc - before.TotalAlloc; allocated > 16<<20 {
+		t.Fatalf("unpack of 100,000 values allocated %d MB, want the registry grown geometrically (under 16 MB)", allocated>>20)
 	}
 }
