@@ -323,10 +323,56 @@ func wrap(err error, verb, name string) error {
 		return nil
 	}
 	if apierrors.IsForbidden(err) {
-		return fmt.Errorf("%s the webhook configuration %s: %w; grant the operator get, create, update and delete of validatingwebhookconfigurations and mutatingwebhookconfigurations (luaop rbac)", verb, name, err)
+		return newForbiddenError(err, verb, name)
 	}
 	return fmt.Errorf("%s the webhook configuration %s: %w", verb, name, err)
 }
+
+// ForbiddenError is the API server's refusal (403) of one request on a webhook
+// configuration: it names the RBAC rule the operator lacks, exactly (the verb and
+// the resource refused), so that the fix is one line of its ClusterRole.
+type ForbiddenError struct {
+	// Verb is the RBAC verb refused (get, create, update, delete); Resource the
+	// resource (validatingwebhookconfigurations, mutatingwebhookconfigurations) and
+	// Name the configuration.
+	Verb, Resource, Name string
+	Err                  error
+}
+
+// rbacVerbs are the RBAC verbs of wrap's verbs.
+var rbacVerbs = map[string]string{"reading": "get", "creating": "create", "updating": "update", "deleting": "delete"}
+
+func newForbiddenError(err error, verb, name string) *ForbiddenError {
+	fe := &ForbiddenError{Verb: rbacVerbs[verb], Name: name, Err: err}
+	if fe.Verb == "" {
+		fe.Verb = verb
+	}
+	var status apierrors.APIStatus
+	if errors.As(err, &status) && status.Status().Details != nil {
+		fe.Resource = status.Status().Details.Kind
+	}
+	if fe.Resource == "" {
+		fe.Resource = "validatingwebhookconfigurations" // the probe's and the validating configuration's
+		if strings.HasSuffix(name, ".mutate") {
+			fe.Resource = "mutatingwebhookconfigurations"
+		}
+	}
+	return fe
+}
+
+// Rule is the missing rule, as a ClusterRole lists it.
+func (e *ForbiddenError) Rule() string {
+	return fmt.Sprintf("{apiGroups: [admissionregistration.k8s.io], resources: [%s], verbs: [%s]}", e.Resource, e.Verb)
+}
+
+func (e *ForbiddenError) Error() string {
+	return fmt.Sprintf("the operator may not %s the %s %s: its ClusterRole lacks the rule %s "+
+		"(luaop rbac DIR prints every rule the scripts' admission handlers need: get, create, update and delete of "+
+		"validatingwebhookconfigurations and mutatingwebhookconfigurations); the API server said: %v",
+		e.Verb, strings.TrimSuffix(e.Resource, "s"), e.Name, e.Rule(), e.Err)
+}
+
+func (e *ForbiddenError) Unwrap() error { return e.Err }
 
 // namespaceSelector expresses plain namespace names and exclusions as a selector on
 // the kubernetes.io/metadata.name label; nil when there are none or a glob.

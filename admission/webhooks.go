@@ -122,6 +122,10 @@ type Webhooks struct {
 	syncing atomic.Pointer[chan struct{}]
 
 	trigger chan struct{}
+	// lastSyncError is what the last failed sync logged at error level ("" after a
+	// success): the same failure again (a refused read, every retryEvery) is said
+	// once, then at debug level. Owned by Start's goroutine (sync).
+	lastSyncError string
 	// resyncEvery overrides the package's resyncEvery (tests).
 	resyncEvery time.Duration
 	serving     atomic.Bool
@@ -600,6 +604,14 @@ func (w *Webhooks) sync(ctx context.Context) bool {
 	if !w.active.Load() {
 		return true // a peer works and owns the configurations
 	}
+	if len(handlers) == 0 && !w.owner.Load() {
+		// No admission handler, and nothing this operator wrote to remove: the
+		// configurations are neither read nor written. An operator without
+		// admission handlers needs no right on them (luaop rbac grants none), and
+		// one that has none must not be refused a read every retryEvery.
+		w.synced.Store(true)
+		return true
+	}
 	// From here on this sync writes (the probe's configuration, the handlers'):
 	// what it wrote is this operator's to remove at exit even when it ends halfway
 	// (the stop cutting a request short, a write refused). Set after the sync
@@ -614,8 +626,12 @@ func (w *Webhooks) sync(ctx context.Context) bool {
 	bundle := w.certs.CABundle()
 	unresolved, err := w.syncer.Sync(ctx, handlers)
 	if err != nil {
-		w.log.Error("webhook configurations not (fully) written; retrying in "+retryEvery.String(), "error", err)
+		w.syncFailed(err)
 		return false
+	}
+	if w.lastSyncError != "" {
+		w.lastSyncError = ""
+		w.log.Info("webhook configurations written")
 	}
 	if r := w.reach.Load(); len(handlers) > 0 && r != nil && r.Checked {
 		// The probe's configuration carries the caBundle too: it is published with
@@ -623,7 +639,7 @@ func (w *Webhooks) sync(ctx context.Context) bool {
 		// would find the API server distrusting the renewed certificate and, called
 		// at a URL, withdraw the handlers' webhooks.
 		if err := w.prober.ensure(ctx); err != nil {
-			w.log.Error("the probe's webhook configuration not written; retrying in "+retryEvery.String(), "error", err)
+			w.syncFailed(fmt.Errorf("the probe's webhook configuration: %w", err))
 			return false
 		}
 	}
@@ -633,7 +649,7 @@ func (w *Webhooks) sync(ctx context.Context) bool {
 		// Nothing to call: the probe's configuration goes with the handlers'.
 		if r := w.reach.Load(); r != nil && r.Checked {
 			if err := w.prober.remove(ctx); err != nil {
-				w.log.Error("the probe's webhook configuration not removed; retrying in "+retryEvery.String(), "error", err)
+				w.syncFailed(fmt.Errorf("the probe's webhook configuration: %w", err))
 				return false
 			}
 			w.reach.Store(&Reachability{})
@@ -647,6 +663,18 @@ func (w *Webhooks) sync(ctx context.Context) bool {
 		return false
 	}
 	return true
+}
+
+// syncFailed logs a failed sync: at error level once, and the same failure again
+// (retried every retryEvery: a right not granted stays refused) at debug level.
+func (w *Webhooks) syncFailed(err error) {
+	msg := err.Error()
+	if msg == w.lastSyncError {
+		w.log.Debug("webhook configurations still not (fully) written; retrying in "+retryEvery.String(), "error", err)
+		return
+	}
+	w.lastSyncError = msg
+	w.log.Error("webhook configurations not (fully) written; retrying every "+retryEvery.String()+" (said again only if the error changes)", "error", err)
 }
 
 // probeDue tells whether the reachability is to be checked (again): never checked,

@@ -118,6 +118,21 @@ func startOnFakeAPI(t *testing.T, opts Options, reached func() bool, resyncEvery
 // started.
 func newOnFakeAPI(t *testing.T, opts Options, reached func() bool, resyncEvery time.Duration) (*Webhooks, *fake.Clientset) {
 	t.Helper()
+	w, client := newWithoutHandlersOnFakeAPI(t, opts, reached, resyncEvery)
+	scope := admissionregistrationv1.NamespacedScope
+	if err := w.Register(Handler{ID: "cm", Kind: causes.KindValidate,
+		Rules: []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{"*"},
+			Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}, Scope: &scope}}},
+		Admit: func(context.Context, Request) (Response, error) { return Response{Allowed: true}, nil }}); err != nil {
+		t.Fatal(err)
+	}
+	return w, client
+}
+
+// newWithoutHandlersOnFakeAPI is newOnFakeAPI without its handler: Webhooks of
+// scripts that have no admission handler.
+func newWithoutHandlersOnFakeAPI(t *testing.T, opts Options, reached func() bool, resyncEvery time.Duration) (*Webhooks, *fake.Clientset) {
+	t.Helper()
 	opts.Address, opts.Prefix = "127.0.0.1:0", "ops.example.com"
 	opts.detect = noDetection("https://127.0.0.1:6443")
 	w, err := New(&rest.Config{Host: "https://127.0.0.1:6443"}, nil, opts)
@@ -128,13 +143,7 @@ func newOnFakeAPI(t *testing.T, opts Options, reached func() bool, resyncEvery t
 	answerProbes(client, w, reached)
 	w.syncer.Client, w.syncer.Discovery, w.prober.client = client, client.Discovery(), client
 	w.resyncEvery = resyncEvery
-	scope := admissionregistrationv1.NamespacedScope
-	if err := w.Register(Handler{ID: "cm", Kind: causes.KindValidate,
-		Rules: []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{"*"},
-			Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}, Scope: &scope}}},
-		Admit: func(context.Context, Request) (Response, error) { return Response{Allowed: true}, nil }}); err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(func() { w.ln.Close() })
 	return w, client
 }
 
@@ -302,5 +311,72 @@ func TestRemovalRefusedAtExitSaysWhatToDo(t *testing.T) {
 	}
 	if strings.Contains(out, `msg="webhook configurations removed"`) {
 		t.Errorf("the log says they were removed:\n%s", out)
+	}
+}
+
+// configurationRequests are the requests of the fake API server's log on webhook
+// configurations ("get validatingwebhookconfigurations", ...).
+func configurationRequests(client *fake.Clientset) []string {
+	var out []string
+	for _, a := range client.Actions() {
+		if strings.HasSuffix(a.GetResource().Resource, "webhookconfigurations") {
+			out = append(out, a.GetVerb()+" "+a.GetResource().Resource)
+		}
+	}
+	return out
+}
+
+// Issue 45: scripts without an admission handler make the operator neither read
+// nor write the webhook configurations (luaop rbac grants it no right on them: a
+// least-privilege operator was refused a read, in red, every 10 s).
+func TestNoAdmissionHandlerReadsNoConfiguration(t *testing.T) {
+	var logged bytes.Buffer
+	w, client := newWithoutHandlersOnFakeAPI(t, Options{Logger: slog.New(slog.NewTextHandler(&logged, nil))}, nil, time.Hour)
+	client.PrependReactor("*", "*", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(a.GetResource().GroupResource(), "", errors.New("least privilege"))
+	})
+	for range 3 {
+		if !w.sync(t.Context()) {
+			t.Errorf("a sync with nothing to write failed")
+		}
+	}
+	if got := configurationRequests(client); len(got) > 0 {
+		t.Errorf("requests on the webhook configurations without any admission handler: %q", got)
+	}
+	if strings.Contains(logged.String(), "level=ERROR") {
+		t.Errorf("errors logged without any admission handler:\n%s", logged.String())
+	}
+	if !w.Synced() {
+		t.Errorf("not synced: nothing was to be written")
+	}
+}
+
+// Issue 45: a refused read of a configuration (admission handlers, but no right on
+// the configurations) is said once, at error level, with the exact rule missing;
+// the syncs retried after it say nothing more at that level.
+func TestRefusedReadOfAConfigurationIsSaidOnceWithTheRuleMissing(t *testing.T) {
+	var logged bytes.Buffer
+	w, client := newOnFakeAPI(t, Options{Logger: slog.New(slog.NewTextHandler(&logged, nil))}, nil, time.Hour)
+	client.PrependReactor("get", "validatingwebhookconfigurations", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if a.(clienttesting.GetAction).GetName() != "ops.example.com.validate" {
+			return false, nil, nil // the probe's: granted
+		}
+		return true, nil, apierrors.NewForbidden(a.GetResource().GroupResource(), "ops.example.com.validate",
+			errors.New(`User "system:serviceaccount:ops:luaop" cannot get resource "validatingwebhookconfigurations"`))
+	})
+	for range 3 {
+		if w.sync(t.Context()) {
+			t.Fatalf("a refused sync succeeded")
+		}
+	}
+	out := logged.String()
+	rule := "{apiGroups: [admissionregistration.k8s.io], resources: [validatingwebhookconfigurations], verbs: [get]}"
+	if n := strings.Count(out, "level=ERROR"); n != 1 {
+		t.Errorf("%d error lines for one refusal, want 1:\n%s", n, out)
+	}
+	for _, want := range []string{rule, "ops.example.com.validate", "luaop rbac"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the log does not say %q:\n%s", want, out)
+		}
 	}
 }

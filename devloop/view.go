@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/charmbracelet/lipgloss"
+	"github.com/charmbracelet/x/ansi"
 	"github.com/mattn/go-isatty"
 
 	"github.com/luaop/luaop/luabind"
@@ -23,7 +24,12 @@ import (
 // happens, and the scripts' own log lines. On a terminal it is colored and boxed;
 // otherwise (or with NO_COLOR) it writes plain lines.
 type View struct {
+	// mu guards the lines written and, while the screen is open (screenOn), what
+	// the screen takes at its next tick (pending, head).
 	mu       sync.Mutex
+	screenOn bool
+	pending  []logEntry
+	head     header
 	out      io.Writer
 	fancy    bool
 	level    slog.Level
@@ -63,10 +69,25 @@ func (v *View) render(s lipgloss.Style, text string) string {
 	return s.Render(text)
 }
 
-func (v *View) println(line string) {
+// println writes one line, or hands it to the open screen.
+func (v *View) println(l logEntry) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	fmt.Fprintln(v.out, line)
+	if v.screenOn {
+		v.pending = append(v.pending, l)
+		if over := len(v.pending) - logRingSize; over > 0 {
+			v.pending = append(v.pending[:0:0], v.pending[over:]...)
+		}
+		return
+	}
+	fmt.Fprintln(v.out, l.text)
+}
+
+// setHead changes what the screen's top shows.
+func (v *View) setHead(change func(h *header)) {
+	v.mu.Lock()
+	change(&v.head)
+	v.mu.Unlock()
 }
 
 // Loaded shows the scripts and their handlers.
@@ -88,18 +109,33 @@ func (v *View) Loaded(dir string, r luabind.LoadReport) {
 	if v.fancy {
 		text = v.styles.box.Render(text)
 	}
-	v.println(text)
+	v.setHead(func(h *header) { h.dir, h.scripts, h.handlers = dir, len(r.Files), len(r.Handlers) })
+	v.println(logEntry{level: slog.LevelInfo, text: text})
 }
 
 // Note shows one line about the session (the webhook server's address, or why the
 // cluster cannot reach it), marked as fine or as a problem.
 func (v *View) Note(ok bool, text string) {
 	stamp := v.render(v.styles.dim, time.Now().Format("15:04:05"))
+	shown := text
+	if !ok {
+		shown = v.render(v.styles.fail, "✘ "+text)
+	}
+	v.setHead(func(h *header) {
+		topic := noteTopic(text)
+		for i, n := range h.notes {
+			if noteTopic(stripStyle(n)) == topic {
+				h.notes[i] = shown
+				return
+			}
+		}
+		h.notes = append(h.notes, shown)
+	})
 	if ok {
-		v.println(fmt.Sprintf("%s %s", stamp, text))
+		v.println(logEntry{level: slog.LevelInfo, text: fmt.Sprintf("%s %s", stamp, text)})
 		return
 	}
-	v.println(fmt.Sprintf("%s %s %s", stamp, v.render(v.styles.fail, "✘"), v.render(v.styles.fail, text)))
+	v.println(logEntry{level: slog.LevelError, text: fmt.Sprintf("%s %s %s", stamp, v.render(v.styles.fail, "✘"), v.render(v.styles.fail, text))})
 }
 
 // Reloaded shows one reload attempt.
@@ -111,15 +147,28 @@ func (v *View) Reloaded(ev reloading.Event) {
 		if ev.NothingServes {
 			title, hint = "✘ the scripts do not load", "no scripts serve yet; fix the file and save again"
 		}
-		v.println(fmt.Sprintf("%s %s %s\n         %s\n         %s", stamp,
-			v.render(v.styles.fail, title), files,
-			v.render(v.styles.fail, ev.Err.Error()),
-			v.render(v.styles.dim, hint)))
+		v.setHead(func(h *header) {
+			h.reloadOK, h.reload = false, fmt.Sprintf("%s %s %s: %s", time.Now().Format("15:04:05"), title, files, ev.Err)
+		})
+		// One entry per line: the screen's log counts lines.
+		v.println(logEntry{level: slog.LevelError, text: fmt.Sprintf("%s %s %s", stamp, v.render(v.styles.fail, title), files)})
+		v.println(logEntry{level: slog.LevelError, text: "         " + v.render(v.styles.fail, ev.Err.Error())})
+		v.println(logEntry{level: slog.LevelError, text: "         " + v.render(v.styles.dim, hint)})
 		return
 	}
-	v.println(fmt.Sprintf("%s %s %s in %s (%d handlers)", stamp, v.render(v.styles.ok, "✔ reloaded"), files,
-		ev.Latency.Round(time.Millisecond), len(ev.Report.Handlers)))
+	v.setHead(func(h *header) {
+		h.reloadOK, h.handlers = true, len(ev.Report.Handlers)
+		if n := len(ev.Report.Files); n > 0 {
+			h.scripts = n
+		}
+		h.reload = fmt.Sprintf("%s ✔ reloaded %s in %s", time.Now().Format("15:04:05"), files, ev.Latency.Round(time.Millisecond))
+	})
+	v.println(logEntry{level: slog.LevelInfo, text: fmt.Sprintf("%s %s %s in %s (%d handlers)", stamp, v.render(v.styles.ok, "✔ reloaded"), files,
+		ev.Latency.Round(time.Millisecond), len(ev.Report.Handlers))})
 }
+
+// stripStyle drops the escape codes of a styled text.
+func stripStyle(s string) string { return ansi.Strip(s) }
 
 // Handler returns a slog handler that renders log records as view lines.
 func (v *View) Handler() slog.Handler { return &viewHandler{view: v} }
@@ -205,6 +254,6 @@ func (h *viewHandler) Handle(_ context.Context, r slog.Record) error {
 	if len(rest) > 0 {
 		b.WriteString(" " + v.render(s.dim, strings.Join(rest, " ")))
 	}
-	v.println(b.String())
+	v.println(logEntry{level: r.Level, object: object, handler: handler, text: b.String()})
 	return nil
 }

@@ -17,11 +17,13 @@ const LogEventsNone = "none"
 // LogEventsReason is the reason of the Events posted for ctx.logger messages (kopf's).
 const LogEventsReason = "Logging"
 
-// ParseLogEventsLevel reads a LogEvents setting: debug, info (the default, kopf's),
-// warning (or warn), error, or none; ok is false for none.
+// ParseLogEventsLevel reads a LogEvents setting: debug, info, warning (or warn),
+// error, or none (also ""): ok is false for none. None is the default, kopf's since
+// 1.41 (settings.posting.loggers = False): a ctx.logger.info in a timer posted an
+// Event at every tick.
 func ParseLogEventsLevel(s string) (level slog.Level, ok bool, err error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "", "info":
+	case "info":
 		return slog.LevelInfo, true, nil
 	case "debug":
 		return slog.LevelDebug, true, nil
@@ -29,13 +31,14 @@ func ParseLogEventsLevel(s string) (level slog.Level, ok bool, err error) {
 		return slog.LevelWarn, true, nil
 	case "error":
 		return slog.LevelError, true, nil
-	case LogEventsNone:
+	case "", LogEventsNone:
 		return 0, false, nil
 	}
 	return 0, false, fmt.Errorf("log events level %q: use debug, info, warning, error or none", s)
 }
 
-// postLogEvent posts a ctx.logger message at or above Options.LogEvents as a
+// postLogEvent posts a ctx.logger message at or above Options.LogEvents (when it
+// names a level: none by default) as a
 // Kubernetes Event of the object being handled, as kopf's object logger does: Normal
 // below warning, Warning from it on, reason "Logging". The Event goes through the
 // cluster client (the operator's shared, rate-limited recorder), with the shard

@@ -38,14 +38,16 @@ luaop.on.create(R, function(ctx)
 end, {id = "logs"})
 `
 
-// Issue 12.16: ctx.logger messages at info and above are posted as Events of the
-// object (kopf's object logger), at a configurable level.
+// Issue 12.16: ctx.logger messages are posted as Events of the object (kopf's object
+// logger) at the level asked for; issue 45: none by default (kopf's
+// posting.loggers=False since 1.41).
 func TestLoggerMessagesArePostedAsEventsOfTheObject(t *testing.T) {
 	tests := []struct {
 		level string
 		want  string
 	}{
-		{"", "[Normal Logging created 1 Widget/w1 Warning Logging careful Widget/w1 Warning Logging broken Widget/w1]"},
+		{"", "[]"},
+		{"info", "[Normal Logging created 1 Widget/w1 Warning Logging careful Widget/w1 Warning Logging broken Widget/w1]"},
 		{"debug", "[Normal Logging details Widget/w1 Normal Logging created 1 Widget/w1 Warning Logging careful Widget/w1 Warning Logging broken Widget/w1]"},
 		{"warning", "[Warning Logging careful Widget/w1 Warning Logging broken Widget/w1]"},
 		{"error", "[Warning Logging broken Widget/w1]"},

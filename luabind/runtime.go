@@ -53,7 +53,7 @@ type Options struct {
 	Kube Kube
 	// LogEvents is the lowest level of ctx.logger messages also posted as Kubernetes
 	// Events of the handled object (kopf's object logger): debug, info, warning, error
-	// or none. Empty means info, kopf's default (ParseLogEventsLevel).
+	// or none. Empty means none, kopf's default since 1.41 (ParseLogEventsLevel).
 	LogEvents string
 }
 
@@ -103,8 +103,11 @@ type Runtime struct {
 	// of the last attempt (a broken save's good files are not compiled again).
 	protos map[protoKey]*lua.FunctionProto
 	// codeHashes are the code hashes of the last successful load by handler id
-	// (loadMu held), reused while the handler's function and spec are the same.
+	// (loadMu held), reused while the handler's reach and spec are the same; reach
+	// the reach hashes it computed them from (reach.go), reused by the next load
+	// while their inputs are the same.
 	codeHashes map[string]codeHashEntry
+	reach      map[string]reachEntry
 	// scriptMetrics are the metrics of luaop.metrics (metrics.go), shared by the
 	// shards and kept across reloads.
 	scriptMetrics *ScriptMetrics
@@ -119,7 +122,7 @@ type Runtime struct {
 
 type codeHashEntry struct {
 	spec  causes.Spec // Source and CodeHash cleared
-	proto *lua.FunctionProto
+	reach string
 	hash  string
 }
 
@@ -233,6 +236,7 @@ func (r *Runtime) Load(ctx context.Context, scripts []Script) (LoadReport, error
 	files := make([]string, 0, len(sorted))
 	var compiled []string
 	hash := sha256.New()
+	sums := make(map[string][sha256.Size]byte, len(sorted))
 	// The cache after this attempt: what the current generation uses plus what this
 	// attempt compiled or reused. On success, the files of the new set only.
 	used := make(map[protoKey]*lua.FunctionProto, len(sorted))
@@ -263,6 +267,7 @@ func (r *Runtime) Load(ctx context.Context, scripts []Script) (LoadReport, error
 		}
 		used[key] = proto
 		protos[s.Name] = proto
+		sums[s.Name] = key.sum
 		files = append(files, s.Name)
 		fmt.Fprintf(hash, "%s\x00%d\x00", s.Name, len(s.Source))
 		hash.Write(s.Source)
@@ -270,7 +275,9 @@ func (r *Runtime) Load(ctx context.Context, scripts []Script) (LoadReport, error
 
 	// Run in every shard aside, the shards in parallel (each owns its state; the
 	// protos are read-only); commit only when all succeeded.
-	staged, cols, err := r.stageAll(ctx, files, protos)
+	setSum := hash.Sum(nil)
+	reach := newReachInput(files, protos, sums, setSum, r.reach)
+	staged, cols, err := r.stageAll(ctx, files, protos, reach)
 	if err != nil {
 		return LoadReport{}, err
 	}
@@ -285,20 +292,19 @@ func (r *Runtime) Load(ctx context.Context, scripts []Script) (LoadReport, error
 		sources[sc.Name] = sc.Source
 	}
 	hashes := make(map[string]codeHashEntry, len(first.specs))
-	setSum := hash.Sum(nil)
 	for i := range first.specs {
 		spec := &first.specs[i]
-		spec.CodeHash = r.codeHashCached(hashes, *spec, first.fns[spec.ID], sources)
+		spec.CodeHash = r.codeHashCached(hashes, *spec, first.reach[spec.ID].hash)
 	}
 	evalHashes(first.specs, sources, setSum)
-	r.codeHashes = hashes
+	r.codeHashes, r.reach = hashes, first.reach
 	keys := make(map[protoKey]bool, len(used))
 	for k := range used {
 		keys[k] = true
 	}
 	for i := range first.admission {
 		spec := &first.admission[i]
-		spec.CodeHash = r.codeHashCached(hashes, *spec, first.fns[spec.ID], sources)
+		spec.CodeHash = r.codeHashCached(hashes, *spec, first.reach[spec.ID].hash)
 	}
 	gen := &generation{specs: first.specs, filters: first.filters, hooks: first.hooks, admission: first.admission, reads: first.reads,
 		hash: hex.EncodeToString(hash.Sum(nil)), files: files, protoKeys: keys}
@@ -317,7 +323,7 @@ func (r *Runtime) inCurrent(k protoKey) bool { return r.gen.Load().protoKeys[k] 
 // stageAll stages the scripts in every shard, all at once (the hook shard too: with
 // GOMAXPROCS slots it would make a second round of its own). The first failure
 // cancels the other shards and is the error returned.
-func (r *Runtime) stageAll(ctx context.Context, files []string, protos map[string]*lua.FunctionProto) ([]*shardGeneration, []*collected, error) {
+func (r *Runtime) stageAll(ctx context.Context, files []string, protos map[string]*lua.FunctionProto, reach *reachInput) ([]*shardGeneration, []*collected, error) {
 	staged := make([]*shardGeneration, len(r.shards))
 	cols := make([]*collected, len(r.shards))
 	ctx, cancel := context.WithCancel(ctx)
@@ -335,7 +341,11 @@ func (r *Runtime) stageAll(ctx context.Context, files []string, protos map[strin
 			if ctx.Err() != nil {
 				return // another shard failed
 			}
-			sg, col, err := sh.stage(ctx, files, protos)
+			var in *reachInput
+			if i == 0 {
+				in = reach // what the handlers reach is computed once, in the first shard
+			}
+			sg, col, err := sh.stage(ctx, files, protos, in)
 			if err != nil {
 				mu.Lock()
 				if firstErr == nil {
@@ -356,20 +366,15 @@ func (r *Runtime) stageAll(ctx context.Context, files []string, protos map[strin
 }
 
 // codeHashCached is codeHash, reused from the previous load when the handler's
-// function (its compiled prototype, so the same file content) and its spec are the
-// same; the result is recorded in next.
-func (r *Runtime) codeHashCached(next map[string]codeHashEntry, spec causes.Spec, fns *handlerFns, sources map[string][]byte) string {
+// reach (reach.go) and its spec are the same; the result is recorded in next.
+func (r *Runtime) codeHashCached(next map[string]codeHashEntry, spec causes.Spec, reach string) string {
 	spec.Source, spec.CodeHash, spec.EvalHash = "", "", ""
-	var proto *lua.FunctionProto
-	if fns != nil && fns.fn != nil {
-		proto = fns.fn.Proto
-	}
-	if e, ok := r.codeHashes[spec.ID]; ok && e.proto == proto && reflect.DeepEqual(e.spec, spec) {
+	if e, ok := r.codeHashes[spec.ID]; ok && e.reach == reach && reflect.DeepEqual(e.spec, spec) {
 		next[spec.ID] = e
 		return e.hash
 	}
-	h := codeHash(spec, fns, sources)
-	next[spec.ID] = codeHashEntry{spec: spec, proto: proto, hash: h}
+	h := codeHash(spec, reach)
+	next[spec.ID] = codeHashEntry{spec: spec, reach: reach, hash: h}
 	return h
 }
 
@@ -536,31 +541,16 @@ func uidOf(body map[string]any) string {
 	return uid
 }
 
-// codeHash identifies a handler's code and options: the source lines of its function
-// (so edits elsewhere in the file, even ones that move it, leave it unchanged) and
-// its spec. Reloads restart a daemon only when this changes.
-func codeHash(spec causes.Spec, fns *handlerFns, sources map[string][]byte) string {
+// codeHash identifies a handler's code and options: its spec and what its function
+// can reach (reach.go: its code and the helpers, values and modules it can run or
+// read, so edits elsewhere, even ones that move it, leave it unchanged). Reloads
+// restart a daemon, and retry a handler waiting in its backoff (RetryOnReload),
+// only when this changes.
+func codeHash(spec causes.Spec, reach string) string {
 	h := sha256.New()
 	spec.Source, spec.CodeHash, spec.EvalHash = "", "", ""
-	fmt.Fprintf(h, "%+v\x00", spec)
-	if fns != nil {
-		writeFunctionSource(h, fns.fn, sources)
-	}
+	fmt.Fprintf(h, "%+v\x00%s", spec, reach)
 	return hex.EncodeToString(h.Sum(nil))[:16]
-}
-
-// writeFunctionSource writes the source lines of a Lua function (nothing for nil).
-func writeFunctionSource(w io.Writer, fn *lua.LFunction, sources map[string][]byte) {
-	if fn == nil || fn.Proto == nil {
-		return
-	}
-	p := fn.Proto
-	lines := strings.Split(string(sources[p.SourceName]), "\n")
-	from, to := max(p.LineDefined-1, 0), min(p.LastLineDefined, len(lines))
-	if from < to {
-		io.WriteString(w, strings.Join(lines[from:to], "\n"))
-	}
-	io.WriteString(w, "\x00")
 }
 
 // evalHashes computes Spec.EvalHash for the specs a reload must revisit every object

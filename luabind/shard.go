@@ -132,6 +132,9 @@ type collected struct {
 	sources map[string]string // id -> file:line, for duplicate errors
 	records map[string]string // recordName(id) -> id, for ids sharing a record
 	stems   map[string]int    // default-id counters
+	// reach are the handlers' reach hashes (reach.go), by id: computed by the
+	// first shard only (stage's reach).
+	reach map[string]reachEntry
 }
 
 // shardGeneration is a staged load, committed when every shard succeeded.
@@ -202,8 +205,9 @@ func moduleName(file string) string {
 // its own (sandbox.Isolation). Top-level files are the handler scripts, run in name
 // order; files in subfolders are modules that only run when required, once per load, their
 // value shared by every file that requires them. Globals of the previous load are not
-// visible.
-func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lua.FunctionProto) (*shardGeneration, *collected, error) {
+// visible. With reach, it also computes what each handler can reach (reach.go),
+// while it holds the state.
+func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lua.FunctionProto, reach *reachInput) (*shardGeneration, *collected, error) {
 	if err := s.lock(ctx); err != nil {
 		return nil, nil, fmt.Errorf("loading the scripts: %w", err)
 	}
@@ -233,6 +237,9 @@ func (s *shard) stage(ctx context.Context, files []string, protos map[string]*lu
 		}
 	}
 	ld.keepOnlyLazy()
+	if reach != nil {
+		col.reach = reach.hashes(col)
+	}
 	return &shardGeneration{fns: col.fns, records: col.records, held: time.Since(locked), files: ld.files}, col, nil
 }
 

@@ -118,7 +118,7 @@ func (r *Runtime) replaceShard(old *shard) {
 			}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), r.opts.HandlerTimeout)
-		staged, _, err := sh.stage(ctx, gen.files, protos)
+		staged, _, err := sh.stage(ctx, gen.files, protos, nil)
 		cancel()
 		if err != nil {
 			r.opts.Logger.Error("replacing a stuck Lua state: the scripts do not load in the new one; its objects wait for the stuck call", "shard", old.idx, "error", err)

@@ -549,8 +549,10 @@ type timerState struct {
 	// are reset once an attempt ends for good (success, or a final failure).
 	retries int
 	started time.Time
-	// lastError is what the last failed attempt said (quoted by the strict check).
-	lastError string
+	// lastError is what the last failed attempt said (quoted by the strict check);
+	// failedCode the code hash it failed with (Options.RetryOnReload).
+	lastError  string
+	failedCode string
 	// waitChange: an idle timer without an interval ran at ranAt and runs again only
 	// after the next essential change (then after idle seconds without one).
 	waitChange bool
@@ -620,6 +622,7 @@ func (c *cycle) runTimers(ctx context.Context) time.Duration {
 		}
 
 		now := o.clock.Now()
+		c.wakeTimerForReload(spec, ts, now)
 		if !now.Before(ts.next) && spec.Idle > 0 && now.Sub(lastChange) < spec.Idle {
 			// idle: only after spec.Idle without an essential change.
 			ts.next = lastChange.Add(spec.Idle)
@@ -679,7 +682,7 @@ func (c *cycle) runTimer(ctx context.Context, spec causes.Spec, ts *timerState, 
 	if outcome == OutcomeRetry {
 		ts.retries++
 		ts.next = o.clock.Now().Add(delay)
-		ts.lastError = handling.ErrorMessage(err)
+		ts.lastError, ts.failedCode = handling.ErrorMessage(err), spec.CodeHash
 		return
 	}
 	ts.retries, ts.started, ts.lastError = 0, time.Time{}, ""

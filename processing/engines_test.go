@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
 	"github.com/luaop/luaop/processing/causes"
 )
 
@@ -439,5 +441,46 @@ func TestStrictCheckOfTimersAndDaemonsQuotesTheLastError(t *testing.T) {
 		if got := failedWith(id); got != want {
 			t.Errorf("%s's final failure: %q, want %q", id, got, want)
 		}
+	}
+}
+
+// Issue 45: a daemon that writes the same status at every luaop.sleep sends it once;
+// the API server sees a write only when the daemon changes something.
+func TestDaemonPatchIsSentOnlyWhenItChangesTheObject(t *testing.T) {
+	h := newFakeHandlers()
+	flushes := make(chan map[string]any)
+	h.addDaemon(causes.Spec{ID: "reporter", Resource: widgets}, func(ctx context.Context, call causes.Call) error {
+		for {
+			select {
+			case p := <-flushes:
+				call.Daemon.Flush(p)
+			case <-call.Daemon.Stopped.Done():
+				return nil
+			}
+		}
+	})
+	e := startEnv(t, h, Options{})
+	e.create("w1", map[string]any{"size": int64(1)})
+	phase := func() string {
+		v, _, _ := unstructured.NestedString(e.get("w1").Object, "status", "phase")
+		return v
+	}
+	flushes <- map[string]any{"status": map[string]any{"phase": "Running"}}
+	e.eventually("the daemon's first write", func() bool { return phase() == "Running" })
+	e.settleIn(widgetsGVR, "w1")
+	daemonWrites := func() int { return e.patchesOf(widgetsGVR) - e.barriers }
+	before := daemonWrites()
+	for range 3 {
+		flushes <- map[string]any{"status": map[string]any{"phase": "Running", "gone": nil}}
+		e.settleIn(widgetsGVR, "w1") // the flush came before the barrier's write
+	}
+	if n := daemonWrites() - before; n != 0 {
+		t.Errorf("the daemon's unchanged status was written %d more time(s), want none", n)
+	}
+	flushes <- map[string]any{"status": map[string]any{"phase": "Degraded"}}
+	e.eventually("the daemon's changed status written", func() bool { return phase() == "Degraded" })
+	e.settleIn(widgetsGVR, "w1")
+	if n := daemonWrites() - before; n != 1 {
+		t.Errorf("the daemon's change took %d write(s), want 1", n)
 	}
 }

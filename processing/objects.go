@@ -194,6 +194,9 @@ type objectMemory struct {
 	// inbox: a newer one is a new event.
 	retryAt     time.Time
 	seenVersion string
+	// failedCode is, per change handler waiting after an error, the code hash it
+	// failed with (Options.RetryOnReload: reloadretry.go).
+	failedCode map[string]string
 }
 
 // readiness derives /readyz from the set of keys still to process, never from

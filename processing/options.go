@@ -81,6 +81,13 @@ type Options struct {
 	// context of Start done), the cycles and daemons in flight are cancelled: what
 	// they had not written is the next owner's to do again. Nil: never.
 	StopAtOnce <-chan struct{}
+	// RetryOnReload retries at once, after a reload, the handlers waiting in their
+	// backoff after an error whose code (causes.Spec.CodeHash: what their function
+	// can reach) the reload changed: change handlers and their subhandlers, and
+	// timers. Off by default (luaop run: a production reload must not retry every
+	// failing handler at once); `luaop dev` turns it on. Daemons whose code changed
+	// are restarted either way.
+	RetryOnReload bool
 	// DryRun logs every write the core would send (patches of objects, status and
 	// finalizers) instead of sending it. Handlers still run.
 	DryRun bool

@@ -230,8 +230,17 @@ func (c *cycle) awaitConsistency(lastSeenVersion string) time.Duration {
 // carryTheirs puts into the cycle's patch what daemons handed over and what event
 // handlers wrote: applied here, in order with this object's other writes, so that
 // no update is lost between a daemon and a handler.
+//
+// A daemon's patch that changes nothing of the object (a status written again with
+// the same values at every luaop.sleep) is dropped: it would cost a write, and
+// every watcher an event, each time. c.body is at least as new as the operator's
+// own last write here (awaitConsistency), so nothing the daemon asked for is lost:
+// a value changed by someone else since shows as a change, and is written.
 func (c *cycle) carryTheirs() {
 	c.daemonPatch = c.st.inbox.takeDaemonPatch(c.mem.uid)
+	if c.daemonPatch != nil && !state.Changes(c.body.Object, c.daemonPatch) {
+		c.daemonPatch = nil
+	}
 	if c.daemonPatch != nil {
 		c.patch.Merge(c.daemonPatch)
 		c.carried = true
@@ -760,6 +769,7 @@ func (c *cycle) handlerStates(specs []causes.Spec, reason causes.Reason) []handl
 	for i, spec := range specs {
 		rec, found := c.store.progress.Fetch(body, spec.ID)
 		stored := rec
+		rec = c.wakeForReload(spec.ID, spec.ID, rec)
 		switch {
 		case !found || rec.Purpose == "" || rec.Purpose == string(reason):
 		case rec.Purpose == string(causes.Resume) && !spec.Serves(reason):
@@ -1045,6 +1055,7 @@ func (c *cycle) runSubhandlers(ctx context.Context, parent causes.Spec, rec stat
 	for i, sub := range subs {
 		child, found := c.store.progress.Fetch(body, sub.ID)
 		stored := child
+		child = c.wakeForReload(sub.ID, c.topID(parent.ID), child)
 		if found && child.Purpose != "" && child.Purpose != string(reason) {
 			child, found = state.HandlerRecord{}, false
 		}
@@ -1140,6 +1151,7 @@ func anyAwake(states []handlerState, now time.Time) bool {
 
 // report logs, posts and observes one handler outcome.
 func (c *cycle) report(id string, reason causes.Reason, rec state.HandlerRecord, outcome Outcome, took time.Duration, err error) {
+	c.noteRetry(id, outcome)
 	if outcome == OutcomeSuccess {
 		// Reported once a write stored it: a success the server refused to store is
 		// a failure (refuseWrites).

@@ -85,7 +85,10 @@ type Reactor struct {
 	// needed only when it changed. Held around Handlers.Specs (an atomic load).
 	enginesMu sync.Mutex
 	engines   string
-	pruned    sync.Map // "resource field" -> struct{}: schema pruning reported once
+	// changeCodes are the change handlers' code hashes at the last Refresh
+	// (RetryOnReload: reloadretry.go); enginesMu guards them too.
+	changeCodes map[string]string
+	pruned      sync.Map // "resource field" -> struct{}: schema pruning reported once
 
 	// cycleDone is for tests only (nil otherwise; set before Start): after every
 	// cycle of an object it is told the newest resourceVersion the cycle had seen
@@ -294,9 +297,13 @@ func (o *Reactor) Refresh() {
 	// The specs are read again under the lock: a Refresh that stalled in discovery
 	// while a later reload's Refresh stored its signature must not store an older one.
 	o.enginesMu.Lock()
-	engines := engineSignature(o.handlers.Specs())
+	specs := o.handlers.Specs()
+	engines := engineSignature(specs)
 	changed := engines != o.engines
 	o.engines = engines
+	if o.opts.RetryOnReload {
+		o.retryChangedCode(specs)
+	}
 	o.enginesMu.Unlock()
 	if !changed {
 		return

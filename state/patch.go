@@ -160,3 +160,34 @@ func (p *Patch) Split() (main, status map[string]any) {
 	}
 	return main, status
 }
+
+// Changes tells whether applying merge patch to obj (RFC 7386) would change it: a field
+// set to another value (numbers compared as numbers, 3 and 3.0 alike), a field deleted
+// that obj has, or a map created where obj has none ({"status": {}} creates status).
+// A write that changes nothing still costs the API server a request and every watcher
+// an event (a new resourceVersion for managedFields alone): a daemon that writes the
+// same status at every luaop.sleep must not send it.
+func Changes(obj, patch map[string]any) bool {
+	for k, v := range patch {
+		cur, present := obj[k]
+		switch pv := v.(type) {
+		case nil:
+			if present && cur != nil {
+				return true
+			}
+		case map[string]any:
+			cm, ok := cur.(map[string]any)
+			if !ok || cm == nil {
+				return true // created, or a non-map replaced by a map
+			}
+			if Changes(cm, pv) {
+				return true
+			}
+		default:
+			if !present || !ValuesEqual(cur, v) {
+				return true
+			}
+		}
+	}
+	return false
+}

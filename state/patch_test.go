@@ -362,3 +362,37 @@ func copyMap(m map[string]any) map[string]any {
 	}
 	return DeepCopyValue(m).(map[string]any)
 }
+
+// A merge patch changes an object only where a value differs, a field it deletes
+// exists, or a map it writes is missing (issue 45: a daemon's unchanged writes are not
+// sent).
+func TestPatchChanges(t *testing.T) {
+	obj := map[string]any{
+		"metadata": map[string]any{"name": "w"},
+		"spec":     map[string]any{"size": int64(3), "tags": []any{"a"}},
+		"status":   map[string]any{"phase": "Running", "checks": float64(2)},
+	}
+	for _, tt := range []struct {
+		name  string
+		patch map[string]any
+		want  bool
+	}{
+		{"empty", map[string]any{}, false},
+		{"the same value", map[string]any{"status": map[string]any{"phase": "Running"}}, false},
+		{"a number as another type", map[string]any{"status": map[string]any{"checks": int64(2)}}, false},
+		{"the same list", map[string]any{"spec": map[string]any{"tags": []any{"a"}}}, false},
+		{"an existing map, empty", map[string]any{"status": map[string]any{}}, false},
+		{"deleting what is absent", map[string]any{"status": map[string]any{"gone": nil}}, false},
+		{"another value", map[string]any{"status": map[string]any{"phase": "Failed"}}, true},
+		{"another number", map[string]any{"status": map[string]any{"checks": int64(3)}}, true},
+		{"a new field", map[string]any{"status": map[string]any{"found": true}}, true},
+		{"deleting a field", map[string]any{"status": map[string]any{"phase": nil}}, true},
+		{"a missing map, empty", map[string]any{"data": map[string]any{}}, true},
+		{"a map over a scalar", map[string]any{"spec": map[string]any{"size": map[string]any{"x": int64(1)}}}, true},
+		{"another list", map[string]any{"spec": map[string]any{"tags": []any{"a", "b"}}}, true},
+	} {
+		if got := Changes(obj, tt.patch); got != tt.want {
+			t.Errorf("%s: Changes = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

@@ -63,6 +63,7 @@ Established), so that no kubectl is needed:
 		},
 	}
 	addOperatorFlags(cmd.Flags(), "plain")
+	cmd.Flags().Bool("plain", false, "write the view as lines (as when stdout is not a terminal: CI, pipes) instead of the live screen of objects, handlers, daemons and timers")
 	cmd.Flags().StringSlice("apply", nil, "YAML files or folders to apply (server-side) before starting: CRDs first, waiting until they are Established, then the other objects (repeatable)")
 	// dev's own defaults: not flags the user gave (Changed stays false), so that
 	// LUAOP_* variables and the config file still override them.
@@ -76,7 +77,8 @@ Established), so that no kubectl is needed:
 	// folder of the developer's.
 	// kopf's `run --dev`: the developer's session wins over the deployed operator.
 	// Metrics, when asked for, are plain HTTP on the developer's machine.
-	for flag, value := range map[string]string{"webhook-address": "127.0.0.1:0", "webhook-cleanup": "true", "scripts-webhook": "false",
+	// A fix saved is retried at once, not after the backoff the error set.
+	for flag, value := range map[string]string{"webhook-address": "127.0.0.1:0", "webhook-cleanup": "true", "scripts-webhook": "false", "retry-on-reload": "true",
 		"metrics-secure": "false", "priority": strconv.Itoa(peering.DevPriority)} {
 		setDefault(cmd.Flags(), flag, value)
 	}
@@ -184,6 +186,13 @@ func runOperator(ctx context.Context, s settings, dir string, dev bool) error {
 	if err != nil {
 		return err
 	}
+	if view != nil {
+		// The screen takes the terminal's keys: its q or ctrl+c ends the session.
+		var quit context.CancelFunc
+		ctx, quit = context.WithCancel(ctx)
+		defer quit()
+		defer view.StartScreen(ctx, devloop.ScreenOptions{Snapshot: op.Reactor().Snapshot, Quit: quit, Plain: s.Plain})()
+	}
 	webhooks, err := newWebhooks(cfg, s, dev, op, m, view, log)
 	if err != nil {
 		return err
@@ -265,6 +274,7 @@ func newOperator(cfg *rest.Config, s settings, dir string, dev bool, m *metrics.
 		DefaultBackoff:      s.DefaultBackoff,
 		PostEvents:          &s.PostEvents,
 		ShutdownGracePeriod: s.ShutdownGrace,
+		RetryOnReload:       s.RetryOnReload,
 		Logger:              log,
 	}
 	popts.ProgressStorage = processing.StorageMode(s.ProgressStorage)

@@ -6,15 +6,16 @@ import (
 	"github.com/spf13/viper"
 )
 
-// Issue 12.16: --log-events-level says which ctx.logger messages become Events:
-// info and above by default (kopf's), none turns it off, anything else is refused.
+// Issue 12.16: --log-events-level says which ctx.logger messages become Events;
+// issue 45: none by default (kopf's since 1.41), anything else is refused.
 func TestLogEventsLevelSetting(t *testing.T) {
 	for _, tt := range []struct {
 		args    []string
 		want    string
 		wantErr bool
 	}{
-		{nil, "info", false},
+		{nil, "none", false},
+		{[]string{"--log-events-level", "info"}, "info", false},
 		{[]string{"--log-events-level", "warning"}, "warning", false},
 		{[]string{"--log-events-level", "none"}, "none", false},
 		{[]string{"--log-events-level", "loud"}, "", true},

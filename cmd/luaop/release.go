@@ -299,11 +299,11 @@ func release(ctx context.Context, cfg *rest.Config, s settings, o releaseOptions
 	if o.purge {
 		what += ", annotations " + r.annotations + "*, label " + r.shardLabel + ", status." + r.statusField
 	}
-	mode := ""
 	if s.DryRun {
-		mode = " (dry run: nothing is written)"
+		fmt.Fprintf(out, "releasing %d resource(s) (dry run: nothing is written): would remove %s\n", len(spellings), what)
+	} else {
+		fmt.Fprintf(out, "releasing %d resource(s): removing %s\n", len(spellings), what)
 	}
-	fmt.Fprintf(out, "releasing %d resource(s): removing %s%s\n", len(spellings), what, mode)
 	seen := map[string]bool{}
 	var errs []error
 	for _, sp := range spellings {
@@ -437,7 +437,8 @@ func objectName(obj *unstructured.Unstructured) string {
 }
 
 // releaseObject removes what the operator left on one object, re-reading it and
-// trying again when it changed meanwhile; it says what it removed ("" for nothing).
+// trying again when it changed meanwhile; it says what it removed ("" for nothing),
+// or, in a dry run (where the server stored nothing), what it would remove.
 func (r releaser) releaseObject(ctx context.Context, res processing.ResolvedResource, obj *unstructured.Unstructured) (string, error) {
 	client := r.dyn.Resource(res.GVR).Namespace(obj.GetNamespace())
 	var opts metav1.PatchOptions
@@ -461,6 +462,9 @@ func (r releaser) releaseObject(ctx context.Context, res processing.ResolvedReso
 		switch {
 		case err == nil, metaDone && apierrors.IsNotFound(err):
 			// (Gone after its finalizer was removed: it was being deleted.)
+			if r.dryRun {
+				return "would remove " + strings.Join(removed, ", "), nil
+			}
 			return "removed " + strings.Join(removed, ", "), nil
 		case apierrors.IsNotFound(err):
 			return "", nil // deleted meanwhile

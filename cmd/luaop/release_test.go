@@ -15,9 +15,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 
+	"github.com/luaop/luaop/processing"
 	"github.com/luaop/luaop/testcluster"
 )
 
@@ -129,10 +132,13 @@ func TestReleaseUnsticksObjectsLeftByTheOperator(t *testing.T) {
 	if err != nil {
 		t.Fatalf("luaop release --dry-run: %v\n%s", err, out)
 	}
-	for _, want := range []string{"dry run", "examples.luaop.dev/v1/tenants " + ns + "/t1: removed finalizer", "examples.luaop.dev/v1/tenants: 1 object(s), 1 would be released"} {
+	for _, want := range []string{"dry run", "would remove finalizer luaop.dev/finalizer", "examples.luaop.dev/v1/tenants " + ns + "/t1: would remove finalizer", "examples.luaop.dev/v1/tenants: 1 object(s), 1 would be released"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("luaop release --dry-run printed\n%s\nwant %q", out, want)
 		}
+	}
+	if strings.Contains(out, ": removed") || strings.Contains(out, "removing") {
+		t.Errorf("luaop release --dry-run says it removed what it did not:\n%s", out)
 	}
 	if t1 := get(tenants, "t1"); !slices.Contains(t1.GetFinalizers(), "luaop.dev/finalizer") {
 		t.Errorf("--dry-run removed the finalizer of t1: %v", t1.GetFinalizers())
@@ -341,6 +347,25 @@ luaop.on.create("examples.luaop.dev/v1/widgets", function(ctx) return true end, 
 	for k := range got.GetAnnotations() {
 		if strings.HasPrefix(k, "luaop.dev/") {
 			t.Errorf("--purge left the annotation %s", k)
+		}
+	}
+}
+
+// Issue 45: a dry run says what it would remove, not that it removed it (the server
+// stored nothing); a real run says what it removed.
+func TestReleaseObjectSaysWouldRemoveInADryRun(t *testing.T) {
+	gvr := schema.GroupVersionResource{Group: "examples.luaop.dev", Version: "v1", Resource: "tenants"}
+	for _, tt := range []struct {
+		dryRun bool
+		want   string
+	}{{true, "would remove finalizer"}, {false, "removed finalizer"}} {
+		obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "examples.luaop.dev/v1", "kind": "Tenant",
+			"metadata": map[string]any{"name": "t1", "namespace": "team-a", "resourceVersion": "42", "finalizers": []any{"luaop.dev/finalizer"}}}}
+		dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{gvr: "TenantList"}, obj.DeepCopy())
+		r := releaser{dyn: dyn, finalizer: "luaop.dev/finalizer", annotations: "luaop.dev/", shardLabel: "luaop.dev/shard", statusField: "luaop_dev", dryRun: tt.dryRun}
+		got, err := r.releaseObject(t.Context(), processing.ResolvedResource{GVR: gvr, Namespaced: true, StatusSubresource: true}, obj)
+		if err != nil || got != tt.want {
+			t.Errorf("dry run %v: %q, %v; want %q", tt.dryRun, got, err, tt.want)
 		}
 	}
 }

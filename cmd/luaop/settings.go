@@ -54,6 +54,8 @@ type settings struct {
 	LogEvents       string
 	ShutdownGrace   time.Duration
 	ReloadDebounce  time.Duration
+	RetryOnReload   bool
+	Plain           bool // luaop dev --plain: lines, not the screen
 	Profiles        bool
 	LeaderElect     bool
 	LeaderNamespace string
@@ -219,7 +221,7 @@ func addOperatorFlags(fs *pflag.FlagSet, logFormat string) {
 	fs.Duration("probe-cache", 10*time.Second, "how long /healthz reuses the results of successful on.probe handlers before running them again (0: run them on every request)")
 	fs.Bool("profiles", false, "serve Go's profiles on --health-address at /debug/pprof/heap, allocs, goroutine and profile?seconds=N (off by default: they show the process's memory), for go tool pprof")
 	fs.Bool("post-events", true, "post Kubernetes Events: handler outcomes and the scripts' luaop.info/warn/exception (rate-limited per object)")
-	fs.String("log-events-level", "info", "ctx.logger messages at this level or above are also posted as Events of the object (kopf's default): debug, info, warning, error or none (needs --post-events)")
+	fs.String("log-events-level", "none", "ctx.logger messages at this level or above are also posted as Events of the object: debug, info, warning, error or none (kopf's default: none; needs --post-events)")
 	fs.Bool("leader-elect", false, "run several replicas: only the holder of a coordination.k8s.io Lease handles objects, the others stand by")
 	fs.String("leader-election-namespace", "", "namespace of the Lease (default: the pod's own namespace)")
 	fs.String("leader-election-name", "luaop", "name of the Lease; operators sharing one take turns")
@@ -227,6 +229,7 @@ func addOperatorFlags(fs *pflag.FlagSet, logFormat string) {
 	fs.Duration("leader-elect-renew-deadline", 10*time.Second, "how long the leader tries to renew before it gives the leadership up (less than the lease duration)")
 	fs.Duration("leader-elect-retry-period", 2*time.Second, "how often to try to acquire or renew the Lease (the renew deadline must exceed 1.2 times it)")
 	addShardFlags(fs)
+	fs.Bool("retry-on-reload", false, "after a reload, retry at once the handlers waiting in their backoff after an error whose code the reload changed (on in luaop dev; off in luaop run: a production reload must not retry every failing handler at once)")
 	fs.Duration("reload-debounce", scriptwatch.DefaultDebounce, "quiet time after a file event before the scripts folder is read again and reloaded (> 0): raise it for editors or file systems that write a file in several pauses")
 	fs.Duration("shutdown-grace-period", 20*time.Second, "on SIGTERM, how long running handlers and daemons may take to finish before they are cancelled (> 0)")
 	fs.String("webhook-address", "", "address of the HTTPS server of the validate and mutate handlers, host:port (\":9443\"; empty: off)")
@@ -346,6 +349,10 @@ func (r *settingsReader) readServing(s *settings) {
 	s.LogEvents = r.logEventsLevel("log-events-level")
 	s.ShutdownGrace = r.duration("shutdown-grace-period", false)
 	s.ReloadDebounce = r.duration("reload-debounce", false)
+	s.RetryOnReload = r.bool("retry-on-reload")
+	if r.has("plain") {
+		s.Plain = r.bool("plain")
+	}
 }
 
 // readLeaderElection reads the leader election and the sharding across replicas.
