@@ -128,7 +128,6 @@ func startCountedWithin(t testing.TB, file string, ready time.Duration) (*testcl
 
 var (
 	configmapsGVR = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
-	namespacesGVR = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
 	projects      = schema.GroupVersionResource{Group: "examples.luaop.dev", Version: "v1", Resource: "projects"}
 )
 

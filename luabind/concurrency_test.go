@@ -122,23 +122,6 @@ func resultOf(t *testing.T, what string, ch chan callResult) callResult {
 	return callResult{}
 }
 
-const concurrencyScript = `local luaop = require("luaop")
-local R = "example.com/v1/widgets"
-luaop.on.update(R, function(ctx)
-  ctx.logger.info("sleeping")
-  luaop.sleep(2)
-  return "slow done"
-end, {id = "slow"})
-luaop.on.update(R, function(ctx)
-  return "fast " .. ctx.name
-end, {id = "fast"})
-luaop.on.update(R, function(ctx)
-  ctx.logger.info("spinning")
-  while true do end
-end, {id = "spin"})
-luaop.on.probe(function(ctx) return "alive" end, {id = "alive"})
-`
-
 // A handler sleeping on a shard does not hold it: a fast handler of another object on
 // the same (single) shard runs and finishes while the slow one still sleeps. Decided
 // by order, not by time: the slow handler sleeps until the fast one has run (a

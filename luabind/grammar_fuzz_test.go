@@ -21,7 +21,6 @@ type grammar struct {
 	choices []byte
 	b       strings.Builder
 	locals  int
-	funcs   int
 }
 
 // pick takes the next choice, in [0, n); 0 once the choices are used up (the

@@ -511,13 +511,3 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
-
-// singleFunction tells whether a local statement binds one name to a function
-// (`local function f`, as the parser gives it).
-func singleFunction(st *ast.LocalAssignStmt) (*ast.FunctionExpr, bool) {
-	if len(st.Names) != 1 || len(st.Exprs) != 1 {
-		return nil, false
-	}
-	fn, ok := st.Exprs[0].(*ast.FunctionExpr)
-	return fn, ok
-}

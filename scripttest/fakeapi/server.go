@@ -572,6 +572,7 @@ func (s *Server) update(ctx context.Context, manager string, k *kind, cur, u *un
 		return nil, apierrors.NewConflict(k.groupResource(), cur.GetName(), errors.New("the object has been modified; please apply your changes to the latest version and try again"))
 	}
 	if uid := u.GetUID(); uid != "" && uid != cur.GetUID() {
+		//lint:ignore ST1005 the API server's own message, word for word
 		return nil, apierrors.NewConflict(k.groupResource(), cur.GetName(), fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", uid, cur.GetUID()))
 	}
 	if _, err := s.decode(k, u); err != nil {

@@ -105,7 +105,7 @@ for k, v in pairs(t) do n = n + 1 if type(k) == "number" then s = s + k end end 
 func TestGoPanicsAreLuaErrorsAtTheCallersLine(t *testing.T) {
 	L := newTestState(t)
 	L.SetGlobal("boom", L.NewFunction(func(L *lua.LState) int {
-		var m map[string]int
+		m := nilMap()
 		m["x"] = 1 // a Go runtime panic, as a built-in's bug would be
 		return 0
 	}))
@@ -128,3 +128,6 @@ func TestGoPanicsAreLuaErrorsAtTheCallersLine(t *testing.T) {
 		t.Errorf("math.random ranges: %s", got)
 	}
 }
+
+// nilMap is a map never made: writing to it is a Go runtime panic.
+func nilMap() map[string]int { return nil }
