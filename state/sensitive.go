@@ -157,6 +157,9 @@ func (d digestingDiffBase) purge(obj map[string]any, patch *Patch) {
 // cycle that changes nothing (no cause, or a resume) still takes the value off the
 // object. It tells whether it wrote.
 func (d digestingDiffBase) Refresh(obj map[string]any, patch *Patch) (bool, error) {
+	if len(d.paths(obj)) == 0 {
+		return false, nil // nothing sensitive: no read of the stored diff-base per cycle
+	}
 	stored, found, err := d.inner.Fetch(obj)
 	if !found || err != nil || !d.holdsUndigested(obj, stored) && !d.holdsUndigestedHeld(obj, stored) {
 		return false, nil
