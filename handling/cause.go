@@ -57,17 +57,7 @@ func WithFields(essence, body map[string]any, paths [][]string) map[string]any {
 
 // WithValue is m with v at path, maps along the way copied (m is never written).
 func WithValue(m map[string]any, path []string, v any) map[string]any {
-	out := make(map[string]any, len(m)+1)
-	for k, x := range m {
-		out[k] = x
-	}
-	if len(path) == 1 {
-		out[path[0]] = v
-		return out
-	}
-	child, _ := out[path[0]].(map[string]any)
-	out[path[0]] = WithValue(child, path[1:], v)
-	return out
+	return state.WithValue(m, path, v)
 }
 
 // ChangeCause is the cause of a change of reason, from the essence stored as the

@@ -104,7 +104,7 @@ func (d digestingDiffBase) mapHeld(essence map[string]any, f func(any) any) map[
 		}
 		mapped[id] = e
 	}
-	return withValueAt(essence, []string{d.heldKey}, mapped)
+	return WithValue(essence, []string{d.heldKey}, mapped)
 }
 
 // restoreFromObject turns a digest back into the value of obj it is the digest of,
@@ -157,6 +157,9 @@ func (d digestingDiffBase) purge(obj map[string]any, patch *Patch) {
 // cycle that changes nothing (no cause, or a resume) still takes the value off the
 // object. It tells whether it wrote.
 func (d digestingDiffBase) Refresh(obj map[string]any, patch *Patch) (bool, error) {
+	if len(d.paths(obj)) == 0 {
+		return false, nil // nothing sensitive: no read of the stored diff-base per cycle
+	}
 	stored, found, err := d.inner.Fetch(obj)
 	if !found || err != nil || !d.holdsUndigested(obj, stored) && !d.holdsUndigestedHeld(obj, stored) {
 		return false, nil
@@ -183,7 +186,7 @@ func DigestSensitive(obj, essence map[string]any, extra [][]string) map[string]a
 		if !ok || v == nil {
 			continue
 		}
-		essence = withValueAt(essence, path, digestValue(v, key))
+		essence = WithValue(essence, path, digestValue(v, key))
 	}
 	return essence
 }
@@ -242,9 +245,9 @@ func restoreAt(essence, obj map[string]any, path []string, key []byte) map[strin
 		for k, x := range m {
 			out[k] = restoreOne(x, cur[k], key)
 		}
-		return withValueAt(essence, path, out)
+		return WithValue(essence, path, out)
 	}
-	return withValueAt(essence, path, restoreOne(stored, current, key))
+	return WithValue(essence, path, restoreOne(stored, current, key))
 }
 
 func restoreOne(stored, current any, key []byte) any {
@@ -298,8 +301,8 @@ func holdsUndigested(essence map[string]any, path []string) bool {
 	return false
 }
 
-// withValueAt is m with v at path, the maps along the way copied (m is not written).
-func withValueAt(m map[string]any, path []string, v any) map[string]any {
+// WithValue is m with v at path, the maps along the way copied (m is not written).
+func WithValue(m map[string]any, path []string, v any) map[string]any {
 	out := make(map[string]any, len(m)+1)
 	for k, x := range m {
 		out[k] = x
@@ -309,6 +312,6 @@ func withValueAt(m map[string]any, path []string, v any) map[string]any {
 		return out
 	}
 	child, _ := out[path[0]].(map[string]any)
-	out[path[0]] = withValueAt(child, path[1:], v)
+	out[path[0]] = WithValue(child, path[1:], v)
 	return out
 }
