@@ -1,6 +1,7 @@
 package scripttest
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -54,8 +55,14 @@ spec:
 
 func runFakeAPICase(t *testing.T, c string) (bool, string) {
 	t.Helper()
+	return runFakeAPIFile(t, "cases:\n- "+strings.ReplaceAll(c, "\n", "\n  ")+"\n")
+}
+
+// runFakeAPIFile runs a whole test file beside fakeAPIScripts and gadgets.yaml.
+func runFakeAPIFile(t *testing.T, file string) (bool, string) {
+	t.Helper()
 	dir := t.TempDir()
-	for name, content := range map[string]string{"h.lua": fakeAPIScripts, "gadgets.yaml": gadgetCRD, "cases.yaml": "cases:\n- " + strings.ReplaceAll(c, "\n", "\n  ") + "\n"} {
+	for name, content := range map[string]string{"h.lua": fakeAPIScripts, "gadgets.yaml": gadgetCRD, "cases.yaml": file} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -97,6 +104,28 @@ func TestCaseFailsWhatTheServerPrunes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A file's crds: serve every case of the file, before each case's own.
+func TestFileCRDsServeEveryCase(t *testing.T) {
+	const gadgetCase = "- handler: gadget\n  object: {apiVersion: examples.luaop.dev/v1, kind: Gadget, metadata: {name: g}, spec: {size: 2}}\n  expect: {result: {ok: true}}\n"
+	pass, out := runFakeAPIFile(t, "crds: [gadgets.yaml]\ncases:\n"+gadgetCase+gadgetCase)
+	if pass || strings.Count(out, "the server dropped status.gadget of Gadget") != 2 {
+		t.Errorf("both cases must fail as the CRD's schema prunes status.gadget:\n%s", out)
+	}
+	_, err := Run(t.Context(), Options{Scripts: t.TempDir(), Tests: []string{writeTemp(t, "crds: gadgets.yaml\ncases: []\n")}, Out: io.Discard})
+	if err == nil || !strings.Contains(err.Error(), ":1: crds: must be a list of CustomResourceDefinition files") {
+		t.Errorf("a crds: that is not a list: err %v, want file:line and what to write", err)
+	}
+}
+
+func writeTemp(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "cases.yaml")
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // fail: injects the API server's errors into a case's luaop.kube calls, so a

@@ -62,6 +62,10 @@ func decodeFile(path string, data []byte) ([]located, error) {
 	if err := checkKeys(root, fileKeys, "a test file", at); err != nil {
 		return nil, err
 	}
+	fileCRDs, err := decodeFileCRDs(root, at)
+	if err != nil {
+		return nil, err
+	}
 	cases := field(root, "cases")
 	if cases == nil {
 		return nil, nil
@@ -103,9 +107,31 @@ func decodeFile(path string, data []byte) ([]located, error) {
 			errs = append(errs, at(where, "case %d: %v", i+1, err))
 			continue
 		}
+		c.CRDs = append(slices.Clone(fileCRDs), c.CRDs...)
 		out = append(out, located{Case: c, Line: cn.Line, Index: i})
 	}
 	return out, errors.Join(errs...)
+}
+
+// decodeFileCRDs reads the file-level crds: (a list of paths), which every case
+// of the file serves.
+func decodeFileCRDs(root *yaml12.Node, at func(*yaml12.Node, string, ...any) error) ([]string, error) {
+	n := field(root, "crds")
+	if n == nil {
+		return nil, nil
+	}
+	wrong := at(n, "crds: must be a list of CustomResourceDefinition files (crds: [../crds/widgets.yaml])")
+	if n.Kind != sequenceKind {
+		return nil, wrong
+	}
+	var paths []string
+	for _, p := range n.Content {
+		if p.Kind != scalarKind {
+			return nil, wrong
+		}
+		paths = append(paths, p.Value)
+	}
+	return paths, nil
 }
 
 func describeYAMLValue(v string) string {
@@ -167,6 +193,7 @@ func checkKeys(m *yaml12.Node, known []string, where string, at func(*yaml12.Nod
 const (
 	mappingKind  = yaml12.MappingNode
 	sequenceKind = yaml12.SequenceNode
+	scalarKind   = yaml12.ScalarNode
 )
 
 // field is the value of key in a mapping node, or nil.

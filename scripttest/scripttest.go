@@ -33,7 +33,11 @@ import (
 
 // File is one YAML file of test cases.
 type File struct {
-	Cases []Case `json:"cases"`
+	// CRDs are CustomResourceDefinition files every case of the file serves (as a
+	// case's own crds:, which it adds to): the scope, schema and subresources of the
+	// file's custom resources, written once.
+	CRDs  []string `json:"crds,omitempty"`
+	Cases []Case   `json:"cases"`
 }
 
 // Case is one test case.

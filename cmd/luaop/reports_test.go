@@ -25,8 +25,8 @@ func TestReportFormats(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write("a.lua", "local luaop = require('luaop')\nluaop.on.create('v1/configmaps', function(ctx) return 1 end, {id = 'one'})\n")
-	write("tests/t.yaml", "cases:\n- name: passes\n  handler: one\n  object: {apiVersion: v1, kind: ConfigMap, metadata: {name: c}}\n  expect: {result: 1}\n- name: fails\n  handler: one\n  object: {apiVersion: v1, kind: ConfigMap, metadata: {name: c}}\n  expect: {result: 2}\n")
+	write("a.lua", "local luaop = require('luaop')\nluaop.on.create('example.com/v1/widgets', function(ctx) return 1 end, {id = 'one'})\n")
+	write("tests/t.yaml", "cases:\n- name: passes\n  handler: one\n  object: {apiVersion: example.com/v1, kind: Widget, metadata: {name: c}}\n  expect: {result: 1}\n- name: fails\n  handler: one\n  object: {apiVersion: example.com/v1, kind: Widget, metadata: {name: c}}\n  expect: {result: 2}\n")
 
 	out, _, err := runCLI(t, "test", "--format", "junit", dir)
 	if exitCode(err) != exitTestsFailed {
