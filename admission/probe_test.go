@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -280,5 +281,51 @@ func TestProbeConfigurationRaceWithAnotherReplica(t *testing.T) {
 				t.Fatalf("the probe's configuration after the race: %v %+v", err, got)
 			}
 		})
+	}
+}
+
+// Through a Service, a probe failing right after one succeeded (a replica
+// replaced: the API server still calls the gone pod's address for a moment) is a
+// warning, checked again in retryEvery; failing again, an error. Nothing is
+// withdrawn either way: replicas behind a Service keep their webhooks.
+func TestServiceProbeFailingOnceIsAWarning(t *testing.T) {
+	var logs strings.Builder
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	var reachable atomic.Bool
+	reachable.Store(true)
+	certs := t.TempDir()
+	writeCerts(t, certs, time.Now())
+	w, _ := newOnFakeAPI(t, Options{Service: "ops/hooks", CertDir: certs, Logger: log, ProbeBudget: 300 * time.Millisecond}, reachable.Load, time.Hour)
+	steps := []struct {
+		reachable, due bool
+		wantOK         bool   // sync's answer: false is a retry in retryEvery
+		wantLevel      string // of the probe's line, "" for none
+	}{
+		{reachable: true, wantOK: true, wantLevel: "INFO"},
+		{reachable: false, due: true, wantOK: false, wantLevel: "WARN"},
+		{reachable: true, wantOK: true, wantLevel: "INFO"},
+		{reachable: false, due: true, wantOK: false, wantLevel: "WARN"},
+		{reachable: false, wantOK: true, wantLevel: "ERROR"},
+		{reachable: false, wantOK: true, wantLevel: ""},
+	}
+	for i, st := range steps {
+		reachable.Store(st.reachable)
+		if st.due {
+			r := *w.reach.Load()
+			r.At = time.Now().Add(-2 * time.Hour)
+			w.reach.Store(&r)
+		}
+		logs.Reset()
+		ok := w.sync(t.Context())
+		level := ""
+		for _, l := range []string{"ERROR", "WARN", "INFO"} {
+			if strings.Contains(logs.String(), "level="+l+" msg=\"the API server cannot call") || (l == "INFO" && strings.Contains(logs.String(), "level=INFO msg=\"webhook server reachable")) {
+				level = l
+				break
+			}
+		}
+		if ok != st.wantOK || level != st.wantLevel {
+			t.Errorf("step %d (reachable %v): sync %v, want %v; probe logged at %q, want %q:\n%s", i, st.reachable, ok, st.wantOK, level, st.wantLevel, logs.String())
+		}
 	}
 }

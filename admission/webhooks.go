@@ -126,6 +126,10 @@ type Webhooks struct {
 	// success): the same failure again (a refused read, every retryEvery) is said
 	// once, then at debug level. Owned by Start's goroutine (sync).
 	lastSyncError string
+	// probeWarnedOnly tells that the last probe through the Service failed right
+	// after one succeeded, and was said as a warning: the next is due in retryEvery,
+	// and its failure is an error. Owned by Start's goroutine (sync, check).
+	probeWarnedOnly bool
 	// resyncEvery overrides the package's resyncEvery (tests).
 	resyncEvery time.Duration
 	serving     atomic.Bool
@@ -662,7 +666,7 @@ func (w *Webhooks) sync(ctx context.Context) bool {
 		w.log.Warn("admission handlers whose resource the cluster does not serve (yet) are left out; retrying in "+retryEvery.String(), "handlers", strings.Join(unresolved, "; "))
 		return false
 	}
-	return true
+	return !w.probeWarnedOnly // a probe said as a warning is checked again in retryEvery
 }
 
 // syncFailed logs a failed sync: at error level once, and the same failure again
@@ -705,10 +709,20 @@ func (w *Webhooks) check(ctx context.Context) Reachability {
 	if r.Service != "" {
 		where = "Service " + r.Service
 	}
+	warnedOnly := w.probeWarnedOnly
+	w.probeWarnedOnly = false
 	if err != nil {
 		r.Error = w.whatToDo(err)
 		w.reach.Store(&r)
-		if prev == nil || prev.Error != r.Error {
+		switch {
+		case w.ByService() && prev != nil && prev.Reachable:
+			// Through a Service, a probe failing right after one succeeded is most
+			// often a replica replaced: for a moment the API server still calls the
+			// address of a pod that is gone. Said as a warning and checked again
+			// soon; failing again, it is an error.
+			w.probeWarnedOnly = true
+			w.log.Warn(r.Error, "checked_again_in", retryEvery.String())
+		case prev == nil || prev.Error != r.Error || warnedOnly:
 			w.log.Error(r.Error)
 		}
 	} else if prev == nil || !prev.Reachable {
