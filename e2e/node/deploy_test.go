@@ -409,8 +409,8 @@ func (s *suite) scriptsEdit(t *testing.T) {
 	pods := c.waitPods(t, operatorNS, 2, image, time.Minute)
 	before := s.podStates(t, pods)
 	s.addCountingScript(t)
+	applied := time.Now() // from the user's command: kubectl's own time is part of it
 	c.mustKubectl(t, "apply", "-k", filepath.Join(s.overlay, "examples"))
-	applied := time.Now()
 	loaded := map[string]time.Duration{}
 	swappedFirst := map[string]bool{}
 	eventually(t, 3*time.Minute, func() (bool, string) {
@@ -801,8 +801,8 @@ func (s *suite) readiness(t *testing.T) {
 		}
 	}
 	restore()
-	c.mustKubectl(t, "apply", "-k", filepath.Join(s.overlay, "examples"))
 	fixed := time.Now()
+	c.mustKubectl(t, "apply", "-k", filepath.Join(s.overlay, "examples"))
 	pods = c.waitPods(t, operatorNS, 2, "", 3*time.Minute)
 	s.report.add("  ConfigMap fixed -> unready pods Ready", "%s (the fix read through the API; the kubelet's readiness probe every 5 s)", ms(time.Since(fixed)))
 	for _, p := range pods {
