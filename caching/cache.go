@@ -79,8 +79,11 @@ type Cache struct {
 	opts     Options
 	log      *slog.Logger
 
-	mu      sync.Mutex // leaf: guards views and each view's holders and servers
+	mu      sync.Mutex // leaf: guards views and each view's holders and servers, saidPartial
 	views   map[View]*view
+	// saidPartial are the partial reads already said (partial): resource,
+	// namespace and get or list with its selector.
+	saidPartial map[string]bool
 	running sync.WaitGroup
 }
 
@@ -96,7 +99,7 @@ func New(dyn dynamic.Interface, meta metadata.Interface, opts Options) *Cache {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	return &Cache{dynamic: dyn, metadata: meta, opts: opts, log: opts.Logger, views: map[View]*view{}}
+	return &Cache{dynamic: dyn, metadata: meta, opts: opts, log: opts.Logger, views: map[View]*view{}, saidPartial: map[string]bool{}}
 }
 
 // view is one running informer and what the cache keeps beside it.

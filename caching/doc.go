@@ -14,11 +14,13 @@
 //     of views and their hold counts.
 //   - Reads (Get, List) are answered by the views whose holders let them serve
 //     reads (Acquire's serveReads): a replica's share of sharded objects does not.
-//     A Get of an object no view holds is NotFound (never a silent read from the
-//     API server); a List no single view holds completely (no view's label selector
-//     is implied by the list's) is an error saying what to declare: ErrPartial. A
-//     read of a resource no view holds there is ErrNotCached, which the caller
-//     answers from the API server. Label selectors of a list use an index of the
+//     A Get of an object missing from a view that holds the whole namespace is
+//     NotFound. A Get missing from views that all select by label, and a List no
+//     single view holds completely (no view's label selector is implied by the
+//     list's), are ErrPartial and ErrNotCached: the caller reads the API server, and
+//     the cache says it once with what to declare (one script's selected watch must
+//     not change what another's read returns). A read of a resource no view holds
+//     there is ErrNotCached, which the caller answers from the API server. Label selectors of a list use an index of the
 //     label, added to the store on the first list that selects by it.
 //   - Read-your-own-writes (expect.go): the writes the scripts' client announces
 //     (Wrote) are expectations per view, behind the view's leaf mutex; a read waits

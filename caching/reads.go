@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 
@@ -39,17 +38,20 @@ type Query struct {
 // the API server.
 var ErrNotCached = errors.New("not cached")
 
-// ErrPartial is wrapped by the error of a list the cache holds the resource for, but
-// not every object the list selects: no view's selector is implied by the list's.
-// It is an answer, not a reason to read from the API server: the caller says what to
-// declare instead.
-var ErrPartial = errors.New("the operator's cache does not hold every object the list selects")
+// ErrPartial is wrapped, with ErrNotCached, by the answer of a read the views of
+// its resource hold only in part: a list no view's label selector is implied by, a
+// Get missing from views that all select by label. The caller reads it from the API
+// server, as with ErrNotCached: another script's selected watch of the same
+// resource must not change what a read returns. The cache says it once per resource,
+// namespace and selector (Info, with what to declare to have it cached).
+var ErrPartial = errors.New("the operator's cache does not hold every object the read selects")
 
 // Get answers a read of one object from the views that serve reads of its resource
 // and namespace, after their first list and after the writes announced to them
-// (Wrote). A miss is a NotFound: the object does not exist, or (when every such view
-// selects by label) is not one they select, which the message says. ErrNotCached
-// when no view holds the resource there. The map is the cache's: callers must not
+// (Wrote). A miss is a NotFound when a view holds every object of the namespace;
+// when every such view selects by label, a miss may be an object they do not
+// select: ErrPartial (and ErrNotCached). ErrNotCached when no view holds the
+// resource there. The map is the cache's: callers must not
 // modify it.
 func (c *Cache) Get(ctx context.Context, q Query) (map[string]any, error) {
 	id := fields.Set{"metadata.name": q.Name, "metadata.namespace": q.Namespace}
@@ -75,14 +77,17 @@ func (c *Cache) Get(ctx context.Context, q Query) (map[string]any, error) {
 			break
 		}
 	}
-	return nil, notFound(q, views, definitive)
+	if !definitive {
+		return nil, c.partial(q, "", views)
+	}
+	return nil, apierrors.NewNotFound(q.Resource.GroupResource(), q.Name)
 }
 
 // List answers a list from a view that holds every object it selects (its label
 // selector is implied by the list's: Covers), after its first list and the writes
 // announced to it, sorted by namespace and name as the API server sorts them.
 // ErrNotCached when no view holds the resource there; an error wrapping ErrPartial
-// when views hold it but none holds all the list selects. The maps are the cache's:
+// (and ErrNotCached) when views hold it but none holds all the list selects. The maps are the cache's:
 // callers must not modify them.
 func (c *Cache) List(ctx context.Context, q Query) ([]map[string]any, error) {
 	sel := q.Selector
@@ -95,7 +100,7 @@ func (c *Cache) List(ctx context.Context, q Query) ([]map[string]any, error) {
 	}
 	i := slices.IndexFunc(all, func(v *view) bool { return v.fields == nil && Covers(v.labels, sel) })
 	if i < 0 {
-		return nil, partial(q, sel, all)
+		return nil, c.partial(q, sel.String(), all)
 	}
 	v := all[i]
 	if err := v.waitSynced(ctx); err != nil {
@@ -249,27 +254,29 @@ func str(v any) string {
 	return s
 }
 
-// notFound is the NotFound of a Get; when no view that answered holds every object
-// of the namespace, it says what they hold.
-func notFound(q Query, views []*view, definitive bool) error {
-	gr := q.Resource.GroupResource()
-	if definitive {
-		return apierrors.NewNotFound(gr, q.Name)
+// partial is the answer of a read the views hold only in part (selector "" for a
+// Get): it wraps ErrPartial and ErrNotCached, and is said once per resource,
+// namespace and selector, with what to declare to have it cached.
+func (c *Cache) partial(q Query, selector string, views []*view) error {
+	what := fmt.Sprintf("a get of %s %q", q.Resource.GroupResource(), q.Name)
+	key := "get"
+	if q.Name == "" {
+		what, key = "a list of "+q.Resource.GroupResource().String(), "list:"+selector
+		if selector != "" {
+			what += " labelled " + selector
+		}
 	}
-	msg := fmt.Sprintf("%s %q not found in the operator's cache, which holds only %s; an object they do not select reads as not found: declare luaop.reads(...) for it, or read it with {live = true}",
-		gr.String(), q.Name, describe(views))
-	return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusNotFound,
-		Reason: metav1.StatusReasonNotFound, Message: msg, Details: &metav1.StatusDetails{Group: gr.Group, Kind: gr.Resource, Name: q.Name}}}
-}
-
-// partial is the error of a list no view holds completely.
-func partial(q Query, sel labels.Selector, views []*view) error {
-	what := "every object"
-	if !sel.Empty() {
-		what = "the objects labelled " + sel.String()
+	err := fmt.Errorf("%w: %s in namespace %q, it holds only %s", ErrPartial, what, q.Namespace, describe(views))
+	key = q.Resource.String() + "|" + q.Namespace + "|" + key
+	c.mu.Lock()
+	said := c.saidPartial[key]
+	c.saidPartial[key] = true
+	c.mu.Unlock()
+	if !said {
+		c.log.Info("read from the API server, not from the cache: "+err.Error()+"; declare luaop.reads(...) of it to have it cached (said once)",
+			"resource", strings.TrimPrefix(q.Resource.GroupVersion().String()+"/"+q.Resource.Resource, "/"), "namespace", q.Namespace)
 	}
-	return fmt.Errorf("%w: listing %s of %s, it holds only %s: declare luaop.reads(...) with labels its selector implies, or list with {live = true}",
-		ErrPartial, what, q.Resource.GroupResource(), describe(views))
+	return fmt.Errorf("%w (%w)", ErrNotCached, err)
 }
 
 func describe(views []*view) string {

@@ -129,7 +129,7 @@ func (c *Client) restMapping(gk schema.GroupKind, version string) (*meta.RESTMap
 }
 
 // Get reads one object: from the cache when it keeps the resource there (a miss is
-// NotFound, never a read from the API server), else from the API server.
+// NotFound where the cache holds the whole namespace), else from the API server.
 func (c *Client) Get(ctx context.Context, apiVersion, kind, namespace, name string) (map[string]any, error) {
 	r, q, err := c.resolve(apiVersion, kind, namespace)
 	if err != nil {
@@ -149,8 +149,8 @@ func (c *Client) Get(ctx context.Context, apiVersion, kind, namespace, name stri
 }
 
 // List lists objects, optionally by label selector ("app=x,tier!=db").
-// From the cache when it keeps every object the list selects (caching.ErrPartial
-// when it keeps the resource but not all of those), else from the API server.
+// From the cache when it keeps every object the list selects, else from the API
+// server.
 func (c *Client) List(ctx context.Context, apiVersion, kind, namespace, selector string) ([]map[string]any, error) {
 	r, q, err := c.resolve(apiVersion, kind, namespace)
 	if err != nil {
