@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -81,7 +82,9 @@ func (s *suite) sharded(t *testing.T) {
 	defer scrape.close(t)
 	// Every pod sees the three members before the objects come (a member joining
 	// later takes its share by handovers: the second half of this step).
-	s.checkPodViews(t, scrape, pods, members, coordinator, nil)
+	// The handovers so far are the start's (objects left by the steps before, still
+	// being deleted, placed as the members joined one by one).
+	before := s.checkPodViews(t, scrape, pods, members, coordinator, nil)
 
 	s.mu.Lock()
 	s.created = nil
@@ -93,10 +96,10 @@ func (s *suite) sharded(t *testing.T) {
 		s.createWidget(t, names[i], nil)
 	}
 	s.waitCounted(t, names, 2*time.Minute)
-	shares := s.waitShares(t, members, shardObjects, 2*time.Minute)
+	shares := s.waitShares(t, scrape, pods, members, shardObjects, 2*time.Minute)
 	s.report.add("  sharded: 90 widgets created -> counted and placed", "%s, shares %s (cap %d)", ms(time.Since(began)), sharesText(shares, members), shardCap(shardObjects, shardReplicas))
 	s.checkOnce(t)
-	handovers := s.checkPodViews(t, scrape, pods, members, coordinator, shares)
+	handovers := newSince(before, s.checkPodViews(t, scrape, pods, members, coordinator, shares))
 	// No member came or went: a new object moves no other (sharding's Plan; the
 	// coordinator counts the labels it wrote but has not seen yet).
 	if len(handovers) > 0 {
@@ -244,14 +247,15 @@ func (s *suite) shares(t *testing.T, live map[string]bool) (map[string]int, []st
 }
 
 // waitShares waits until the n Widgets are all handled and placed on members
-// (pod -> member), each member holding some and at most the plan's bound.
-func (s *suite) waitShares(t *testing.T, members map[string]string, n int, timeout time.Duration) map[string]int {
+// (pod -> member), each member holding some, and each pod's objects (all it owns,
+// of every sharded resource: the examples shard more than Widgets, and the plan
+// bounds them together) at most the plan's bound of their total.
+func (s *suite) waitShares(t *testing.T, scrape *shardScraper, pods []corev1.Pod, members map[string]string, n int, timeout time.Duration) map[string]int {
 	t.Helper()
 	live := map[string]bool{}
 	for _, m := range members {
 		live[m] = true
 	}
-	limit := shardCap(n, len(members))
 	var shares map[string]int
 	eventually(t, timeout, func() (bool, string) {
 		var problems []string
@@ -259,12 +263,23 @@ func (s *suite) waitShares(t *testing.T, members map[string]string, n int, timeo
 		total := 0
 		for _, m := range members {
 			total += shares[m]
-			if shares[m] == 0 || shares[m] > limit {
-				problems = append(problems, fmt.Sprintf("member %s holds %d, want 1 to %d", m, shares[m], limit))
+			if shares[m] == 0 {
+				problems = append(problems, fmt.Sprintf("member %s holds no widget", m))
 			}
 		}
 		if total != n {
 			problems = append(problems, fmt.Sprintf("%d widgets on the members, want %d", total, n))
+		}
+		owned, all := map[string]float64{}, 0.0
+		for _, p := range pods {
+			owned[p.Name] = metricSum(scrape.metrics(t, p), "luaop_shard_objects_owned")
+			all += owned[p.Name]
+		}
+		limit := shardCap(int(all), len(members))
+		for _, p := range pods {
+			if owned[p.Name] > float64(limit) {
+				problems = append(problems, fmt.Sprintf("pod %s owns %v objects (luaop_shard_objects_owned), want at most %d of %v", p.Name, owned[p.Name], limit, all))
+			}
 		}
 		return len(problems) == 0, fmt.Sprintf("not placed yet (%d): %v", len(problems), first(problems, 5))
 	})
@@ -333,7 +348,7 @@ func (s *suite) shardMemberDeleted(t *testing.T, scrape *shardScraper, victim st
 	s.mu.Unlock()
 	all := s.createdNames()
 	s.waitCounted(t, all, 2*time.Minute)
-	shares := s.waitShares(t, replaced, len(all), 2*time.Minute)
+	shares := s.waitShares(t, scrape, pods, replaced, len(all), 2*time.Minute)
 	s.report.add("  sharded: -> all handled, rebalanced on the 3 members", "%s after the deletion, shares %s (cap %d)", ms(time.Since(deleted)), sharesText(shares, replaced), shardCap(len(all), shardReplicas))
 	s.checkOnce(t)
 	for _, p := range pods {
@@ -451,6 +466,11 @@ func (s *suite) checkPodViews(t *testing.T, scrape *shardScraper, pods []corev1.
 		}
 	}
 	return handovers
+}
+
+// newSince are the handover counts of now that differ from those of before.
+func newSince(before, now []string) []string {
+	return slices.DeleteFunc(slices.Clone(now), func(h string) bool { return slices.Contains(before, h) })
 }
 
 func runsText(runs map[string]float64, pods []corev1.Pod) string {
