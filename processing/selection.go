@@ -49,6 +49,11 @@ func (w *watcher) follow(ctx context.Context, log *slog.Logger) {
 		return
 	}
 	namespaces := w.namespaces(sel)
+	if w.op.opts.Shard != nil {
+		// The coordinator shares out what the handlers select now: the same
+		// replica's label, other objects.
+		w.op.opts.Shard.Watching(ctx, w.info.gvr, namespaces, sel)
+	}
 	held, err := w.hold(ctx, namespaces, sel)
 	if err != nil {
 		log.Error("cannot watch the handlers' new selection; the watch stays as it was", "error", err)

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/luaop/luaop/caching"
 	"github.com/luaop/luaop/processing/causes"
 )
 
@@ -15,11 +16,13 @@ import (
 // them (sharding.Member implements it). The Reactor only asks; what the share is,
 // and how objects move between replicas, is the implementation's.
 type Shard interface {
-	// Watching is told, before the watch of resource starts, which namespaces it
-	// watches ("" is every namespace); it returns the label selector of that watch
-	// ("": every object, then filtered by Admits). Called once per watched resource,
-	// from the watcher's goroutine: it may call the API.
-	Watching(ctx context.Context, resource schema.GroupVersionResource, namespaces []string) (labelSelector string)
+	// Watching is told, before the watch of resource starts and again when the
+	// handlers' selection changes (a reload), which namespaces it watches ("" is
+	// every namespace) and the handlers' selection there (the server-side label and
+	// field selectors: only those objects are shared out); it returns the label
+	// selector of this replica's share ("": every object, then filtered by Admits).
+	// Called from the watcher's goroutine: it may call the API.
+	Watching(ctx context.Context, resource schema.GroupVersionResource, namespaces []string, selection caching.Selection) (labelSelector string)
 	// Admits tells whether a watch notification (eventType ADDED, MODIFIED or
 	// DELETED) is for this replica to handle; a notification it refuses is
 	// dropped as if it never came. Called from informer goroutines for every

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/luaop/luaop/caching"
 	"github.com/luaop/luaop/processing/causes"
 )
 
@@ -22,7 +23,7 @@ type testShard struct {
 	refused atomic.Int32
 }
 
-func (s *testShard) Watching(context.Context, schema.GroupVersionResource, []string) string {
+func (s *testShard) Watching(context.Context, schema.GroupVersionResource, []string, caching.Selection) string {
 	return ""
 }
 func (s *testShard) Admits(schema.GroupVersionResource, string, *unstructured.Unstructured) bool {

@@ -127,7 +127,7 @@ func (w *watcher) run(ctx context.Context) {
 	// A Shard (sharding across replicas) may narrow the watch to this replica's
 	// objects with a label selector: memory and watch load split, not only work.
 	if w.op.opts.Shard != nil {
-		if w.shardSelector = w.op.opts.Shard.Watching(ctx, w.info.gvr, namespaces); w.shardSelector != "" {
+		if w.shardSelector = w.op.opts.Shard.Watching(ctx, w.info.gvr, namespaces, sel); w.shardSelector != "" {
 			log.Info("watching this replica's share", "labelSelector", w.shardSelector)
 		}
 	}

@@ -44,15 +44,19 @@ import (
 type informerKey struct {
 	gvr       schema.GroupVersionResource
 	namespace string
+	// labels and fields select the objects shared out (the handlers' selection).
+	labels, fields string
 }
 
 type coordinator struct {
 	s     *Sharding
 	queue workqueue.TypedRateLimitingInterface[planRef]
 
-	// mu is a leaf lock: it guards stores (the map; each store has its own).
+	// mu is a leaf lock: it guards stores (the map; each store has its own) and
+	// stops (each store's reflector's).
 	mu     sync.Mutex
 	stores map[informerKey]*objectStore
+	stops  map[informerKey]context.CancelFunc
 
 	lastMembers    []string
 	rebalanceSince time.Time
@@ -71,7 +75,7 @@ type planRef struct {
 func (r planRef) String() string { return r.inf.gvr.Resource + " " + r.key }
 
 func newCoordinator(s *Sharding) *coordinator {
-	return &coordinator{s: s, stores: map[informerKey]*objectStore{},
+	return &coordinator{s: s, stores: map[informerKey]*objectStore{}, stops: map[informerKey]context.CancelFunc{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[planRef](50*time.Millisecond, 5*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[planRef]{Clock: s.clock})}
@@ -125,10 +129,11 @@ func (c *coordinator) startWatches(ctx context.Context) {
 			continue
 		}
 		for _, ns := range r.namespaces {
-			want = append(want, informerKey{r.gvr, ns})
+			want = append(want, informerKey{gvr: r.gvr, namespace: ns, labels: r.labels, fields: r.fields})
 		}
 	}
 	s.mu.Unlock()
+	c.stopUnwanted(want)
 	for _, k := range want {
 		c.mu.Lock()
 		_, running := c.stores[k]
@@ -140,9 +145,11 @@ func (c *coordinator) startWatches(ctx context.Context) {
 		// coming or going, its label or handover mark changing, its deletion
 		// starting, its finalizers (status writes of the handlers change none).
 		store := newObjectStore(s.label, s.handover, func() { poke(s.coordinatorWake) })
-		go c.reflector(k, store).RunWithContext(ctx)
+		rctx, stop := context.WithCancel(ctx)
+		go c.reflector(k, store).RunWithContext(rctx)
 		c.mu.Lock()
 		c.stores[k] = store
+		c.stops[k] = stop
 		c.mu.Unlock()
 		s.log.Info("assigning objects to the shard members", "resource", k.gvr.String(), "namespace", k.namespace)
 	}
@@ -154,8 +161,12 @@ func (c *coordinator) startWatches(ctx context.Context) {
 func (c *coordinator) reflector(k informerKey, store *objectStore) *cache.Reflector {
 	objects := c.s.meta.Resource(k.gvr).Namespace(k.namespace)
 	lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return objects.List(ctx, o) },
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector, o.FieldSelector = k.labels, k.fields
+			return objects.List(ctx, o)
+		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector, o.FieldSelector = k.labels, k.fields
 			return objects.Watch(ctx, o)
 		},
 	}, c.s.meta)
@@ -220,6 +231,20 @@ func (c *coordinator) pass() time.Duration {
 		return nextExpiry.Sub(now) + time.Millisecond
 	}
 	return 0
+}
+
+// stopUnwanted stops the stores no longer wanted (a reload changed a resource's
+// selection): their objects are no longer shared out.
+func (c *coordinator) stopUnwanted(want []informerKey) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, stop := range c.stops {
+		if !slices.Contains(want, k) {
+			stop()
+			delete(c.stops, k)
+			delete(c.stores, k)
+		}
+	}
 }
 
 // sortedStores are the stores, in one order (so a pass's order of the objects,

@@ -20,6 +20,8 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
+
+	"github.com/luaop/luaop/caching"
 )
 
 var testLogOut io.Writer = io.Discard
@@ -159,7 +161,7 @@ func TestCoordinatorHandover(t *testing.T) {
 	defer cancel()
 	runDone := make(chan error, 1)
 	go func() { runDone <- a.Run(ctx, func(ctx context.Context) error { <-ctx.Done(); return nil }) }()
-	if sel := a.Watching(ctx, widgets, []string{""}); sel != "luaop.dev/shard=a" {
+	if sel := a.Watching(ctx, widgets, []string{""}, caching.Selection{}); sel != "luaop.dev/shard=a" {
 		t.Fatalf("selector %q", sel)
 	}
 
@@ -299,4 +301,45 @@ func (w *fakeWatch) deliver() (refused []string) {
 		w.last[name] = o
 	}
 	return refused
+}
+
+// Only what the handlers select is shared out: with a label filter on the watch,
+// the coordinator lists, labels and counts those objects only (the others are no
+// replica's: no handler of this resource would see them).
+func TestCoordinatorSharesOutOnlyTheHandlersSelection(t *testing.T) {
+	f := newFixture(t, 0)
+	for i := range 12 {
+		w := widget(fmt.Sprintf("w-%02d", i))
+		if i%3 == 0 {
+			w.Labels = map[string]string{"tier": "hot"}
+		}
+		if err := f.meta.Tracker().Add(w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := f.sharding("a", nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	runDone := make(chan error, 1)
+	go func() { runDone <- a.Run(ctx, func(ctx context.Context) error { <-ctx.Done(); return nil }) }()
+	a.Watching(ctx, widgets, []string{""}, caching.Selection{Labels: "tier=hot"})
+	f.until("the selected objects are assigned", func() bool {
+		for _, o := range f.objects() {
+			if o.Labels["tier"] == "hot" && o.Labels["luaop.dev/shard"] != "a" {
+				return false
+			}
+		}
+		return true
+	})
+	for range 10 { // passes after the assignment: still nothing else labelled
+		f.clock.Step(100 * time.Millisecond)
+		time.Sleep(time.Millisecond)
+	}
+	for _, o := range f.objects() {
+		if o.Labels["tier"] != "hot" && o.Labels["luaop.dev/shard"] != "" {
+			t.Errorf("%s, which the handlers do not select, was labelled %v", o.Name, o.Labels)
+		}
+	}
+	cancel()
+	<-runDone
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/luaop/luaop/caching"
 	"github.com/luaop/luaop/state"
 )
 
@@ -28,11 +29,13 @@ type drainItem struct {
 	filtered bool
 }
 
-// Watching decides how resource is split (processing.Shard): by the shard label
+// Watching decides how resource is split (processing.Shard), and what of it: the
+// objects the handlers' selection holds (a label filter watches only those; the
+// coordinator must not label, count and plan the others). By the shard label
 // when this replica may patch its objects in every watched namespace (the
 // coordinator writes the label, this replica the handovers), else filtered after
 // the watch, said in the log.
-func (s *Sharding) Watching(ctx context.Context, gvr schema.GroupVersionResource, namespaces []string) string {
+func (s *Sharding) Watching(ctx context.Context, gvr schema.GroupVersionResource, namespaces []string, selection caching.Selection) string {
 	filtered := false
 	for _, ns := range namespaces {
 		ok, err := s.mayPatch(ctx, gvr, ns)
@@ -50,7 +53,7 @@ func (s *Sharding) Watching(ctx context.Context, gvr schema.GroupVersionResource
 		}
 	}
 	s.mu.Lock()
-	s.resources[gvr] = &resourceShare{gvr: gvr, namespaces: namespaces, filtered: filtered}
+	s.resources[gvr] = &resourceShare{gvr: gvr, namespaces: namespaces, labels: selection.Labels, fields: selection.FieldSelector(), filtered: filtered}
 	s.mu.Unlock()
 	poke(s.resourcesChanged)
 	poke(s.coordinatorWake)

@@ -18,6 +18,8 @@ import (
 	metadatafake "k8s.io/client-go/metadata/fake"
 	clienttesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/luaop/luaop/caching"
 )
 
 type recordingReleaser struct {
@@ -75,7 +77,7 @@ func TestFilteredAfterTheWatchWithoutPatchRights(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx, func(ctx context.Context) error { <-ctx.Done(); return nil }) }()
-	if sel := a.Watching(ctx, widgets, []string{"default"}); sel != "" {
+	if sel := a.Watching(ctx, widgets, []string{"default"}, caching.Selection{}); sel != "" {
 		t.Fatalf("a resource luaop may not patch is watched with the selector %q", sel)
 	}
 	logMu.Lock()

@@ -144,7 +144,7 @@ func coordinatorAfter(b *testing.B, plan map[string]string) (store, all int64, s
 	base := heapAlloc() // the fake clients are no part of it
 	ctx, cancel := context.WithCancel(context.Background())
 	st := newObjectStore(s.label, s.handover, func() { poke(s.coordinatorWake) })
-	c.stores[informerKey{schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}, benchNamespace}] = st
+	c.stores[informerKey{gvr: schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}, namespace: benchNamespace}] = st
 	go cache.NewReflectorWithOptions(benchListWatch(plan), &metav1.PartialObjectMetadata{}, st, cache.ReflectorOptions{}).RunWithContext(ctx)
 	for !st.hasSynced() {
 		time.Sleep(time.Millisecond)

@@ -81,7 +81,7 @@ func passOnce(t *testing.T, objects []objMeta, live []string) (map[string]string
 	if err := store.Replace(items, list.ResourceVersion); err != nil {
 		t.Fatal(err)
 	}
-	c.stores[informerKey{widgets, "default"}] = store
+	c.stores[informerKey{gvr: widgets, namespace: "default"}] = store
 	if again := c.pass(); again <= 0 && len(live) > 0 {
 		t.Fatalf("pass again in %s, want at the members' expiry", again)
 	}
@@ -143,7 +143,7 @@ func TestCoordinatorPassDecides(t *testing.T) {
 				t.Fatalf("patches %v, handovers %v\nwant %v, %v", patches, kinds, tc.want, tc.kinds)
 			}
 			for _, o := range tc.objects {
-				r, _, _ := c.stores[informerKey{widgets, "default"}].get("default/" + o.name)
+				r, _, _ := c.stores[informerKey{gvr: widgets, namespace: "default"}].get("default/" + o.name)
 				if unplanned := o.deleting && o.finalizers == 0 || len(tc.live) == 0; unplanned != (r.planned == name{}) {
 					t.Fatalf("%s planned for %q", o.name, r.planned)
 				}
@@ -197,7 +197,7 @@ func TestCoordinatorPassMarksWhatPlanMoves(t *testing.T) {
 	}
 	var planned []string
 	for _, o := range objects {
-		r, _, _ := c.stores[informerKey{widgets, "default"}].get("default/" + o.name)
+		r, _, _ := c.stores[informerKey{gvr: widgets, namespace: "default"}].get("default/" + o.name)
 		if r.planned.String() != plan[ObjectKey(widgets.Group, widgets.Resource, "default", o.name)] {
 			planned = append(planned, o.name+"="+r.planned.String())
 		}
@@ -221,7 +221,7 @@ func TestAPassCountsTheLabelsItWroteButHasNotSeen(t *testing.T) {
 	}
 	live := []string{"a", "b", "c"}
 	_, _, c := passOnce(t, first, live)
-	store := c.stores[informerKey{widgets, "default"}]
+	store := c.stores[informerKey{gvr: widgets, namespace: "default"}]
 	planned := map[string]string{}
 	for _, o := range first {
 		r, _, _ := store.get("default/" + o.name)
@@ -270,13 +270,13 @@ func TestAConflictedWriteIsDecidedAgain(t *testing.T) {
 	if err := store.Replace([]any{objMeta{name: "w-0", version: "5"}.object()}, "5"); err != nil {
 		t.Fatal(err)
 	}
-	c.stores[informerKey{widgets, "default"}] = store
+	c.stores[informerKey{gvr: widgets, namespace: "default"}] = store
 	c.pass()
 	if c.queue.Len() != 1 {
 		t.Fatalf("%d writes queued, want 1", c.queue.Len())
 	}
 	c.writeNext(context.Background())
-	ref := planRef{informerKey{widgets, "default"}, "default/w-0"}
+	ref := planRef{informerKey{gvr: widgets, namespace: "default"}, "default/w-0"}
 	if n := c.queue.NumRequeues(ref); n != 1 {
 		t.Fatalf("after a conflict the write is requeued %d times, want 1 (decided again after a backoff)", n)
 	}

@@ -174,6 +174,9 @@ type releaserBox struct{ r Releaser }
 type resourceShare struct {
 	gvr        schema.GroupVersionResource
 	namespaces []string
+	// labels and fields are the handlers' server-side selectors: the objects to
+	// share out.
+	labels, fields string
 	// filtered: luaop may not label its objects (no patch right): every replica
 	// watches all of them and handles those the ring gives it.
 	filtered bool
