@@ -11,14 +11,17 @@
 //   - the write path (server.go), done with the API server's own code where it is a
 //     library: pruning, metadata coercion and defaulting of custom resources
 //     (k8s.io/apiextensions-apiserver's schema packages), their validation and CEL
-//     rules (its customresource strategy, the server's words), the generic metadata
+//     rules (its validation and cel packages, the server's words; the strategy
+//     around them is crdstrategy.go's, for apiextensions' own registry package
+//     links the server's storage and gRPC into luaop), the generic metadata
 //     rules and preparation (k8s.io/apiserver's rest.BeforeCreate/BeforeUpdate),
 //     server-side apply and managedFields (k8s.io/apimachinery's managedfields, the
 //     real field manager), merge, JSON and strategic merge patches, resourceVersion
 //     and uid preconditions, finalizers holding a deleted object;
 //   - the injected failures of a test case (failures.go) and the log of calls.
 //
-// What it does not model: built-in kinds' own validation and defaulting (they live
+// What it does not model: custom resources' validation ratcheting, scale
+// subresource checks and selectable fields; built-in kinds' own validation and defaulting (they live
 // in the kube-apiserver's source, not in a library: a Deployment is not defaulted),
 // admission webhooks, watches, garbage collection of owned objects, and field or
 // label selectors beyond equality-based and set-based label selectors. e2e's parity
