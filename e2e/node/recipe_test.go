@@ -47,11 +47,17 @@ func TestLocalNodeRecipe(t *testing.T) {
 	script := "set -euo pipefail\nexport PS4='+ [$(date +%T.%3N)] '\nset -x\n" + block
 	cmd := exec.CommandContext(ctx, "bash", "-c", script)
 	cmd.Dir = clone
+	// A user's shell: no KUBECONFIG of the suite's, and none of make's variables
+	// (under `make test`, MAKELEVEL and MAKEFLAGS make the recipe's own make print
+	// "Entering directory" into `$(make node)`).
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "KUBECONFIG=") && !strings.HasPrefix(kv, "PATH=") {
-			env = append(env, kv)
+		name, _, _ := strings.Cut(kv, "=")
+		switch name {
+		case "KUBECONFIG", "PATH", "MAKELEVEL", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES":
+			continue
 		}
+		env = append(env, kv)
 	}
 	cmd.Env = append(env, "NODE_CLUSTER_DIR="+state, "LUAOP_CLUSTER_DIR="+state,
 		"PATH="+filepath.Dir(c.kubectl)+string(os.PathListSeparator)+os.Getenv("PATH"))
