@@ -95,7 +95,7 @@ func TestAdversarialOperator(t *testing.T) {
 			where := fmt.Sprintf("%s:%d:", adversary.File, line)
 			found := false
 			for _, l := range logs {
-				if (strings.Contains(l, `"handler":"`+c.ID+`"`) || strings.Contains(l, "handler="+c.ID+" ")) && strings.Contains(l, where) && strings.Contains(l, c.Want) {
+				if (strings.Contains(l, `"handler":"`+c.ID+`"`) || strings.Contains(l, "handler="+c.ID+" ")) && strings.Contains(l, where) && c.Stopped(l) {
 					found = true
 					break
 				}
