@@ -3,7 +3,6 @@ package fakeapi
 import (
 	"errors"
 	"fmt"
-	"sync"
 
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -12,37 +11,21 @@ import (
 	schemaobjectmeta "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/objectmeta"
 	structuralpruning "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/pruning"
 	apiservervalidation "k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
-	"k8s.io/apiextensions-apiserver/pkg/controller/openapi/builder"
-	generatedopenapi "k8s.io/apiextensions-apiserver/pkg/generated/openapi"
-	"k8s.io/apiextensions-apiserver/pkg/registry/customresource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/managedfields"
-	"k8s.io/apiserver/pkg/registry/rest"
-	"k8s.io/kube-openapi/pkg/common"
-	"k8s.io/kube-openapi/pkg/spec3"
-	"k8s.io/kube-openapi/pkg/util"
-	"k8s.io/kube-openapi/pkg/validation/spec"
 )
 
 // crdKind is how the API server serves one version of a custom resource: its
-// structural schema (pruning, defaulting, metadata coercion), its strategies
-// (apiextensions-apiserver's: preparation, validation with the schema and the
-// x-kubernetes-validations rules) and the type converter of server-side apply.
+// structural schema (pruning, defaulting, metadata coercion), its strategy
+// (preparation, validation with the schema and the x-kubernetes-validations rules:
+// crdstrategy.go) and the type converter of server-side apply (crdopenapi.go).
 type crdKind struct {
 	structural      *structuralschema.Structural
 	preserveUnknown bool
-	strategy        crdStrategy
-	statusStrategy  rest.RESTUpdateStrategy
+	strategy        customResourceStrategy
 	typeConverter   managedfields.TypeConverter
-}
-
-// crdStrategy is what the fake uses of apiextensions-apiserver's customresource
-// strategy (its type is unexported).
-type crdStrategy interface {
-	rest.RESTCreateStrategy
-	rest.RESTUpdateStrategy
 }
 
 // addCRD makes the server serve every served version of crd, as the API server's
@@ -115,10 +98,8 @@ func newCRDKind(crd *apiextensionsv1.CustomResourceDefinition, v apiextensionsv1
 			return nil, err
 		}
 	}
-	strategy := customresource.NewStrategy(unstructuredTyper{}, crd.Spec.Scope == apiextensionsv1.NamespaceScoped, gvk,
-		validator, statusValidator, ck.structural, statusSpec, scaleSpec, v.SelectableFields)
-	ck.strategy = strategy
-	ck.statusStrategy = customresource.NewStatusStrategy(strategy)
+	ck.strategy = newCustomResourceStrategy(crd.Spec.Scope == apiextensionsv1.NamespaceScoped, gvk,
+		validator, statusValidator, ck.structural, statusSpec, scaleSpec)
 	return ck, nil
 }
 
@@ -140,52 +121,6 @@ func (ck *crdKind) coerce(u *unstructured.Unstructured) ([]string, error) {
 	}
 	structuraldefaulting.Default(u.Object, ck.structural)
 	return pruned, nil
-}
-
-// crdTypeConverter is the server-side apply type converter of a CRD, built as the
-// crdHandler builds it (buildOpenAPIModelsForApply): the CRD's OpenAPI models merged
-// with the static ones of ObjectMeta and its parts.
-func crdTypeConverter(crd *apiextensionsv1.CustomResourceDefinition) (managedfields.TypeConverter, error) {
-	specs := []*spec3.OpenAPI{{Version: "3.0.0", Info: &spec.Info{InfoProps: spec.InfoProps{Title: "Kubernetes CRD Swagger", Version: "v0.1.0"}},
-		Components: &spec3.Components{Schemas: staticSchemas()}}}
-	for _, v := range crd.Spec.Versions {
-		s, err := builder.BuildOpenAPIV3(crd, v.Name, builder.Options{})
-		if err != nil {
-			return nil, err
-		}
-		specs = append(specs, s)
-	}
-	merged, err := builder.MergeSpecsV3(specs...)
-	if err != nil {
-		return nil, err
-	}
-	return managedfields.NewTypeConverter(merged.Components.Schemas, crd.Spec.PreserveUnknownFields)
-}
-
-var (
-	staticOnce sync.Once
-	static     map[string]*spec.Schema
-)
-
-// staticSchemas are the OpenAPI models of the meta/v1 types a custom resource's
-// schema refers to (ObjectMeta and what it holds), named as the API server names
-// them.
-func staticSchemas() map[string]*spec.Schema {
-	staticOnce.Do(func() {
-		ref := func(path string) spec.Ref {
-			return spec.MustCreateRef("#/components/schemas/" + common.EscapeJsonPointer(util.ToRESTFriendlyName(path)))
-		}
-		static = map[string]*spec.Schema{}
-		for name, def := range generatedopenapi.GetOpenAPIDefinitions(ref) {
-			s := def.Schema
-			static[util.ToRESTFriendlyName(name)] = &s
-		}
-	})
-	out := make(map[string]*spec.Schema, len(static))
-	for k, v := range static {
-		out[k] = v
-	}
-	return out
 }
 
 // unstructuredTyper tells an unstructured object's kind from itself.
