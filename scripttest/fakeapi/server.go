@@ -415,7 +415,14 @@ func (s *Server) decode(k *kind, u *unstructured.Unstructured) ([]string, error)
 	return nil, nil
 }
 
-func (s *Server) strategy(k *kind) crdStrategy {
+// writeStrategy is what the server does to a kind's writes beside the generic
+// metadata rules of rest.BeforeCreate and BeforeUpdate.
+type writeStrategy interface {
+	rest.RESTCreateStrategy
+	rest.RESTUpdateStrategy
+}
+
+func (s *Server) strategy(k *kind) writeStrategy {
 	if k.crd != nil {
 		return k.crd.strategy
 	}
@@ -427,7 +434,7 @@ func (s *Server) strategy(k *kind) crdStrategy {
 
 func (s *Server) statusStrategy(k *kind) rest.RESTUpdateStrategy {
 	if k.crd != nil {
-		return k.crd.statusStrategy
+		return customResourceStatusStrategy{k.crd.strategy}
 	}
 	return builtinStatusStrategy{newBuiltinStrategy(k)}
 }

@@ -17,7 +17,8 @@ import (
 
 // CRD is the CustomResourceDefinition the table's custom resources need
 // (Gadget, parity.luaop.dev/v1): a schema with required fields, types, an enum, a
-// pattern, a default, a CEL rule, a map list, and a status subresource.
+// pattern, a default, a CEL rule, a transition rule, a map list, and a status
+// subresource.
 //
 //go:embed gadgets.yaml
 var CRD []byte
@@ -204,6 +205,10 @@ func Steps(ns string) []Step {
 		{Title: "a label change does not", Verb: "patch", APIVersion: G, Kind: "Gadget", Name: "g1", Patch: M{"metadata": M{"labels": M{"a": "b"}}}},
 		{Title: "status through the main resource is ignored", Verb: "patch", APIVersion: G, Kind: "Gadget", Name: "g1", Patch: M{"status": M{"phase": "Ready"}}},
 		{Title: "a patch breaking the CEL rule", Verb: "patch", APIVersion: G, Kind: "Gadget", Name: "g1", Patch: M{"spec": M{"max": 4}}},
+		{Title: "a transition rule's old value is set", Verb: "patch", APIVersion: G, Kind: "Gadget", Name: "g1", Patch: M{"spec": M{"owner": "alice"}}},
+		{Title: "a patch breaking the transition rule", Verb: "patch", APIVersion: G, Kind: "Gadget", Name: "g1", Patch: M{"spec": M{"owner": "bob"}}},
+		{Title: "an invalid name of a custom resource", Verb: "create", Object: gadget(ns, "Bad_Gadget", M{"size": 1}, nil)},
+		{Title: "a duplicate key in a map list", Verb: "create", Object: gadget(ns, "g-duplicate", M{"size": 1, "items": []any{M{"name": "one"}, M{"name": "one", "value": "2"}}}, nil)},
 		// Server-side apply of a custom resource: granular maps and map lists.
 		{Title: "apply a Gadget", As: "alice", Verb: "apply", Object: gadget(ns, "g2", M{"size": 1, "tags": M{"a": "x"}, "items": []any{M{"name": "one", "value": "1"}}}, nil)},
 		{Title: "another manager applies other keys", As: "bob", Verb: "apply", Object: gadget(ns, "g2", M{"tags": M{"b": "y"}, "items": []any{M{"name": "two"}}}, nil)},
