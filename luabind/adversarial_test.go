@@ -15,6 +15,7 @@ import (
 
 	"github.com/luaop/luaop/luabind/adversary"
 	"github.com/luaop/luaop/processing/causes"
+	"github.com/luaop/luaop/state"
 )
 
 // Issue 34: every adversarial script fails its own call, at its deadline or at a
@@ -23,18 +24,18 @@ import (
 // 0); objects of other shards are served while it runs, and its own shard and object
 // right after. Peak memory is asserted on a real process (cmd/luaop
 // TestAdversarialProcesses); how long the cases take, BenchmarkAdversarialScripts.
+//
+// Each case runs on a runtime of its own (adversarialRuntime), so that what one
+// case leaves behind (a state replaced late, a stuck call) fails that case only,
+// and under a deadline that does not depend on the machine's speed: a case a
+// limit ends has a minute (a loaded machine or the race detector never lets the
+// deadline come first), a case the deadline ends has a short one.
 func TestAdversarialScripts(t *testing.T) {
-	// The race detector (make test) makes Go code many times slower: the limits
-	// then need a longer deadline to be reached first.
-	deadline := 2 * time.Second
-	if raceDetector {
-		deadline = 8 * time.Second
-	}
 	src, lines := adversary.Script(adversary.Cases)
-	rt := loadedRuntime(t, Options{Shards: 2, HandlerTimeout: deadline}, adversary.File, src)
-	victim, bystander := uidsOnDifferentShards(t, rt)
 	for _, c := range adversary.Cases {
 		t.Run(c.ID, func(t *testing.T) {
+			rt := adversarialRuntime(t, c, src)
+			victim, bystander := uidsOnDifferentShards(t, rt)
 			var wg sync.WaitGroup
 			served := make(chan error, 1)
 			stop := make(chan struct{})
@@ -62,22 +63,7 @@ func TestAdversarialScripts(t *testing.T) {
 			if err := <-served; err != nil {
 				t.Errorf("another object was not served meanwhile: %v", err)
 			}
-			if err == nil {
-				t.Fatal("the attack returned without an error")
-			}
-			line := lines[c.ID]
-			if c.Result {
-				line--
-			}
-			where := fmt.Sprintf("%s:%d:", adversary.File, line)
-			msg := err.Error()
-			if !strings.Contains(msg, where) || !c.Stopped(msg) {
-				t.Errorf("error = %.400q, want %s and %q", msg, where, c.Want)
-			}
-			var pe *causes.PermanentError
-			if c.Result && !errors.As(err, &pe) {
-				t.Errorf("not a permanent error (it would be retried): %T %v", err, err)
-			}
+			checkAdversarialError(t, c, lines, err)
 			var se *ScriptError
 			if errors.As(err, &se) && len(se.Traceback) > 8<<10 {
 				t.Errorf("traceback of %d bytes", len(se.Traceback))
@@ -91,6 +77,51 @@ func TestAdversarialScripts(t *testing.T) {
 				t.Errorf("the object after the attack: %#v", res.Value)
 			}
 		})
+	}
+}
+
+// Handler deadlines of the adversarial cases (adversarialRuntime).
+const (
+	// adversaryDeadline ends the cases that run until their deadline (Deadline).
+	adversaryDeadline = 2 * time.Second
+	// adversaryLimitDeadline is the deadline of the cases a limit ends: far past
+	// the time any of them takes to reach its limit, even with the race detector
+	// on a loaded machine, so that the limit ends them, not the deadline (their
+	// error then names the limit, which the test asserts).
+	adversaryLimitDeadline = time.Minute
+)
+
+// adversarialRuntime is a runtime of 2 shards of its own, loaded with the
+// adversarial script src, whose handler deadline is c's (adversaryDeadline or
+// adversaryLimitDeadline).
+func adversarialRuntime(tb testing.TB, c adversary.Case, src string) *Runtime {
+	tb.Helper()
+	deadline := adversaryLimitDeadline
+	if c.Deadline {
+		deadline = adversaryDeadline
+	}
+	return loadedRuntime(tb, Options{Shards: 2, HandlerTimeout: deadline}, adversary.File, src)
+}
+
+// checkAdversarialError asserts that err is c's failure: c.Want at the case's
+// line (lines, from adversary.Script), permanent when it is the result's.
+func checkAdversarialError(tb testing.TB, c adversary.Case, lines map[string]int, err error) {
+	tb.Helper()
+	if err == nil {
+		tb.Fatal("the attack returned without an error")
+	}
+	line := lines[c.ID]
+	if c.Result {
+		line--
+	}
+	where := fmt.Sprintf("%s:%d:", adversary.File, line)
+	msg := err.Error()
+	if !strings.Contains(msg, where) || !c.Stopped(msg) {
+		tb.Errorf("error = %.400q, want %s and %q", msg, where, c.Want)
+	}
+	var pe *causes.PermanentError
+	if c.Result && !errors.As(err, &pe) {
+		tb.Errorf("not a permanent error (it would be retried): %T %v", err, err)
 	}
 }
 
@@ -298,17 +329,19 @@ func collectBudgetMetrics(t *testing.T, rt *Runtime) map[string]float64 {
 
 // How long each adversarial script's call takes to fail: at its deadline for those
 // the deadline stops, far sooner for those a limit stops (TestAdversarialScripts
-// checks what the user sees).
+// checks what the user sees). Each call gets a fresh ctx.patch, as the processing
+// core gives it, so that what a case writes there is converted (and refused) within
+// the call, as in TestAdversarialScripts; every iteration's error is checked to be
+// the case's, so that a limit case measures its limit, not its deadline.
 func BenchmarkAdversarialScripts(b *testing.B) {
-	src, _ := adversary.Script(adversary.Cases)
-	rt := loadedRuntime(b, Options{Shards: 1, HandlerTimeout: 2 * time.Second}, adversary.File, src)
+	src, lines := adversary.Script(adversary.Cases)
 	for _, c := range adversary.Cases {
 		b.Run(c.ID, func(b *testing.B) {
-			call := causes.Call{Handler: specOf(b, rt, c.ID), Cause: createCause("victim")}
+			rt := adversarialRuntime(b, c, src)
+			handler := specOf(b, rt, c.ID)
 			for b.Loop() {
-				if _, err := rt.Invoke(b.Context(), call); err == nil {
-					b.Fatal("the attack returned without an error")
-				}
+				_, err := rt.Invoke(b.Context(), causes.Call{Handler: handler, Cause: createCause("victim"), Patch: state.NewPatch()})
+				checkAdversarialError(b, c, lines, err)
 			}
 		})
 	}
