@@ -30,7 +30,11 @@ type cancelHarness struct {
 func startCancelHarness(t *testing.T, src string) *cancelHarness {
 	t.Helper()
 	logs, logMu := &strings.Builder{}, &sync.Mutex{}
-	rt := New(Options{Shards: 1, Kube: notFoundKube{}, HandlerTimeout: 5 * time.Second,
+	// Its Get of "block" answers only when the call is cancelled: a daemon's kube
+	// call is in flight when the test cancels it, whatever the machine's speed (a
+	// quick answer let the loop reach its next round between the stop and the
+	// cancellation).
+	rt := New(Options{Shards: 1, Kube: untilCancelledKube{}, HandlerTimeout: 5 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(lockedWriter{logs, logMu}, nil))})
 	t.Cleanup(rt.Close)
 	if _, err := rt.Load(t.Context(), []Script{{Name: "d.lua", Source: []byte("local luaop = require('luaop')\n" + src)}}); err != nil {
@@ -54,6 +58,18 @@ func startCancelHarness(t *testing.T, src string) *cancelHarness {
 			Logger: rt.opts.Logger, Daemon: h.link})
 	}()
 	return h
+}
+
+// untilCancelledKube answers a Get of "block" only when its call is cancelled, and
+// any other as not found.
+type untilCancelledKube struct{ notFoundKube }
+
+func (k untilCancelledKube) Get(ctx context.Context, apiVersion, kind, namespace, name string) (map[string]any, error) {
+	if name == "block" {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return k.notFoundKube.Get(ctx, apiVersion, kind, namespace, name)
 }
 
 type lockedWriter struct {
@@ -109,7 +125,7 @@ func TestStoppedDaemonRelyingOnCancellationEnds(t *testing.T) {
 	}{
 		{"sleep", `luaop.sleep(3600)`, 2},
 		{"sleep in pcall", `pcall(luaop.sleep, 3600)`, 2},
-		{"a kube call in pcall", `luaop.sleep(3600); pcall(luaop.kube.get, "v1", "ConfigMap", "ns", "x")`, 1},
+		{"a kube call in pcall", `luaop.sleep(3600); pcall(luaop.kube.get, "v1", "ConfigMap", "ns", "block")`, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := startCancelHarness(t, `
