@@ -284,15 +284,15 @@ func TestProbeConfigurationRaceWithAnotherReplica(t *testing.T) {
 	}
 }
 
-// Through a Service, a probe failing right after one succeeded (a replica
-// replaced: the API server still calls the gone pod's address for a moment) is a
-// warning, checked again in retryEvery; failing again, an error. Nothing is
+// Through a Service, a probe failing first (a replica just took the webhooks
+// over) or right after one succeeded (a replica replaced: the API server still
+// calls the gone pod's address for a moment) is a warning, checked again in
+// retryEvery; failing again, an error, said once. Nothing is
 // withdrawn either way: replicas behind a Service keep their webhooks.
 func TestServiceProbeFailingOnceIsAWarning(t *testing.T) {
 	var logs strings.Builder
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	var reachable atomic.Bool
-	reachable.Store(true)
 	certs := t.TempDir()
 	writeCerts(t, certs, time.Now())
 	w, _ := newOnFakeAPI(t, Options{Service: "ops/hooks", CertDir: certs, Logger: log, ProbeBudget: 300 * time.Millisecond}, reachable.Load, time.Hour)
@@ -301,6 +301,7 @@ func TestServiceProbeFailingOnceIsAWarning(t *testing.T) {
 		wantOK         bool   // sync's answer: false is a retry in retryEvery
 		wantLevel      string // of the probe's line, "" for none
 	}{
+		{reachable: false, wantOK: false, wantLevel: "WARN"},
 		{reachable: true, wantOK: true, wantLevel: "INFO"},
 		{reachable: false, due: true, wantOK: false, wantLevel: "WARN"},
 		{reachable: true, wantOK: true, wantLevel: "INFO"},

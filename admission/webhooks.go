@@ -126,8 +126,8 @@ type Webhooks struct {
 	// success): the same failure again (a refused read, every retryEvery) is said
 	// once, then at debug level. Owned by Start's goroutine (sync).
 	lastSyncError string
-	// probeWarnedOnly tells that the last probe through the Service failed right
-	// after one succeeded, and was said as a warning: the next is due in retryEvery,
+	// probeWarnedOnly tells that the last probe through the Service failed first
+	// or right after one succeeded, and was said as a warning: the next is due in retryEvery,
 	// and its failure is an error. Owned by Start's goroutine (sync, check).
 	probeWarnedOnly bool
 	// resyncEvery overrides the package's resyncEvery (tests).
@@ -715,11 +715,12 @@ func (w *Webhooks) check(ctx context.Context) Reachability {
 		r.Error = w.whatToDo(err)
 		w.reach.Store(&r)
 		switch {
-		case w.ByService() && prev != nil && prev.Reachable:
-			// Through a Service, a probe failing right after one succeeded is most
-			// often a replica replaced: for a moment the API server still calls the
-			// address of a pod that is gone. Said as a warning and checked again
-			// soon; failing again, it is an error.
+		case w.ByService() && !warnedOnly && (prev == nil || !prev.Checked || prev.Reachable):
+			// Through a Service, a first probe failing (this replica just took the
+			// webhooks over) or one right after a success is most often a replica
+			// replaced: for a moment the API server still calls the address of a pod
+			// that is gone. Said as a warning and checked again soon; failing
+			// again, it is an error.
 			w.probeWarnedOnly = true
 			w.log.Warn(r.Error, "checked_again_in", retryEvery.String())
 		case prev == nil || prev.Error != r.Error || warnedOnly:
