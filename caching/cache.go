@@ -79,12 +79,12 @@ type Cache struct {
 	opts     Options
 	log      *slog.Logger
 
-	mu      sync.Mutex // leaf: guards views and each view's holders and servers, saidPartial
-	views   map[View]*view
+	mu    sync.Mutex // leaf: guards views and each view's holders and servers, saidPartial
+	views map[View]*view
 	// saidPartial are the partial reads already said (partial): resource,
 	// namespace and get or list with its selector.
 	saidPartial map[string]bool
-	running sync.WaitGroup
+	running     sync.WaitGroup
 }
 
 // New makes a cache on the given clients (metadata may be nil: no metadata-only

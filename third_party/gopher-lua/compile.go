@@ -576,6 +576,7 @@ func (fc *funcContext) ConstIndex(value LValue) int {
 	fc.constIndex[value] = v
 	return v
 }
+
 // maxUpvalues is Lua 5.1's LUAI_MAXUPVALUES (luaop patch): a function refers to
 // at most 60 variables of its enclosing functions. Upstream had no limit and kept
 // the count in 8 bits (FunctionProto.NumUpvalues): a closure of 257 upvalues made
